@@ -1,0 +1,1 @@
+"""Backends: sibling modules exposing the same few functions (start, liveness, cancel)."""

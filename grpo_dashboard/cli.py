@@ -1,0 +1,270 @@
+"""Command line: `python -m grpo_dashboard COMMAND`.
+
+Exit codes: 0 success; 1 invalid spec, or the run failed (launch --wait); 2 usage error or unreadable input;
+3 no such run; 4 the run was canceled (launch --wait).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CANCELED = 0, 1, 2, 3, 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m grpo_dashboard", description="Launch and watch TRL GRPO runs.")
+    p.add_argument("--data-dir", help="Data directory (default: $GRPO_DASHBOARD_DATA_DIR or ~/.grpo_dashboard).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("launch", help="Validate a run spec and start it.")
+    s.add_argument("spec", help="Run spec YAML file.")
+    s.add_argument("--wait", action="store_true", help="Follow the run until it ends; exit code reflects the result.")
+    s.add_argument("--json", action="store_true", help="Print the run as JSON.")
+
+    s = sub.add_parser("validate", help="Check a run spec without starting anything.")
+    s.add_argument("spec")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("runs", help="List runs.")
+    s.add_argument("--status", action="append", help="Only runs with this status (repeatable).")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("show", help="Status, progress and latest metrics of a run.")
+    s.add_argument("run", help="Run id, unique id prefix, or name.")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("logs", help="The tail of a run's job log.")
+    s.add_argument("run")
+    s.add_argument("-n", "--lines", type=int, default=50)
+    s.add_argument("-f", "--follow", action="store_true", help="Keep printing new lines until the run ends.")
+
+    s = sub.add_parser("cancel", help="Stop a run (SIGTERM, then SIGKILL after a grace period).")
+    s.add_argument("run")
+    s.add_argument("--no-wait", action="store_true", help="Return right after signalling.")
+
+    s = sub.add_parser("watch", help="Ingest and supervise active runs in the foreground (what the app does).")
+    s.add_argument("--interval", type=float, default=0.5)
+    s.add_argument("--until-idle", action="store_true", help="Exit once no run is active.")
+
+    s = sub.add_parser("build-tiny-model", help="Build the tiny random Qwen2 + char tokenizer used offline.")
+    s.add_argument("path")
+
+    sub.add_parser("doctor", help="Diagnose a GRPO log (trainer_state.json, checkpoint dir, metrics.jsonl, JSONL).",
+                   add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    i = 2 if argv[:1] == ["--data-dir"] else 1 if argv[:1] and argv[0].startswith("--data-dir=") else 0
+    if argv[i:i + 1] == ["doctor"]:
+        from .health import doctor_main  # its own parser: PATH [--json] [--threshold K=V]
+
+        return doctor_main(argv[i + 1:])
+    args = _parser().parse_args(argv)
+    if args.data_dir:
+        os.environ["GRPO_DASHBOARD_DATA_DIR"] = args.data_dir
+    from .errors import RunNotFound, SpecError
+
+    try:
+        return COMMANDS[args.command](args)
+    except SpecError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_FAILED
+    except RunNotFound as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_NOT_FOUND
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from .runs import check
+
+    if not Path(args.spec).is_file():
+        print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)
+        return EXIT_USAGE
+    spec, report = check(args.spec)
+    if args.json:
+        print(json.dumps({"ok": report.ok, "errors": [e.to_dict() for e in report.errors],
+                          "warnings": [w.to_dict() for w in report.warnings]}, indent=2))
+    else:
+        for w in report.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        for e in report.errors:
+            print(f"error: {e}", file=sys.stderr)
+        if report.ok:
+            print(f"{args.spec}: valid ({spec.name}).")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _cmd_launch(args: argparse.Namespace) -> int:
+    from .runs import launch, wait
+    from .store import RunStatus, Store
+
+    if not Path(args.spec).is_file():
+        print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)
+        return EXIT_USAGE
+    store = Store()
+    run = launch(args.spec, store)
+    if args.json and not args.wait:
+        print(json.dumps(_run_dict(run), indent=2))
+    else:
+        print(f"launched {run.id} ({run.status}); run dir {run.run_dir}")
+    if not args.wait:
+        return EXIT_OK if run.status != RunStatus.FAILED.value else EXIT_FAILED
+
+    def progress(r: Any) -> None:
+        latest = store.latest_metrics(r.id)
+        reward = latest.get("reward")
+        shown = f" reward={reward:.4g}" if isinstance(reward, float) else ""
+        print(f"  {r.status} step {r.last_step or 0}/{r.max_steps or '?'}{shown}", flush=True)
+
+    try:
+        run = wait(store, run, on_update=progress)
+    except KeyboardInterrupt:
+        from .runs import cancel
+
+        print("interrupted: canceling the run...", file=sys.stderr)
+        run = cancel(store, store.get_run(run.id), wait=True)
+    if args.json:
+        print(json.dumps(_run_dict(run), indent=2))
+    print(f"{run.id}: {run.status}" + (f" — {run.error}" if run.error else ""))
+    return {RunStatus.COMPLETED.value: EXIT_OK, RunStatus.CANCELED.value: EXIT_CANCELED}.get(run.status, EXIT_FAILED)
+
+
+def _fmt_time(t: float | None) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+def _elapsed(run: Any) -> str:
+    if not run.started_at:
+        return "-"
+    secs = int((run.ended_at or time.time()) - run.started_at)
+    return f"{secs // 3600}:{secs % 3600 // 60:02d}:{secs % 60:02d}"
+
+
+def _run_dict(run: Any) -> dict[str, Any]:
+    d = {k: v for k, v in vars(run).items() if k != "spec_yaml"}
+    d["progress"] = run.progress
+    return d
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    from .runs import refresh_active
+    from .store import Store
+
+    store = Store()
+    refresh_active(store)
+    runs = store.list_runs(status=args.status)
+    if args.json:
+        print(json.dumps([_run_dict(r) for r in runs], indent=2))
+        return EXIT_OK
+    if not runs:
+        print("no runs")
+        return EXIT_OK
+    print(f"{'ID':<44} {'STATUS':<10} {'STEP':>11} {'ELAPSED':>9}  CREATED")
+    for r in runs:
+        step = f"{r.last_step or 0}/{r.max_steps or '?'}"
+        print(f"{r.id:<44} {r.status:<10} {step:>11} {_elapsed(r):>9}  {_fmt_time(r.created_at)}")
+    return EXIT_OK
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from .runs import refresh
+    from .store import Store
+
+    store = Store()
+    run = refresh(store, store.find_run(args.run))
+    latest = store.latest_metrics(run.id)
+    if args.json:
+        print(json.dumps({**_run_dict(run), "latest": latest}, indent=2, default=str))
+        return EXIT_OK
+    pct = f" ({run.progress:.0%})" if run.progress is not None else ""
+    print(f"run      {run.id}\nname     {run.name}\nstatus   {run.status}\nbackend  {run.backend}")
+    print(f"progress {run.last_step or 0}/{run.max_steps or '?'}{pct}\nelapsed  {_elapsed(run)}")
+    print(f"created  {_fmt_time(run.created_at)}\nrun dir  {run.run_dir}")
+    if run.exit_code is not None:
+        print(f"exit     {run.exit_code}")
+    if run.error:
+        print(f"error    {run.error}")
+    if run.n_skipped:
+        print(f"skipped  {run.n_skipped} invalid value(s) or line(s) while ingesting")
+    if latest:
+        print("latest metrics:")
+        for k in sorted(latest):
+            print(f"  {k:<40} {latest[k]}")
+    return EXIT_OK
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    from .runs import log_path, refresh, tail
+    from .store import TERMINAL, Store
+
+    store = Store()
+    run = store.find_run(args.run)
+    path = log_path(run)
+    print(tail(path, args.lines))
+    if not args.follow:
+        return EXIT_OK
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        while True:
+            chunk = f.read()
+            if chunk:
+                sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+                sys.stdout.flush()
+            run = refresh(store, store.get_run(run.id))
+            if run.status in TERMINAL and not chunk:
+                return EXIT_OK
+            time.sleep(0.5)
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    from .runs import cancel
+    from .store import Store
+
+    store = Store()
+    run = cancel(store, store.find_run(args.run), wait=not args.no_wait)
+    print(f"{run.id}: {run.status}" + ("" if run.status in ("canceled",) else " (cancel requested)"))
+    return EXIT_OK
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from .runs import refresh_active
+    from .store import Store
+
+    store = Store()
+    try:
+        while True:
+            active = refresh_active(store)
+            if args.until_idle and not [r for r in active if r.is_active]:
+                return EXIT_OK
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _cmd_build_tiny(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from .jobfiles import JOB_SCRIPT
+
+    spec = importlib.util.spec_from_file_location("grpo_job", JOB_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    print(module.build_tiny_model(args.path))
+    return EXIT_OK
+
+
+COMMANDS = {
+    "validate": _cmd_validate, "launch": _cmd_launch, "runs": _cmd_runs, "show": _cmd_show, "logs": _cmd_logs,
+    "cancel": _cmd_cancel, "watch": _cmd_watch, "build-tiny-model": _cmd_build_tiny,
+}

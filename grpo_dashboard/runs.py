@@ -1,0 +1,281 @@
+"""Run orchestration: validate and launch a spec, follow runs (ingest + liveness), cancel them, survive restarts.
+
+Used identically by the CLI and the web app. Failed runs are states in the store, never exceptions.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import secrets
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .backends import local
+from .ingest import ingest_file
+from .spec import RunSpec, load_spec
+from .store import TERMINAL, Run, RunStatus, Store, data_dir
+from .validation import ValidationReport, validate
+
+CANCEL_GRACE_S = 10.0
+_children: dict[str, Any] = {}
+_children_lock = threading.Lock()
+
+
+def make_run_id(name: str) -> str:
+    """A unique, filesystem-safe id: slug of the name, UTC timestamp, random suffix."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or "run"
+    return f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def resolve_paths(spec: RunSpec, base: Path, run_dir: Path) -> RunSpec:
+    """A copy of the spec with every local path made absolute and output_dir filled in (written as run.yaml)."""
+    s = copy.deepcopy(spec)
+
+    def absolute(p: str) -> str:
+        path = Path(p).expanduser()
+        return str(path if path.is_absolute() else (base / path).resolve())
+
+    m = s.model
+    local_model = Path(m.name_or_path).expanduser()
+    if m.build_tiny or (local_model if local_model.is_absolute() else base / local_model).exists():
+        m.name_or_path = absolute(m.name_or_path)
+    d = s.dataset
+    if d.data_files:
+        d.data_files = absolute(d.data_files) if isinstance(d.data_files, str) else [absolute(f) for f in d.data_files]
+    if d.eval_data_files:
+        d.eval_data_files = (absolute(d.eval_data_files) if isinstance(d.eval_data_files, str)
+                             else [absolute(f) for f in d.eval_data_files])
+    for r in s.rewards:
+        if r.function and ":" in r.function and r.function.rsplit(":", 1)[0].endswith(".py"):
+            target, attr = r.function.rsplit(":", 1)
+            r.function = f"{absolute(target)}:{attr}"
+    b = s.backend
+    if b.accelerate_config and (base / b.accelerate_config).is_file():
+        b.accelerate_config = absolute(b.accelerate_config)
+    s.output_dir = absolute(s.output_dir) if s.output_dir else str(run_dir / "output")
+    return s
+
+
+def check(source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | None = None
+          ) -> tuple[RunSpec, ValidationReport]:
+    """Parse and validate; raises SpecError for structural problems, returns the report otherwise."""
+    spec = load_spec(source)
+    return spec, validate(spec, base_dir)
+
+
+def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = None,
+           base_dir: str | Path | None = None, owner: str | None = None) -> Run:
+    """Validate the spec and start it on its backend; raises SpecError (and writes nothing) if invalid."""
+    store = store or Store()
+    spec, report = check(source, base_dir)
+    report.raise_if_errors()
+    base = Path(base_dir) if base_dir else Path.cwd()
+    run_id = make_run_id(spec.name)
+    runs_root = (data_dir() / "runs").resolve()
+    run_dir = (runs_root / run_id).resolve()
+    if runs_root not in run_dir.parents:
+        raise ValueError(f"run directory {run_dir} escapes {runs_root}")
+    resolved = resolve_paths(spec, base, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=False)
+    config_path = run_dir / "run.yaml"
+    tmp = run_dir / ".run.yaml.tmp"
+    tmp.write_text(resolved.to_yaml(), encoding="utf-8")
+    tmp.replace(config_path)
+    metrics_path = run_dir / "metrics.jsonl"
+    run = Run(id=run_id, name=spec.name, spec_yaml=resolved.to_yaml(), backend=spec.backend.kind,
+              status=RunStatus.QUEUED.value, created_at=time.time(), run_dir=str(run_dir),
+              output_dir=resolved.output_dir, owner=owner)
+    store.insert_run(run)
+    try:
+        proc = local.start(resolved, run_dir, config_path, metrics_path)
+    except OSError as exc:
+        store.finish_run(run_id, RunStatus.FAILED.value, error=f"could not start the job: {exc}")
+        return store.get_run(run_id)
+    with _children_lock:
+        _children[run_id] = proc.popen
+    store.update_run(run_id, pid=proc.pid, pid_start=proc.start_time)
+    return store.get_run(run_id)
+
+
+def metrics_path(run: Run) -> Path:
+    """Where the job of a local run writes its records."""
+    return Path(run.run_dir) / "metrics.jsonl"
+
+
+def log_path(run: Run) -> Path:
+    """The job's combined stdout/stderr."""
+    return Path(run.run_dir) / "job.log"
+
+
+def refresh(store: Store, run: Run) -> Run:
+    """Ingest new records of an active run and settle its status if its process has ended."""
+    if run.status in TERMINAL:
+        return run
+    ingest_file(store, run.id, metrics_path(run))
+    run = store.get_run(run.id)
+    if run.status in TERMINAL:
+        _reap(run)
+        return run
+    exit_code, alive = _poll(run)
+    if alive:
+        if run.cancel_requested_at and time.time() - run.cancel_requested_at > CANCEL_GRACE_S and run.pid:
+            local.signal_group(run.pid, signal.SIGKILL)
+        return run
+    if run.pid and local.group_alive(run.pid):
+        local.signal_group(run.pid, signal.SIGKILL)  # leader gone, workers left: no orphans
+    ingest_file(store, run.id, metrics_path(run))
+    run = store.get_run(run.id)
+    if run.status in TERMINAL:
+        if exit_code is not None:
+            store.update_run(run.id, exit_code=exit_code)
+        return store.get_run(run.id)
+    if run.cancel_requested_at:
+        store.finish_run(run.id, RunStatus.CANCELED.value, error="canceled by user (process killed)",
+                         exit_code=exit_code)
+    elif run.pid is None:
+        return run
+    else:
+        reason = (f"job exited with code {exit_code}" if exit_code is not None
+                  else f"job process {run.pid} vanished")
+        reason += " without reporting an end"
+        last = last_error_line(log_path(run))
+        store.finish_run(run.id, RunStatus.FAILED.value, error=f"{reason}. Last log line: {last}" if last else reason,
+                         exit_code=exit_code)
+    return store.get_run(run.id)
+
+
+def _poll(run: Run) -> tuple[int | None, bool]:
+    with _children_lock:
+        popen = _children.get(run.id)
+    if popen is not None:
+        code = popen.poll()
+        return code, code is None
+    return None, local.is_alive(run.pid, run.pid_start)
+
+
+def _reap(run: Run) -> None:
+    with _children_lock:
+        popen = _children.pop(run.id, None)
+    if popen is not None:
+        try:
+            popen.wait(timeout=CANCEL_GRACE_S + 5)
+        except Exception:  # noqa: BLE001 - the kill path below handles a stuck child
+            if run.pid:
+                local.signal_group(run.pid, signal.SIGKILL)
+
+
+def refresh_active(store: Store) -> list[Run]:
+    """Refresh every queued or running run; returns them after the refresh."""
+    return [refresh(store, r) for r in store.list_runs(status=[RunStatus.QUEUED.value, RunStatus.RUNNING.value])]
+
+
+def cancel(store: Store, run: Run, wait: bool = False, grace_s: float = CANCEL_GRACE_S) -> Run:
+    """Ask a run to stop (SIGTERM to its process group, SIGKILL after the grace period)."""
+    if run.status in TERMINAL:
+        return run
+    store.update_run(run.id, cancel_requested_at=time.time())
+    if not (run.pid and local.is_alive(run.pid, run.pid_start)):
+        store.finish_run(run.id, RunStatus.CANCELED.value, error="canceled by user")
+        return store.get_run(run.id)
+    local.signal_group(run.pid, signal.SIGTERM)
+    if not wait:
+        return store.get_run(run.id)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        run = refresh(store, store.get_run(run.id))
+        if run.status in TERMINAL and not local.group_alive(run.pid or 0):
+            return run
+        time.sleep(0.2)
+    local.signal_group(run.pid, signal.SIGKILL)
+    for _ in range(50):
+        run = refresh(store, store.get_run(run.id))
+        if run.status in TERMINAL:
+            break
+        time.sleep(0.1)
+    return run
+
+
+def wait(store: Store, run: Run, poll_s: float = 0.5, on_update: Any = None) -> Run:
+    """Follow a run until it ends, ingesting as it goes."""
+    last: tuple[Any, ...] = ()
+    while True:
+        run = refresh(store, store.get_run(run.id))
+        token = store.change_token(run.id)
+        if on_update is not None and token != last:
+            on_update(run)
+            last = token
+        if run.status in TERMINAL:
+            return run
+        time.sleep(poll_s)
+
+
+def last_error_line(path: Path, max_bytes: int = 65536) -> str | None:
+    """The most informative last line of a job log: the last exception line, else the last non-empty line."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("@@GRPO_DASHBOARD@@")]
+    for ln in reversed(lines):
+        if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", ln) or ln.startswith("Killed"):
+            return ln[:500]
+    return lines[-1][:500] if lines else None
+
+
+def tail(path: Path, n: int = 50, max_bytes: int = 262144) -> str:
+    """The last n lines of a log file (empty string if absent)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    text = text.replace("\r", "\n")
+    return "\n".join([ln for ln in text.splitlines() if ln.strip()][-n:])
+
+
+class Monitor:
+    """A background thread that keeps every active run ingested and its status settled."""
+
+    def __init__(self, store: Store, interval_s: float = 0.5) -> None:
+        self.store = store
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+        self.passes = 0
+
+    def start(self) -> Monitor:
+        """Start the thread (idempotent)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="grpo-monitor", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                refresh_active(self.store)
+                self.last_error = None
+            except Exception as exc:  # noqa: BLE001 - keep monitoring; the UI shows last_error
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            self.passes += 1
+            self._stop.wait(self.interval_s)

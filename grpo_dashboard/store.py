@@ -1,0 +1,327 @@
+"""The embedded store: SQLite in WAL mode holding runs, every metric value of every log record, and job events.
+
+All SQL lives here. The data directory comes from `GRPO_DASHBOARD_DATA_DIR` (read at call time), default
+`~/.grpo_dashboard`. Metric values keep their nature: finite and ±Inf as REAL, None and NaN as NULL with a `kind` flag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from .errors import RunNotFound
+
+DATA_DIR_ENV = "GRPO_DASHBOARD_DATA_DIR"
+KIND_VALUE, KIND_NONE, KIND_NAN = 0, 1, 2
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    spec_yaml TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    external_id TEXT,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL,
+    run_dir TEXT NOT NULL,
+    output_dir TEXT,
+    error TEXT,
+    exit_code INTEGER,
+    pid INTEGER,
+    pid_start TEXT,
+    cancel_requested_at REAL,
+    ingest_offset INTEGER NOT NULL DEFAULT 0,
+    last_step INTEGER,
+    max_steps INTEGER,
+    last_time REAL,
+    n_records INTEGER NOT NULL DEFAULT 0,
+    n_skipped INTEGER NOT NULL DEFAULT 0,
+    owner TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT NOT NULL,
+    split TEXT NOT NULL,
+    key TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    value REAL,
+    kind INTEGER NOT NULL,
+    time REAL,
+    PRIMARY KEY (run_id, split, key, step)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    time REAL,
+    event TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+"""
+
+
+class RunStatus(str, Enum):
+    """Lifecycle of a run; a failed run is a state, not an exception."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+TERMINAL = (RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.CANCELED.value)
+ACTIVE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+
+
+@dataclass
+class Run:
+    """One row of the runs table."""
+
+    id: str
+    name: str
+    spec_yaml: str
+    backend: str
+    status: str
+    created_at: float
+    run_dir: str
+    external_id: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    output_dir: str | None = None
+    error: str | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    pid_start: str | None = None
+    cancel_requested_at: float | None = None
+    ingest_offset: int = 0
+    last_step: int | None = None
+    max_steps: int | None = None
+    last_time: float | None = None
+    n_records: int = 0
+    n_skipped: int = 0
+    owner: str | None = None
+
+    @property
+    def is_active(self) -> bool:
+        """Queued or running."""
+        return self.status in ACTIVE
+
+    @property
+    def progress(self) -> float | None:
+        """Fraction of max_steps done, when known."""
+        if not self.max_steps or self.max_steps <= 0 or self.last_step is None:
+            return None
+        return min(1.0, self.last_step / self.max_steps)
+
+
+RUN_COLUMNS = [f.name for f in fields(Run)]
+
+
+def data_dir() -> Path:
+    """The data directory, resolved from the environment at call time."""
+    return Path(os.environ.get(DATA_DIR_ENV) or Path.home() / ".grpo_dashboard").expanduser()
+
+
+def encode_value(value: Any) -> tuple[float | None, int] | None:
+    """Map a logged value to (REAL, kind); None for values that are not numbers (strings, lists)."""
+    if value is None:
+        return None, KIND_NONE
+    if isinstance(value, bool):
+        return float(value), KIND_VALUE
+    if isinstance(value, (int, float)):
+        f = float(value)
+        return (None, KIND_NAN) if math.isnan(f) else (f, KIND_VALUE)
+    return None
+
+
+def decode_value(value: float | None, kind: int) -> float | None:
+    """Inverse of encode_value: NaN comes back as float('nan'), None as None."""
+    if kind == KIND_NAN:
+        return math.nan
+    if kind == KIND_NONE:
+        return None
+    return value
+
+
+class Store:
+    """Thread-safe access to the SQLite store (one connection per thread)."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else data_dir() / "dashboard.db"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self.connection().executescript(SCHEMA)
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (WAL, busy timeout 30 s, autocommit with explicit transactions)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """An IMMEDIATE transaction: writers serialise, readers keep reading."""
+        conn = self.connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # --- runs -------------------------------------------------------------------------------------------------
+    def insert_run(self, run: Run) -> None:
+        """Insert a new run row."""
+        cols = ", ".join(RUN_COLUMNS)
+        marks = ", ".join("?" for _ in RUN_COLUMNS)
+        with self.transaction() as conn:
+            conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", [getattr(run, c) for c in RUN_COLUMNS])
+
+    def update_run(self, run_id: str, conn: sqlite3.Connection | None = None, **values: Any) -> None:
+        """Set some columns of one run."""
+        bad = [k for k in values if k not in RUN_COLUMNS or k == "id"]
+        if bad:
+            raise KeyError(f"unknown run column(s) {bad}")
+        sql = f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?"
+        if conn is not None:
+            conn.execute(sql, [*values.values(), run_id])
+            return
+        with self.transaction() as c:
+            c.execute(sql, [*values.values(), run_id])
+
+    def finish_run(self, run_id: str, status: str, error: str | None = None, exit_code: int | None = None,
+                   conn: sqlite3.Connection | None = None) -> bool:
+        """Move an active run to a terminal status; no-op (False) if it already ended."""
+        sql = ("UPDATE runs SET status = ?, error = COALESCE(?, error), exit_code = COALESCE(?, exit_code), "
+               "ended_at = COALESCE(ended_at, ?) WHERE id = ? AND status IN (?, ?)")
+        args = [status, error, exit_code, time.time(), run_id, *ACTIVE]
+        if conn is not None:
+            return conn.execute(sql, args).rowcount > 0
+        with self.transaction() as c:
+            return c.execute(sql, args).rowcount > 0
+
+    def get_run(self, run_id: str) -> Run:
+        """One run by exact id."""
+        row = self.connection().execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(f"No run with id {run_id!r}. List runs with `python -m grpo_dashboard runs`.")
+        return Run(**dict(row))
+
+    def find_run(self, ref: str) -> Run:
+        """A run by exact id, unique id prefix, or name (the newest run of that name)."""
+        conn = self.connection()
+        row = conn.execute("SELECT * FROM runs WHERE id = ?", (ref,)).fetchone()
+        if row is None:
+            rows = conn.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created_at DESC",
+                                (_like_prefix(ref),)).fetchall()
+            if len(rows) > 1:
+                ids = ", ".join(r["id"] for r in rows[:5])
+                raise RunNotFound(f"{ref!r} matches {len(rows)} runs ({ids}...); give more of the id.")
+            row = rows[0] if rows else None
+        if row is None:
+            row = conn.execute("SELECT * FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,)).fetchone()
+        if row is None:
+            raise RunNotFound(f"No run matches {ref!r} (by id, id prefix or name). "
+                              f"List runs with `python -m grpo_dashboard runs`.")
+        return Run(**dict(row))
+
+    def list_runs(self, status: str | list[str] | None = None, owner: str | None = None) -> list[Run]:
+        """Runs, newest first, optionally filtered by status(es) and owner."""
+        sql, args = "SELECT * FROM runs", []
+        where = []
+        if status:
+            statuses = [status] if isinstance(status, str) else list(status)
+            where.append(f"status IN ({', '.join('?' for _ in statuses)})")
+            args.extend(statuses)
+        if owner is not None:
+            where.append("owner = ?")
+            args.append(owner)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC"
+        return [Run(**dict(r)) for r in self.connection().execute(sql, args)]
+
+    # --- metrics ----------------------------------------------------------------------------------------------
+    def metric_keys(self, run_id: str) -> list[tuple[str, str]]:
+        """(split, key) pairs present for a run."""
+        rows = self.connection().execute(
+            "SELECT DISTINCT split, key FROM metrics WHERE run_id = ? ORDER BY split, key", (run_id,))
+        return [(r[0], r[1]) for r in rows]
+
+    def series(self, run_id: str, key: str, split: str = "train", since_step: int | None = None
+               ) -> list[tuple[int, float | None, float | None]]:
+        """(step, value, time) for one metric, ordered by step; NaN as float('nan'), None as None."""
+        sql = "SELECT step, value, kind, time FROM metrics WHERE run_id = ? AND split = ? AND key = ?"
+        args: list[Any] = [run_id, split, key]
+        if since_step is not None:
+            sql += " AND step > ?"
+            args.append(since_step)
+        sql += " ORDER BY step"
+        return [(s, decode_value(v, k), t) for s, v, k, t in self.connection().execute(sql, args)]
+
+    def records(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's log records re-assembled as flat TRL-style dicts with a `step` key, train and eval by step."""
+        by: dict[tuple[int, str], dict[str, Any]] = {}
+        rows = self.connection().execute(
+            "SELECT split, step, key, value, kind FROM metrics WHERE run_id = ? ORDER BY step, split", (run_id,))
+        for split, step, key, value, kind in rows:
+            by.setdefault((step, split), {"step": step})[key] = decode_value(value, kind)
+        return [by[k] for k in sorted(by, key=lambda k: (k[0], k[1] != "train"))]
+
+    def latest_metrics(self, run_id: str, split: str = "train") -> dict[str, float | None]:
+        """The last logged value of every key of a split."""
+        rows = self.connection().execute(
+            "SELECT m.key, m.value, m.kind FROM metrics m JOIN (SELECT key, MAX(step) AS s FROM metrics "
+            "WHERE run_id = ? AND split = ? GROUP BY key) l ON m.key = l.key AND m.step = l.s "
+            "WHERE m.run_id = ? AND m.split = ?", (run_id, split, run_id, split))
+        return {k: decode_value(v, kind) for k, v, kind in rows}
+
+    def count_metric_values(self, run_id: str) -> int:
+        """Number of stored metric values of a run."""
+        return self.connection().execute("SELECT COUNT(*) FROM metrics WHERE run_id = ?", (run_id,)).fetchone()[0]
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        """Job events in order (payload decoded)."""
+        rows = self.connection().execute(
+            "SELECT seq, time, event, payload FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [{"seq": s, "time": t, "event": e, **json.loads(p)} for s, t, e, p in rows]
+
+    def change_token(self, run_id: str) -> tuple[Any, ...]:
+        """A cheap value that changes whenever anything visible about the run changes."""
+        row = self.connection().execute(
+            "SELECT ingest_offset, n_records, status, last_step FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return tuple(row) if row else ()
+
+    def integrity_ok(self) -> bool:
+        """PRAGMA integrity_check passes."""
+        return self.connection().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _like_prefix(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

@@ -1,0 +1,360 @@
+# /// script
+# requires-python = ">=3.10"
+# dependencies = [
+#     "trl>=1.16,<2",
+#     "transformers>=5,<6",
+#     "datasets>=4,<6",
+#     "accelerate>=1,<2",
+#     "pyyaml>=6,<7",
+#     "math-verify>=0.9,<1",
+# ]
+# ///
+"""Run one GRPO training from a GRPO Dashboard run spec, streaming every log record as JSON lines.
+
+Usage: `python jobs/grpo_job.py --config run.yaml [--metrics metrics.jsonl]` (also `uv run` on Hugging Face Jobs and
+`accelerate launch jobs/grpo_job.py --config run.yaml` for several processes). Self-contained: imports nothing from
+`grpo_dashboard`; its only sibling is `grpo_rewards.py`.
+
+Line protocol (the contract between jobs and the dashboard, identical for every backend): each record is one JSON
+object, written both to stdout behind the marker `@@GRPO_DASHBOARD@@ ` and, flushed per line, to `metrics.jsonl`:
+- `{"v": 1, "type": "log", "split": "train"|"eval", "step": int, "time": unix_s, "max_steps": int, "metrics": {...}}`
+  with every key TRL logged, verbatim (NaN, Infinity and null allowed);
+- `{"v": 1, "type": "event", "event": "starting"|"started"|"finished"|"failed"|"canceled", "time": unix_s, ...}`:
+  `started` carries `config` (the resolved GRPOConfig) and `max_steps`; `failed` carries `error_type`, `message` and
+  `traceback`; `canceled` carries `step`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpo_rewards  # noqa: E402
+
+MARKER = "@@GRPO_DASHBOARD@@ "
+PROTOCOL_VERSION = 1
+EXIT_FAILED = 1
+EXIT_CANCELED = 143
+
+TINY_CHARS = (
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n.,:;!?'\"-+*/=()<>_"
+)
+TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+
+class Emitter:
+    """Writes protocol records to stdout (behind the marker) and appends them to metrics.jsonl, one flush per line."""
+
+    def __init__(self, path: Path | None, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._file = open(path, "a", encoding="utf-8") if (path is not None and enabled) else None  # noqa: SIM115
+
+    def emit(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        line = json.dumps({"v": PROTOCOL_VERSION, **record}, default=_json_default)
+        if self._file is not None:
+            self._file.write(line + "\n")
+            self._file.flush()
+        sys.stdout.write(MARKER + line + "\n")
+        sys.stdout.flush()
+
+    def event(self, event: str, **fields: Any) -> None:
+        self.emit({"type": "event", "event": event, "time": time.time(), **fields})
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "value"):
+        return value.value
+    return str(value)
+
+
+def _is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def build_tiny_model(path: str | Path, seed: int = 0) -> Path:
+    """Build a random-initialised 2-layer Qwen2 with a character-level tokenizer and a chat template at `path`.
+
+    Idempotent and safe under concurrency: builds into a temporary sibling directory, then renames it into place.
+    """
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    target = Path(path).expanduser()
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
+    vocab = {tok: i for i, tok in enumerate(specials + list(dict.fromkeys(TINY_CHARS)))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(specials)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>",
+        padding_side="left",
+    )
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
+        pad_token_id=vocab["<pad>"], eos_token_id=vocab["<eos>"], bos_token_id=vocab["<bos>"],
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = vocab["<pad>"]
+    model.generation_config.eos_token_id = vocab["<eos>"]
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _data_files(files: str | list[str]) -> tuple[str, list[str]]:
+    files = [files] if isinstance(files, str) else list(files)
+    ext = Path(files[0]).suffix.lower().lstrip(".")
+    builder = {"jsonl": "json", "json": "json", "csv": "csv", "parquet": "parquet"}.get(ext)
+    if builder is None:
+        raise ValueError(f"dataset: unsupported local file type {ext!r}; use .json, .jsonl, .csv or .parquet.")
+    return builder, files
+
+
+def load_split(ds_spec: dict[str, Any], split: str, files: str | list[str] | None) -> Any:
+    """Load one split: local files (JSON/JSONL/CSV/Parquet) or a Hub dataset (path, config, split)."""
+    from datasets import load_dataset
+
+    if files:
+        builder, data_files = _data_files(files)
+        return load_dataset(builder, data_files=data_files, split="train")
+    return load_dataset(ds_spec["path"], ds_spec.get("config"), split=split, revision=ds_spec.get("revision"))
+
+
+def map_prompts(dataset: Any, ds_spec: dict[str, Any]) -> Any:
+    """Produce TRL's `prompt` column from the spec's prompt_column / prompt_template / system_prompt."""
+    column = ds_spec.get("prompt_column") or "prompt"
+    template = ds_spec.get("prompt_template")
+    system = ds_spec.get("system_prompt")
+    chat = bool(ds_spec.get("conversational")) or bool(system)
+    if column == "prompt" and not template and not chat:
+        return dataset
+
+    def convert(row: dict[str, Any]) -> dict[str, Any]:
+        value = template.format(**row) if template else row[column]
+        if isinstance(value, list):
+            messages = list(value)
+            if system and not (messages and messages[0].get("role") == "system"):
+                messages = [{"role": "system", "content": system}, *messages]
+            return {"prompt": messages}
+        if chat:
+            messages = [{"role": "user", "content": str(value)}]
+            if system:
+                messages.insert(0, {"role": "system", "content": system})
+            return {"prompt": messages}
+        return {"prompt": str(value)}
+
+    return dataset.map(convert)
+
+
+def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int) -> Any:
+    """Build the TrainerCallback that streams records and honours cancellation at step boundaries."""
+    from transformers import TrainerCallback
+
+    class DashboardCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.trainer: Any = None
+            self.stop_requested = False
+            self.t0 = time.time()
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.t0 = time.time()
+            if state.is_world_process_zero:
+                emitter.event("started", max_steps=state.max_steps, config=_config_dict(args),
+                              world_size=args.world_size)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.stop_requested:
+                control.should_training_stop = True
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
+                   **kwargs: Any) -> None:
+            if not state.is_world_process_zero or not logs:
+                return
+            split = "eval" if any(k.startswith("eval_") for k in logs) else "train"
+            emitter.emit({"type": "log", "split": split, "step": state.global_step, "time": time.time(),
+                          "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": dict(logs)})
+            if samples_path is not None and split == "train" and "reward" in logs and self.trainer is not None:
+                _write_samples(samples_path, state.global_step, self.trainer, max_samples)
+
+    return DashboardCallback()
+
+
+def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
+    # trainer._logs is private TRL state (deques of the last generation batch); read defensively.
+    logs = getattr(trainer, "_logs", None)
+    if not isinstance(logs, dict) or not logs.get("completion"):
+        return
+    prompts, completions = list(logs.get("prompt", [])), list(logs.get("completion", []))
+    advantages = list(logs.get("advantages", []))
+    rewards = {name: list(vals) for name, vals in (logs.get("rewards") or {}).items()}
+    rows = []
+    for i, completion in enumerate(completions[:limit]):
+        rows.append({
+            "step": step,
+            "prompt": prompts[i] if i < len(prompts) else None,
+            "completion": completion,
+            "rewards": {n: (v[i] if i < len(v) else None) for n, v in rewards.items()},
+            "advantage": advantages[i] if i < len(advantages) else None,
+        })
+    with open(path, "a", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, default=_json_default) + "\n")
+
+
+def _config_dict(args: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in args.to_dict().items():
+        if "token" in key.lower():
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            value = str(value)
+        out[key] = value
+    return out
+
+
+def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_dir: Path) -> int:
+    """Build dataset, model and rewards from `spec` and train; return the process exit code."""
+    callback_holder: dict[str, Any] = {}
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        cb = callback_holder.get("cb")
+        if cb is None:
+            emitter.event("canceled", step=0)
+            sys.stdout.flush()
+            os._exit(EXIT_CANCELED)
+        cb.stop_requested = True
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+    from trl import GRPOConfig, GRPOTrainer
+
+    model_spec = spec["model"]
+    ds_spec = spec["dataset"]
+    model_path = str(model_spec["name_or_path"])
+    if model_spec.get("build_tiny"):
+        model_path = str(build_tiny_model(model_path))
+
+    train = map_prompts(load_split(ds_spec, ds_spec.get("split") or "train", ds_spec.get("data_files")), ds_spec)
+    eval_ds = None
+    if ds_spec.get("eval_split") or ds_spec.get("eval_data_files"):
+        eval_ds = map_prompts(
+            load_split(ds_spec, ds_spec.get("eval_split") or "test", ds_spec.get("eval_data_files")), ds_spec
+        )
+
+    reward_specs = spec["rewards"]
+    funcs = [
+        grpo_rewards.build_reward(r["name"], r.get("builtin"), r.get("function"), dict(r.get("params") or {}),
+                                  str(base_dir))
+        for r in reward_specs
+    ]
+    training = dict(spec.get("training") or {})
+    training.setdefault("report_to", "none")
+    init_kwargs = dict(training.pop("model_init_kwargs", None) or {})
+    if model_spec.get("dtype") and model_spec["dtype"] != "auto":
+        init_kwargs.setdefault("dtype", model_spec["dtype"])
+    for key in ("revision", "attn_implementation"):
+        if model_spec.get(key):
+            init_kwargs.setdefault(key, model_spec[key])
+    if model_spec.get("trust_remote_code"):
+        training["trust_remote_code"] = True
+    config = GRPOConfig(
+        **training,
+        output_dir=spec["output_dir"],
+        reward_weights=[float(r.get("weight", 1.0)) for r in reward_specs],
+        model_init_kwargs=init_kwargs or None,
+        logging_nan_inf_filter=False,
+    )
+    peft_config = None
+    if model_spec.get("lora"):
+        from peft import LoraConfig
+
+        lora = dict(model_spec["lora"])
+        peft_config = LoraConfig(task_type="CAUSAL_LM", **lora)
+
+    callback = make_callback(emitter, samples_path, int(spec.get("max_samples_per_step") or 64))
+    trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
+                          eval_dataset=eval_ds, callbacks=[callback], peft_config=peft_config)
+    callback.trainer = trainer
+    callback_holder["cb"] = callback
+    trainer.train()
+    if callback.stop_requested:
+        emitter.event("canceled", step=trainer.state.global_step)
+        return EXIT_CANCELED
+    if spec.get("save_model", True):
+        trainer.save_model(spec["output_dir"])
+    emitter.event("finished", step=trainer.state.global_step)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: parse arguments, run, and report failures as protocol events."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="Run spec YAML (as written by the dashboard).")
+    parser.add_argument("--metrics", default=None, help="metrics.jsonl path (default: beside the config).")
+    parser.add_argument("--build-tiny-model", action="store_true", help="Only build the tiny model and exit.")
+    args = parser.parse_args(argv)
+
+    import yaml
+
+    config_path = Path(args.config).resolve()
+    spec = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    if args.build_tiny_model:
+        print(build_tiny_model(spec["model"]["name_or_path"]))
+        return 0
+    metrics_path = Path(args.metrics) if args.metrics else config_path.parent / "metrics.jsonl"
+    main_proc = _is_main_process()
+    emitter = Emitter(metrics_path, enabled=main_proc)
+    samples_path = metrics_path.parent / "samples.jsonl" if main_proc else None
+    emitter.event("starting", pid=os.getpid())
+    try:
+        return run(spec, emitter, samples_path, config_path.parent)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the dashboard as an event
+        if isinstance(exc, SystemExit) and not exc.code:
+            raise
+        tb = traceback.format_exc()
+        emitter.event("failed", error_type=type(exc).__name__, message=str(exc)[:4000], traceback=tb[-8000:])
+        traceback.print_exc()
+        return EXIT_FAILED
+    finally:
+        emitter.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
