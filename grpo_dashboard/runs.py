@@ -70,9 +70,9 @@ def check(source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | 
 def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = None,
            base_dir: str | Path | None = None, owner: str | None = None) -> Run:
     """Validate the spec and start it on its backend; raises SpecError (and writes nothing) if invalid."""
-    store = store or Store()
     spec, report = check(source, base_dir)
     report.raise_if_errors()
+    store = store or Store()
     base = Path(base_dir) if base_dir else Path.cwd()
     run_id = make_run_id(spec.name)
     runs_root = (data_dir() / "runs").resolve()

@@ -83,9 +83,11 @@ def _check_model(spec: RunSpec, base: Path, err: Any, warn: Any) -> None:
     if not m.name_or_path:
         err(FieldError("model.name_or_path", m.name_or_path,
                        "is required: a Hub model id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or a local directory."))
-    elif not m.build_tiny:
+    else:
         local = _resolve(base, m.name_or_path)
-        if local.exists():
+        if m.build_tiny and not local.exists():
+            pass  # the job builds it there on first use
+        elif local.exists():
             if not (local / "config.json").is_file():
                 err(FieldError("model.name_or_path", m.name_or_path,
                                f"is a local path ({local}) without config.json; point it at a directory written by "
@@ -401,8 +403,8 @@ def _check_chat_template(spec: RunSpec, base: Path, sample: DatasetSample, err: 
     d = spec.dataset
     first = sample.rows[0].get(d.prompt_column) if (sample.rows and not d.prompt_template) else None
     chat = d.conversational or bool(d.system_prompt) or is_conversational(first)
-    if not chat or spec.model.build_tiny:
-        return
+    if not chat or (spec.model.build_tiny and not _resolve(base, spec.model.name_or_path).exists()):
+        return  # the tiny model is built with a chat template
     template = _chat_template(spec, base)
     if template is False:
         err(FieldError("model.name_or_path", spec.model.name_or_path,
