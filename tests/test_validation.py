@@ -83,7 +83,8 @@ def test_divisibility_counts_processes_and_accumulation(tiny_model: Path, data_d
     spec = smoke_dict(tiny_model, per_device_train_batch_size=3, num_generations=4, gradient_accumulation_steps=2)
     spec["backend"]["num_processes"] = 1
     errors = rejected(spec, data_dir)
-    assert "(3) × processes (1) × steps_per_generation (2) = 6" in errors["training.per_device_train_batch_size"].message
+    message = errors["training.per_device_train_batch_size"].message
+    assert "(3) × processes (1) × steps_per_generation (2) = 6" in message
     spec["backend"]["num_processes"] = 2
     spec["backend"]["gpus"] = None
     _, report = check(spec)
