@@ -1,0 +1,260 @@
+"""Rules about completion length: truncation at the cap, collapse to short answers, slow drift."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
+from .series import Series, extend_onset, fmt, trailing_mean, trailing_streak
+
+MEAN_LENGTH_KEYS = ("completions/mean_length", "completion_length", "completions/mean_length/mean")
+
+
+def _mean_length(ctx: Context) -> Series | None:
+    series = ctx.frame.get(*MEAN_LENGTH_KEYS)
+    return None if series is None else series.finite()
+
+
+def _reward_improving(ctx: Context, since_step: int) -> bool | None:
+    """Whether reward (or eval_reward when present) is clearly higher after ``since_step`` than before."""
+    for key in ("eval_reward", "reward"):
+        series = ctx.frame.get(key)
+        if series is None:
+            continue
+        series = series.finite()
+        before = series.values[series.steps < since_step]
+        after = series.values[series.steps >= since_step]
+        if before.size == 0 or after.size == 0:
+            continue
+        scale = max(1e-9, float(np.ptp(series.values)))
+        return float(np.mean(after[-10:]) - np.mean(before[: max(1, min(20, before.size))])) > 0.1 * scale
+    return None
+
+
+def _truncation_remedy(ctx: Context) -> str:
+    cfg = ctx.config
+    cap = cfg.max_completion_length
+    fixes = [
+        f"raise max_completion_length{cfg.now('max_completion_length')}"
+        + (f", e.g. to {int(cap * 2)}" if cap else ""),
+        "check that generations can end (the chat template and tokenizer emit the EOS token)",
+    ]
+    if not cfg.flag("mask_truncated_completions"):
+        fixes.append("set mask_truncated_completions=True so truncated completions do not add reward noise")
+    fixes.append("or add a soft overlong penalty (trl.rewards.get_soft_overlong_punishment)")
+    return join_fixes(fixes)
+
+
+def check_truncation(ctx: Context) -> list[Finding]:
+    """Completions hit max_completion_length; in old logs without clipped_ratio, lengths pinned at the cap."""
+    clipped = ctx.frame.get("completions/clipped_ratio")
+    if clipped is not None:
+        clipped = clipped.finite()
+        v, n = clipped.values, clipped.values.size
+        if n == 0:
+            return []
+        s = ctx.smooth_n(n)
+        sm = trailing_mean(v, s)
+        persist = int(ctx.t("truncation.persist"))
+        severity, length = judge_state(
+            n - 1,
+            persist,
+            persist,
+            sm > ctx.t("truncation.warn"),
+            sm > ctx.t("truncation.error"),
+            v >= ctx.t("truncation.extreme"),
+        )
+        if severity is None:
+            return []
+        start = extend_onset(v > ctx.t("truncation.warn"), n - length, s)
+        current = float(sm[-1])
+        cap = ctx.config.max_completion_length
+        message = (
+            f"completions/clipped_ratio is {current:.2f} (mean of the last {s} logs; warning above "
+            f"{ctx.t('truncation.warn')}, error above {ctx.t('truncation.error')}) since step "
+            f"{int(clipped.steps[start])}: "
+            f"{current:.0%} of completions stop at max_completion_length{f' ({int(cap)})' if cap else ''} without EOS."
+        )
+        terminated = ctx.frame.get("completions/mean_terminated_length")
+        if terminated is not None and terminated.finite().values.size and terminated.finite().values[-1] == 0:
+            message += " No completion terminates at all (mean_terminated_length is 0), so rewards see cut-off text."
+        return [
+            make_finding(
+                "truncation",
+                severity,
+                int(clipped.steps[start]),
+                message,
+                _truncation_remedy(ctx),
+                clipped.key,
+                current=current,
+                window=s,
+                warn=ctx.t("truncation.warn"),
+                error=ctx.t("truncation.error"),
+            )
+        ]
+    length = _mean_length(ctx)
+    if length is None or length.values.size < 2:
+        return []
+    v, n = length.values, length.values.size
+    cap = ctx.config.max_completion_length
+    max_len = ctx.frame.get("completions/max_length")
+    persist = int(ctx.t("truncation.persist"))
+    if cap:
+        pinned = v >= ctx.t("truncation.cap_fraction") * cap
+        severity, run = judge_state(n - 1, persist, persist, extreme=pinned)
+        how = f"max_completion_length ({int(cap)})"
+    else:
+        # No cap in the config: a mean that sits exactly on the run's largest (whole-number) length is the cap.
+        top = float(max_len.finite().values.max()) if max_len is not None else float(v.max())
+        pinned = (np.abs(v - top) <= 1e-9 * max(top, 1.0)) & (top == np.round(top)) & (top > 0)
+        severity, run = judge_state(n - 1, persist, persist, extreme=pinned, extreme_severity=WARNING)
+        if severity is not None and run < min(3, n):
+            severity = None
+        how = f"{int(top)} tokens, which looks like max_completion_length"
+    if severity is None:
+        return []
+    start = n - run
+    message = (
+        f"{length.key} is pinned at {fmt(float(v[-1]))} since step {int(length.steps[start])} ({run} logs), the cap "
+        f"of {how}: practically every completion is truncated (this log has no completions/clipped_ratio)."
+    )
+    return [
+        make_finding(
+            "truncation",
+            severity,
+            int(length.steps[start]),
+            message,
+            _truncation_remedy(ctx),
+            length.key,
+            mean_length=float(v[-1]),
+            cap=cap,
+            pinned_logs=run,
+        )
+    ]
+
+
+def check_length_collapse(ctx: Context) -> list[Finding]:
+    """Mean completion length fell to a fraction of its warm-up level: short-answer hacks, empty outputs."""
+    length = _mean_length(ctx)
+    if length is None or length.values.size < 2:
+        return []
+    v, n = length.values, length.values.size
+    nb = ctx.baseline_n(n)
+    base = float(np.median(v[:nb]))
+    if base <= 0:
+        return []
+    ratio, persist = ctx.t("length_collapse.ratio"), int(ctx.t("length_collapse.persist"))
+    s = ctx.smooth_n(n)
+    sm = trailing_mean(v, s)
+    post = np.arange(n) >= nb
+    warn = post & (sm < ratio * base)
+    extreme = post & (v < ctx.t("length_collapse.extreme_ratio") * base)
+    severity, run = judge_state(n - nb, persist, persist, warn, None, extreme, extreme_severity=WARNING)
+    if severity is None:
+        return []
+    start = extend_onset(post & (v < ratio * base), n - run, s)
+    onset = int(length.steps[start])
+    current = float(v[-1]) if s == 1 else float(sm[-1])
+    if current <= ctx.t("length_collapse.empty_tokens"):
+        severity = ERROR
+    message = (
+        f"{length.key} fell from {fmt(base)} (median of the first {nb} logs) to {fmt(current)} tokens "
+        f"({current / base:.0%}; threshold {ratio:.0%}) since step {onset}."
+    )
+    rising = []
+    for name, (mean_key, _) in ctx.frame.reward_functions().items():
+        series = ctx.frame.get(mean_key).finite()
+        before, after = series.values[series.steps < onset], series.values[series.steps >= onset]
+        if before.size and after.size and np.mean(after[-5:]) - np.mean(before[:5]) >= 0.2:
+            rising.append(f"{name} {fmt(float(np.mean(before[:5])))} -> {fmt(float(np.mean(after[-5:])))}")
+    if rising:
+        message += f" Meanwhile {', '.join(rising)}: a reward may be paying for short output."
+    cfg = ctx.config
+    fixes = [
+        "read the short completions (log_completions=True)",
+        "if a format or length reward pays for brevity, lower its weight (reward_weights) or gate it on correctness",
+    ]
+    if cfg.raw.get("loss_type") == "grpo":
+        fixes.append('use loss_type="dr_grpo" or "dapo" (loss_type="grpo" normalises per sequence, a length bias)')
+    fixes.append(f"lower learning_rate{cfg.now('learning_rate')}")
+    return [
+        make_finding(
+            "length_collapse",
+            severity,
+            onset,
+            message,
+            join_fixes(fixes),
+            length.key,
+            baseline=base,
+            current=current,
+            ratio=current / base,
+            threshold=ratio,
+        )
+    ]
+
+
+def check_length_drift(ctx: Context) -> list[Finding]:
+    """Mean length drifts far from its warm-up level for a long time (info while reward improves with it)."""
+    length = _mean_length(ctx)
+    if length is None or length.values.size < ctx.t("length_drift.min_points"):
+        return []
+    v, n = length.values, length.values.size
+    nb = ctx.baseline_n(n)
+    base = float(np.median(v[:nb]))
+    if base <= 0:
+        return []
+    ratio = ctx.t("length_drift.ratio")
+    s = ctx.smooth_n(n)
+    sm = trailing_mean(v, s)
+    rel = sm / base
+    post = np.arange(n) >= nb
+    up = post & (rel > 1 + ratio)
+    # Falls past length_collapse.ratio are that rule's job.
+    down = post & (rel < 1 - ratio) & (rel >= ctx.t("length_collapse.ratio"))
+    mask = up if up[-1] else down
+    run = trailing_streak(mask)
+    if run < ctx.t("length_drift.persist"):
+        return []
+    start = extend_onset(mask, n - run, s)
+    onset = int(length.steps[start])
+    current = float(sm[-1])
+    direction = "grew" if up[-1] else "shrank"
+    improving = _reward_improving(ctx, onset)
+    severity = INFO if improving else WARNING
+    message = (
+        f"{length.key} {direction} from {fmt(base)} (median of the first {nb} logs) to {fmt(current)} tokens "
+        f"({current / base - 1:+.0%}; threshold +-{ratio:.0%}) since step {onset}, "
+        + (
+            "while reward improves: fine if the extra tokens are useful reasoning."
+            if improving
+            else "without a matching reward improvement."
+        )
+    )
+    cfg = ctx.config
+    if up[-1]:
+        fixes = [
+            "read long completions for repetition or padding (log_completions=True)",
+            'prefer loss_type="dapo" or "dr_grpo"' + (' (now "grpo")' if cfg.raw.get("loss_type") == "grpo" else ""),
+            "add get_repetition_penalty_reward or a length-aware reward (get_cosine_scaled_reward)",
+            "set mask_truncated_completions=True if completions start hitting the cap",
+        ]
+    else:
+        fixes = [
+            "read short completions (log_completions=True)",
+            "check whether a reward function pays for brevity; adjust reward_weights",
+        ]
+    return [
+        make_finding(
+            "length_drift",
+            severity,
+            onset,
+            message,
+            join_fixes(fixes),
+            length.key,
+            baseline=base,
+            current=current,
+            change=current / base - 1,
+            threshold=ratio,
+            reward_improving=improving,
+        )
+    ]

@@ -1,0 +1,214 @@
+"""Rules about the optimizer step itself: non-finite values, gradient spikes, zero gradients, clipping."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, make_finding
+from .series import extend_onset, fmt, trailing_mean, trailing_median_ref, trailing_streak
+
+NAN_KEYS = ("loss", "grad_norm", "entropy", "kl", "reward")
+CLIP_REGION_KEYS = ("clip_ratio/region_mean", "clip_ratio", "cispo_clip_ratio")
+
+
+def check_nan(ctx: Context) -> list[Finding]:
+    """Non-finite or None values of the core metrics: the run is numerically broken from that step."""
+    hits: dict[str, dict] = {}
+    for key in NAN_KEYS:
+        if key == "kl" and ctx.config.beta == 0:
+            continue
+        series = ctx.frame.get(key)
+        if series is None:
+            continue
+        bad = ~np.isfinite(series.values)
+        count = int(bad.sum())
+        if count < ctx.t("nan.min_count"):
+            continue
+        idx = np.flatnonzero(bad)
+        hits[key] = {
+            "first_step": int(series.steps[idx[0]]),
+            "last_step": int(series.steps[idx[-1]]),
+            "count": count,
+            "of": len(series),
+            "recovered": bool(np.isfinite(series.values[-1])),
+        }
+    if not hits:
+        return []
+    key = min(hits, key=lambda k: hits[k]["first_step"])
+    onset = hits[key]["first_step"]
+    parts = [f"{k} at {h['count']} of {h['of']} logs (first step {h['first_step']})" for k, h in hits.items()]
+    recovered = all(h["recovered"] for h in hits.values())
+    tail = (
+        "Later values are finite again, but the updates made from the broken steps are in the weights."
+        if recovered
+        else "The latest values are still non-finite: the weights are likely corrupted."
+    )
+    cfg = ctx.config
+    precision = ""
+    if cfg.flag("fp16"):
+        precision = " fp16 overflows easily: switch to bf16=True or fp32;"
+    elif cfg.flag("bf16"):
+        precision = " if it persists, retry once in fp32 (bf16=False) to rule out precision;"
+    remedy = (
+        f"Resume from a checkpoint saved before step {onset} with a lower learning_rate{cfg.now('learning_rate')} "
+        f"and warmup (warmup_ratio=0.05);{precision} keep max_grad_norm{cfg.now('max_grad_norm')} at 1.0 or lower; "
+        "set logging_nan_inf_filter=False so transformers does not hide a NaN loss behind the running mean."
+    )
+    message = f"Non-finite (NaN/Inf/None) values logged: {'; '.join(parts)}. {tail}"
+    return [make_finding("nan", ERROR, onset, message, remedy, key, metrics=hits)]
+
+
+def check_grad_spike(ctx: Context) -> list[Finding]:
+    """grad_norm far above its trailing median; skipped where most steps have no gradient at all."""
+    series = ctx.frame.get("grad_norm")
+    if series is None:
+        return []
+    series = series.finite()
+    v = series.values
+    zero_frac = ctx.t("grad_spike.zero_frac")
+    if v.size < ctx.t("grad_spike.min_history") + 1 or np.mean(v == 0.0) >= zero_frac:
+        return []
+    med, count, zero_share = trailing_median_ref(v, int(ctx.t("grad_spike.history")))
+    valid = (count >= ctx.t("grad_spike.min_history")) & (zero_share < zero_frac) & (med > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(valid, v / np.where(med > 0, med, 1.0), 0.0)
+    spikes = np.flatnonzero(ratio >= ctx.t("grad_spike.ratio"))
+    if spikes.size == 0:
+        return []
+    worst = spikes[np.argmax(ratio[spikes])]
+    onset = int(series.steps[spikes[0]])
+    max_ratio = float(ratio[worst])
+    severity = WARNING if spikes.size >= 2 or max_ratio >= 3 * ctx.t("grad_spike.ratio") else INFO
+    listed = ", ".join(str(int(s)) for s in series.steps[spikes[:8]]) + (" ..." if spikes.size > 8 else "")
+    message = (
+        f"grad_norm spiked to {fmt(v[worst])} at step {int(series.steps[worst])}, {max_ratio:.0f}x the median of "
+        f"the preceding logs ({fmt(med[worst])}); {spikes.size} spike(s) in total at steps {listed}."
+    )
+    cfg = ctx.config
+    remedy = (
+        f"Lower learning_rate{cfg.now('learning_rate')} or add warmup (warmup_ratio=0.05); keep gradient clipping on "
+        f"(max_grad_norm{cfg.now('max_grad_norm')}, clipping hides the spike from the update, not from the log); "
+        "if spikes keep coming, inspect the completions at those steps (log_completions=True) for abnormal tokens "
+        "and resume from the checkpoint before the first one."
+    )
+    return [
+        make_finding(
+            "grad_spike",
+            severity,
+            onset,
+            message,
+            remedy,
+            series.key,
+            count=int(spikes.size),
+            max_ratio=max_ratio,
+            max_value=float(v[worst]),
+            max_step=int(series.steps[worst]),
+            reference_median=float(med[worst]),
+            threshold=ctx.t("grad_spike.ratio"),
+            spike_steps=[int(s) for s in series.steps[spikes[:20]]],
+        )
+    ]
+
+
+def check_zero_gradient(ctx: Context) -> list[Finding]:
+    """grad_norm exactly 0 on many recent logs: those optimizer steps did not move the policy."""
+    series = ctx.frame.get("grad_norm")
+    if series is None:
+        return []
+    series = series.finite()
+    window = int(ctx.t("zero_gradient.window"))
+    v, steps = series.values[-window:], series.steps[-window:]
+    zero = v == 0.0
+    n_zero = int(zero.sum())
+    share = n_zero / max(v.size, 1)
+    if n_zero < ctx.t("zero_gradient.min_zero") or share < ctx.t("zero_gradient.warn_frac"):
+        return []
+    severity = ERROR if share >= ctx.t("zero_gradient.error_frac") else WARNING
+    onset = int(steps[np.argmax(zero)])
+    message = (
+        f"grad_norm is exactly 0 on {n_zero} of the last {v.size} logs ({share:.0%}, steps {int(steps[0])}-"
+        f"{int(steps[-1])}): those steps do not update the policy."
+    )
+    cfg = ctx.config
+    evidence: dict = {"zero_share": share, "zero_logs": n_zero, "window": int(v.size)}
+    frac = ctx.frame.get("frac_reward_zero_std")
+    in_window = None
+    if frac is not None:
+        sel = (frac.steps >= steps[0]) & np.isfinite(frac.values)
+        if sel.any():
+            in_window = float(frac.values[sel].mean())
+            evidence["frac_reward_zero_std"] = in_window
+    lr = ctx.frame.get("learning_rate")
+    lr_zero = lr is not None and np.isfinite(lr.values[-1]) and lr.values[-1] == 0.0
+    if lr_zero:
+        message += " learning_rate is 0 at the last log (the schedule has ended or warmup has not started)."
+        remedy = "Check lr_scheduler_type, warmup_steps and max_steps: the learning rate schedule gives 0 here."
+    elif in_window is not None and in_window >= 0.5:
+        message += (
+            f" frac_reward_zero_std averages {in_window:.2f} there: every completion in a group scored the same, "
+            "so all advantages are 0 and so is the gradient."
+        )
+        remedy = (
+            f"Give the groups reward spread: raise num_generations{cfg.now('num_generations')} and "
+            f"temperature{cfg.now('temperature')}, mix in prompts the model sometimes (not always or never) solves, "
+            "and check the reward functions on real completions (log_completions=True)."
+        )
+    else:
+        remedy = (
+            "Check that the policy's parameters are trainable (PEFT target_modules, frozen layers) and that the "
+            f"learning_rate{cfg.now('learning_rate')} is non-zero; with exactly-zero advantages (identical rewards "
+            f"in every group) raise num_generations{cfg.now('num_generations')} or temperature."
+        )
+    return [make_finding("zero_gradient", severity, onset, message, remedy, series.key, **evidence)]
+
+
+def check_clip_high(ctx: Context) -> list[Finding]:
+    """A large share of tokens is clipped: steps are too large for the trust region (only when off-policy)."""
+    region = ctx.frame.get(*CLIP_REGION_KEYS)
+    if region is None:
+        return []
+    region = region.finite()
+    if region.values.size == 0 or not np.any(region.values > 0):
+        # Exactly 0 is what on-policy training (num_iterations=1, no vLLM) always logs; nothing to judge.
+        return []
+    v = region.values
+    s = ctx.smooth_n(v.size)
+    sm = trailing_mean(v, s)
+    persist = int(ctx.t("clip_high.persist"))
+    warn_mask, err_mask = sm > ctx.t("clip_high.warn"), sm > ctx.t("clip_high.error")
+    w, e = trailing_streak(warn_mask), trailing_streak(err_mask)
+    if e >= persist:
+        severity = ERROR
+    elif w >= persist:
+        severity = WARNING
+    else:
+        return []
+    start = extend_onset(v > ctx.t("clip_high.warn"), v.size - max(w, e), s)
+    cfg = ctx.config
+    current = float(sm[-1])
+    message = (
+        f"{region.key} averages {current:.2f} over the last {s} logs (warning above {ctx.t('clip_high.warn')}, "
+        f"error above {ctx.t('clip_high.error')}) since step {int(region.steps[start])}: that share of tokens falls "
+        "outside the clip range, so the updates are larger than the trust region allows."
+    )
+    if cfg.off_policy is False:
+        message += " (The config looks on-policy, so clipping comes from steps_per_generation or generation reuse.)"
+    fixes = [f"lower learning_rate{cfg.now('learning_rate')}", f"use fewer num_iterations{cfg.now('num_iterations')}"]
+    high, low = ctx.frame.get("clip_ratio/high_mean"), ctx.frame.get("clip_ratio/low_mean")
+    evidence: dict = {"current": current, "window": s, "threshold": ctx.t("clip_high.warn")}
+    if high is not None and low is not None:
+        h, lo = np.nanmean(high.values[-s:]), np.nanmean(low.values[-s:])
+        evidence.update(high_mean=float(h), low_mean=float(lo))
+        if h > 2 * lo:
+            message += f" Mostly the upper clip (high_mean {h:.2f} vs low_mean {lo:.2f}): exploration is capped."
+            fixes.insert(0, f"raise epsilon_high to 0.28{cfg.now('epsilon_high')} (DAPO clip-higher)")
+        elif lo > 2 * h:
+            message += f" Mostly the lower clip (low_mean {lo:.2f} vs high_mean {h:.2f}): probabilities drop fast."
+    if cfg.flag("use_vllm"):
+        fixes.append(
+            "check the rollout/train mismatch (sampling/importance_sampling_ratio/*, "
+            "vllm_importance_sampling_correction=True)"
+        )
+    fixes.append("or smaller steps_per_generation / generation_batch_size")
+    remedy = join_fixes(fixes)
+    return [make_finding("clip_high", severity, int(region.steps[start]), message, remedy, region.key, **evidence)]

@@ -1,0 +1,392 @@
+"""Rules about the policy distribution: entropy collapse and blow-up, KL spikes, offsets and drift."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
+from .series import aligned, extend_onset, fmt, linear_fit, trailing_mean, trailing_median_ref, trailing_streak
+
+
+def _kl_series(ctx: Context):
+    """The finite kl series, or None when KL is not part of this run (beta=0, not logged, or all exactly 0)."""
+    if ctx.config.beta == 0:
+        return None
+    series = ctx.frame.get("kl")
+    if series is None:
+        return None
+    series = series.finite()
+    if series.values.size == 0 or not np.any(series.values != 0):
+        return None
+    return series
+
+
+def _level_change(ctx: Context, key: str, since_step: int) -> str:
+    """' (reward 0.12 -> 0.15 over the same logs)' for corroboration, or ''."""
+    series = ctx.frame.get(key)
+    if series is None:
+        return ""
+    series = series.finite()
+    before, after = series.values[series.steps < since_step], series.values[series.steps >= since_step]
+    if before.size == 0 or after.size == 0:
+        return ""
+    return f"{key} {fmt(float(np.mean(before[-5:])))} -> {fmt(float(np.mean(after[-5:])))}"
+
+
+def check_entropy_collapse(ctx: Context) -> list[Finding]:
+    """Entropy fell far below the run's own warm-up level, or sits near zero from the start."""
+    series = ctx.frame.get("entropy")
+    if series is None:
+        return []
+    series = series.finite()
+    v, n = series.values, series.values.size
+    if n < 2:
+        return []
+    nb = ctx.baseline_n(n)
+    base = float(np.median(v[:nb]))
+    floor, persist = ctx.t("entropy_collapse.abs_floor"), int(ctx.t("entropy_collapse.persist"))
+    warn_ratio, err_ratio = ctx.t("entropy_collapse.warn_ratio"), ctx.t("entropy_collapse.error_ratio")
+    s = ctx.smooth_n(n)
+    sm = trailing_mean(v, s)
+    cfg = ctx.config
+    fixes = [
+        f"lower learning_rate{cfg.now('learning_rate')} (2-10x)",
+        f"raise temperature{cfg.now('temperature')}",
+        "add an entropy bonus: entropy_coef=0.001, or use_adaptive_entropy=True with entropy_target near "
+        f"{fmt(0.5 * max(base, floor))} (TRL >= 1.8)",
+    ]
+    if cfg.off_policy:
+        fixes.insert(1, f"set epsilon_high=0.28{cfg.now('epsilon_high')} (DAPO clip-higher)")
+    else:
+        fixes.append("with num_iterations > 1, epsilon_high=0.28 (clip-higher) also helps; on-policy it never binds")
+    if base <= floor:
+        low = sm <= floor
+        if n < persist or trailing_streak(low) < n:
+            return []
+        message = (
+            f"entropy has been near zero since the first log (warm-up median {fmt(base)}, now {fmt(float(sm[-1]))} "
+            f"nats, floor {fmt(floor)}): the policy is nearly deterministic, so the completions of a group are alike "
+            "and GRPO has little to rank."
+        )
+        return [
+            make_finding(
+                "entropy_collapse",
+                WARNING,
+                int(series.steps[0]),
+                message,
+                join_fixes(fixes),
+                series.key,
+                baseline=base,
+                current=float(sm[-1]),
+                floor=floor,
+                baseline_logs=nb,
+            )
+        ]
+    post = np.arange(n) >= nb
+    ratio_s, ratio_r = sm / base, v / base
+    warn = post & (ratio_s < warn_ratio)
+    err = post & ((ratio_s < err_ratio) | ((sm < floor) & (ratio_s < 0.5)))
+    extreme = post & (ratio_r <= err_ratio) & (v < floor)
+    severity, length = judge_state(n - nb, persist, persist, warn, err, extreme)
+    if severity is None:
+        return []
+    start = extend_onset(post & (ratio_r < warn_ratio), n - length, s)
+    onset = int(series.steps[start])
+    current = float(v[-1]) if s == 1 else float(sm[-1])
+    message = (
+        f"entropy fell from {fmt(base)} (median of the first {nb} logs) to {fmt(current)} "
+        f"({current / base:.0%} of it; warning below {warn_ratio:.0%}, error below {err_ratio:.0%} or "
+        f"{fmt(floor)} nats) and has stayed low since step {onset}."
+    )
+    context = [
+        c for c in (_level_change(ctx, "reward", onset), _level_change(ctx, "frac_reward_zero_std", onset)) if c
+    ]
+    if context:
+        message += " Same period: " + ", ".join(context) + "."
+    if severity == ERROR:
+        fixes.insert(0, f"resume from a checkpoint saved before step {onset}")
+    return [
+        make_finding(
+            "entropy_collapse",
+            severity,
+            onset,
+            message,
+            join_fixes(fixes),
+            series.key,
+            baseline=base,
+            current=current,
+            ratio=current / base,
+            baseline_logs=nb,
+            window=s,
+            warn_ratio=warn_ratio,
+            error_ratio=err_ratio,
+            floor=floor,
+        )
+    ]
+
+
+def check_entropy_blowup(ctx: Context) -> list[Finding]:
+    """Entropy rose to a multiple of its warm-up level: over-exploration, often gibberish."""
+    series = ctx.frame.get("entropy")
+    if series is None:
+        return []
+    series = series.finite()
+    v, n = series.values, series.values.size
+    if n < 2:
+        return []
+    nb = ctx.baseline_n(n)
+    base = float(np.median(v[:nb]))
+    if base <= 0:
+        return []
+    ratio, min_inc = ctx.t("entropy_blowup.ratio"), ctx.t("entropy_blowup.min_increase")
+    persist = int(ctx.t("entropy_blowup.persist"))
+    s = ctx.smooth_n(n)
+    sm = trailing_mean(v, s)
+    post = np.arange(n) >= nb
+    warn = post & (sm > ratio * base) & (sm - base >= min_inc)
+    extreme = post & (v > 2 * ratio * base) & (v - base >= 2 * min_inc)
+    severity, length = judge_state(n - nb, persist, persist, warn, None, extreme, extreme_severity=WARNING)
+    if severity is None:
+        return []
+    start = extend_onset(post & (v > ratio * base), n - length, s)
+    onset = int(series.steps[start])
+    current = float(sm[-1])
+    slope, _ = linear_fit(v[start:])
+    message = (
+        f"entropy rose from {fmt(base)} (median of the first {nb} logs) to {fmt(current)} "
+        f"({current / base:.1f}x, threshold {ratio:g}x) since step {onset}"
+        + (" and is still rising." if slope > 0 else ".")
+    )
+    clipped = ctx.frame.get("completions/clipped_ratio")
+    evidence = {"baseline": base, "current": current, "ratio": current / base, "threshold": ratio}
+    if clipped is not None:
+        c = clipped.finite().values[-s:]
+        if c.size and float(c.mean()) > ctx.t("entropy_blowup.error_clipped"):
+            severity = ERROR
+            evidence["clipped_ratio"] = float(c.mean())
+            message += f" Completions also run to the length cap (clipped_ratio {c.mean():.2f}): likely gibberish."
+    cfg = ctx.config
+    fixes = [f"lower learning_rate{cfg.now('learning_rate')}", f"lower temperature{cfg.now('temperature')}"]
+    if (cfg.number("entropy_coef") or 0) > 0 or cfg.flag("use_adaptive_entropy"):
+        fixes.insert(0, f"lower or remove the entropy bonus (entropy_coef{cfg.now('entropy_coef')})")
+    eps, eps_high = cfg.number("epsilon"), cfg.number("epsilon_high")
+    if eps_high is not None and eps is not None and eps_high > eps:
+        fixes.append(f"lower epsilon_high{cfg.now('epsilon_high')} toward epsilon{cfg.now('epsilon')}")
+    if cfg.raw.get("loss_type") == "grpo":
+        fixes.append('use loss_type="dapo" or "dr_grpo" (now "grpo", whose length normalisation favours this)')
+    fixes.append("read a few completions (log_completions=True)")
+    return [make_finding("entropy_blowup", severity, onset, message, join_fixes(fixes), series.key, **evidence)]
+
+
+def check_kl_spike(ctx: Context) -> list[Finding]:
+    """kl jumps far above its reference level, including an explosion in the very first logs that later decays."""
+    series = _kl_series(ctx)
+    if series is None or series.values.size < 2:
+        return []
+    v, n = series.values, series.values.size
+    ratio, floor = ctx.t("kl_spike.ratio"), ctx.t("kl_spike.abs_floor")
+    zero_frac = ctx.t("kl_spike.zero_frac")
+    med, count, zero_share = trailing_median_ref(v, int(ctx.t("kl_spike.history")))
+    ref = med.copy()
+    valid = (count >= 1) & (zero_share < zero_frac) & (med > 0)
+    prev = np.concatenate(([np.nan], v[:-1]))
+    # A spike is a jump: smooth exponential-looking growth from 0 is drift (kl_high), not a spike.
+    with np.errstate(invalid="ignore"):
+        jump = ~(prev > 0) | (v >= 2 * prev)
+        spike = valid & (v > ratio * med) & (v - med >= floor) & jump
+    k0 = min(int(ctx.t("kl_spike.start_window")), n)
+    rest = v[k0:]
+    if rest.size >= max(3, k0) and np.mean(rest == 0.0) < zero_frac:
+        # Nothing precedes the first logs, so compare them with the level the run settles at afterwards.
+        later = float(np.median(rest))
+        start = (v[:k0] > ratio * later) & (v[:k0] - later >= floor)
+        spike[:k0] |= start
+        ref[:k0] = np.where(start, later, ref[:k0])
+    idx = np.flatnonzero(spike)
+    if idx.size == 0:
+        return []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = v[idx] / np.maximum(ref[idx], 1e-12)
+    worst = idx[np.argmax(ratios)]
+    max_ratio = float(np.max(ratios))
+    reference = float(ref[worst])
+    s = ctx.smooth_n(n)
+    now = float(np.mean(v[-s:]))
+    recovered = now <= ratio * reference
+    severity = ERROR if max_ratio >= ctx.t("kl_spike.error_ratio") and not recovered else WARNING
+    onset = int(series.steps[idx[0]])
+    message = (
+        f"kl jumped to {fmt(float(v[worst]))} at step {int(series.steps[worst])}, {max_ratio:.0f}x its reference "
+        f"level {fmt(reference)} (threshold {ratio:g}x and +{fmt(floor)})"
+    )
+    if idx[0] < k0 and ref[idx[0]] != med[idx[0]]:
+        message += "; the explosion is in the very first logs, before the run settled"
+    message += (
+        f"; it came back down to {fmt(now)} by step {int(series.steps[-1])}."
+        if recovered
+        else f"; it is still {fmt(now)} at step {int(series.steps[-1])}."
+    )
+    if idx.size > 1:
+        message += f" {idx.size} spiking logs in total."
+    cfg = ctx.config
+    fixes = [
+        f"lower learning_rate{cfg.now('learning_rate')} and add warmup (warmup_ratio=0.05)",
+        f"raise beta{cfg.now('beta')} to hold the policy near its reference",
+        f"inspect the completions around step {onset} (log_completions=True) for abnormal tokens",
+    ]
+    if (cfg.number("num_iterations") or 1) > 1:
+        fixes.append(f"use fewer num_iterations{cfg.now('num_iterations')}")
+    if cfg.flag("use_vllm"):
+        fixes.append("check the vLLM/trainer mismatch (sampling/sampling_logp_difference/max)")
+    if not recovered:
+        fixes.insert(0, f"resume from a checkpoint saved before step {onset}")
+    return [
+        make_finding(
+            "kl_spike",
+            severity,
+            onset,
+            message,
+            join_fixes(fixes),
+            series.key,
+            max_value=float(v[worst]),
+            max_step=int(series.steps[worst]),
+            reference=reference,
+            max_ratio=max_ratio,
+            current=now,
+            recovered=recovered,
+            count=int(idx.size),
+            threshold=ratio,
+        )
+    ]
+
+
+def check_kl_high(ctx: Context) -> list[Finding]:
+    """kl high from the first logs and flat (policy/reference mismatch), or grown far above its warm-up level."""
+    series = _kl_series(ctx)
+    if series is None or series.values.size < ctx.t("kl_high.min_points"):
+        return []
+    v, n = series.values, series.values.size
+    nb = ctx.baseline_n(n)
+    base = float(np.median(v[:nb]))
+    s = ctx.smooth_n(n)
+    sm = trailing_mean(v, s)
+    current = float(sm[-1])
+    cfg = ctx.config
+    if base >= ctx.t("kl_high.value"):
+        flat = current <= ctx.t("kl_high.flat_ratio") * base
+        severity = WARNING if base >= ctx.t("kl_high.warn_value") or not flat else INFO
+        shape = "and is not growing" if flat else f"and has grown to {fmt(current)}"
+        message = (
+            f"kl has been high from the first logs (median of the first {nb}: {fmt(base)}, now {fmt(current)}) "
+            f"{shape}: the policy does not match its reference model from the start. "
+            + ("This is an offset, not a blow-up." if flat else "")
+        ).strip()
+        remedy = join_fixes(
+            [
+                "check that the reference is the same checkpoint, revision and dtype as the policy (a resumed policy "
+                "with a fresh reference, a chat-template or tokenizer change, or PEFT adapters all show this)",
+                "if the offset is intended, the KL term keeps pulling toward that reference: set "
+                f"beta=0{cfg.now('beta')} or sync_ref_model=True",
+            ]
+        )
+        return [
+            make_finding(
+                "kl_high",
+                severity,
+                int(series.steps[0]),
+                message,
+                remedy,
+                series.key,
+                baseline=base,
+                current=current,
+                flat=flat,
+                threshold=ctx.t("kl_high.value"),
+            )
+        ]
+    drift_value, drift_ratio = ctx.t("kl_high.drift_value"), ctx.t("kl_high.drift_ratio")
+    post = np.arange(n) >= nb
+    drift = post & (sm >= drift_value) & (sm >= drift_ratio * max(base, 1e-12))
+    length = trailing_streak(drift)
+    if length < min(int(ctx.t("kl_high.persist")), max(1, (n - nb) // 2)) or length == 0:
+        return []
+    start = extend_onset(post & (v >= drift_value), n - length, s)
+    onset = int(series.steps[start])
+    message = (
+        f"kl drifted from {fmt(base)} (median of the first {nb} logs) to {fmt(current)} and has stayed above "
+        f"{fmt(drift_value)} since step {onset}: the policy is far from its reference."
+    )
+    context = _level_change(ctx, "reward", onset)
+    if context:
+        message += f" Same period: {context}."
+    remedy = join_fixes(
+        [
+            f"raise beta{cfg.now('beta')} or lower learning_rate{cfg.now('learning_rate')}",
+            "check completions for reward hacking (log_completions=True) and pick checkpoints on an eval metric",
+        ]
+    )
+    return [
+        make_finding(
+            "kl_high",
+            WARNING,
+            onset,
+            message,
+            remedy,
+            series.key,
+            baseline=base,
+            current=current,
+            threshold=drift_value,
+            ratio_threshold=drift_ratio,
+        )
+    ]
+
+
+def check_kl_outpaces_reward(ctx: Context) -> list[Finding]:
+    """Over the recent window kl rises much faster than reward: drift that buys nothing (over-optimisation)."""
+    kl = _kl_series(ctx)
+    reward = ctx.frame.get("reward")
+    if kl is None or reward is None:
+        return []
+    steps, k, r = aligned(kl, reward.finite())
+    window = int(ctx.t("kl_outpaces_reward.window"))
+    steps, k, r = steps[-window:], k[-window:], r[-window:]
+    if steps.size < ctx.t("kl_outpaces_reward.min_points"):
+        return []
+    k_slope, k_t = linear_fit(k)
+    r_slope, _ = linear_fit(r)
+    span = steps.size - 1
+    dk, dr = k_slope * span, r_slope * span
+    if dk < ctx.t("kl_outpaces_reward.min_kl_rise") or k_t < 2.0:
+        return []
+    ratio = dk / dr if dr > 0 else float("inf")
+    if ratio <= ctx.t("kl_outpaces_reward.ratio"):
+        return []
+    onset = int(steps[0])
+    rel = "while reward did not improve" if dr <= 0 else f"while reward rose only {fmt(dr)} ({ratio:.1f}x slower)"
+    message = (
+        f"Over the last {steps.size} logs (steps {onset}-{int(steps[-1])}) kl rose by {fmt(dk)} "
+        f"({fmt(float(k[:5].mean()))} -> {fmt(float(k[-5:].mean()))}) {rel}: the policy moves away from its "
+        "reference faster than it improves, the signature of reward over-optimisation (Gao et al. 2022)."
+    )
+    cfg = ctx.config
+    remedy = join_fixes(
+        [
+            f"raise beta{cfg.now('beta')} or lower learning_rate{cfg.now('learning_rate')}",
+            "read the highest-reward completions (log_completions=True) for exploits of the reward functions",
+            "select checkpoints on an independent eval metric (metric_for_best_model)",
+        ]
+    )
+    return [
+        make_finding(
+            "kl_outpaces_reward",
+            WARNING,
+            onset,
+            message,
+            remedy,
+            kl.key,
+            kl_rise=dk,
+            reward_rise=dr,
+            ratio=ratio,
+            window=int(steps.size),
+            threshold=ctx.t("kl_outpaces_reward.ratio"),
+        )
+    ]

@@ -1,0 +1,381 @@
+"""Rules about reward progress: gaming, drops, length correlation, overfitting and plateaus."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .checks_length import MEAN_LENGTH_KEYS
+from .checks_signal import reward_range
+from .findings import INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
+from .series import Series, aligned, corr, extend_onset, fmt, linear_fit, short_required, trailing_mean
+
+FORMAT_NAME = re.compile(r"format|tag|xml|think|style|struct|syntax|template|markdown|json|box", re.I)
+ACCURACY_NAME = re.compile(r"acc|correct|answer|math|verif|exact|match|solution|pass|test|equal|gold|judge|code", re.I)
+
+
+def _classify(ctx: Context, names: list[str]) -> tuple[list[str], list[str]]:
+    """Split reward functions into format-like and accuracy-like, by config tags first, then by name."""
+    fmt_tagged, acc_tagged = ctx.config.names_in("format_rewards"), ctx.config.names_in("accuracy_rewards")
+    formats = [n for n in names if n in fmt_tagged or (n not in acc_tagged and FORMAT_NAME.search(n))]
+    accuracy = [n for n in names if n not in formats and (n in acc_tagged or ACCURACY_NAME.search(n))]
+    return formats, accuracy
+
+
+def check_format_hacking(ctx: Context) -> list[Finding]:
+    """A format-type reward saturates (or climbs) while the accuracy-type reward stays flat or falls."""
+    functions = ctx.frame.reward_functions()
+    formats, accuracy = _classify(ctx, list(functions))
+    sat, min_gain = ctx.t("format_hacking.saturation"), ctx.t("format_hacking.min_gain")
+    acc_flat, acc_drop = ctx.t("format_hacking.acc_flat"), ctx.t("format_hacking.acc_drop")
+    for f_name in formats:
+        for a_name in accuracy:
+            f_series = ctx.frame.get(functions[f_name][0]).finite()
+            a_series = ctx.frame.get(functions[a_name][0]).finite()
+            steps, f, a = aligned(f_series, a_series)
+            n = steps.size
+            if n < 3:
+                continue
+            nb = ctx.baseline_n(n)
+            s = ctx.smooth_n(n)
+            f_sm, a_sm = trailing_mean(f, s), trailing_mean(a, s)
+            f_base, a_base = float(np.median(f[:nb])), float(np.median(a[:nb]))
+            f_lo, f_hi = reward_range(f)
+            a_lo, a_hi = reward_range(a)
+            f_gain, a_gain = f_sm - f_base, a_sm - a_base
+            post = np.arange(n) >= nb
+            saturating = (
+                (f_sm >= f_lo + sat * (f_hi - f_lo))
+                & (f_gain >= min_gain * (f_hi - f_lo))
+                & (a_gain <= acc_flat * (a_hi - a_lo))
+            )
+            diverging = (
+                (f_gain >= 2 * min_gain * (f_hi - f_lo))
+                & (a_gain <= -acc_drop * max(a_base, 1e-9))
+                & (-a_gain >= acc_flat * (a_hi - a_lo))
+            )
+            mask = post & (saturating | diverging)
+            severity, run = judge_state(
+                n - nb, 1, int(ctx.t("format_hacking.persist")), extreme=mask, extreme_severity=WARNING
+            )
+            if severity is None:
+                continue
+            start = n - run
+            onset = int(steps[start])
+            f_now, a_now = float(f_sm[-1]), float(a_sm[-1])
+            verb = "fell" if a_now < a_base else "stayed at"
+            message = (
+                f"rewards/{f_name} rose {fmt(f_base)} -> {fmt(f_now)}"
+                + (f" (saturated, >= {sat:.0%} of its max)" if saturating[-1] else "")
+                + f" while rewards/{a_name} {verb} {fmt(a_base)} -> {fmt(a_now)} since step {onset}: the policy is "
+                "learning the format, not the task."
+            )
+            cfg = ctx.config
+            remedy = join_fixes(
+                [
+                    "read the highest-reward completions (log_completions=True)",
+                    f"lower {f_name}'s weight in reward_weights{cfg.now('reward_weights')} or pay it only with a "
+                    "correct answer",
+                    'use multi_objective_aggregation="normalize_then_sum" so the accuracy advantage is not drowned',
+                    'evaluate on held-out prompts (eval_strategy="steps") and select checkpoints on eval accuracy',
+                ]
+            )
+            return [
+                make_finding(
+                    "format_hacking",
+                    severity,
+                    onset,
+                    message,
+                    remedy,
+                    f_series.key,
+                    format_reward=f_name,
+                    accuracy_reward=a_name,
+                    format_baseline=f_base,
+                    format_now=f_now,
+                    accuracy_baseline=a_base,
+                    accuracy_now=a_now,
+                    accuracy_key=a_series.key,
+                )
+            ]
+    return []
+
+
+def _drop(ctx: Context, series: Series) -> Finding | None:
+    v, n = series.values, series.values.size
+    if n < 3:
+        return None
+    s = ctx.smooth_n(n)
+    sm = trailing_mean(v, s)
+    peak = np.maximum.accumulate(sm)
+    lo, hi = reward_range(v)
+    gain = peak - lo
+    lost = peak - sm
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(gain > 0, lost / np.where(gain > 0, gain, 1.0), 0.0)
+    big = lost >= ctx.t("reward_drop.min_drop") * max(1.0, hi - lo)
+    warn = (frac >= ctx.t("reward_drop.frac")) & big
+    err = (frac >= ctx.t("reward_drop.error_frac")) & big
+    persist = int(ctx.t("reward_drop.persist"))
+    severity, run = judge_state(n - 1, persist, short_required(n - 1, persist), warn, err)
+    if severity is None and n - 1 < 2 * persist:
+        severity, run = judge_state(n - 1, persist, persist, extreme=warn, extreme_severity=WARNING)
+    if severity is None:
+        return None
+    start = extend_onset(warn, n - run, s)
+    onset = int(series.steps[start])
+    peak_idx = int(np.argmax(sm[: start + 1])) if start > 0 else 0
+    peak_value, now = float(peak[-1]), float(sm[-1])
+    message = (
+        f"{series.key} fell from {fmt(peak_value)} (its peak, step {int(series.steps[peak_idx])}) to {fmt(now)}, "
+        f"losing {frac[-1]:.0%} of what it had gained above {fmt(lo)}, since step {onset}."
+    )
+    cfg = ctx.config
+    fixes = [
+        f"resume from a checkpoint saved before step {onset} with a lower learning_rate{cfg.now('learning_rate')}",
+        "check whether another reward rose at the same time (a trade-off: adjust reward_weights)",
+        "read completions from before and after the drop (log_completions=True)",
+    ]
+    if not cfg.beta:
+        fixes.append("a small KL term (beta=0.001-0.04) keeps the policy near what already worked")
+    return make_finding(
+        "reward_drop",
+        severity,
+        onset,
+        message,
+        join_fixes(fixes),
+        series.key,
+        peak=peak_value,
+        peak_step=int(series.steps[peak_idx]),
+        current=now,
+        lost_fraction=float(frac[-1]),
+        floor=lo,
+        threshold=ctx.t("reward_drop.frac"),
+    )
+
+
+def check_reward_drop(ctx: Context) -> list[Finding]:
+    """A reward function (or the total) falls well below its earlier peak, e.g. the format is lost."""
+    findings = []
+    for mean_key, _ in ctx.frame.reward_functions().values():
+        found = _drop(ctx, ctx.frame.get(mean_key).finite())
+        if found:
+            findings.append(found)
+    if not findings:
+        reward = ctx.frame.get("reward")
+        found = _drop(ctx, reward.finite()) if reward is not None else None
+        if found:
+            findings.append(found)
+    return findings
+
+
+def check_reward_length_corr(ctx: Context) -> list[Finding]:
+    """Reward moves with completion length, step to step and not only along a shared trend: length is paid."""
+    reward, length = ctx.frame.get("reward"), ctx.frame.get(*MEAN_LENGTH_KEYS)
+    if reward is None or length is None:
+        return []
+    steps, r, ln = aligned(reward.finite(), length.finite())
+    window = int(ctx.t("reward_length_corr.window"))
+    steps, r, ln = steps[-window:], r[-window:], ln[-window:]
+    if steps.size < ctx.t("reward_length_corr.min_points"):
+        return []
+    level, change = corr(r, ln), corr(np.diff(r), np.diff(ln))
+    if abs(level) < ctx.t("reward_length_corr.info_corr") or abs(change) < ctx.t("reward_length_corr.diff_corr"):
+        return []
+    if level * change < 0:
+        return []
+    drift = abs(float(np.mean(ln[-5:])) / max(float(np.mean(ln[:5])), 1e-9) - 1)
+    warn = (
+        abs(level) >= ctx.t("reward_length_corr.warn_corr")
+        and abs(change) >= ctx.t("reward_length_corr.warn_diff_corr")
+        and drift >= ctx.t("length_drift.ratio")
+    )
+    severity = WARNING if warn else INFO
+    sign = "longer" if level > 0 else "shorter"
+    message = (
+        f"Over the last {steps.size} logs reward and {length.key} move together (corr {level:+.2f} in level, "
+        f"{change:+.2f} in step-to-step changes; length changed {drift:.0%}): {sign} completions earn more reward."
+    )
+    cfg = ctx.config
+    if level > 0:
+        fixes = [
+            "read long high-reward completions for padding or repetition (log_completions=True)",
+            'use loss_type="dr_grpo"' + (f' (now "{cfg.raw["loss_type"]}")' if cfg.raw.get("loss_type") else ""),
+            "cap or normalise the length term (get_cosine_scaled_reward, get_soft_overlong_punishment)",
+        ]
+    else:
+        fixes = ["check whether a reward pays for brevity or for skipping the reasoning; adjust reward_weights"]
+    return [
+        make_finding(
+            "reward_length_corr",
+            severity,
+            int(steps[0]),
+            message,
+            join_fixes(fixes),
+            "reward",
+            corr=level,
+            diff_corr=change,
+            length_change=drift,
+            window=int(steps.size),
+        )
+    ]
+
+
+def _eval_series(ctx: Context) -> Series | None:
+    functions = ctx.frame.reward_functions(prefix="eval_")
+    _, accuracy = _classify(ctx, list(functions))
+    for key in [functions[a][0] for a in accuracy] + ["eval_reward"] + [m for m, _ in functions.values()]:
+        series = ctx.frame.get(key)
+        if series is not None and series.finite().values.size:
+            return series.finite()
+    return None
+
+
+def check_overfitting(ctx: Context) -> list[Finding]:
+    """Train reward keeps rising while the eval reward falls over the last evaluations."""
+    ev, train = _eval_series(ctx), ctx.frame.get("reward")
+    if ev is None or train is None or ev.values.size < ctx.t("overfitting.min_evals"):
+        return []
+    train = train.finite()
+    e = ev.values
+    peak = int(np.argmax(e))
+    after = e.size - 1 - peak
+    lo, hi = reward_range(e)
+    drop = float(e[peak] - e[-1])
+    if after < ctx.t("overfitting.min_evals") - 1 or drop < ctx.t("overfitting.min_drop") * max(1.0, hi - lo):
+        return []
+    if linear_fit(e[peak:])[0] >= 0:
+        return []
+    at_peak = train.values[train.steps <= ev.steps[peak]][-5:]
+    at_end = train.values[train.steps <= ev.steps[-1]][-5:]
+    if at_peak.size == 0 or at_end.size == 0 or float(np.mean(at_end)) <= float(np.mean(at_peak)):
+        return []
+    onset = int(ev.steps[peak + 1])
+    message = (
+        f"{ev.key} fell from {fmt(float(e[peak]))} (step {int(ev.steps[peak])}) to {fmt(float(e[-1]))} over the "
+        f"{after} evaluations since, while the train reward rose {fmt(float(np.mean(at_peak)))} -> "
+        f"{fmt(float(np.mean(at_end)))}: the policy is overfitting the training prompts."
+    )
+    cfg = ctx.config
+    remedy = join_fixes(
+        [
+            f"keep the checkpoint from step {int(ev.steps[peak])} (load_best_model_at_end=True, "
+            f'metric_for_best_model="{ev.key}")',
+            "add or refresh training prompts",
+            f"train fewer epochs (num_train_epochs{cfg.now('num_train_epochs')})",
+            f"raise temperature{cfg.now('temperature')} for more diverse samples",
+        ]
+    )
+    return [
+        make_finding(
+            "overfitting",
+            WARNING,
+            onset,
+            message,
+            remedy,
+            ev.key,
+            eval_peak=float(e[peak]),
+            eval_peak_step=int(ev.steps[peak]),
+            eval_now=float(e[-1]),
+            train_at_peak=float(np.mean(at_peak)),
+            train_now=float(np.mean(at_end)),
+            evals_after=after,
+        )
+    ]
+
+
+def check_plateau(ctx: Context) -> list[Finding]:
+    """No learning: a reward with zero spread (e.g. exactly 0 on most logs), or a flat noisy trend."""
+    reward = ctx.frame.get("reward")
+    if reward is None:
+        return []
+    reward = reward.finite()
+    v, n = reward.values, reward.values.size
+    window = int(ctx.t("plateau.window"))
+    lo, hi = reward_range(v)
+    tail = v[-window:]
+    cfg = ctx.config
+    if n >= ctx.t("plateau.constant_min_points"):
+        values, counts = np.unique(tail, return_counts=True)
+        mode = float(values[np.argmax(counts)])
+        share = float(counts.max()) / tail.size
+        if share >= ctx.t("plateau.constant_frac"):
+            eq = v == mode
+            suffix = np.cumsum(eq[::-1])[::-1] / np.arange(n, 0, -1)
+            start = int(np.argmax(eq & (suffix >= ctx.t("plateau.constant_frac"))))
+            at_top = mode >= float(v.max()) and mode > lo
+            severity = INFO if at_top else WARNING
+            message = (
+                f"reward is exactly {fmt(mode)} on {share:.0%} of the last {tail.size} logs (since step "
+                f"{int(reward.steps[start])}): zero spread, "
+                + (
+                    "the reward is saturated at its maximum; nothing is left to learn on these prompts."
+                    if at_top
+                    else "the policy is not learning."
+                )
+            )
+            fixes = (
+                ["stop the run or move to harder prompts"]
+                if at_top
+                else [
+                    "check the reward functions on real completions (log_completions=True)",
+                    "use easier prompts, a graded reward, or more num_generations so that some completions score",
+                ]
+            )
+            return [
+                make_finding(
+                    "plateau",
+                    severity,
+                    int(reward.steps[start]),
+                    message,
+                    join_fixes(fixes),
+                    reward.key,
+                    value=mode,
+                    share=share,
+                    window=int(tail.size),
+                    kind="constant",
+                )
+            ]
+    if n < ctx.t("plateau.min_points"):
+        return []
+    slope, t = linear_fit(tail)
+    gain = slope * (tail.size - 1)
+    scale = max(hi - lo, 1e-9)
+    if gain >= ctx.t("plateau.min_gain") * scale or t >= ctx.t("plateau.t_stat"):
+        return []
+    nb = ctx.baseline_n(n)
+    overall = float(np.mean(tail[-10:]) - np.median(v[:nb]))
+    converged = overall >= 2 * ctx.t("plateau.min_gain") * scale
+    onset = int(reward.steps[-tail.size])
+    message = (
+        f"reward has not improved over the last {tail.size} logs (fitted change {gain:+.3g}, t={t:.1f}; level "
+        f"{fmt(float(np.mean(tail)))})"
+        + (f" after rising {overall:+.3g} earlier: the run has converged." if converged else ": no learning.")
+    )
+    if converged:
+        severity, fixes = INFO, ["stop here or continue on harder prompts"]
+    else:
+        severity = WARNING
+        fixes = [
+            f"raise learning_rate{cfg.now('learning_rate')} (GRPO on LLMs: 1e-6 to 1e-5; tiny models more)",
+            "check that the reward can be earned at all (log_completions=True)",
+            f"raise num_generations{cfg.now('num_generations')} or temperature{cfg.now('temperature')}",
+        ]
+        frac = ctx.frame.get("frac_reward_zero_std")
+        if frac is not None and frac.finite().values.size and float(frac.finite().values[-window:].mean()) > 0.5:
+            fixes.insert(0, "most groups have zero reward spread (see zero_variance): change the prompt difficulty")
+    return [
+        make_finding(
+            "plateau",
+            severity,
+            onset,
+            message,
+            join_fixes(fixes),
+            reward.key,
+            gain=gain,
+            t_stat=t,
+            window=int(tail.size),
+            level=float(np.mean(tail)),
+            kind="trend",
+        )
+    ]

@@ -1,0 +1,284 @@
+"""Rules about the learning signal itself: groups without reward spread, constant rewards, identical completions."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import numpy as np
+
+from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
+from .series import Series, extend_onset, fmt, trailing_mean, trailing_streak
+
+
+def reward_range(values: np.ndarray) -> tuple[float, float]:
+    """The range a reward lives in: [0, 1] unless the run logged values outside it."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return 0.0, 1.0
+    lo, hi = min(0.0, float(finite.min())), max(1.0, float(finite.max()))
+    return lo, hi
+
+
+def _frac_zero_std(ctx: Context) -> tuple[Series, bool] | None:
+    """frac_reward_zero_std, or for older TRL a 0/1 stand-in from reward_std == 0 (every group identical)."""
+    frac = ctx.frame.get("frac_reward_zero_std")
+    if frac is not None:
+        return frac.finite(), False
+    std = ctx.frame.get("reward_std")
+    if std is None:
+        return None
+    std = std.finite()
+    return Series("reward_std", std.steps, (std.values <= ctx.t("flat_reward.std_atol")).astype(float)), True
+
+
+def check_zero_variance(ctx: Context) -> list[Finding]:
+    """Most groups score every completion the same: zero advantage, no gradient. Says saturated or starved."""
+    found = _frac_zero_std(ctx)
+    if found is None:
+        return []
+    frac, inferred = found
+    v, n = frac.values, frac.values.size
+    if n == 0:
+        return []
+    s = ctx.smooth_n(n)
+    sm = trailing_mean(v, s)
+    warn_t, err_t = ctx.t("zero_variance.warn"), ctx.t("zero_variance.error")
+    severity, run = judge_state(
+        n - 1,
+        int(ctx.t("zero_variance.warn_persist")),
+        int(ctx.t("zero_variance.error_persist")),
+        sm > warn_t,
+        sm > err_t,
+        v >= ctx.t("zero_variance.extreme"),
+    )
+    if severity is None:
+        return []
+    start = extend_onset(v > warn_t, n - run, s)
+    onset = int(frac.steps[start])
+    current = float(v[-1]) if s == 1 else float(sm[-1])
+    what = (
+        "reward_std is exactly 0 (every completion scored the same)"
+        if inferred
+        else (
+            f"frac_reward_zero_std is {current:.2f}: {current:.0%} of completions are in groups where all "
+            "scored the same"
+        )
+    )
+    message = f"Since step {onset} {what}, so their advantages are 0 and they teach nothing."
+    evidence: dict[str, Any] = {"current": current, "window": s, "warn": warn_t, "error": err_t, "inferred": inferred}
+    cause, level = "mixed", None
+    reward = ctx.frame.get("reward")
+    if reward is not None:
+        r = reward.finite()
+        sel = r.values[r.steps >= onset]
+        if sel.size:
+            lo, hi = reward_range(r.values)
+            level = float(np.mean(sel))
+            position = (level - lo) / (hi - lo)
+            evidence.update(reward_level=level, reward_position=position)
+            if position >= ctx.t("zero_variance.saturated"):
+                cause = "saturated"
+            elif position <= ctx.t("zero_variance.starved"):
+                cause = "starved"
+    entropy = ctx.frame.get("entropy")
+    if entropy is not None:
+        e = entropy.finite().values
+        if e.size >= 2 and e[-1] < 0.1 * max(float(np.median(e[: max(1, e.size // 4)])), 1e-9):
+            cause = "deterministic" if cause == "mixed" else cause
+            evidence["entropy"] = float(e[-1])
+    cfg = ctx.config
+    more = f"raise num_generations{cfg.now('num_generations')} and temperature{cfg.now('temperature')}"
+    if cause == "saturated":
+        message += (
+            f" Groups are saturated: the reward is near its maximum ({fmt(level)}), the prompts are too easy now."
+        )
+        fixes = [
+            "use harder prompts or a curriculum; drop prompts the model always solves (filter by pass rate)",
+            "or stop here: the run has converged on this data",
+            more,
+        ]
+    elif cause == "starved":
+        message += (
+            f" Groups are starved: the reward is near its minimum ({fmt(level)}), the task is too hard or the "
+            "reward never fires."
+        )
+        fixes = [
+            "check the reward functions on real completions (log_completions=True)",
+            "start from easier prompts or an SFT'd model; give partial credit (a graded reward)",
+            more,
+        ]
+    elif cause == "deterministic":
+        message += " Entropy has collapsed, so the completions of a group are identical."
+        fixes = [more, f"lower learning_rate{cfg.now('learning_rate')}", "see entropy_collapse"]
+    else:
+        fixes = [more, "mix prompt difficulty so that each group has some successes and some failures"]
+    g = cfg.number("num_generations")
+    if g and level is not None and 0 <= level <= 1:
+        expected = level**g + (1 - level) ** g
+        evidence["expected_for_binary_reward"] = expected
+        message += f" (For a 0/1 reward at this pass rate with {int(g)} generations about {expected:.0%} is expected.)"
+    return [make_finding("zero_variance", severity, onset, message, join_fixes(fixes), frac.key, **evidence)]
+
+
+def check_flat_reward(ctx: Context) -> list[Finding]:
+    """A reward function returns the same value for every sample: it contributes no signal (often a bug)."""
+    functions = ctx.frame.reward_functions()
+    if not functions:
+        return []
+    atol, persist = ctx.t("flat_reward.std_atol"), int(ctx.t("flat_reward.persist"))
+    min_points = int(ctx.t("flat_reward.min_points"))
+    flat: list[dict[str, Any]] = []
+    for name, (mean_key, std_key) in functions.items():
+        mean = ctx.frame.get(mean_key).finite()
+        if mean.values.size == 0:
+            continue
+        if std_key is not None:
+            std = ctx.frame.get(std_key).finite()
+            steps, constant = std.steps, std.values <= atol
+        else:
+            # Old logs have no per-function std: identical means on consecutive logs stand in for it.
+            steps, m = mean.steps, mean.values
+            same = np.abs(np.diff(m)) <= atol
+            constant = np.concatenate(([same[0]] if same.size else [False], same))
+        n = constant.size
+        run = trailing_streak(constant)
+        whole = run == n and n >= min_points
+        if run < persist and not whole:
+            continue
+        start = n - run
+        value = float(mean.values[-1])
+        lo, hi = reward_range(mean.values)
+        saturated = start > 0 and value >= float(np.max(mean.values)) - atol and value > lo
+        flat.append(
+            {
+                "name": name,
+                "key": mean_key,
+                "onset": int(steps[start]),
+                "logs": run,
+                "value": value,
+                "from_start": start == 0,
+                "saturated": saturated,
+                "confirmed": run >= persist,
+            }
+        )
+    if not flat:
+        return []
+    all_flat = len(flat) == len(functions) and all(f["confirmed"] and not f["saturated"] for f in flat)
+    findings = []
+    cfg = ctx.config
+    for f in flat:
+        if f["saturated"]:
+            severity = INFO
+            message = (
+                f"rewards/{f['name']} has been {fmt(f['value'])} on every sample for {f['logs']} logs since step "
+                f"{f['onset']}: it is saturated and no longer contributes signal."
+            )
+            remedy = "Consider lowering its weight in reward_weights or removing it now that it is always satisfied."
+        else:
+            severity = ERROR if all_flat else WARNING
+            since = "since the first log" if f["from_start"] else f"since step {f['onset']}"
+            message = (
+                f"rewards/{f['name']} is {fmt(f['value'])} on every sample {since} ({f['logs']} logs, std 0): "
+                "the function returns a constant, so it gives no learning signal"
+                + (", and no other reward does either." if all_flat else ".")
+            )
+            remedy = join_fixes(
+                [
+                    f"call {f['name']} on a few real completions (log_completions=True shows its column)",
+                    "check its signature (prompts, completions, **kwargs) and the dataset column it reads",
+                    "if the task is simply too hard, make the reward graded or start from easier prompts",
+                    "otherwise drop it from reward_funcs or set its weight to 0 "
+                    f"(reward_weights{cfg.now('reward_weights')})",
+                ]
+            )
+        findings.append(
+            make_finding(
+                "flat_reward",
+                severity,
+                f["onset"],
+                message,
+                remedy,
+                f["key"],
+                value=f["value"],
+                logs=f["logs"],
+                function=f["name"],
+                all_flat=all_flat,
+            )
+        )
+    return findings
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return "\n".join(str(m.get("content", m)) if isinstance(m, dict) else str(m) for m in value).strip()
+    if isinstance(value, dict):
+        return str(value.get("content", value)).strip()
+    return str(value).strip()
+
+
+def check_duplicate_completions(ctx: Context) -> list[Finding]:
+    """Completions repeat within prompt groups (or across prompts): nothing left for GRPO to compare."""
+    rows = ctx.completions or []
+    by_step: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for row in rows:
+        if not isinstance(row, dict) or "completion" not in row:
+            continue
+        step = row.get("step")
+        by_step[int(step) if isinstance(step, (int, float)) else -1].append(
+            (_text(row.get("prompt", "")), _text(row["completion"]))
+        )
+    if not by_step:
+        return []
+    stats = []
+    for step in sorted(by_step):
+        pairs = by_step[step]
+        groups: dict[str, list[str]] = defaultdict(list)
+        for prompt, completion in pairs:
+            groups[prompt].append(completion)
+        sized = [g for g in groups.values() if len(g) >= 2]
+        # 0 when every completion of a group differs, 1 when all are the same text.
+        in_group = (sum(len(g) - len(set(g)) for g in sized) / sum(len(g) - 1 for g in sized)) if sized else 0.0
+        across = 0.0
+        if len(groups) >= 2:
+            across = Counter(c for _, c in pairs).most_common(1)[0][1] / len(pairs)
+            across = across if across > 1 / len(pairs) else 0.0
+        stats.append((step, max(in_group, across), in_group, across, len(pairs)))
+    rates = np.array([s[1] for s in stats])
+    warn_t, err_t = ctx.t("duplicate_completions.warn"), ctx.t("duplicate_completions.error")
+    run = trailing_streak(rates > warn_t)
+    if run == 0:
+        return []
+    err_run = trailing_streak(rates >= err_t)
+    severity = ERROR if err_run >= min(2, len(stats)) else WARNING
+    step, rate, in_group, across, size = stats[-1]
+    onset = stats[len(stats) - run][0]
+    message = (
+        f"In the latest completion batch (step {step}, {size} completions) {in_group:.0%} of the completions in a "
+        f"prompt group are exact duplicates"
+        + (f" and one completion makes up {across:.0%} of all prompts' answers" if across > warn_t else "")
+        + f"; above {warn_t:.0%} for {run} logged batch(es) since step {onset}. Identical completions have equal "
+        "rewards, so the group gives no advantage."
+    )
+    cfg = ctx.config
+    remedy = join_fixes(
+        [
+            f"raise temperature{cfg.now('temperature')} (and top_p{cfg.now('top_p')} toward 1.0)",
+            f"lower learning_rate{cfg.now('learning_rate')}",
+            "add an entropy bonus (entropy_coef=0.001) or epsilon_high=0.28 off-policy; see entropy_collapse",
+        ]
+    )
+    return [
+        make_finding(
+            "duplicate_completions",
+            severity,
+            onset,
+            message,
+            remedy,
+            None,
+            duplicate_rate=rate,
+            in_group=in_group,
+            across_prompts=across,
+            batches=run,
+        )
+    ]

@@ -1,0 +1,213 @@
+"""The ``Finding`` value, the run-config view the rules consult, and the context handed to every rule."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .series import MetricFrame, baseline_count, fmt, short_required, trailing_streak
+
+INFO, WARNING, ERROR = "info", "warning", "error"
+SEVERITY_RANK = {INFO: 0, WARNING: 1, ERROR: 2}
+
+# Nested sections a run spec or a saved config may use; their fields are merged into the flat view.
+_NESTED_SECTIONS = ("grpo", "config", "training", "training_args", "args", "trainer")
+
+
+@dataclass
+class Finding:
+    """One diagnosed problem: which rule, how bad, from which step, the evidence and what to change."""
+
+    rule: str
+    severity: str
+    step: int
+    message: str
+    remedy: str
+    metric: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (numpy scalars become Python numbers, non-finite floats become strings)."""
+        return _json_safe(asdict(self))
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_json_safe(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class RunConfig:
+    """Read-only view of whatever GRPOConfig fields are known for a run; every getter tolerates absence."""
+
+    def __init__(self, config: Mapping[str, Any] | None) -> None:
+        flat: dict[str, Any] = {}
+        for section in _NESTED_SECTIONS:
+            nested = (config or {}).get(section)
+            if isinstance(nested, Mapping):
+                flat.update(nested)
+        flat.update({k: v for k, v in (config or {}).items() if not isinstance(v, Mapping)})
+        self.raw = flat
+
+    def number(self, name: str) -> float | None:
+        """A numeric field, or None when absent or not a number."""
+        value = self.raw.get(name)
+        if isinstance(value, bool) or value is None:
+            return None
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return None
+        return number if math.isfinite(number) else None
+
+    def flag(self, name: str) -> bool | None:
+        """A boolean field, or None when absent."""
+        value = self.raw.get(name)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"true", "false"}:
+            return value.lower() == "true"
+        return None
+
+    def now(self, name: str) -> str:
+        """`` (now X)`` when the field is known, else an empty string, for remedies."""
+        value = self.raw.get(name)
+        if value is None:
+            return ""
+        if isinstance(value, float):
+            return f" (now {value:g})"
+        return f" (now {value})"
+
+    @property
+    def beta(self) -> float | None:
+        return self.number("beta")
+
+    @property
+    def off_policy(self) -> bool | None:
+        """True when updates reuse generations (clip ratios carry information); None when the config is unknown."""
+        iterations = self.number("num_iterations")
+        vllm = self.flag("use_vllm")
+        spg, gas = self.number("steps_per_generation"), self.number("gradient_accumulation_steps")
+        if (iterations is not None and iterations > 1) or vllm:
+            return True
+        if spg is not None and spg > (gas or 1):
+            return True
+        if iterations is not None or vllm is not None:
+            return False
+        return None
+
+    @property
+    def max_completion_length(self) -> float | None:
+        return self.number("max_completion_length")
+
+    @property
+    def reward_names(self) -> list[str]:
+        names = self.raw.get("reward_names") or self.raw.get("reward_funcs") or []
+        if isinstance(names, str):
+            names = [names]
+        return [str(n).rsplit(".", 1)[-1].rsplit("/", 1)[-1] for n in names]
+
+    def names_in(self, key: str) -> set[str]:
+        """Reward names the user explicitly tagged, e.g. ``format_rewards: [...]``."""
+        value = self.raw.get(key) or []
+        return {str(v) for v in ([value] if isinstance(value, str) else value)}
+
+
+@dataclass
+class Context:
+    """What every rule sees: the metrics, the known config, the resolved thresholds and optional samples."""
+
+    frame: MetricFrame
+    config: RunConfig
+    thresholds: dict[str, Any]
+    completions: list[dict[str, Any]] | None = None
+
+    def t(self, key: str) -> Any:
+        """A resolved threshold value."""
+        return self.thresholds[key]
+
+    def baseline_n(self, n: int) -> int:
+        """Warm-up baseline length for an ``n``-point series."""
+        return baseline_count(n, self.t("baseline.window"), self.t("baseline.fraction"))
+
+    def smooth_n(self, n: int) -> int:
+        """Trailing-mean window for an ``n``-point series: never more than a third of it, so short logs stay raw."""
+        return max(1, min(int(self.t("smooth.window")), n // 3))
+
+
+def make_finding(
+    rule: str,
+    severity: str,
+    step: int | float,
+    message: str,
+    remedy: str,
+    metric: str | None,
+    **evidence: Any,
+) -> Finding:
+    """Build a Finding, rounding evidence floats so messages and JSON stay readable."""
+    clean = {
+        k: (round(float(v), 6) if isinstance(v, (float, np.floating)) and math.isfinite(v) else v)
+        for k, v in evidence.items()
+    }
+    return Finding(rule, severity, int(step), message, remedy, metric, clean)
+
+
+def judge_state(
+    n_post: int,
+    persist_warn: int,
+    persist_err: int,
+    warn: np.ndarray | None = None,
+    err: np.ndarray | None = None,
+    extreme: np.ndarray | None = None,
+    extreme_severity: str = ERROR,
+) -> tuple[str | None, int]:
+    """Severity of a state that must hold on the latest logs, and how many logs the episode spans.
+
+    ``warn``/``err`` are judged on smoothed values and must persist; ``extreme`` (unmistakable raw values) needs
+    fewer logs when the log is short, so a run that collapses within its first records is still caught.
+    """
+    w = trailing_streak(warn) if warn is not None else 0
+    e = trailing_streak(err) if err is not None else 0
+    x = trailing_streak(extreme) if extreme is not None else 0
+    severity: str | None = None
+    if e >= persist_err and err is not None:
+        severity = ERROR
+    if extreme is not None and n_post >= 1 and x >= short_required(n_post, persist_err):
+        if severity is None or SEVERITY_RANK[extreme_severity] > SEVERITY_RANK[severity]:
+            severity = extreme_severity
+    if severity is None and warn is not None and w >= persist_warn:
+        severity = WARNING
+    return severity, max(w, e, x)
+
+
+def join_fixes(fixes: list[str]) -> str:
+    """Join remedy clauses into one sentence: 'Lower X; raise Y.'."""
+    text = "; ".join(f for f in fixes if f)
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+__all__ = [
+    "Finding",
+    "RunConfig",
+    "Context",
+    "make_finding",
+    "judge_state",
+    "join_fixes",
+    "fmt",
+    "INFO",
+    "WARNING",
+    "ERROR",
+    "SEVERITY_RANK",
+]

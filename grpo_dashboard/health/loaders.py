@@ -1,0 +1,219 @@
+"""Read GRPO training logs from disk: trainer_state.json, checkpoint/output dirs, our metrics.jsonl, plain JSONL.
+
+Files are parsed record by record into per-metric float arrays, so a 100,000-step log never exists as a list of
+dicts unless a caller asks for one with ``load_log_records``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .series import ColumnBuilder, MetricFrame, record_step
+
+_LOG_HISTORY = re.compile(r'"log_history"\s*:\s*\[')
+_STATE_HINTS = ("max_steps", "logging_steps", "train_batch_size", "num_train_epochs", "global_step", "eval_steps")
+_SNIFF_BYTES = 65536
+
+
+def resolve_log_path(path: str | Path) -> tuple[Path, str]:
+    """Find the log file behind ``path`` and its kind (``"json"`` or ``"jsonl"``).
+
+    A directory is searched for ``metrics.jsonl`` (our run dir), then ``trainer_state.json`` (a checkpoint), then
+    the newest ``checkpoint-*/trainer_state.json`` (an output dir).
+
+    Raises:
+        ValueError: the path does not exist or holds no known log.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ValueError(f"{p}: no such file or directory")
+    if p.is_dir():
+        if (p / "metrics.jsonl").is_file():
+            return p / "metrics.jsonl", "jsonl"
+        if (p / "trainer_state.json").is_file():
+            return p / "trainer_state.json", "json"
+        checkpoints = [d for d in p.glob("checkpoint-*") if (d / "trainer_state.json").is_file()]
+        if checkpoints:
+            newest = max(checkpoints, key=_checkpoint_order)
+            return newest / "trainer_state.json", "json"
+        raise ValueError(
+            f"{p} is a directory without metrics.jsonl, trainer_state.json or checkpoint-*/trainer_state.json; "
+            "pass a checkpoint directory, an output directory with checkpoints, or the log file itself"
+        )
+    if p.suffix == ".jsonl":
+        return p, "jsonl"
+    if p.suffix == ".json":
+        return p, "json"
+    with p.open("rb") as fh:
+        head = fh.read(_SNIFF_BYTES)
+    first_line = head.split(b"\n", 1)[0].strip()
+    try:
+        obj = json.loads(first_line)
+        if isinstance(obj, dict) and "log_history" not in obj:
+            return p, "jsonl"
+    except (ValueError, UnicodeDecodeError):
+        pass
+    return p, "json"
+
+
+def _checkpoint_order(directory: Path) -> tuple[int, float]:
+    suffix = directory.name.rsplit("-", 1)[-1]
+    return (int(suffix) if suffix.isdigit() else -1, directory.stat().st_mtime)
+
+
+def iter_log_records(path: str | Path, hints: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Yield flat TRL log dicts (each with a ``step``) from any supported log; fills ``hints`` with config hints.
+
+    Raises:
+        ValueError: unreadable or not a GRPO/TRL log (raised lazily, while iterating).
+    """
+    file, kind = resolve_log_path(path)
+    hints.setdefault("source", str(file))
+    if kind == "jsonl":
+        yield from _iter_jsonl(file, hints)
+    else:
+        yield from _iter_trainer_state(file, hints)
+
+
+def _iter_jsonl(file: Path, hints: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    good = bad = 0
+    pending_error: str | None = None
+    index = 0
+    with file.open("r", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            if pending_error is not None:
+                bad += 1  # only a broken *last* line is expected (a writer mid-append); earlier ones count
+            pending_error = None
+            try:
+                obj = json.loads(line)
+            except ValueError as exc:
+                pending_error = str(exc)
+                continue
+            if not isinstance(obj, dict):
+                bad += 1
+                continue
+            good += 1
+            if obj.get("v") is not None and obj.get("type") in ("log", "event"):
+                record = _from_protocol(obj, hints)
+                if record is None:
+                    continue
+            else:
+                record = obj
+                if "step" not in record:
+                    record = {**record, "step": record_step(record, index)}
+            index += 1
+            yield record
+    if good == 0:
+        detail = f" ({pending_error})" if pending_error else ""
+        raise ValueError(f"{file}: no JSON object per line found; not a JSONL log{detail}")
+    if bad > max(2, good // 10):
+        raise ValueError(f"{file}: {bad} of {good + bad} lines are not JSON objects; not a JSONL log")
+
+
+def _from_protocol(obj: dict[str, Any], hints: dict[str, Any]) -> dict[str, Any] | None:
+    """One line of our metrics.jsonl protocol -> a TRL log dict (log lines) or config hints (event lines)."""
+    if obj["type"] == "event":
+        config = obj.get("config")
+        if obj.get("event") == "started" and isinstance(config, dict):
+            hints.update(config)
+        if obj.get("event"):
+            hints["last_event"] = obj["event"]
+        return None
+    metrics = obj.get("metrics")
+    if not isinstance(metrics, dict):
+        return None
+    if obj.get("max_steps") is not None:
+        hints["max_steps"] = obj["max_steps"]
+    step = obj.get("step")
+    return {**metrics, "step": step if isinstance(step, int) else record_step(metrics, 0)}
+
+
+def _iter_trainer_state(file: Path, hints: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{file}: not a text file ({exc})") from None
+    match = _LOG_HISTORY.search(text)
+    if match is None:
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{file}: not valid JSON ({exc})") from None
+        if isinstance(obj, list) and all(isinstance(r, dict) for r in obj):
+            for i, record in enumerate(obj):
+                yield {**record, "step": record_step(record, i)}
+            return
+        raise ValueError(f"{file}: JSON without a log_history list; not a trainer_state.json")
+    # Decode the log_history array one element at a time instead of building the whole document at once.
+    decoder = json.JSONDecoder()
+    pos, index = match.end(), 0
+    length = len(text)
+    while True:
+        while pos < length and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= length:
+            raise ValueError(f"{file}: truncated JSON inside log_history")
+        if text[pos] == "]":
+            break
+        try:
+            record, pos = decoder.raw_decode(text, pos)
+        except ValueError as exc:
+            raise ValueError(f"{file}: malformed log_history entry ({exc})") from None
+        if isinstance(record, dict):
+            yield {**record, "step": record_step(record, index)} if "step" not in record else record
+        index += 1
+    try:
+        rest = json.loads(text[: match.start()] + '"log_history": []' + text[pos + 1 :])
+    except ValueError:
+        rest = {}
+    if isinstance(rest, dict):
+        hints.update({k: rest[k] for k in _STATE_HINTS if rest.get(k) is not None})
+
+
+def load_log_frame(path: str | Path) -> tuple[MetricFrame, dict[str, Any]]:
+    """Stream a log into per-metric arrays; returns ``(frame, config_hints)``.
+
+    Raises:
+        ValueError: unreadable, not a TRL log, or no numeric metric in it.
+    """
+    hints: dict[str, Any] = {}
+    builder = ColumnBuilder()
+    try:
+        for record in iter_log_records(path, hints):
+            builder.add(record, record["step"])
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or exc}") from None
+    frame = builder.build()
+    if not frame.columns:
+        raise ValueError(f"{hints.get('source', path)}: no numeric metrics found in {builder.n_records} records")
+    return frame, hints
+
+
+def load_log_records(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Read any supported GRPO log into flat TRL log dicts (each with an int ``step``) plus config hints.
+
+    Accepts a ``trainer_state.json``, a checkpoint directory holding one, an output directory with
+    ``checkpoint-*/`` (the newest is used), our ``metrics.jsonl`` (its ``started`` event gives the config hints) or
+    a JSONL file with one TRL log dict per line.
+
+    Raises:
+        ValueError: with a message saying what was wrong with the input.
+    """
+    hints: dict[str, Any] = {}
+    try:
+        records = list(iter_log_records(path, hints))
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or exc}") from None
+    if not any(_has_number(r) for r in records):
+        raise ValueError(f"{hints.get('source', path)}: no numeric metrics found in {len(records)} records")
+    return records, hints
+
+
+def _has_number(record: dict[str, Any]) -> bool:
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in record.items() if k != "step")

@@ -1,0 +1,81 @@
+"""The rule registry and ``diagnose``: run every enabled rule over a run's metrics and order the findings."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from . import checks_length, checks_optimizer, checks_policy, checks_reward, checks_signal
+from .findings import SEVERITY_RANK, Context, Finding, RunConfig
+from .series import MetricFrame
+from .thresholds import RULE_IDS, resolve_thresholds
+
+log = logging.getLogger(__name__)
+
+Rule = Callable[[Context], list[Finding]]
+
+RULES: dict[str, Rule] = {
+    "nan": checks_optimizer.check_nan,
+    "zero_variance": checks_signal.check_zero_variance,
+    "flat_reward": checks_signal.check_flat_reward,
+    "entropy_collapse": checks_policy.check_entropy_collapse,
+    "entropy_blowup": checks_policy.check_entropy_blowup,
+    "truncation": checks_length.check_truncation,
+    "length_collapse": checks_length.check_length_collapse,
+    "length_drift": checks_length.check_length_drift,
+    "format_hacking": checks_reward.check_format_hacking,
+    "reward_drop": checks_reward.check_reward_drop,
+    "reward_length_corr": checks_reward.check_reward_length_corr,
+    "kl_spike": checks_policy.check_kl_spike,
+    "kl_high": checks_policy.check_kl_high,
+    "kl_outpaces_reward": checks_policy.check_kl_outpaces_reward,
+    "clip_high": checks_optimizer.check_clip_high,
+    "grad_spike": checks_optimizer.check_grad_spike,
+    "zero_gradient": checks_optimizer.check_zero_gradient,
+    "overfitting": checks_reward.check_overfitting,
+    "plateau": checks_reward.check_plateau,
+    "duplicate_completions": checks_signal.check_duplicate_completions,
+}
+assert tuple(RULES) == RULE_IDS
+
+
+def diagnose(
+    records: Sequence[Mapping[str, Any]] | MetricFrame,
+    config: Mapping[str, Any] | None = None,
+    thresholds: Mapping[str, Any] | None = None,
+    completions: list[dict[str, Any]] | None = None,
+) -> list[Finding]:
+    """Run every enabled health rule over a run's log and return the findings, newest onset first.
+
+    Args:
+        records: flat TRL log dicts in log order (each with a ``step``; keys as TRL logged them, eval ones with the
+            ``eval_`` prefix; values may be None/NaN/Inf and keys sparse), or an already built ``MetricFrame``.
+        config: GRPOConfig fields known for the run (``beta``, ``num_iterations``, ``use_vllm``,
+            ``max_completion_length``, ``learning_rate``, ``reward_names``...); missing ones are inferred from the log.
+        thresholds: overrides of ``DEFAULT_THRESHOLDS`` (flat ``"rule.param"`` keys or nested per rule).
+        completions: optional sample rows ``{"step", "prompt", "completion", ...}`` for ``duplicate_completions``.
+
+    Raises:
+        ValueError: an unknown threshold key or a malformed threshold value.
+    """
+    frame = records if isinstance(records, MetricFrame) else MetricFrame.from_records(records)
+    ctx = Context(frame, RunConfig(config), resolve_thresholds(thresholds), completions)
+    findings: list[Finding] = []
+    for rule_id, rule in RULES.items():
+        if not ctx.thresholds[f"{rule_id}.enabled"]:
+            continue
+        try:
+            findings.extend(rule(ctx))
+        except Exception:  # one broken rule must not take the dashboard or a training job down with it
+            log.exception("health rule %s failed", rule_id)
+    order = {rule_id: i for i, rule_id in enumerate(RULE_IDS)}
+    findings.sort(key=lambda f: (-f.step, -SEVERITY_RANK[f.severity], order[f.rule]))
+    return findings
+
+
+def worst_severity(findings: Sequence[Finding]) -> str | None:
+    """The highest severity among ``findings`` (``"error"`` > ``"warning"`` > ``"info"``), or None."""
+    if not findings:
+        return None
+    return max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__)

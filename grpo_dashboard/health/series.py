@@ -1,0 +1,302 @@
+"""Columnar metric storage for the health rules, plus the small numeric helpers they share.
+
+Records are turned into one ``(steps, values)`` pair of numpy arrays per metric key, once. A key absent from a
+record is simply not in that metric's arrays (TRL logs are sparse); a logged ``None``, NaN or Inf is kept as a
+non-finite value so the ``nan`` rule can see it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+_META_KEYS = frozenset({"step", "global_step", "_step", "_timestamp", "_runtime", "time", "max_steps", "samples"})
+_CHUNK = 4096
+
+
+def normalize_key(key: str) -> str:
+    """Map tracker spellings onto TRL's: ``train/reward`` -> ``reward``, ``eval/reward`` -> ``eval_reward``."""
+    if key.startswith("train/"):
+        return key[6:]
+    if key.startswith("eval/"):
+        return "eval_" + key[5:]
+    return key
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric: sorted unique steps and their values (NaN where the log held None/NaN)."""
+
+    key: str
+    steps: np.ndarray
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.steps.size)
+
+    def finite(self) -> Series:
+        """The same series without its non-finite points."""
+        mask = np.isfinite(self.values)
+        if mask.all():
+            return self
+        return Series(self.key, self.steps[mask], self.values[mask])
+
+
+class ColumnBuilder:
+    """Accumulates log dicts into per-key float arrays without keeping the dicts.
+
+    Records with the same key order (nearly all TRL records of one kind) are buffered as value tuples and converted
+    to a numpy block every few thousand rows, which keeps both the Python overhead and the memory low.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        self._row_steps: dict[tuple[str, ...], list[int]] = {}
+        self._parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.n_records = 0
+
+    def add(self, record: Mapping[str, Any], step: int) -> None:
+        """Add one log dict (its own ``step`` key, if any, is ignored in favour of ``step``)."""
+        signature = tuple(record)
+        rows = self._rows.get(signature)
+        if rows is None:
+            rows = self._rows[signature] = []
+            self._row_steps[signature] = []
+        rows.append(tuple(record.values()))
+        self._row_steps[signature].append(step)
+        self.n_records += 1
+        if len(rows) >= _CHUNK:
+            self._flush(signature)
+
+    def _flush(self, signature: tuple[str, ...]) -> None:
+        rows = self._rows.pop(signature)
+        steps = np.asarray(self._row_steps.pop(signature), dtype=np.int64)
+        if not rows:
+            return
+        block = _to_float_array(rows, ndim=2)
+        for j, key in enumerate(signature):
+            if key in _META_KEYS:
+                continue
+            if block is not None:
+                values, present = block[:, j], None
+            else:
+                column = [row[j] for row in rows]
+                values, present = _to_float_array(column, ndim=1), None
+                if values is None:
+                    values, present = _column_to_float(column)
+                    if not present.any():
+                        continue
+            col_steps = steps if present is None else steps[present]
+            col_values = values if present is None else values[present]
+            self._parts.setdefault(normalize_key(key), []).append((col_steps, col_values))
+
+    def build(self) -> MetricFrame:
+        """Finish: one sorted, de-duplicated (last write wins, as after a resume) series per key."""
+        for signature in list(self._rows):
+            self._flush(signature)
+        columns: dict[str, Series] = {}
+        for key, parts in self._parts.items():
+            steps = np.concatenate([p[0] for p in parts])
+            values = np.concatenate([p[1] for p in parts])
+            order = np.argsort(steps, kind="stable")
+            steps, values = steps[order], values[order]
+            keep = np.ones(steps.size, dtype=bool)
+            keep[:-1] = steps[1:] != steps[:-1]
+            columns[key] = Series(key, steps[keep], values[keep])
+        self._parts = {}
+        return MetricFrame(columns, self.n_records)
+
+
+def _to_float_array(rows: list[Any], ndim: int) -> np.ndarray | None:
+    try:
+        array = np.array(rows, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return array if array.ndim == ndim else None
+
+
+def _column_to_float(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    out = np.full(len(values), np.nan)
+    present = np.zeros(len(values), dtype=bool)
+    for i, v in enumerate(values):
+        if v is None:
+            present[i] = True
+        elif isinstance(v, bool):
+            continue
+        elif isinstance(v, (int, float)):
+            out[i], present[i] = float(v), True
+        elif isinstance(v, str):
+            try:
+                out[i], present[i] = float(v), True
+            except ValueError:
+                continue
+    return out, present
+
+
+def record_step(record: Mapping[str, Any], index: int) -> int:
+    """The step of a log record: ``step``, else ``global_step``, else its 1-based position."""
+    for key in ("step", "global_step", "_step"):
+        value = record.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return int(value)
+    return index + 1
+
+
+class MetricFrame:
+    """All metrics of one run, keyed by TRL metric name (eval ones keep their ``eval_`` prefix)."""
+
+    def __init__(self, columns: dict[str, Series], n_records: int) -> None:
+        self.columns = columns
+        self.n_records = n_records
+
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> MetricFrame:
+        """Build from flat TRL log dicts in log order."""
+        builder = ColumnBuilder()
+        for i, record in enumerate(records):
+            builder.add(record, record_step(record, i))
+        return builder.build()
+
+    def get(self, *keys: str) -> Series | None:
+        """The first of ``keys`` that was logged at least once (aliases across TRL versions)."""
+        for key in keys:
+            series = self.columns.get(key)
+            if series is not None and len(series):
+                return series
+        return None
+
+    def first_step(self) -> int | None:
+        """Smallest step seen in any metric."""
+        firsts = [int(s.steps[0]) for s in self.columns.values() if len(s)]
+        return min(firsts) if firsts else None
+
+    def last_step(self) -> int | None:
+        """Largest step seen in any metric."""
+        lasts = [int(s.steps[-1]) for s in self.columns.values() if len(s)]
+        return max(lasts) if lasts else None
+
+    def reward_functions(self, prefix: str = "") -> dict[str, tuple[str, str | None]]:
+        """Reward functions as ``{name: (mean_key, std_key or None)}``, for both key generations.
+
+        Current TRL logs ``rewards/<f>/mean`` and ``rewards/<f>/std``; releases before 0.17 logged ``rewards/<f>``.
+        """
+        found: dict[str, tuple[str, str | None]] = {}
+        pattern = re.compile(rf"^{re.escape(prefix)}rewards/(.+?)(/mean|/std)?$")
+        for key in self.columns:
+            match = pattern.match(key)
+            if not match:
+                continue
+            name, suffix = match.group(1), match.group(2)
+            if suffix == "/std":
+                continue
+            if suffix == "/mean" or name not in found:
+                std_key = f"{prefix}rewards/{name}/std"
+                found[name] = (key, std_key if std_key in self.columns else None)
+        return found
+
+
+# ---- numeric helpers ---------------------------------------------------------------------------------------------
+
+
+def baseline_count(n: int, window: int, fraction: float) -> int:
+    """How many leading points form the warm-up baseline of an ``n``-point series."""
+    return max(1, min(int(window), int(n * fraction)))
+
+
+def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the last ``window`` points at each index (fewer at the start); never looks ahead."""
+    window = max(1, int(window))
+    csum = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
+    idx = np.arange(values.size)
+    lo = np.maximum(0, idx + 1 - window)
+    return (csum[idx + 1] - csum[lo]) / (idx + 1 - lo)
+
+
+def trailing_streak(mask: np.ndarray) -> int:
+    """Number of consecutive True values at the end of ``mask``."""
+    if mask.size == 0 or not mask[-1]:
+        return 0
+    false_idx = np.flatnonzero(~mask)
+    return int(mask.size - (false_idx[-1] + 1 if false_idx.size else 0))
+
+
+def short_required(n_available: int, persist: int) -> int:
+    """Persistence demanded of an unmistakable condition: ``persist`` logs, fewer when the log is short."""
+    return max(1, min(int(persist), n_available // 2))
+
+
+def extend_onset(raw_mask: np.ndarray, start: int, lookback: int) -> int:
+    """Move an onset found on a smoothed series back to where the raw condition began (within the window)."""
+    limit = max(0, start - lookback + 1)
+    while start > limit and raw_mask[start - 1]:
+        start -= 1
+    return start
+
+
+def trailing_median_ref(values: np.ndarray, history: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each index: median, count and zero-share of the ``history`` points before it (exclusive)."""
+    n = values.size
+    med = np.full(n, np.nan)
+    count = np.minimum(np.arange(n), history)
+    zero_share = np.zeros(n)
+    if n < 2:
+        return med, count, zero_share
+    padded = np.concatenate((np.full(history, np.nan), values))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, history)[:n]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(windows, axis=1)
+    zeros = np.sum(windows == 0.0, axis=1)
+    zero_share = np.where(count > 0, zeros / np.maximum(count, 1), 0.0)
+    return med, count, zero_share
+
+
+def linear_fit(y: np.ndarray) -> tuple[float, float]:
+    """Least-squares slope per point index of ``y`` and its t-statistic (0 when undefined)."""
+    n = y.size
+    if n < 3:
+        return 0.0, 0.0
+    x = np.arange(n, dtype=np.float64)
+    x -= x.mean()
+    sxx = float(np.dot(x, x))
+    slope = float(np.dot(x, y - y.mean()) / sxx)
+    resid = y - y.mean() - slope * x
+    dof = n - 2
+    se = math.sqrt(float(np.dot(resid, resid)) / dof / sxx) if dof > 0 else 0.0
+    if se == 0.0:
+        return slope, (math.inf if slope > 0 else -math.inf if slope < 0 else 0.0)
+    return slope, slope / se
+
+
+def corr(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson correlation, 0 when either side is constant."""
+    if a.size < 3:
+        return 0.0
+    sa, sb = float(a.std()), float(b.std())
+    if sa == 0.0 or sb == 0.0:
+        return 0.0
+    return float(np.mean((a - a.mean()) * (b - b.mean())) / (sa * sb))
+
+
+def aligned(a: Series, b: Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps both finite series share, with each one's values there."""
+    steps, ia, ib = np.intersect1d(a.steps, b.steps, assume_unique=True, return_indices=True)
+    return steps, a.values[ia], b.values[ib]
+
+
+def fmt(x: float | None) -> str:
+    """A compact human number: 0.0123, 4.31, 1.2e-05, 2.5e+03."""
+    if x is None:
+        return "n/a"
+    if not math.isfinite(x):
+        return str(x)
+    ax = abs(x)
+    if ax != 0 and (ax < 1e-3 or ax >= 1e4):
+        return f"{x:.2g}"
+    return f"{x:.3g}"

@@ -1,0 +1,229 @@
+"""Every default threshold of the health rules, in one place, with its meaning and provenance.
+
+Keys are ``"<rule>.<parameter>"`` (plus a few shared ``baseline.*`` / ``smooth.*`` keys). A run spec may override any
+of them (``health: {thresholds: {...}}``), and so may ``doctor --threshold KEY=VALUE``. Every rule also has a
+``"<rule>.enabled"`` switch. Windows and persistence counts are in *logged records* of the metric, not optimizer steps.
+
+Provenance tags: [PTT] microsoft/post-training-toolkit defaults, [DAPO] / [Cui] / [Gao] the papers cited in
+``docs/health.md``, [TRL] maintainer statements in TRL issues, [derived] our own choice, calibrated on synthetic
+and real tiny-model runs (see ``tests/test_health_rules.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from difflib import get_close_matches
+from typing import Any
+
+RULE_IDS: tuple[str, ...] = (
+    "nan",
+    "zero_variance",
+    "flat_reward",
+    "entropy_collapse",
+    "entropy_blowup",
+    "truncation",
+    "length_collapse",
+    "length_drift",
+    "format_hacking",
+    "reward_drop",
+    "reward_length_corr",
+    "kl_spike",
+    "kl_high",
+    "kl_outpaces_reward",
+    "clip_high",
+    "grad_spike",
+    "zero_gradient",
+    "overfitting",
+    "plateau",
+    "duplicate_completions",
+)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One tunable number: its key, default, meaning and where the default comes from."""
+
+    key: str
+    default: float | int | bool
+    help: str
+    source: str = "derived"
+
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    # Shared
+    Threshold("baseline.window", 20, "max number of first logged points that form a metric's warm-up baseline", "PTT"),
+    Threshold(
+        "baseline.fraction", 0.25, "the baseline never uses more than this fraction of the points logged so far"
+    ),
+    Threshold("smooth.window", 5, "trailing-mean window used by the noisy state rules (never centred)"),
+    # nan
+    Threshold(
+        "nan.min_count", 1, "non-finite/None values of loss, grad_norm, entropy, kl, reward before firing", "W&B"
+    ),
+    # zero_variance
+    Threshold("zero_variance.warn", 0.5, "frac_reward_zero_std above this (smoothed) is a warning", "DAPO"),
+    Threshold("zero_variance.warn_persist", 10, "logs the warning condition must hold", "PTT"),
+    Threshold("zero_variance.error", 0.9, "frac_reward_zero_std above this (smoothed) is an error", "TRL"),
+    Threshold("zero_variance.error_persist", 5, "logs the error condition must hold"),
+    Threshold("zero_variance.extreme", 0.99, "raw value treated as unmistakable (fires on short logs)"),
+    Threshold("zero_variance.saturated", 0.8, "reward above this fraction of its range: groups saturated"),
+    Threshold("zero_variance.starved", 0.2, "reward below this fraction of its range: groups starved"),
+    # flat_reward
+    Threshold(
+        "flat_reward.std_atol", 1e-8, "rewards/<f>/std at or below this counts as constant (TRL's isclose)", "TRL"
+    ),
+    Threshold("flat_reward.persist", 10, "logs a reward function must stay constant", "PTT"),
+    Threshold("flat_reward.min_points", 3, "fewest logs that may show a reward as constant (short-log path)"),
+    # entropy_collapse
+    Threshold("entropy_collapse.warn_ratio", 0.3, "smoothed entropy below this fraction of its baseline: warning"),
+    Threshold("entropy_collapse.error_ratio", 0.1, "entropy below this fraction of its baseline: error", "Cui"),
+    Threshold(
+        "entropy_collapse.abs_floor", 0.1, "nats; below this (after a halving) the policy is deterministic", "PTT"
+    ),
+    Threshold("entropy_collapse.persist", 3, "logs the condition must hold (fewer on very short logs when extreme)"),
+    # entropy_blowup
+    Threshold("entropy_blowup.ratio", 2.0, "smoothed entropy above this multiple of its baseline", "DAPO"),
+    Threshold("entropy_blowup.min_increase", 0.5, "nats; the rise must also be at least this large"),
+    Threshold("entropy_blowup.persist", 5, "logs the condition must hold"),
+    Threshold("entropy_blowup.error_clipped", 0.3, "escalate to error when clipped_ratio is also above this", "PTT"),
+    # truncation
+    Threshold("truncation.warn", 0.3, "smoothed completions/clipped_ratio above this: warning", "PTT"),
+    Threshold("truncation.error", 0.5, "smoothed completions/clipped_ratio above this: error", "TRL"),
+    Threshold("truncation.extreme", 0.9, "raw clipped_ratio treated as unmistakable (fires on short logs)"),
+    Threshold("truncation.persist", 5, "logs the condition must hold"),
+    Threshold("truncation.cap_fraction", 0.98, "old logs: mean length at or above this fraction of the cap = pinned"),
+    # length_collapse
+    Threshold("length_collapse.ratio", 0.5, "smoothed mean length below this fraction of its baseline", "PTT"),
+    Threshold("length_collapse.extreme_ratio", 0.2, "raw mean length below this fraction: unmistakable"),
+    Threshold("length_collapse.persist", 3, "logs the condition must hold"),
+    Threshold("length_collapse.empty_tokens", 2.0, "mean length at or below this many tokens is an error"),
+    # length_drift
+    Threshold("length_drift.ratio", 0.3, "|smoothed mean length / baseline - 1| above this", "PTT"),
+    Threshold("length_drift.persist", 10, "logs the drift must hold"),
+    Threshold("length_drift.min_points", 20, "fewest length logs before the trend is judged"),
+    # format_hacking
+    Threshold("format_hacking.saturation", 0.95, "format reward at or above this fraction of its max = saturated"),
+    Threshold("format_hacking.min_gain", 0.1, "the format reward must have gained this much (x its scale)"),
+    Threshold("format_hacking.acc_flat", 0.02, "accuracy gain at or below this (x its scale) counts as flat"),
+    Threshold("format_hacking.acc_drop", 0.3, "relative accuracy fall that, with a rising format reward, fires"),
+    Threshold("format_hacking.persist", 3, "logs the condition must hold (fewer on very short logs)"),
+    # reward_drop
+    Threshold("reward_drop.frac", 0.5, "fraction of the earlier gain (peak above floor) that must be lost"),
+    Threshold("reward_drop.error_frac", 0.8, "fraction lost that makes it an error"),
+    Threshold("reward_drop.min_drop", 0.1, "absolute fall, times max(1, the reward's range), below which it is noise"),
+    Threshold("reward_drop.persist", 3, "logs the drop must hold"),
+    # reward_length_corr
+    Threshold("reward_length_corr.window", 50, "trailing logs over which correlation is measured", "PTT"),
+    Threshold("reward_length_corr.min_points", 20, "fewest joint logs before judging"),
+    Threshold("reward_length_corr.info_corr", 0.6, "|corr(reward, length)| above this: info", "PTT"),
+    Threshold("reward_length_corr.warn_corr", 0.8, "|corr| above this (and length drifted): warning", "PTT"),
+    Threshold("reward_length_corr.diff_corr", 0.3, "|corr| of step-to-step changes required (not a shared trend)"),
+    Threshold("reward_length_corr.warn_diff_corr", 0.5, "|corr| of changes required for a warning"),
+    # kl_spike
+    Threshold("kl_spike.ratio", 5.0, "kl above this multiple of its reference median", "derived (anchors B6)"),
+    Threshold("kl_spike.abs_floor", 0.2, "nats; the spike must also exceed the median by this much", "PTT"),
+    Threshold("kl_spike.history", 10, "trailing logs forming the reference median"),
+    Threshold("kl_spike.start_window", 3, "first logs compared with the median of the rest (start explosions)"),
+    Threshold("kl_spike.error_ratio", 20.0, "spike multiple that is an error while kl has not come back down"),
+    Threshold("kl_spike.zero_frac", 0.5, "skip when this fraction of the reference window is exactly 0"),
+    # kl_high
+    Threshold("kl_high.value", 0.5, "warm-up median kl at or above this, and flat: info"),
+    Threshold("kl_high.warn_value", 5.0, "... at or above this: warning (never an error)"),
+    Threshold("kl_high.flat_ratio", 2.0, "kl stays below this multiple of its warm-up level = flat"),
+    Threshold("kl_high.drift_value", 1.0, "kl that grew to at least this (smoothed) ..."),
+    Threshold("kl_high.drift_ratio", 10.0, "... and to this multiple of its warm-up level: drift warning"),
+    Threshold("kl_high.persist", 10, "logs a drift must hold"),
+    Threshold("kl_high.min_points", 3, "fewest kl logs"),
+    # kl_outpaces_reward
+    Threshold("kl_outpaces_reward.window", 50, "trailing logs over which slopes are fitted", "PTT"),
+    Threshold("kl_outpaces_reward.min_points", 20, "fewest joint logs before judging"),
+    Threshold("kl_outpaces_reward.ratio", 3.0, "kl rise / reward rise over the window above this", "Gao"),
+    Threshold("kl_outpaces_reward.min_kl_rise", 0.1, "nats; kl must have risen at least this much over the window"),
+    # clip_high
+    Threshold("clip_high.warn", 0.25, "smoothed clip_ratio/region_mean above this (off-policy only)", "PTT"),
+    Threshold("clip_high.error", 0.4, "... above this: error", "PTT"),
+    Threshold("clip_high.persist", 5, "logs the condition must hold"),
+    # grad_spike
+    Threshold("grad_spike.ratio", 10.0, "grad_norm above this multiple of the trailing median", "PTT"),
+    Threshold("grad_spike.history", 20, "trailing logs forming the reference median"),
+    Threshold("grad_spike.min_history", 5, "fewest earlier logs before a spike can be judged"),
+    Threshold("grad_spike.zero_frac", 0.5, "skip when this fraction of the window is exactly 0 (see zero_gradient)"),
+    # zero_gradient
+    Threshold("zero_gradient.warn_frac", 0.5, "fraction of trailing logs with grad_norm exactly 0: warning", "TRL"),
+    Threshold("zero_gradient.error_frac", 0.9, "... error"),
+    Threshold("zero_gradient.window", 20, "trailing logs examined"),
+    Threshold("zero_gradient.min_zero", 3, "fewest zero-gradient logs before firing"),
+    # overfitting
+    Threshold("overfitting.min_evals", 3, "eval points needed (the last ones must fall)", "anchors B9"),
+    Threshold("overfitting.min_drop", 0.02, "eval fall from its peak, times max(1, eval range), below which: noise"),
+    # plateau
+    Threshold("plateau.window", 50, "trailing logs judged", "PTT"),
+    Threshold("plateau.min_points", 30, "fewest reward logs before a noisy plateau is judged"),
+    Threshold(
+        "plateau.min_gain", 0.05, "fitted gain over the window, times the reward's scale, that counts as learning"
+    ),
+    Threshold("plateau.t_stat", 2.0, "a rising slope with this t-statistic counts as learning"),
+    Threshold("plateau.constant_frac", 0.6, "share of recent logs at exactly one value (zero spread) = plateau"),
+    Threshold("plateau.constant_min_points", 10, "fewest logs for the zero-spread plateau"),
+    # duplicate_completions
+    Threshold("duplicate_completions.warn", 0.5, "duplicate share within prompt groups (or across prompts): warning"),
+    Threshold("duplicate_completions.error", 0.9, "... error"),
+)
+
+DEFAULT_THRESHOLDS: dict[str, float | int | bool] = {t.key: t.default for t in THRESHOLDS}
+DEFAULT_THRESHOLDS.update({f"{rule}.enabled": True for rule in RULE_IDS})
+
+
+def resolve_thresholds(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Merge user overrides into the defaults, validating every key and value.
+
+    Args:
+        overrides: flat ``{"entropy_collapse.warn_ratio": 0.2}`` or nested
+            ``{"entropy_collapse": {"warn_ratio": 0.2}}``; values may be strings ("0.2", "false").
+
+    Raises:
+        ValueError: unknown key (with the closest valid ones) or a value of the wrong type.
+    """
+    merged = dict(DEFAULT_THRESHOLDS)
+    for key, value in _flatten(overrides or {}).items():
+        if key not in DEFAULT_THRESHOLDS:
+            near = get_close_matches(key, DEFAULT_THRESHOLDS, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(near)}?" if near else "; see docs/health.md for the list"
+            raise ValueError(f"unknown health threshold {key!r}{hint}")
+        merged[key] = _coerce(key, value, DEFAULT_THRESHOLDS[key])
+    return merged
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, prefix=f"{full}."))
+        else:
+            flat[full] = value
+    return flat
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in {"1", "true", "yes", "on"}:
+            return True
+        if text in {"0", "false", "no", "off"}:
+            return False
+        raise ValueError(f"health threshold {key} must be true or false, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"health threshold {key} must be a number, got {value!r}") from None
+    if number != number or number < 0:
+        raise ValueError(f"health threshold {key} must be a non-negative number, got {value!r}")
+    if isinstance(default, int):
+        if number != int(number) or number < 1:
+            raise ValueError(f"health threshold {key} counts logs and must be a whole number >= 1, got {value!r}")
+        return int(number)
+    return number
