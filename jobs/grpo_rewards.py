@@ -1,25 +1,43 @@
-"""Built-in reward functions for GRPO jobs, usable from a run spec by name.
+"""Built-in reward functions for GRPO jobs, usable from a run spec by name, with parameters and a weight.
 
 This module ships beside `grpo_job.py` and imports nothing from `grpo_dashboard`: the same file runs inside the
 training job (locally or on Hugging Face Jobs) and is read by the dashboard for validation (names, parameters,
-required dataset columns). Every reward follows TRL's signature
-`f(prompts, completions, **kwargs) -> list[float | None]` and accepts both standard (str) and conversational
-(message list) completions.
+required dataset columns) and for the reward contract check. Every reward follows TRL's signature
+`f(prompts, completions, **kwargs) -> list[float | None]`, accepts both standard (str) and conversational
+(message list) completions, and returns one float or None (cannot judge) per completion. Heavy imports
+(math_verify, trl, jsonschema) happen inside the functions.
+
+Families (`RewardDef.kind`): format, accuracy, length, code, structured, custom. The code reward runs completions
+with `run_sandboxed` (defined at the end of this file so the job needs no other file): a subprocess with time and
+memory limits, a minimal environment, a temporary working directory and no network.
 """
 
 from __future__ import annotations
 
+import ast
+import concurrent.futures
+import functools
 import importlib
 import importlib.util
 import inspect
+import json
+import math
+import os
 import re
+import secrets
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 RewardFunc = Callable[..., list[float | None]]
+KINDS = ("format", "accuracy", "length", "code", "structured", "custom", "other")
 
 
 def completion_text(completion: Any) -> str:
@@ -37,18 +55,126 @@ def completion_text(completion: Any) -> str:
 
 @dataclass(frozen=True)
 class RewardDef:
-    """A built-in reward: a factory taking the spec's params and returning a TRL reward function."""
+    """A built-in reward: a factory taking the spec's params and returning a TRL reward function.
+
+    `params` holds every allowed parameter with its default; `help` one line per parameter; `kind` the family the
+    contract check uses for its expectations; `columns` the dataset columns read with default params.
+    """
 
     name: str
     factory: Callable[..., RewardFunc]
     description: str
     columns: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
+    kind: str = "other"
+    help: dict[str, str] = field(default_factory=dict)
 
+
+def _need(ok: bool, reward: str, param: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"{reward}: params.{param} = {value!r} is invalid; it must be {allowed}.")
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _column(kwargs: dict[str, Any], column: str, reward: str) -> list[Any]:
+    values = kwargs.get(column)
+    if values is None:
+        have = sorted(k for k in kwargs if k not in ("trainer_state", "log_extra", "log_metric", "completion_ids"))
+        raise KeyError(f"{reward} reads the dataset column {column!r}, which was not passed (columns: {have}). "
+                       f"Add the column or set the reward's *_column parameter.")
+    return list(values)
+
+
+# ---------------------------------------------------------------- answer extraction
+
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_ANSWER_IS = re.compile(r"(?:final answer|answer)\s*(?:is|:)\s*:?\s*(.+)", re.IGNORECASE)
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+EXTRACT_MODES = ("auto", "answer_tag", "boxed", "last_line", "full")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` (or `\\fbox{...}`) with balanced braces, or None."""
+    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    if start < 0:
+        return None
+    i = text.index("{", start) + 1
+    depth = 1
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j].strip()
+    return None
+
+
+def extract_answer(text: str, mode: str = "auto") -> str:
+    """The final answer in a completion: `<answer>` tag, `\\boxed{}`, `#### x`, `answer is x`, last line or all."""
+    if mode == "full":
+        return text.strip()
+    if mode == "last_line":
+        lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+    tag = _ANSWER_TAG.findall(text)
+    if mode == "answer_tag":
+        inner = tag[-1] if tag else ""
+        return (last_boxed(inner) or inner).strip()
+    if mode == "boxed":
+        return last_boxed(text) or ""
+    if tag:
+        return (last_boxed(tag[-1]) or tag[-1]).strip()
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    if "####" in text:
+        return text.rsplit("####", 1)[1].strip()
+    found = _ANSWER_IS.findall(text)
+    if found:
+        return found[-1].strip().splitlines()[0].strip().rstrip(".").strip()
+    return text.strip()
+
+
+def gold_answer(value: Any) -> str:
+    """The reference answer in a dataset value (GSM8K `... #### 42` keeps only `42`)."""
+    text = "" if value is None else str(value)
+    if "####" in text:
+        text = text.rsplit("####", 1)[1]
+    return text.strip()
+
+
+def normalize_text(text: str) -> str:
+    """Lower-case, drop LaTeX wrappers, punctuation and articles, collapse spaces (SQuAD-style)."""
+    text = re.sub(r"\\text\{([^}]*)\}", r"\1", text).replace("$", "").lower()
+    text = re.sub(r"[^\w\s]", " ", text)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*-?\d+(?:\.\d+)?)?|-?\.\d+")
+_FRAC = re.compile(r"\\[dt]?frac\{\s*(-?[\d.]+)\s*\}\{\s*(-?[\d.]+)\s*\}")
+
+
+def parse_number(text: str) -> float | None:
+    """The last number in `text` (accepts 1,234, -0.5, 3/4 and \\frac{3}{4}), or None."""
+    found = _NUMBER.findall(_FRAC.sub(r"\1/\2", text))
+    if not found:
+        return None
+    token = found[-1].replace(",", "").replace(" ", "")
+    try:
+        if "/" in token:
+            num, den = token.split("/", 1)
+            return float(num) / float(den) if float(den) else None
+        return float(token)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------- smoke / test rewards
 
 def _letter_fraction(letter: str = "a") -> RewardFunc:
-    if not isinstance(letter, str) or len(letter) != 1:
-        raise ValueError(f"letter_fraction: params.letter must be a single character, got {letter!r}.")
+    _need(isinstance(letter, str) and len(letter) == 1, "letter_fraction", "letter", letter, "a single character")
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
         out: list[float | None] = []
@@ -61,17 +187,22 @@ def _letter_fraction(letter: str = "a") -> RewardFunc:
 
 
 def _constant(value: float = 0.0) -> RewardFunc:
+    _need(_is_num(value), "constant", "value", value, "a finite number")
+
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
         return [float(value)] * len(completions)
 
     return reward
 
 
+# ---------------------------------------------------------------- format
+
 _THINK_STRICT = re.compile(r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>\n?$", re.DOTALL)
 _THINK_LENIENT = re.compile(r"<think>.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
 
 
 def _think_format(strict: bool = False) -> RewardFunc:
+    _need(isinstance(strict, bool), "think_format", "strict", strict, "true or false")
     pattern = _THINK_STRICT if strict else _THINK_LENIENT
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
@@ -81,10 +212,13 @@ def _think_format(strict: bool = False) -> RewardFunc:
 
 
 def _regex_match(pattern: str = "", full: bool = False) -> RewardFunc:
+    _need(isinstance(pattern, str) and bool(pattern), "regex", "pattern", pattern,
+          "a non-empty regular expression, e.g. '<answer>.*</answer>'")
+    _need(isinstance(full, bool), "regex", "full", full, "true or false")
     try:
         compiled = re.compile(pattern, re.DOTALL)
     except re.error as exc:
-        raise ValueError(f"regex: params.pattern {pattern!r} is not a valid regular expression: {exc}.") from exc
+        raise ValueError(f"regex: params.pattern = {pattern!r} is not a valid regular expression ({exc}).") from exc
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
         match = compiled.fullmatch if full else compiled.search
@@ -93,64 +227,641 @@ def _regex_match(pattern: str = "", full: bool = False) -> RewardFunc:
     return reward
 
 
-def _math_accuracy(solution_column: str = "solution") -> RewardFunc:
-    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
-        from math_verify import LatexExtractionConfig, parse, verify
+def _as_messages(completions: list[Any]) -> list[list[dict[str, str]]]:
+    return [c if isinstance(c, list) else [{"role": "assistant", "content": completion_text(c)}] for c in completions]
 
-        solutions = kwargs.get(solution_column)
-        if solutions is None:
-            raise KeyError(f"math_accuracy needs the dataset column {solution_column!r}; it was not passed.")
+
+def _trl_think_format() -> RewardFunc:
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        from trl.rewards import think_format_reward
+
+        return think_format_reward(_as_messages(completions))
+
+    return reward
+
+
+# ---------------------------------------------------------------- accuracy
+
+def _math_accuracy(solution_column: str = "solution") -> RewardFunc:
+    _need(isinstance(solution_column, str) and bool(solution_column), "math_accuracy", "solution_column",
+          solution_column, "a dataset column name")
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+        solutions = _column(kwargs, solution_column, "math_accuracy")
+        pred_config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
         out: list[float | None] = []
         for c, sol in zip(completions, solutions, strict=True):
-            gold = parse(str(sol), extraction_mode="first_match")
-            if not gold:
-                gold = parse(f"${sol}$", extraction_mode="first_match")
+            gold_text = gold_answer(sol)
+            gold = parse(gold_text) or ("\\" in gold_text and parse(f"${gold_text}$"))
             if not gold:
                 out.append(None)
                 continue
-            pred = parse(completion_text(c), extraction_config=[LatexExtractionConfig()],
-                         extraction_mode="first_match")
+            text = completion_text(c)
+            tag = _ANSWER_TAG.findall(text)
+            pred = parse(tag[-1] if tag else text, extraction_config=pred_config, extraction_mode="first_match")
             out.append(1.0 if pred and verify(gold, pred) else 0.0)
         return out
 
     return reward
 
 
-REWARDS: dict[str, RewardDef] = {
-    "letter_fraction": RewardDef(
-        "letter_fraction", _letter_fraction, "Fraction of the completion's characters equal to `letter` (smoke task).",
-        params={"letter": "a"},
-    ),
-    "constant": RewardDef(
-        "constant", _constant, "Always returns `value` (for tests: a reward with no signal).", params={"value": 0.0},
-    ),
-    "think_format": RewardDef(
-        "think_format", _think_format,
-        "1.0 when the completion has <think>...</think> then <answer>...</answer> (strict: exact newlines).",
-        params={"strict": False},
-    ),
-    "regex": RewardDef(
-        "regex", _regex_match, "1.0 when the completion matches `pattern` (search, or full match with full=true).",
-        params={"pattern": "", "full": False},
-    ),
-    "math_accuracy": RewardDef(
-        "math_accuracy", _math_accuracy,
-        "1.0 when math-verify finds the completion's answer equal to the solution column (None if unparseable gold).",
-        columns=("solution",), params={"solution_column": "solution"},
-    ),
+def _trl_accuracy(solution_column: str = "solution", reasoning: bool = False) -> RewardFunc:
+    _need(isinstance(solution_column, str) and bool(solution_column), "trl_accuracy", "solution_column",
+          solution_column, "a dataset column name")
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        from trl.rewards import accuracy_reward, reasoning_accuracy_reward
+
+        fn = reasoning_accuracy_reward if reasoning else accuracy_reward
+        solutions = [str(s) for s in _column(kwargs, solution_column, "trl_accuracy")]
+        return fn(_as_messages(completions), solutions)
+
+    return reward
+
+
+def _check_extract(name: str, extract: str) -> None:
+    _need(extract in EXTRACT_MODES, name, "extract", extract, f"one of {list(EXTRACT_MODES)}")
+
+
+def _exact_match(answer_column: str = "answer", normalize: bool = True, extract: str = "auto") -> RewardFunc:
+    _need(isinstance(answer_column, str) and bool(answer_column), "exact_match", "answer_column", answer_column,
+          "a dataset column name")
+    _need(isinstance(normalize, bool), "exact_match", "normalize", normalize, "true or false")
+    _check_extract("exact_match", extract)
+    norm = normalize_text if normalize else str.strip
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        out: list[float | None] = []
+        for c, gold in zip(completions, _column(kwargs, answer_column, "exact_match"), strict=True):
+            want = norm(gold_answer(gold))
+            out.append(None if not want else float(norm(extract_answer(completion_text(c), extract)) == want))
+        return out
+
+    return reward
+
+
+def _numeric_match(answer_column: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 1e-9,
+                   extract: str = "auto") -> RewardFunc:
+    _need(isinstance(answer_column, str) and bool(answer_column), "numeric_match", "answer_column", answer_column,
+          "a dataset column name")
+    _need(_is_num(rel_tol) and rel_tol >= 0, "numeric_match", "rel_tol", rel_tol, "a number >= 0, e.g. 1e-6")
+    _need(_is_num(abs_tol) and abs_tol >= 0, "numeric_match", "abs_tol", abs_tol, "a number >= 0, e.g. 0.01")
+    _check_extract("numeric_match", extract)
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        out: list[float | None] = []
+        for c, gold in zip(completions, _column(kwargs, answer_column, "numeric_match"), strict=True):
+            want = gold if _is_num(gold) else parse_number(gold_answer(gold))
+            if want is None:
+                out.append(None)
+                continue
+            got = parse_number(extract_answer(completion_text(c), extract))
+            out.append(1.0 if got is not None and math.isclose(got, want, rel_tol=rel_tol, abs_tol=abs_tol) else 0.0)
+        return out
+
+    return reward
+
+
+def _multiple_choice(answer_column: str = "answer", choices: str = "ABCD", extract: str = "auto") -> RewardFunc:
+    _need(isinstance(answer_column, str) and bool(answer_column), "multiple_choice", "answer_column",
+          answer_column, "a dataset column name")
+    _need(isinstance(choices, str) and choices.isalpha() and choices.isupper() and len(set(choices)) == len(choices)
+          and len(choices) >= 2, "multiple_choice", "choices", choices, "distinct upper-case letters, e.g. 'ABCD'")
+    _check_extract("multiple_choice", extract)
+    letters = re.escape(choices)
+    alone = re.compile(rf"^\W*([{letters}])\W*$|^\(?([{letters}])[.:)]\s")
+    stated = re.compile(rf"(?:answer|option|choice)\s*(?:is|:)?\s*:?\s*\(?([{letters}])\b")
+
+    def letter(text: str) -> str | None:
+        ans = extract_answer(text, extract).strip()
+        m = alone.match(ans.upper() if len(ans) == 1 else ans) or stated.search(text)
+        return next(g for g in m.groups() if g) if m else None
+
+    def gold_letter(value: Any) -> str | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return choices[value] if 0 <= value < len(choices) else None
+        text = gold_answer(value)
+        if text.isdigit() and int(text) < len(choices) and text not in choices:
+            return choices[int(text)]
+        m = alone.match(text.upper())
+        return next(g for g in m.groups() if g) if m else None
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        out: list[float | None] = []
+        for c, gold in zip(completions, _column(kwargs, answer_column, "multiple_choice"), strict=True):
+            want = gold_letter(gold)
+            out.append(None if want is None else float(letter(completion_text(c)) == want))
+        return out
+
+    return reward
+
+
+# ---------------------------------------------------------------- length
+
+LENGTH_UNITS = ("tokens", "words", "chars")
+_APPROX_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def _units(completions: list[Any], kwargs: dict[str, Any], unit: str) -> list[list[Any]]:
+    """Each completion as a list of units; tokens are TRL's completion_ids, or an approximation when absent."""
+    ids = kwargs.get("completion_ids")
+    if unit == "tokens" and ids is not None and len(ids) == len(completions):
+        return [list(i) for i in ids]
+    texts = [completion_text(c) for c in completions]
+    if unit == "chars":
+        return [list(t) for t in texts]
+    if unit == "words":
+        return [t.split() for t in texts]
+    return [_APPROX_TOKEN.findall(t) for t in texts]
+
+
+def _check_unit(name: str, unit: str) -> None:
+    _need(unit in LENGTH_UNITS, name, "unit", unit, f"one of {list(LENGTH_UNITS)}")
+
+
+def _target_length(target: int = 256, tolerance: int = 0, unit: str = "tokens") -> RewardFunc:
+    _need(isinstance(target, int) and target > 0, "target_length", "target", target, "a positive integer")
+    _need(isinstance(tolerance, int) and tolerance >= 0, "target_length", "tolerance", tolerance, "an integer >= 0")
+    _check_unit("target_length", unit)
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        return [1.0 - min(1.0, max(0, abs(len(u) - target) - tolerance) / target)
+                for u in _units(completions, kwargs, unit)]
+
+    return reward
+
+
+def _soft_overlong(max_completion_len: int = 256, soft_punish_cache: int = 64, unit: str = "tokens") -> RewardFunc:
+    _need(isinstance(max_completion_len, int) and max_completion_len > 0, "soft_overlong", "max_completion_len",
+          max_completion_len, "a positive integer (usually training.max_completion_length)")
+    _need(isinstance(soft_punish_cache, int) and 0 < soft_punish_cache <= max_completion_len, "soft_overlong",
+          "soft_punish_cache", soft_punish_cache, f"an integer in 1..max_completion_len ({max_completion_len})")
+    _check_unit("soft_overlong", unit)
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        from trl.rewards import get_soft_overlong_punishment
+
+        fn = get_soft_overlong_punishment(max_completion_len, soft_punish_cache)
+        return [float(v) for v in fn(completion_ids=_units(completions, kwargs, unit))]
+
+    return reward
+
+
+def _repetition_penalty(ngram_size: int = 3, max_penalty: float = -1.0, unit: str = "tokens") -> RewardFunc:
+    _need(isinstance(ngram_size, int) and ngram_size >= 1, "repetition_penalty", "ngram_size", ngram_size,
+          "a positive integer, e.g. 3")
+    _need(_is_num(max_penalty) and max_penalty <= 0, "repetition_penalty", "max_penalty", max_penalty,
+          "a number <= 0, e.g. -1.0")
+    _check_unit("repetition_penalty", unit)
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        from trl.rewards import get_repetition_penalty_reward
+
+        fn = get_repetition_penalty_reward(ngram_size=ngram_size, max_penalty=float(max_penalty))
+        return [float(v) for v in fn(_units(completions, kwargs, unit))]
+
+    return reward
+
+
+def _cosine_scaled(max_len: int = 256, solution_column: str = "solution", min_value_wrong: float = -1.0,
+                   max_value_wrong: float = -0.5, min_value_correct: float = 0.5,
+                   max_value_correct: float = 1.0) -> RewardFunc:
+    _need(isinstance(max_len, int) and max_len > 0, "cosine_scaled", "max_len", max_len, "a positive integer")
+    for pname, v in (("min_value_wrong", min_value_wrong), ("max_value_wrong", max_value_wrong),
+                     ("min_value_correct", min_value_correct), ("max_value_correct", max_value_correct)):
+        _need(_is_num(v), "cosine_scaled", pname, v, "a finite number")
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        from trl.rewards import get_cosine_scaled_reward
+
+        fn = get_cosine_scaled_reward(max_len, min_value_wrong, max_value_wrong, min_value_correct, max_value_correct)
+        solutions = [str(s) for s in _column(kwargs, solution_column, "cosine_scaled")]
+        return fn(_as_messages(completions), solutions, _units(completions, kwargs, "tokens"))
+
+    return reward
+
+
+# ---------------------------------------------------------------- structured output
+
+def extract_json(text: str) -> tuple[bool, Any]:
+    """Parse the JSON in a completion: the whole text, an `<answer>` tag, a ```json fence, or the outer {...}/[...]."""
+    candidates = [text.strip()]
+    candidates += [t.strip() for t in _ANSWER_TAG.findall(text)]
+    candidates += [body.strip() for _, body in _FENCE.findall(text)]
+    for open_, close in (("{", "}"), ("[", "]")):
+        i, j = text.find(open_), text.rfind(close)
+        if 0 <= i < j:
+            candidates.append(text[i:j + 1])
+    for cand in candidates:
+        if not cand:
+            continue
+        try:
+            return True, json.loads(cand)
+        except ValueError:
+            continue
+    return False, None
+
+
+_SCHEMA_TYPES: dict[str, Callable[[Any], bool]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer(),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
 }
+_SCHEMA_KEYWORDS = {
+    "type", "properties", "required", "additionalProperties", "items", "enum", "const", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
+    "anyOf", "allOf", "oneOf", "not", "$schema", "$id", "title", "description", "default", "examples",
+}
+
+
+def _check_schema_subset(schema: Any, where: str = "schema") -> None:
+    if not isinstance(schema, dict):
+        raise ValueError(f"json_valid: {where} must be a JSON object (a mapping), got {type(schema).__name__}.")
+    for key, value in schema.items():
+        if key not in _SCHEMA_KEYWORDS:
+            raise ValueError(f"json_valid: {where} uses the JSON-schema keyword {key!r}, which the built-in checker "
+                             f"does not support ({sorted(_SCHEMA_KEYWORDS)}). Install `jsonschema` for full support "
+                             f"(pip install jsonschema), or simplify the schema.")
+        if key == "type":
+            kinds = value if isinstance(value, list) else [value]
+            bad = [k for k in kinds if k not in _SCHEMA_TYPES]
+            if bad:
+                raise ValueError(f"json_valid: {where}.type {value!r} is not one of {sorted(_SCHEMA_TYPES)}.")
+        elif key == "properties":
+            for name, sub in dict(value).items():
+                _check_schema_subset(sub, f"{where}.properties.{name}")
+        elif key in ("items", "not") or key == "additionalProperties" and isinstance(value, dict):
+            _check_schema_subset(value, f"{where}.{key}")
+        elif key in ("anyOf", "allOf", "oneOf"):
+            for i, sub in enumerate(value):
+                _check_schema_subset(sub, f"{where}.{key}[{i}]")
+
+
+def _schema_errors(schema: dict[str, Any], v: Any, path: str = "$") -> list[str]:
+    """Errors of `v` against the supported JSON-schema subset (empty when valid)."""
+    errs: list[str] = []
+    t = schema.get("type")
+    if t is not None and not any(_SCHEMA_TYPES[k](v) for k in (t if isinstance(t, list) else [t])):
+        return [f"{path}: expected type {t}, got {type(v).__name__}"]
+    if "enum" in schema and v not in schema["enum"]:
+        errs.append(f"{path}: {v!r} not in enum {schema['enum']}")
+    if "const" in schema and v != schema["const"]:
+        errs.append(f"{path}: {v!r} != const {schema['const']!r}")
+    if _SCHEMA_TYPES["number"](v):
+        for key, bad in (("minimum", v < schema.get("minimum", v)), ("maximum", v > schema.get("maximum", v)),
+                         ("exclusiveMinimum", "exclusiveMinimum" in schema and v <= schema["exclusiveMinimum"]),
+                         ("exclusiveMaximum", "exclusiveMaximum" in schema and v >= schema["exclusiveMaximum"])):
+            if bad:
+                errs.append(f"{path}: {v} violates {key} {schema[key]}")
+    if isinstance(v, str):
+        if len(v) < schema.get("minLength", 0) or len(v) > schema.get("maxLength", len(v)):
+            errs.append(f"{path}: length {len(v)} outside minLength/maxLength")
+        if "pattern" in schema and not re.search(schema["pattern"], v):
+            errs.append(f"{path}: does not match pattern {schema['pattern']!r}")
+    if isinstance(v, list):
+        if len(v) < schema.get("minItems", 0) or len(v) > schema.get("maxItems", len(v)):
+            errs.append(f"{path}: {len(v)} items outside minItems/maxItems")
+        if isinstance(schema.get("items"), dict):
+            for i, item in enumerate(v):
+                errs += _schema_errors(schema["items"], item, f"{path}[{i}]")
+    if isinstance(v, dict):
+        props = schema.get("properties", {})
+        errs += [f"{path}: missing required {k!r}" for k in schema.get("required", []) if k not in v]
+        extra = schema.get("additionalProperties", True)
+        for k, item in v.items():
+            if k in props:
+                errs += _schema_errors(props[k], item, f"{path}.{k}")
+            elif extra is False:
+                errs.append(f"{path}: unexpected property {k!r}")
+            elif isinstance(extra, dict):
+                errs += _schema_errors(extra, item, f"{path}.{k}")
+    for key, need in (("allOf", "all"), ("anyOf", "any"), ("oneOf", "one")):
+        if key in schema:
+            ok = [not _schema_errors(sub, v, path) for sub in schema[key]]
+            if not {"all": all(ok), "any": any(ok), "one": sum(ok) == 1}[need]:
+                errs.append(f"{path}: fails {key}")
+    if "not" in schema and not _schema_errors(schema["not"], v, path):
+        errs.append(f"{path}: matches the `not` schema")
+    return errs
+
+
+def schema_validator(schema: Any) -> Callable[[Any], list[str]]:
+    """A function returning the errors of an instance against `schema` (jsonschema when installed, else a subset).
+
+    Raises ValueError with the reason when the schema itself is invalid or unsupported.
+    """
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError as exc:
+            raise ValueError(f"json_valid: params.schema is a string but not valid JSON ({exc}).") from exc
+    if not isinstance(schema, dict):
+        raise ValueError(f"json_valid: params.schema must be a JSON-schema mapping, got {type(schema).__name__}.")
+    try:
+        import jsonschema
+    except ImportError:
+        _check_schema_subset(schema)
+        return lambda v: _schema_errors(schema, v)
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ValueError(f"json_valid: params.schema is not a valid JSON schema: {exc.message}.") from exc
+    validator = cls(schema)
+    return lambda v: [e.message for e in validator.iter_errors(v)]
+
+
+def _json_valid(schema: Any = None, schema_column: str | None = None, partial_credit: float = 0.5) -> RewardFunc:
+    _need(_is_num(partial_credit) and 0 <= partial_credit <= 1, "json_valid", "partial_credit", partial_credit,
+          "a number in [0, 1] (the reward for valid JSON that fails the schema)")
+    _need(schema_column is None or isinstance(schema_column, str) and bool(schema_column), "json_valid",
+          "schema_column", schema_column, "null or a dataset column holding one JSON schema per row")
+    fixed = schema_validator(schema) if schema is not None else None
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        schemas = _column(kwargs, schema_column, "json_valid") if schema_column else [None] * len(completions)
+        out: list[float | None] = []
+        for c, row_schema in zip(completions, schemas, strict=True):
+            ok, value = extract_json(completion_text(c))
+            check = schema_validator(row_schema) if row_schema not in (None, "") else fixed
+            out.append(0.0 if not ok else 1.0 if check is None or not check(value) else float(partial_credit))
+        return out
+
+    return reward
+
+
+# ---------------------------------------------------------------- code
+
+def extract_code(text: str) -> str:
+    """The program in a completion: the last ```python fence (else the last fence), else the text if it looks like
+    code, else an empty string."""
+    blocks = _FENCE.findall(text)
+    python = [body for lang, body in blocks if lang.lower() in ("python", "py", "python3", "")]
+    if python or blocks:
+        return (python or [body for _, body in blocks])[-1]
+    tag = _ANSWER_TAG.findall(text)
+    body = tag[-1] if tag else text
+    return body if re.search(r"^\s*(def |class |import |from \S+ import |print\()", body, re.MULTILINE) else ""
+
+
+def parse_tests(value: Any, entry_point: str | None = None) -> tuple[str, list[Any]]:
+    """Unit tests from a dataset value: ('asserts', [code, ...]) or ('io', [(stdin, expected_stdout), ...]).
+
+    Accepts a code string (HumanEval `check(...)` with `entry_point`), a list of assert strings (MBPP `test_list`),
+    a list of {input, output} cases, {inputs: [...], outputs: [...]} (APPS), or any of these as a JSON string.
+    """
+    if value is None or value == "" or value == []:
+        return "none", []
+    if isinstance(value, str):
+        text = value.strip()
+        if text[:1] in "[{":
+            try:
+                return parse_tests(json.loads(text), entry_point)
+            except ValueError:
+                pass
+        return "asserts", [text + (f"\ncheck({entry_point})" if entry_point else "")]
+    if isinstance(value, dict):
+        if "inputs" in value and "outputs" in value:
+            return "io", [(str(i), str(o)) for i, o in zip(value["inputs"], value["outputs"], strict=False)]
+        if "input" in value and "output" in value:
+            return "io", [(str(value["input"]), str(value["output"]))]
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(t, str) for t in value):
+            return "asserts", list(value)
+        if all(isinstance(t, dict) and "input" in t and "output" in t for t in value):
+            return "io", [(str(t["input"]), str(t["output"])) for t in value]
+    raise ValueError(f"unsupported tests value of type {type(value).__name__}: give assert strings, a test script, "
+                     f"[{{input, output}}, ...] or {{inputs, outputs}}.")
+
+
+_HARNESS = r'''
+import json, sys
+nonce = sys.stdin.readline().strip()
+tests = json.loads(sys.stdin.read())
+out = sys.stdout
+def report(obj):
+    out.write(nonce + json.dumps(obj) + "\n")
+    out.flush()
+ns = {"__name__": "solution"}
+try:
+    with open("solution.py", encoding="utf-8") as f:
+        exec(compile(f.read(), "solution.py", "exec"), ns)
+except BaseException as exc:
+    report({"loaded": False, "error": f"{type(exc).__name__}: {exc}"[:300]})
+    raise SystemExit(0)
+for i, test in enumerate(tests):
+    try:
+        exec(compile(test, f"test_{i}", "exec"), ns)
+        report({"i": i, "ok": True})
+    except BaseException as exc:
+        report({"i": i, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]})
+'''
+
+
+def _same_output(got: str, want: str) -> bool:
+    norm = lambda s: "\n".join(line.rstrip() for line in s.strip().splitlines())  # noqa: E731
+    return norm(got) == norm(want)
+
+
+def run_tests(code: str, kind: str, tests: list[Any], timeout_s: float = 5.0, memory_mb: int = 512) -> float:
+    """Fraction of `tests` the program passes, each run in the sandbox (asserts together, io cases one by one)."""
+    if not tests:
+        return 0.0
+    if kind == "io":
+        passed = 0
+        for stdin, expected in tests:
+            res = run_sandboxed(code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb)
+            passed += res.ok and _same_output(res.stdout, expected)
+        return passed / len(tests)
+    nonce = secrets.token_hex(16)
+    res = run_sandboxed(_HARNESS, stdin=nonce + "\n" + json.dumps(tests), files={"solution.py": code},
+                        timeout_s=timeout_s, memory_mb=memory_mb)
+    oks: set[int] = set()
+    for line in res.stdout.splitlines():
+        if line.startswith(nonce):
+            record = json.loads(line[len(nonce):])
+            if record.get("ok"):
+                oks.add(int(record["i"]))
+    return len(oks) / len(tests)
+
+
+def _code_tests(tests_column: str = "tests", entry_point_column: str | None = None, timeout_s: float = 5.0,
+                memory_mb: int = 512, max_cases: int = 20, workers: int = 4) -> RewardFunc:
+    _need(isinstance(tests_column, str) and bool(tests_column), "code_tests", "tests_column", tests_column,
+          "a dataset column name")
+    _need(entry_point_column is None or isinstance(entry_point_column, str) and bool(entry_point_column),
+          "code_tests", "entry_point_column", entry_point_column, "null or a dataset column name")
+    _need(_is_num(timeout_s) and 0 < timeout_s <= 600, "code_tests", "timeout_s", timeout_s, "seconds in (0, 600]")
+    _need(isinstance(memory_mb, int) and memory_mb >= 64, "code_tests", "memory_mb", memory_mb, "an integer >= 64")
+    _need(isinstance(max_cases, int) and max_cases >= 1, "code_tests", "max_cases", max_cases, "an integer >= 1")
+    _need(isinstance(workers, int) and 1 <= workers <= 64, "code_tests", "workers", workers, "an integer in 1..64")
+
+    def one(text: str, tests_value: Any, entry: Any) -> float | None:
+        try:
+            kind, tests = parse_tests(tests_value, str(entry) if entry else None)
+        except ValueError:
+            return None
+        if not tests:
+            return None
+        code = extract_code(text)
+        if not code.strip():
+            return 0.0
+        return run_tests(code, kind, tests[:max_cases], float(timeout_s), memory_mb)
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        tests = _column(kwargs, tests_column, "code_tests")
+        entries = _column(kwargs, entry_point_column, "code_tests") if entry_point_column else [None] * len(tests)
+        texts = [completion_text(c) for c in completions]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, texts, tests, entries))
+
+    return reward
+
+
+# ---------------------------------------------------------------- custom code
+
+def _python_inline(code: str = "", function: str = "reward", args: dict[str, Any] | None = None) -> RewardFunc:
+    """Inline reward code. Building it only parses the code (never runs it); it runs on the first call, in the job."""
+    _need(isinstance(code, str) and bool(code.strip()), "python", "code", code,
+          "Python source defining a function with TRL's reward signature (completions, **kwargs)")
+    _need(isinstance(args, dict) or args is None, "python", "args", args, "a mapping of extra keyword arguments")
+    try:
+        tree = ast.parse(code, "<reward code>")
+    except SyntaxError as exc:
+        raise ValueError(f"python: params.code has a syntax error at line {exc.lineno}: {exc.msg}.") from exc
+    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    names = set(defs) | {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                         if isinstance(t, ast.Name)}
+    _need(function in names, "python", "function", function,
+          f"a name defined at the top level of params.code (found {sorted(names) or 'none'})")
+    state: dict[str, Any] = {}
+
+    def load() -> Callable[..., Any]:
+        if "fn" not in state:
+            namespace: dict[str, Any] = {"__name__": "grpo_inline_reward"}
+            exec(compile(tree, "<reward code>", "exec"), namespace)  # noqa: S102 - the user's own reward, in the job
+            state["fn"] = namespace[function]
+        return state["fn"]
+
+    if isinstance(defs.get(function), ast.AsyncFunctionDef):
+        async def areward(*a: Any, **kw: Any) -> list[float | None]:
+            return await load()(*a, **{**(args or {}), **kw})
+
+        return areward
+
+    def reward(*a: Any, **kw: Any) -> list[float | None]:
+        return load()(*a, **{**(args or {}), **kw})
+
+    return reward
+
+
+# ---------------------------------------------------------------- registry
+
+_EXTRACT_HELP = "where the answer is: auto (<answer> tag, \\boxed{}, '####', 'answer is'), answer_tag, boxed, " \
+                "last_line, full"
+_UNIT_HELP = "tokens (TRL's completion_ids), words or chars"
+_SOL_HELP = "dataset column with the reference solution (GSM8K '... #### 42' is fine)"
+
+
+def _def(name: str, factory: Callable[..., RewardFunc], kind: str, description: str,
+         params: dict[str, tuple[Any, str]] | None = None, columns: tuple[str, ...] = ()) -> RewardDef:
+    params = params or {}
+    return RewardDef(name, factory, description, columns, {k: v[0] for k, v in params.items()}, kind,
+                     {k: v[1] for k, v in params.items()})
+
+
+REWARDS: dict[str, RewardDef] = {d.name: d for d in (
+    _def("letter_fraction", _letter_fraction, "other", "Fraction of the completion's characters equal to `letter` "
+         "(smoke task).", {"letter": ("a", "the character to count")}),
+    _def("constant", _constant, "other", "Always returns `value` (for tests: a reward with no signal).",
+         {"value": (0.0, "the value returned for every completion")}),
+    _def("think_format", _think_format, "format", "1.0 when the completion has <think>...</think> then "
+         "<answer>...</answer> (strict: exactly that, with newlines around the contents), else 0.0.",
+         {"strict": (False, "require the exact layout '<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>'")}),
+    _def("trl_think_format", _trl_think_format, "format", "TRL's think_format_reward: 1.0 when the completion starts "
+         "with one <think>...</think> block, else 0.0."),
+    _def("regex", _regex_match, "format", "1.0 when the completion matches `pattern` (search, or the whole text "
+         "with full=true), else 0.0.", {"pattern": ("", "a Python regular expression (DOTALL)"),
+                                       "full": (False, "the whole completion must match")}),
+    _def("math_accuracy", _math_accuracy, "accuracy", "1.0 when math-verify finds the completion's answer (\\boxed{}, "
+         "<answer> tag, LaTeX or a plain number) equal to the solution; None when the solution is unparseable.",
+         {"solution_column": ("solution", _SOL_HELP)}, ("solution",)),
+    _def("trl_accuracy", _trl_accuracy, "accuracy", "TRL's accuracy_reward (reasoning=true: "
+         "reasoning_accuracy_reward, only after </think>): math-verify on \\boxed{} answers.",
+         {"solution_column": ("solution", _SOL_HELP), "reasoning": (False, "only judge the text after </think>")},
+         ("solution",)),
+    _def("exact_match", _exact_match, "accuracy", "1.0 when the extracted answer equals the answer column "
+         "(normalised: case, punctuation, articles, spaces), else 0.0; None for an empty reference.",
+         {"answer_column": ("answer", "dataset column with the reference answer"),
+          "normalize": (True, "compare normalised text (false: exact after stripping spaces)"),
+          "extract": ("auto", _EXTRACT_HELP)}, ("answer",)),
+    _def("numeric_match", _numeric_match, "accuracy", "1.0 when the last number in the extracted answer equals the "
+         "reference number within tolerance (1,234 / 3/4 / \\frac{3}{4} understood); None if the reference has no "
+         "number.", {"answer_column": ("answer", "dataset column with the reference answer"),
+                     "rel_tol": (1e-6, "relative tolerance"), "abs_tol": (1e-9, "absolute tolerance"),
+                     "extract": ("auto", _EXTRACT_HELP)}, ("answer",)),
+    _def("multiple_choice", _multiple_choice, "accuracy", "1.0 when the chosen letter equals the answer column "
+         "(a letter, '(B)', or a 0-based index), else 0.0.",
+         {"answer_column": ("answer", "dataset column with the correct letter or index"),
+          "choices": ("ABCD", "the allowed letters"), "extract": ("auto", _EXTRACT_HELP)}, ("answer",)),
+    _def("cosine_scaled", _cosine_scaled, "accuracy", "TRL's cosine-scaled reward: math-verify correctness scaled by "
+         "length (short correct answers score most, short wrong ones least).",
+         {"max_len": (256, "length (tokens) at which the schedule ends"), "solution_column": ("solution", _SOL_HELP),
+          "min_value_wrong": (-1.0, "wrong answer, shortest"), "max_value_wrong": (-0.5, "wrong answer, longest"),
+          "min_value_correct": (0.5, "correct answer, longest"),
+          "max_value_correct": (1.0, "correct answer, shortest")}, ("solution",)),
+    _def("target_length", _target_length, "length", "1 - |length - target| / target (clipped to [0, 1]): 1.0 at "
+         "the target length.", {"target": (256, "the ideal length"), "tolerance": (0, "no penalty within this "
+                                "distance of the target"), "unit": ("tokens", _UNIT_HELP)}),
+    _def("soft_overlong", _soft_overlong, "length", "DAPO soft overlong punishment (TRL): 0 up to max_completion_len "
+         "- soft_punish_cache, then linearly down to -1 at max_completion_len, -1 beyond.",
+         {"max_completion_len": (256, "usually training.max_completion_length"),
+          "soft_punish_cache": (64, "length of the linear penalty zone"), "unit": ("tokens", _UNIT_HELP)}),
+    _def("repetition_penalty", _repetition_penalty, "length", "TRL's n-gram repetition penalty: 0 without repeated "
+         "n-grams, down to max_penalty for a fully repetitive completion.",
+         {"ngram_size": (3, "n-gram size"), "max_penalty": (-1.0, "penalty of a fully repetitive completion (<= 0)"),
+          "unit": ("tokens", _UNIT_HELP)}),
+    _def("code_tests", _code_tests, "code", "Runs the completion's Python (last ```python block) against the row's "
+         "unit tests in a sandbox (time and memory limits, no network, no secrets): the fraction passed; None "
+         "without tests.", {"tests_column": ("tests", "dataset column with asserts, a test script, or io cases"),
+                            "entry_point_column": (None, "column naming the function for HumanEval's check()"),
+                            "timeout_s": (5.0, "seconds per completion (per case for io tests)"),
+                            "memory_mb": (512, "address-space limit per run"),
+                            "max_cases": (20, "at most this many tests per row"),
+                            "workers": (4, "completions tested in parallel")}, ("tests",)),
+    _def("json_valid", _json_valid, "structured", "1.0 for valid JSON (whole text, <answer> tag, ```json fence or "
+         "outer braces) matching the schema if any; partial_credit for valid JSON failing it; 0.0 otherwise.",
+         {"schema": (None, "a JSON schema (mapping or JSON text) every completion must match"),
+          "schema_column": (None, "dataset column with one JSON schema per row"),
+          "partial_credit": (0.5, "reward for valid JSON that fails the schema")}),
+    _def("python", _python_inline, "custom", "Your own reward written inline: `code` defines `function` with TRL's "
+         "signature (completions, **kwargs) -> list[float | None]; runs only in the job.",
+         {"code": ("", "Python source"), "function": ("reward", "the function's name in the code"),
+          "args": (None, "extra keyword arguments passed to it")}),
+)}
 
 
 def required_columns(builtin: str, params: dict[str, Any]) -> list[str]:
     """Dataset columns a built-in reward reads, after its parameters are applied."""
     rdef = REWARDS[builtin]
-    if "solution_column" in rdef.params:
-        return [str(params.get("solution_column", rdef.params["solution_column"]))]
-    return list(rdef.columns)
+    merged = {**rdef.params, **(params or {})}
+    keys = [k for k in rdef.params if k.endswith("_column")]
+    if not keys:
+        return list(rdef.columns)
+    return [str(merged[k]) for k in keys if merged.get(k)]
 
 
 def load_custom(function: str, base_dir: str | None = None) -> Callable[..., Any]:
-    """Load a user reward from `path/to/file.py:func` or `package.module:func` (or `package.module.func`)."""
+    """Load a user reward from `path/to/file.py:func` or `package.module:func` (or `package.module.func`).
+
+    This executes the user's module: call it only in the job or the sandboxed reward worker.
+    """
     if ":" in function:
         target, attr = function.rsplit(":", 1)
     else:
@@ -190,7 +901,7 @@ def build_reward(name: str, builtin: str | None, function: str | None, params: d
             raise KeyError(f"Unknown reward {key!r}; built-ins are {sorted(REWARDS)}.")
         fn = REWARDS[key].factory(**params)
 
-    if inspect.iscoroutinefunction(fn):
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
         async def named_async(*args: Any, **kwargs: Any) -> list[float | None]:
             return await fn(*args, **kwargs)
 
@@ -205,7 +916,176 @@ def build_reward(name: str, builtin: str | None, function: str | None, params: d
 
 
 def _bind(fn: Callable[..., Any], params: dict[str, Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(fn):
+        async def abound(*args: Any, **kwargs: Any) -> Any:
+            return await fn(*args, **{**params, **kwargs})
+
+        return abound
+
     def bound(*args: Any, **kwargs: Any) -> Any:
         return fn(*args, **{**params, **kwargs})
 
     return bound
+
+
+# ---------------------------------------------------------------- sandbox
+
+@dataclass
+class SandboxResult:
+    """What a sandboxed run produced. `ok` is a clean exit within the time limit."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration_s: float
+    isolation: str
+
+    @property
+    def ok(self) -> bool:
+        """True when the program exited with status 0 before the time limit."""
+        return self.returncode == 0 and not self.timed_out
+
+    @property
+    def memory_exceeded(self) -> bool:
+        """True when the program ran out of its memory limit."""
+        return "MemoryError" in self.stderr or "Cannot allocate memory" in self.stderr
+
+
+# Runs first in the child: limits, then an audit hook (network, process spawning, secret files), then the program.
+# Audit hooks are defence in depth, not a jail; the namespaces added by `unshare` (when available) are the barrier.
+_GUARD = r'''
+import json, os, re, resource, runpy, sys
+cfg = json.loads(sys.argv[1])
+def _limit(res, soft, hard):
+    cur_soft, cur_hard = resource.getrlimit(res)
+    if cur_hard != resource.RLIM_INFINITY:
+        soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+    try:
+        resource.setrlimit(res, (soft, hard))
+    except (ValueError, OSError):
+        pass
+if cfg["memory"]:
+    _limit(resource.RLIMIT_AS, cfg["memory"], cfg["memory"])
+_limit(resource.RLIMIT_CPU, cfg["cpu"], cfg["cpu"] + 2)
+_limit(resource.RLIMIT_FSIZE, cfg["fsize"], cfg["fsize"])
+_limit(resource.RLIMIT_CORE, 0, 0)
+_deny = [re.compile(p) for p in cfg["deny"]]
+_block = frozenset(cfg["block"])
+_proc = re.compile(r"^/proc/(\d+)(?:/|$)")
+_me, _realpath, _fsdecode = str(os.getpid()), os.path.realpath, os.fsdecode
+def _hook(event, args):
+    if event == "open":
+        if isinstance(args[0], (str, bytes)):
+            p = _realpath(_fsdecode(args[0]))
+            m = _proc.match(p)
+            if (m and m.group(1) != _me) or any(d.match(p) for d in _deny):
+                raise PermissionError(f"sandbox: reading {p} is not allowed")
+    elif event == "socket.__new__":
+        if args[1] != 1:
+            raise PermissionError("sandbox: network access is disabled")
+    elif event in _block and not (event == "ctypes.dlopen" and args[0] is None):
+        raise PermissionError(f"sandbox: {event} is not allowed")
+sys.addaudithook(_hook)
+sys.path[:0] = cfg["path"]
+sys.argv = [cfg["main"], *cfg["argv"]]
+del cfg, _limit
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+_SPAWN_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+                 "ctypes.dlopen")
+_SECRET_FILES = (".cache/huggingface", ".huggingface", ".netrc", ".ssh", ".aws", ".azure", ".config/gcloud",
+                 ".config/gh", ".git-credentials", ".docker", ".pypirc", ".kaggle")
+_UNSHARE = (("--net", "--pid", "--fork", "--mount-proc", "--kill-child"), ("--net", "--pid", "--fork", "--mount-proc"),
+            ("--map-root-user", "--net", "--pid", "--fork", "--mount-proc"), ("--net",), ("--map-root-user", "--net"))
+
+
+@functools.cache
+def isolation_prefix() -> tuple[str, ...]:
+    """The `unshare` command that gives the child its own network (and pid) namespace here, or () if none works."""
+    tool = shutil.which("unshare")
+    if not sys.platform.startswith("linux") or not tool or os.environ.get("GRPO_SANDBOX_NO_UNSHARE"):
+        return ()
+    for flags in _UNSHARE:
+        try:
+            if subprocess.run([tool, *flags, "true"], capture_output=True, timeout=10).returncode == 0:
+                return (tool, *flags)
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return ()
+
+
+def _deny_patterns() -> list[str]:
+    homes = {os.path.realpath(os.path.expanduser("~"))}
+    if os.environ.get("HOME"):
+        homes.add(os.path.realpath(os.environ["HOME"]))
+    alts = "|".join(re.escape(p) for p in _SECRET_FILES)
+    pats = [rf"^{re.escape(h.rstrip('/'))}/(?:{alts})(?:/|$)" for h in homes]
+    for var in ("HF_HOME", "HF_TOKEN_PATH", "HF_STORED_TOKENS_PATH"):
+        if os.environ.get(var):
+            path = os.path.realpath(os.environ[var])
+            tail = "/(?:token|stored_tokens)" if var == "HF_HOME" else ""
+            pats.append(rf"^{re.escape(path)}{tail}$")
+    return pats + [r"^/run/secrets(?:/|$)"]
+
+
+def sandbox_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's whole environment: a PATH, a temporary HOME, UTF-8; nothing inherited (no tokens, no proxies)."""
+    path = os.pathsep.join(dict.fromkeys([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
+    return {"PATH": path, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1", **(extra or {})}
+
+
+def run_sandboxed(code: str, *, stdin: str = "", timeout_s: float = 10.0, memory_mb: int | None = 512,
+                  files: dict[str, str] | None = None, argv: list[str] | None = None, allow_subprocess: bool = False,
+                  sys_path: list[str] | None = None, env: dict[str, str] | None = None,
+                  max_output: int = 1_000_000) -> SandboxResult:
+    """Run Python `code` in a sandboxed subprocess and return its exit status and output.
+
+    The child gets: a fresh temporary working directory (holding `files`), a minimal environment, an address-space
+    limit of `memory_mb`, a wall-clock limit of `timeout_s` (its whole process group is killed), no network (own
+    network namespace via `unshare` when available, and sockets refused by an audit hook), no subprocesses unless
+    `allow_subprocess`, and no reads of other processes' /proc entries or of token files (~/.cache/huggingface,
+    ~/.netrc, ~/.ssh...).
+    """
+    with tempfile.TemporaryDirectory(prefix="grpo-sandbox-") as work, \
+            tempfile.TemporaryDirectory(prefix="grpo-sandbox-io-") as io_dir:
+        for name, content in (files or {}).items():
+            target = Path(work) / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+        main = Path(work) / "main.py"
+        main.write_text(code, encoding="utf-8")
+        guard = Path(io_dir) / "guard.py"
+        guard.write_text(_GUARD, encoding="utf-8")
+        (Path(io_dir) / "stdin").write_text(stdin, encoding="utf-8")
+        cfg = {"memory": int(memory_mb) * 2**20 if memory_mb else 0, "cpu": int(math.ceil(timeout_s)) + 1,
+               "fsize": max(4 * max_output, 64 * 2**20), "deny": _deny_patterns(), "path": list(sys_path or []),
+               "block": [] if allow_subprocess else list(_SPAWN_EVENTS), "main": str(main), "argv": list(argv or [])}
+        prefix = isolation_prefix()
+        cmd = [*prefix, sys.executable, "-I", str(guard), json.dumps(cfg)]
+        start = time.monotonic()
+        timed_out = False
+        with open(Path(io_dir) / "stdin", "rb") as fin, open(Path(io_dir) / "out", "wb") as fout, \
+                open(Path(io_dir) / "err", "wb") as ferr:
+            proc = subprocess.Popen(cmd, stdin=fin, stdout=fout, stderr=ferr, cwd=work, start_new_session=True,
+                                    env=sandbox_env(work, env))
+            try:
+                returncode: int | None = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill_group(proc.pid)
+                returncode = proc.wait()
+        duration = time.monotonic() - start
+        out = (Path(io_dir) / "out").read_bytes()[:max_output].decode("utf-8", errors="replace")
+        err = (Path(io_dir) / "err").read_bytes()[-max_output:].decode("utf-8", errors="replace")
+    isolation = "unshare " + " ".join(prefix[1:]) if prefix else "audit hook only"
+    return SandboxResult(None if timed_out else returncode, out, err, timed_out, duration, isolation)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
