@@ -21,6 +21,7 @@ from .store import TERMINAL, Run, RunStatus, Store, data_dir
 from .validation import ValidationReport, validate
 
 CANCEL_GRACE_S = 10.0
+LINGER_S = 30.0  # a job that reported its end but has not exited by then is killed
 _children: dict[str, Any] = {}
 _children_lock = threading.Lock()
 
@@ -118,8 +119,7 @@ def refresh(store: Store, run: Run) -> Run:
     ingest_file(store, run.id, metrics_path(run))
     run = store.get_run(run.id)
     if run.status in TERMINAL:
-        _reap(run)
-        return run
+        return _reap(store, run)
     exit_code, alive = _poll(run)
     if alive:
         if run.cancel_requested_at and time.time() - run.cancel_requested_at > CANCEL_GRACE_S and run.pid:
@@ -157,19 +157,38 @@ def _poll(run: Run) -> tuple[int | None, bool]:
     return None, local.is_alive(run.pid, run.pid_start)
 
 
-def _reap(run: Run) -> None:
+def _reap(store: Store, run: Run) -> Run:
+    """After the job reported its end: record the exit code once the process is gone, never blocking."""
     with _children_lock:
-        popen = _children.pop(run.id, None)
-    if popen is not None:
-        try:
-            popen.wait(timeout=CANCEL_GRACE_S + 5)
-        except Exception:  # noqa: BLE001 - the kill path below handles a stuck child
-            if run.pid:
-                local.signal_group(run.pid, signal.SIGKILL)
+        popen = _children.get(run.id)
+    if popen is None:
+        return run
+    code = popen.poll()
+    if code is None:
+        if run.ended_at and time.time() - run.ended_at > LINGER_S and run.pid:
+            local.signal_group(run.pid, signal.SIGKILL)  # reported its end but hangs in teardown
+        return run
+    with _children_lock:
+        _children.pop(run.id, None)
+    if run.pid and local.group_alive(run.pid):
+        local.signal_group(run.pid, signal.SIGKILL)
+    if run.exit_code is None:
+        store.update_run(run.id, exit_code=code)
+    return store.get_run(run.id)
+
+
+def _settle_ended(store: Store) -> None:
+    with _children_lock:
+        ids = list(_children)
+    for run_id in ids:
+        run = store.get_run(run_id)
+        if run.status in TERMINAL:
+            _reap(store, run)
 
 
 def refresh_active(store: Store) -> list[Run]:
     """Refresh every queued or running run; returns them after the refresh."""
+    _settle_ended(store)
     return [refresh(store, r) for r in store.list_runs(status=[RunStatus.QUEUED.value, RunStatus.RUNNING.value])]
 
 
@@ -188,7 +207,7 @@ def cancel(store: Store, run: Run, wait: bool = False, grace_s: float = CANCEL_G
     while time.monotonic() < deadline:
         run = refresh(store, store.get_run(run.id))
         if run.status in TERMINAL and not local.group_alive(run.pid or 0):
-            return run
+            return _await_exit(store, run)
         time.sleep(0.2)
     local.signal_group(run.pid, signal.SIGKILL)
     for _ in range(50):
@@ -209,8 +228,20 @@ def wait(store: Store, run: Run, poll_s: float = 0.5, on_update: Any = None) -> 
             on_update(run)
             last = token
         if run.status in TERMINAL:
-            return run
+            return _await_exit(store, run)
         time.sleep(poll_s)
+
+
+def _await_exit(store: Store, run: Run) -> Run:
+    """Give a job that reported its end a moment to exit, so its exit code is recorded."""
+    deadline = time.monotonic() + LINGER_S + 5
+    while time.monotonic() < deadline:
+        with _children_lock:
+            if run.id not in _children:
+                return store.get_run(run.id)
+        time.sleep(0.1)
+        run = refresh(store, store.get_run(run.id))
+    return run
 
 
 def last_error_line(path: Path, max_bytes: int = 65536) -> str | None:
