@@ -115,7 +115,7 @@ def log_path(run: Run) -> Path:
 def refresh(store: Store, run: Run) -> Run:
     """Ingest new records of an active run and settle its status if its process has ended."""
     if run.status in TERMINAL:
-        return run
+        return _reap(store, run)
     ingest_file(store, run.id, metrics_path(run))
     run = store.get_run(run.id)
     if run.status in TERMINAL:
