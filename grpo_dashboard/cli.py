@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("doctor", help="Diagnose a GRPO log (trainer_state.json, checkpoint dir, metrics.jsonl, JSONL).",
                    add_help=False)
+    sub.add_parser("hardware", help="Estimate GPU memory, time and cost of a spec on HF Jobs; recommend a flavor.",
+                   add_help=False)
     return p
 
 
@@ -69,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         from .health import doctor_main  # its own parser: PATH [--json] [--threshold K=V]
 
         return doctor_main(argv[i + 1:])
+    if argv[i:i + 1] == ["hardware"]:
+        from .hardware import hardware_main  # its own parser: SPEC [--json] [--live] [--all]
+
+        return hardware_main(argv[i + 1:])
     args = _parser().parse_args(argv)
     if args.data_dir:
         os.environ["GRPO_DASHBOARD_DATA_DIR"] = args.data_dir

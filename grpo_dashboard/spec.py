@@ -72,12 +72,17 @@ class RewardSpec:
 
 @dataclass
 class BackendSpec:
-    """Where the run executes. `local`: this machine, optionally on chosen GPUs and several processes."""
+    """Where the run executes. `local`: this machine, optionally on chosen GPUs and several processes.
+    `hf_jobs`: a Hugging Face Jobs container of `flavor` in `namespace`, killed after `timeout` ("90m", "2h", seconds;
+    unset: the estimated run time × 1.5, see hardware.py). The token is never part of the spec."""
 
     kind: str = "local"
     gpus: list[int] | None = None
     num_processes: int = 1
     accelerate_config: str | None = None
+    flavor: str | None = None
+    timeout: str | int | None = None
+    namespace: str | None = None
 
 
 @dataclass

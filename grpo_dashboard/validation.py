@@ -21,7 +21,7 @@ from .jobfiles import rewards_module
 from .spec import RunSpec
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-BACKENDS = ("local",)
+BACKENDS = ("local", "hf_jobs")
 ACCELERATE_CONFIGS = ("multi_gpu", "single_gpu", "zero1", "zero2", "zero3", "fsdp1", "fsdp2")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 REWARD_NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
@@ -64,6 +64,8 @@ def validate(spec: RunSpec, base_dir: str | Path | None = None) -> ValidationRep
     _check_rewards(spec, base, sample, err)
     _check_training(spec, err, warn)
     _check_backend(spec, base, err)
+    if spec.backend.kind == "hf_jobs":
+        _check_hf_jobs(spec, base, err, warn)
     if sample is not None:
         _check_chat_template(spec, base, sample, err, warn)
     return report
@@ -388,7 +390,7 @@ def _check_backend(spec: RunSpec, base: Path, err: Any) -> None:
         elif b.num_processes > len(b.gpus) and b.gpus:
             err(FieldError("backend.num_processes", b.num_processes,
                            f"is more than the {len(b.gpus)} GPU(s) listed in backend.gpus; use one process per GPU."))
-        count = _gpu_count()
+        count = _gpu_count() if b.kind == "local" else None
         if count is not None and b.gpus and max(b.gpus) >= count:
             err(FieldError("backend.gpus", b.gpus, f"names GPU {max(b.gpus)}, but this machine has {count} GPU(s) "
                            f"(indices 0..{count - 1})." if count else "names GPUs, but this machine has none."))
@@ -397,6 +399,65 @@ def _check_backend(spec: RunSpec, base: Path, err: Any) -> None:
             err(FieldError("backend.accelerate_config", b.accelerate_config,
                            f"must be a TRL preset ({', '.join(ACCELERATE_CONFIGS)}) or an existing accelerate "
                            f"config file."))
+
+
+def _check_hf_jobs(spec: RunSpec, base: Path, err: Any, warn: Any) -> None:
+    from . import hardware
+
+    b, t = spec.backend, spec.training
+    flavors = hardware.BUILTIN_FLAVORS
+    if not b.namespace or not re.fullmatch(r"[A-Za-z0-9][\w.-]*", b.namespace):
+        err(FieldError("backend.namespace", b.namespace, "is required for hf_jobs: your Hugging Face username or an "
+                       "organization you can run jobs in (jobs, buckets and bills belong to it)."))
+    if b.gpus is not None:
+        err(FieldError("backend.gpus", b.gpus, "only applies to local runs; a Jobs container sees all GPUs of its "
+                       "flavor. Remove it."))
+    flavor = flavors.get(b.flavor or "")
+    if flavor is None:
+        close = difflib.get_close_matches(str(b.flavor), list(flavors), n=2)
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        err(FieldError("backend.flavor", b.flavor, f"must be a Jobs flavor: {', '.join(flavors)}. "
+                       f"`python -m grpo_dashboard hardware SPEC` recommends one.{hint}"))
+    elif not flavor.is_gpu:
+        warn(FieldError("backend.flavor", b.flavor, "is a CPU flavor: GRPO trains only tiny test models in useful "
+                        "time without a GPU.", "warning"))
+    elif b.num_processes > flavor.gpus:
+        err(FieldError("backend.num_processes", b.num_processes, f"is more than the {flavor.gpus} GPU(s) of "
+                       f"{b.flavor}; use at most one process per GPU, or a flavor with more GPUs."))
+    try:
+        timeout = hardware.parse_timeout(b.timeout)
+    except ValueError as exc:
+        err(FieldError("backend.timeout", b.timeout, str(exc)))
+        timeout = None
+    if timeout is not None and timeout < 300:
+        err(FieldError("backend.timeout", b.timeout, "is under 5 minutes: installing the job's packages alone takes "
+                       "that long. Use e.g. '2h', or leave it unset to derive it from the estimated run time."))
+    local = _resolve(base, spec.model.name_or_path)
+    if spec.model.name_or_path and not spec.model.build_tiny and local.is_dir():
+        err(FieldError("model.name_or_path", spec.model.name_or_path, "is a local directory, which a Jobs container "
+                       "cannot see. Push it to the Hub (`hf upload`) and use its repo id."))
+    for key in [k for k in t if "token" in k.lower() and t[k]]:
+        err(FieldError(f"training.{key}", "***", "must not hold a token: the job gets yours as the HF_TOKEN secret."))
+    if t.get("push_to_hub") and not t.get("hub_model_id"):
+        err(FieldError("training.hub_model_id", None, "is required with push_to_hub on HF Jobs (the output directory "
+                       "is /data/output, so TRL would push to a repo named 'output'). Set e.g. 'you/qwen-grpo'."))
+    if t.get("push_to_hub") and not spec.save_model:
+        warn(FieldError("save_model", False, "is false, so the final model is never pushed; only checkpoints are "
+                        "(hub_strategy).", "warning"))
+    if t.get("hub_model_id") and not t.get("push_to_hub"):
+        warn(FieldError("training.hub_model_id", t["hub_model_id"], "is set but push_to_hub is not; the model stays "
+                        "in the job's bucket folder.", "warning"))
+    if flavor is not None and flavor.is_gpu and t.get("use_cpu"):
+        warn(FieldError("training.use_cpu", True, f"trains on the CPU of a paid {b.flavor} GPU flavor; remove it.",
+                        "warning"))
+    if flavor is None:
+        return
+    report = hardware.estimate_for_spec(spec, base)
+    for w in report.warnings:
+        if "does not fit" in w or "shorter than" in w or "bf16" in w:
+            field = "backend.timeout" if "shorter than" in w else "backend.flavor"
+            more = f" Options: {'; '.join(report.suggestions)}." if report.suggestions and "fit" in w else ""
+            warn(FieldError(field, b.timeout if "shorter" in w else b.flavor, f"{w}.{more}", "warning"))
 
 
 def _check_chat_template(spec: RunSpec, base: Path, sample: DatasetSample, err: Any, warn: Any) -> None:
