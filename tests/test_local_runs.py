@@ -116,7 +116,7 @@ def test_watcher_killed_mid_run_and_restarted_loses_and_duplicates_nothing(tiny_
     run = store.get_run(run.id)
     assert run.status == "completed"
     assert same_values(jsonl_records(metrics_path(run)), store_records(store, run.id))
-    assert run.n_records == 101 and run.n_skipped == 0
+    assert run.n_records == 151 and run.n_skipped == 0
 
 
 def test_vanished_and_reused_pids_are_marked_failed(tmp_path: Path) -> None:
