@@ -58,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("doctor", help="Diagnose a GRPO log (trainer_state.json, checkpoint dir, metrics.jsonl, JSONL).",
                    add_help=False)
+    sub.add_parser("check-rewards", help="Run every reward on real rows (ideal, wrong-format, empty, garbage) in a "
+                   "sandbox and flag broken ones.", add_help=False)
+    sub.add_parser("inspect-dataset", help="Show a spec's dataset: columns, prompt column, chat template, prompt "
+                   "lengths.", add_help=False)
     sub.add_parser("hardware", help="Estimate GPU memory, time and cost of a spec on HF Jobs; recommend a flavor.",
                    add_help=False)
     return p
@@ -71,6 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         from .health import doctor_main  # its own parser: PATH [--json] [--threshold K=V]
 
         return doctor_main(argv[i + 1:])
+    if argv[i:i + 1] == ["check-rewards"]:
+        from .reward_check import check_rewards_main  # its own parser: SPEC [--rows N] [--json]
+
+        return check_rewards_main(argv[i + 1:])
+    if argv[i:i + 1] == ["inspect-dataset"]:
+        from .dataset_inspect import inspect_main  # its own parser: SPEC [--json]
+
+        return inspect_main(argv[i + 1:])
     if argv[i:i + 1] == ["hardware"]:
         from .hardware import hardware_main  # its own parser: SPEC [--json] [--live] [--all]
 
