@@ -1,0 +1,369 @@
+"""Chart data and figures for the dashboard, without gradio: metric frames, EMA smoothing, spike-keeping
+downsampling, grouping of TRL metric names into panels, and plotly figure building.
+
+Every figure keeps the raw series (faint) under its smoothed twin, draws eval metrics over their train twins, and
+never sends more than `MAX_POINTS` points per line to the browser.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+MAX_POINTS = 2000
+XAXES = ("step", "wall time", "relative time")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf")
+
+# End-of-training summaries and eval bookkeeping: one value each, not curves.
+SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos",
+                          "train_loss", "epoch", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"})
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One chart of the run detail page: which metric keys it draws."""
+
+    id: str
+    title: str
+    y_title: str
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel("reward", "Reward per function (mean ± std)", "reward"),
+    Panel("reward_spread", "Reward spread: reward_std and frac_reward_zero_std", "value"),
+    Panel("kl", "KL to the reference model", "kl"),
+    Panel("clip", "Clip ratios (low / high / region)", "fraction"),
+    Panel("entropy", "Entropy", "nats / token"),
+    Panel("length", "Completion length (tokens) and clipped ratio", "tokens"),
+    Panel("grad_norm", "Gradient norm", "grad_norm"),
+    Panel("learning_rate", "Learning rate", "learning_rate"),
+    Panel("loss", "Loss", "loss"),
+    Panel("step_time", "Step time (s)", "seconds"),
+    Panel("other", "Other metrics", "value"),
+)
+PANEL_IDS = tuple(p.id for p in PANELS)
+
+_EXACT = {
+    "reward": "reward", "reward_std": "reward_spread", "frac_reward_zero_std": "reward_spread", "kl": "kl",
+    "entropy": "entropy", "grad_norm": "grad_norm", "learning_rate": "learning_rate", "loss": "loss",
+    "policy_loss": "loss", "aux_loss": "loss", "step_time": "step_time", "cispo_clip_ratio": "clip",
+}
+_LENGTH_ORDER = ("completions/mean_length", "completions/min_length", "completions/max_length",
+                 "completions/clipped_ratio")
+# A small explicit template: plotly's default one is deep-copied into every figure (~10-30 ms each).
+_TEMPLATE = {"layout": {"plot_bgcolor": "white", "paper_bgcolor": "white", "font": {"color": "#2a3f5f"},
+                        "xaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
+                        "yaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
+                        "colorway": list(PALETTE)}}
+
+
+def new_figure() -> go.Figure:
+    """An empty figure with the dashboard's light template."""
+    return go.Figure(layout={"template": _TEMPLATE})
+_REWARD_MEAN = re.compile(r"^rewards/(.+)/mean$")
+
+
+def metric_frame(rows: Iterable[tuple[int, float | None, float | None]]) -> pd.DataFrame:
+    """A frame with columns step, value, time from store rows (None and NaN become NaN), sorted by step."""
+    data = list(rows)
+    frame = pd.DataFrame(data, columns=["step", "value", "time"]) if data else pd.DataFrame(
+        {"step": pd.Series(dtype="int64"), "value": pd.Series(dtype="float64"), "time": pd.Series(dtype="float64")})
+    frame["value"] = pd.to_numeric(frame["value"], errors="coerce").astype("float64")
+    frame["time"] = pd.to_numeric(frame["time"], errors="coerce").astype("float64")
+    return frame.sort_values("step", kind="stable").reset_index(drop=True)
+
+
+def ema(values: Sequence[float] | np.ndarray, weight: float) -> np.ndarray:
+    """TensorBoard's smoothing: an EMA debiased by 1 - weight**n; non-finite values pass through untouched."""
+    arr = np.asarray(values, dtype="float64")
+    if weight <= 0 or arr.size == 0:
+        return arr.copy()
+    weight = min(float(weight), 0.999)
+    out = np.empty_like(arr)
+    last, count = 0.0, 0
+    for i, v in enumerate(arr):
+        if not math.isfinite(v):
+            out[i] = v
+            continue
+        last = last * weight + (1 - weight) * v
+        count += 1
+        out[i] = last / (1 - weight ** count)
+    return out
+
+
+def downsample_indices(values: Sequence[float] | np.ndarray, max_points: int = MAX_POINTS) -> np.ndarray:
+    """Indices (ascending) to keep so at most `max_points` remain: the min and max of each bucket, so spikes survive.
+
+    A bucket that holds NaN keeps one NaN too (a visible gap), using three slots per bucket instead of two.
+    """
+    arr = np.asarray(values, dtype="float64")
+    n = arr.size
+    if n <= max_points:
+        return np.arange(n)
+    has_nan = bool(np.isnan(arr).any())
+    per_bucket = 3 if has_nan else 2
+    n_buckets = max(1, max_points // per_bucket)
+    edges = np.linspace(0, n, n_buckets + 1).astype(int)
+    keep: list[int] = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        if hi <= lo:
+            continue
+        chunk = arr[lo:hi]
+        finite = ~np.isnan(chunk)
+        if finite.any():
+            masked_lo = np.where(finite, chunk, np.inf)
+            masked_hi = np.where(finite, chunk, -np.inf)
+            keep.append(lo + int(np.argmin(masked_lo)))
+            keep.append(lo + int(np.argmax(masked_hi)))
+        if has_nan and not finite.all():
+            keep.append(lo + int(np.argmax(~finite)))
+    return np.unique(np.asarray(keep, dtype=int))[:max_points]
+
+
+def panel_of(key: str) -> str | None:
+    """The panel a train metric belongs to, or None for summaries and reward std (drawn as the reward band)."""
+    if key in SUMMARY_KEYS or (key.startswith("rewards/") and key.endswith("/std")):
+        return None
+    if key in _EXACT:
+        return _EXACT[key]
+    if _REWARD_MEAN.match(key):
+        return "reward"
+    if key.startswith("clip_ratio/"):
+        return "clip"
+    if key.startswith("completions/") and "terminated" not in key:
+        return "length"
+    return "other"
+
+
+def group_metrics(keys: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """Panel id -> train metric keys to draw, for the (split, key) pairs of a run.
+
+    Eval keys (`eval_<name>`) are drawn on their train twin's panel; an eval metric without one gets its own line.
+    """
+    train = {k for s, k in keys if s == "train"}
+    evals = {k for s, k in keys if s == "eval"}
+    out: dict[str, list[str]] = {p: [] for p in PANEL_IDS}
+    for key in sorted(train):
+        panel = panel_of(key)
+        if panel is not None:
+            out[panel].append(key)
+    for ekey in sorted(evals):
+        base = ekey[5:] if ekey.startswith("eval_") else ekey
+        panel = panel_of(base) if ekey not in SUMMARY_KEYS else None
+        if panel is not None and base not in train:
+            out[panel].append(base)
+    out["reward"].sort(key=lambda k: (k == "reward", k))
+    out["length"].sort(key=lambda k: (_LENGTH_ORDER.index(k) if k in _LENGTH_ORDER else len(_LENGTH_ORDER), k))
+    return out
+
+
+@dataclass
+class ChartOptions:
+    """User controls shared by all charts."""
+
+    smoothing: float = 0.6
+    log_y: bool = False
+    xaxis: str = "step"
+    max_points: int = MAX_POINTS
+
+
+def _x(frame: pd.DataFrame, xaxis: str, t0: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """(mask of usable rows, x values) for the chosen axis."""
+    if xaxis == "step":
+        return np.ones(len(frame), dtype=bool), frame["step"].to_numpy()
+    times = frame["time"].to_numpy(dtype="float64")
+    mask = np.isfinite(times)
+    if xaxis == "wall time":
+        return mask, pd.to_datetime(times[mask], unit="s", utc=True).tz_convert(None).to_numpy()
+    origin = t0 if t0 is not None else (float(times[mask].min()) if mask.any() else 0.0)
+    return mask, (times[mask] - origin) / 60.0
+
+
+def _y_list(values: np.ndarray) -> list[float | None]:
+    return [float(v) if math.isfinite(v) else None for v in values]
+
+
+def _rgba(color: str, alpha: float) -> str:
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def add_line(fig: go.Figure, frame: pd.DataFrame, name: str, color: str, opts: ChartOptions,
+             t0: float | None = None, dash: str | None = None, secondary: bool = False,
+             std: pd.DataFrame | None = None) -> None:
+    """Add one metric: faint raw line, smoothed line on top, optional ±std band; downsampled for the browser."""
+    if frame.empty:
+        return
+    mask, x = _x(frame, opts.xaxis, t0)
+    raw = frame["value"].to_numpy(dtype="float64")[mask]
+    raw = np.where(np.isinf(raw), np.nan, raw)
+    smooth = ema(raw, opts.smoothing) if opts.smoothing > 0 else raw
+    keep = downsample_indices(raw, opts.max_points)
+    xs = x[keep]
+    yaxis = "y2" if secondary else "y"
+    if std is not None and not std.empty:
+        aligned = std.set_index("step")["value"].reindex(frame["step"][mask].to_numpy()).to_numpy(dtype="float64")
+        s_smooth = ema(aligned, opts.smoothing) if opts.smoothing > 0 else aligned
+        ok = np.isfinite(smooth[keep]) & np.isfinite(s_smooth[keep])
+        if ok.any():
+            bx, bm, bs = xs[ok], smooth[keep][ok], s_smooth[keep][ok]
+            fig.add_trace(go.Scatter(x=bx, y=bm - bs, mode="lines", line={"width": 0}, legendgroup=name,
+                                     showlegend=False, hoverinfo="skip", yaxis=yaxis, name=f"{name} -std"))
+            fig.add_trace(go.Scatter(x=bx, y=bm + bs, mode="lines", line={"width": 0}, fill="tonexty",
+                                     fillcolor=_rgba(color, 0.15), legendgroup=name, showlegend=False,
+                                     hoverinfo="skip", yaxis=yaxis, name=f"{name} ±std"))
+    markers = "lines+markers" if len(xs) < 30 or dash == "dot" else "lines"
+    if opts.smoothing > 0:
+        fig.add_trace(go.Scatter(x=xs, y=_y_list(raw[keep]), mode="lines", name=f"{name} (raw)", legendgroup=name,
+                                 showlegend=False, line={"color": _rgba(color, 0.3), "width": 1, "dash": dash},
+                                 yaxis=yaxis))
+    fig.add_trace(go.Scatter(x=xs, y=_y_list(smooth[keep]), mode=markers, name=name, legendgroup=name,
+                             line={"color": color, "width": 2, "dash": dash}, marker={"size": 4}, yaxis=yaxis))
+
+
+def empty_figure(title: str, note: str) -> go.Figure:
+    """A figure holding only a centred note (e.g. why a metric is missing)."""
+    fig = new_figure()
+    fig.add_annotation(text=note, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 14})
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=300,
+                      margin={"l": 50, "r": 20, "t": 40, "b": 40}, xaxis={"visible": False},
+                      yaxis={"visible": False})
+    return fig
+
+
+def _layout(fig: go.Figure, title: str, y_title: str, opts: ChartOptions, secondary_title: str | None = None
+            ) -> go.Figure:
+    x_title = {"step": "step", "wall time": "wall time (UTC)", "relative time": "minutes since start"}[opts.xaxis]
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=320,
+                      margin={"l": 55, "r": 60 if secondary_title else 20, "t": 40, "b": 80}, hovermode="x unified",
+                      uirevision="keep", legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0,
+                                                 "font": {"size": 10}},
+                      xaxis={"title": {"text": x_title}},
+                      yaxis={"title": {"text": y_title}, "type": "log" if opts.log_y else "linear"})
+    if secondary_title:
+        fig.update_layout(yaxis2={"title": {"text": secondary_title}, "overlaying": "y", "side": "right",
+                                  "rangemode": "tozero", "showgrid": False})
+    return fig
+
+
+def _label(key: str) -> str:
+    m = _REWARD_MEAN.match(key)
+    return m.group(1) if m else key.split("/", 1)[-1] if key.startswith(("clip_ratio/", "completions/")) else key
+
+
+Frames = dict[tuple[str, str], pd.DataFrame]
+
+
+def panel_figure(panel_id: str, keys: Sequence[str], frames: Frames, opts: ChartOptions, *,
+                 t0: float | None = None, beta: float | None = None, max_completion_length: int | None = None
+                 ) -> go.Figure:
+    """The figure of one panel: its train keys (with eval twins dashed), from frames keyed by (split, key)."""
+    panel = next(p for p in PANELS if p.id == panel_id)
+    if not keys:
+        if panel_id == "kl":
+            note = ("KL not logged: beta is 0 (no reference model, no KL penalty)" if beta == 0
+                    else "KL not logged yet")
+            return empty_figure(panel.title, note)
+        return empty_figure(panel.title, "not logged (yet)")
+    if panel_id == "other":
+        return other_figure(keys, frames, opts, t0=t0)
+    fig = new_figure()
+    secondary = None
+    for i, key in enumerate(keys):
+        color = PALETTE[i % len(PALETTE)]
+        on_right = panel_id == "length" and key == "completions/clipped_ratio"
+        if on_right:
+            secondary = "clipped ratio"
+        std = None
+        m = _REWARD_MEAN.match(key)
+        if m:
+            std = frames.get(("train", f"rewards/{m.group(1)}/std"))
+        name = "reward (weighted sum)" if key == "reward" else _label(key)
+        frame = frames.get(("train", key))
+        if frame is not None:
+            add_line(fig, frame, name, color, opts, t0, dash="dash" if key == "reward" and len(keys) > 1 else None,
+                     secondary=on_right, std=std)
+        eval_frame = frames.get(("eval", f"eval_{key}"))
+        if eval_frame is not None:
+            add_line(fig, eval_frame, f"eval {name}", color, opts, t0, dash="dot", secondary=on_right)
+    if panel_id == "length" and max_completion_length:
+        fig.add_hline(y=max_completion_length, line={"color": "#d62728", "dash": "dash", "width": 1},
+                      annotation_text=f"max_completion_length = {max_completion_length}",
+                      annotation_position="top left")
+    return _layout(fig, panel.title, panel.y_title, opts, secondary)
+
+
+def other_figure(keys: Sequence[str], frames: Frames, opts: ChartOptions, t0: float | None = None,
+                 max_rows: int = 12) -> go.Figure:
+    """Metrics without a dedicated panel, one small stacked subplot each (their scales differ)."""
+    from plotly.subplots import make_subplots
+
+    shown = list(keys)[:max_rows]
+    fig = make_subplots(rows=len(shown), cols=1, shared_xaxes=True, subplot_titles=shown, vertical_spacing=0.08,
+                        figure=new_figure())
+    for i, key in enumerate(shown, start=1):
+        sub = new_figure()
+        color = PALETTE[(i - 1) % len(PALETTE)]
+        for split, name in (("train", key), ("eval", f"eval_{key}")):
+            frame = frames.get((split, name))
+            if frame is not None:
+                add_line(sub, frame, name, color, opts, t0, dash="dot" if split == "eval" else None)
+        for trace in sub.data:
+            fig.add_trace(trace, row=i, col=1)
+        if opts.log_y:
+            fig.update_yaxes(type="log", row=i, col=1)
+    title = "Other metrics" + (f" (first {max_rows} of {len(keys)})" if len(keys) > max_rows else "")
+    fig.update_layout(title={"text": title, "font": {"size": 14}},
+                      height=max(300, 170 * len(shown)), margin={"l": 55, "r": 20, "t": 60, "b": 40},
+                      showlegend=False, uirevision="keep")
+    return fig
+
+
+def count_points(fig: go.Figure) -> int:
+    """Points in the figure's longest trace (what the browser draws per line)."""
+    return max((len(t.x) for t in fig.data if getattr(t, "x", None) is not None), default=0)
+
+
+def overlay_figure(metric: str, series: Sequence[tuple[str, pd.DataFrame]], opts: ChartOptions,
+                   split: str = "train") -> go.Figure:
+    """One metric of several runs on one chart (compare view); time axes are relative to each run's start."""
+    fig = new_figure()
+    for i, (name, frame) in enumerate(series):
+        t0 = float(frame["time"].min()) if len(frame) and frame["time"].notna().any() else None
+        add_line(fig, frame, name, PALETTE[i % len(PALETTE)], opts, t0)
+    if not fig.data:
+        return empty_figure(metric or "Compare", "choose runs and a metric that they log")
+    label = metric if split == "train" else f"{metric} (eval)"
+    return _layout(fig, label, metric, opts)
+
+
+def run_t0(frames: Frames, started_at: float | None = None) -> float | None:
+    """The time origin of a run: its start, else its first logged time."""
+    if started_at is not None:
+        return started_at
+    times = [float(f["time"].min()) for f in frames.values() if len(f) and f["time"].notna().any()]
+    return min(times) if times else None
+
+
+def load_frames(store: Any, run_id: str) -> Frames:
+    """Every metric of a run as frames keyed by (split, key); reads the store only."""
+    return {(split, key): metric_frame(store.series(run_id, key, split))
+            for split, key in store.metric_keys(run_id)}
+
+
+def run_figures(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,
+                max_completion_length: int | None = None, started_at: float | None = None) -> dict[str, go.Figure]:
+    """Every panel's figure for one run, in PANELS order."""
+    frames = load_frames(store, run_id)
+    groups = group_metrics(frames.keys())
+    t0 = run_t0(frames, started_at)
+    return {pid: panel_figure(pid, groups[pid], frames, opts, t0=t0, beta=beta,
+                              max_completion_length=max_completion_length) for pid in PANEL_IDS}
