@@ -384,6 +384,10 @@ def _check_backend(spec: RunSpec, base: Path, err: Any) -> None:
         err(FieldError("backend.kind", b.kind, f"must be one of {', '.join(BACKENDS)}."))
     if b.num_processes < 1:
         err(FieldError("backend.num_processes", b.num_processes, "must be ≥ 1."))
+    elif b.num_processes > 1 and spec.training.get("use_cpu"):
+        err(FieldError("backend.num_processes", b.num_processes,
+                       "must be 1 with training.use_cpu: accelerate launches one process per GPU, and a CPU run is a "
+                       "single process. Remove use_cpu to train on GPUs, or set num_processes: 1."))
     if b.gpus is not None:
         if any(g < 0 for g in b.gpus) or len(set(b.gpus)) != len(b.gpus):
             err(FieldError("backend.gpus", b.gpus, "must be distinct GPU indices ≥ 0, e.g. [0, 1]."))

@@ -36,8 +36,8 @@ def build_command(spec: RunSpec, config_path: Path, metrics_path: Path) -> list[
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(b.num_processes)]
     if b.accelerate_config:
         cmd += ["--config_file", accelerate_config_path(b.accelerate_config)]
-    if not b.gpus and spec.training.get("use_cpu"):
-        cmd.append("--cpu")
+    elif b.num_processes > 1:
+        cmd.append("--multi_gpu")
     return [*cmd, *job]
 
 
