@@ -263,10 +263,42 @@ def test_entropy_blowup_negative_small_absolute_rise() -> None:
 
 def test_truncation_error_and_warning_levels() -> None:
     n = 80
-    err = only(diagnose(healthy(n, completions__clipped_ratio=ramp(n, 0.05, 0.8, 40))), "truncation")
-    assert err.severity == "error" and err.step == 41
-    warn = only(diagnose(healthy(n, completions__clipped_ratio=ramp(n, 0.05, 0.4, 40))), "truncation")
+    stuck = 0.3 + np.random.default_rng(16).normal(0, 0.03, n)
+    err = diagnose(healthy(n, completions__clipped_ratio=ramp(n, 0.05, 0.8, 20), reward=stuck))
+    assert only(err, "truncation").severity == "error" and only(err, "truncation").step == 21
+    warn = only(diagnose(healthy(n, completions__clipped_ratio=ramp(n, 0.05, 0.4, 20), reward=stuck)), "truncation")
     assert warn.severity == "warning"
+
+
+def test_partial_truncation_while_reward_improves_is_info_and_young_episode_a_warning() -> None:
+    """The tiny smoke task truncates ~96% of completions at 12 tokens yet learns: that is a note, not a page."""
+    n = 100
+    clipped = 0.96 + 0.03 * np.sin(np.arange(n))
+    f = only(diagnose(healthy(n, completions__clipped_ratio=clipped)), "truncation")
+    assert f.severity == "info" and f.evidence["reward_improving"] == "improving"
+    young = only(diagnose(healthy(12, completions__clipped_ratio=clipped[:12])), "truncation")
+    assert young.severity == "warning"
+
+
+def test_total_truncation_with_masking_explains_zero_gradients_and_is_not_entropy_collapse() -> None:
+    """mask_truncated_completions=True with every completion cut: TRL logs entropy, loss and grad_norm as 0."""
+    n = 60
+    masked = (np.arange(n) // 10) % 2 == 1
+    records = healthy(
+        n,
+        completions__clipped_ratio=np.where(masked, 1.0, 0.95),
+        completions__mean_terminated_length=np.where(masked, 0.0, 6.0),
+        entropy=np.where(masked, 0.0, 4.4),
+        grad_norm=np.where(masked, 0.0, 1.0),
+        reward=np.full(n, 0.02),
+    )
+    config = {"mask_truncated_completions": True, "max_completion_length": 12}
+    findings = diagnose(records, config=config)
+    assert "entropy_collapse" not in rules(findings)
+    assert only(findings, "truncation").severity == "error"
+    zero = only(findings, "zero_gradient")
+    assert "mask_truncated_completions" in zero.message and "max_completion_length" in zero.remedy
+    assert "entropy_collapse" in rules(diagnose(records, config={"max_completion_length": 12}))
 
 
 def test_truncation_every_completion_at_cap_in_three_records() -> None:
@@ -660,7 +692,7 @@ def test_unsorted_and_repeated_steps_last_write_wins() -> None:
 
 
 def test_thresholds_are_data() -> None:
-    records = healthy(completions__clipped_ratio=np.full(100, 0.35))
+    records = healthy(completions__clipped_ratio=np.full(100, 0.35), reward=np.full(100, 0.3))
     assert only(diagnose(records), "truncation").severity == "warning"
     assert "truncation" not in rules(diagnose(records, thresholds={"truncation.warn": 0.4}))
     assert "truncation" not in rules(diagnose(records, thresholds={"truncation": {"enabled": False}}))

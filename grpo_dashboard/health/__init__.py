@@ -6,7 +6,7 @@ records), ``doctor_main`` (the CLI) and ``DEFAULT_THRESHOLDS`` (every tunable de
 
 from .doctor_cli import doctor_main
 from .findings import Finding
-from .loaders import load_log_frame, load_log_records
+from .loaders import load_completions, load_log_frame, load_log_records
 from .rules import RULES, diagnose, worst_severity
 from .series import MetricFrame
 from .thresholds import DEFAULT_THRESHOLDS, RULE_IDS, THRESHOLDS, resolve_thresholds
@@ -20,6 +20,7 @@ __all__ = [
     "THRESHOLDS",
     "diagnose",
     "doctor_main",
+    "load_completions",
     "load_log_frame",
     "load_log_records",
     "resolve_thresholds",

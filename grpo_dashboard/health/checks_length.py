@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks_signal import reward_range
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
 from .series import Series, extend_onset, fmt, trailing_mean, trailing_streak
 
@@ -15,8 +16,13 @@ def _mean_length(ctx: Context) -> Series | None:
     return None if series is None else series.finite()
 
 
-def _reward_improving(ctx: Context, since_step: int) -> bool | None:
-    """Whether reward (or eval_reward when present) is clearly higher after ``since_step`` than before."""
+def _reward_trend(ctx: Context, since_step: int, min_logs: int = 10) -> str | None:
+    """``"improving"``, ``"stuck"`` (gain under plateau.min_gain of its range) or None (too little data, or slow
+    learning) for reward from ``since_step`` on.
+
+    Uses eval_reward when there are enough evaluations, else the train reward; the gain is measured against the
+    logs before ``since_step`` when there are some, else within the episode itself.
+    """
     for key in ("eval_reward", "reward"):
         series = ctx.frame.get(key)
         if series is None:
@@ -24,10 +30,19 @@ def _reward_improving(ctx: Context, since_step: int) -> bool | None:
         series = series.finite()
         before = series.values[series.steps < since_step]
         after = series.values[series.steps >= since_step]
-        if before.size == 0 or after.size == 0:
+        if after.size < min_logs:
             continue
-        scale = max(1e-9, float(np.ptp(series.values)))
-        return float(np.mean(after[-10:]) - np.mean(before[: max(1, min(20, before.size))])) > 0.1 * scale
+        lo, hi = reward_range(series.values)
+        if before.size >= 3:
+            gain = float(np.mean(after[-10:]) - np.mean(before[:20]))
+        else:
+            k = max(3, after.size // 5)
+            gain = float(np.mean(after[-k:]) - np.mean(after[:k]))
+        if gain > 0.1 * (hi - lo):
+            return "improving"
+        if gain < ctx.t("plateau.min_gain") * (hi - lo):
+            return "stuck"
+        return None
     return None
 
 
@@ -63,26 +78,48 @@ def check_truncation(ctx: Context) -> list[Finding]:
             sm > ctx.t("truncation.warn"),
             sm > ctx.t("truncation.error"),
             v >= ctx.t("truncation.extreme"),
+            # One batch of 16 can come out all truncated by chance; on a short log every record must be.
+            extreme_required=min(persist, n),
         )
         if severity is None:
             return []
         start = extend_onset(v > ctx.t("truncation.warn"), n - length, s)
+        onset = int(clipped.steps[start])
         current = float(sm[-1])
-        cap = ctx.config.max_completion_length
+        cfg = ctx.config
+        cap = cfg.max_completion_length
         message = (
             f"completions/clipped_ratio is {current:.2f} (mean of the last {s} logs; warning above "
-            f"{ctx.t('truncation.warn')}, error above {ctx.t('truncation.error')}) since step "
-            f"{int(clipped.steps[start])}: "
+            f"{ctx.t('truncation.warn')}, error above {ctx.t('truncation.error')}) since step {onset}: "
             f"{current:.0%} of completions stop at max_completion_length{f' ({int(cap)})' if cap else ''} without EOS."
         )
         terminated = ctx.frame.get("completions/mean_terminated_length")
-        if terminated is not None and terminated.finite().values.size and terminated.finite().values[-1] == 0:
+        recent = terminated.finite().values[-s:] if terminated is not None else np.empty(0)
+        none_end = bool(recent.size) and not recent.any()
+        if none_end:
             message += " No completion terminates at all (mean_terminated_length is 0), so rewards see cut-off text."
+        if cfg.flag("mask_truncated_completions") and current >= 0.5:
+            message += (
+                " With mask_truncated_completions=True these completions are dropped from the loss, so most steps "
+                "train on little or nothing."
+            )
+        improving = None
+        if not (none_end or current >= ctx.t("truncation.extreme")):
+            # Partial truncation pages only once learning is shown to be stuck; a task whose answers need no end
+            # (or a cap set on purpose) keeps learning, which makes it a note.
+            improving = _reward_trend(ctx, onset, min_logs=int(ctx.t("plateau.min_points")))
+            if improving == "improving":
+                severity = INFO
+                message += " Reward still improves, so the cap may be intended."
+            elif improving is None and severity == ERROR:
+                severity = WARNING
+            elif improving == "stuck":
+                message += " Reward is not improving."
         return [
             make_finding(
                 "truncation",
                 severity,
-                int(clipped.steps[start]),
+                onset,
                 message,
                 _truncation_remedy(ctx),
                 clipped.key,
@@ -90,6 +127,7 @@ def check_truncation(ctx: Context) -> list[Finding]:
                 window=s,
                 warn=ctx.t("truncation.warn"),
                 error=ctx.t("truncation.error"),
+                reward_improving=improving,
             )
         ]
     length = _mean_length(ctx)
@@ -219,7 +257,7 @@ def check_length_drift(ctx: Context) -> list[Finding]:
     onset = int(length.steps[start])
     current = float(sm[-1])
     direction = "grew" if up[-1] else "shrank"
-    improving = _reward_improving(ctx, onset)
+    improving = _reward_trend(ctx, onset) == "improving"
     severity = INFO if improving else WARNING
     message = (
         f"{length.key} {direction} from {fmt(base)} (median of the first {nb} logs) to {fmt(current)} tokens "

@@ -140,7 +140,24 @@ def check_zero_gradient(ctx: Context) -> list[Finding]:
             evidence["frac_reward_zero_std"] = in_window
     lr = ctx.frame.get("learning_rate")
     lr_zero = lr is not None and np.isfinite(lr.values[-1]) and lr.values[-1] == 0.0
-    if lr_zero:
+    clipped = ctx.frame.get("completions/clipped_ratio")
+    all_masked = False
+    if cfg.flag("mask_truncated_completions") and clipped is not None:
+        cut = clipped.finite()
+        cut = cut.values[cut.steps >= steps[0]]
+        all_masked = cut.size > 0 and float(cut.mean()) >= 0.95
+    if all_masked:
+        message += (
+            " Practically every completion is truncated and mask_truncated_completions=True drops them from the loss:"
+            " no token is trained on."
+        )
+        remedy = join_fixes(
+            [
+                f"raise max_completion_length{cfg.now('max_completion_length')}",
+                "or set mask_truncated_completions=False while the policy cannot yet finish within the cap",
+            ]
+        )
+    elif lr_zero:
         message += " learning_rate is 0 at the last log (the schedule has ended or warmup has not started)."
         remedy = "Check lr_scheduler_type, warmup_steps and max_steps: the learning rate schedule gives 0 here."
     elif in_window is not None and in_window >= 0.5:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
-from .series import aligned, extend_onset, fmt, linear_fit, trailing_mean, trailing_median_ref, trailing_streak
+from .series import Series, aligned, extend_onset, fmt, linear_fit, trailing_mean, trailing_median_ref, trailing_streak
 
 
 def _kl_series(ctx: Context):
@@ -21,6 +21,34 @@ def _kl_series(ctx: Context):
     return series
 
 
+def _entropy(ctx: Context) -> Series | None:
+    """Finite entropy, without the placeholder zeros of steps where every token was masked out.
+
+    With mask_truncated_completions=True and every completion truncated, TRL trains on no token at all: entropy,
+    loss and grad_norm are logged as exactly 0, which says nothing about the policy.
+    """
+    series = ctx.frame.get("entropy")
+    if series is None:
+        return None
+    series = series.finite()
+    clipped = ctx.frame.get("completions/clipped_ratio")
+    if not ctx.config.flag("mask_truncated_completions") or clipped is None:
+        return series
+    clipped = clipped.finite()
+    at = np.searchsorted(clipped.steps, series.steps, side="right") - 1
+    all_cut = (at >= 0) & (clipped.values[np.maximum(at, 0)] >= 0.999)
+    masked = (series.values == 0.0) & all_cut
+    grad = ctx.frame.get("grad_norm")
+    if grad is not None:
+        idx = np.searchsorted(grad.steps, series.steps)
+        idx = np.minimum(idx, grad.steps.size - 1)
+        same = grad.steps[idx] == series.steps
+        masked &= ~same | (grad.values[idx] == 0.0)
+    if not masked.any():
+        return series
+    return Series(series.key, series.steps[~masked], series.values[~masked])
+
+
 def _level_change(ctx: Context, key: str, since_step: int) -> str:
     """' (reward 0.12 -> 0.15 over the same logs)' for corroboration, or ''."""
     series = ctx.frame.get(key)
@@ -33,12 +61,15 @@ def _level_change(ctx: Context, key: str, since_step: int) -> str:
     return f"{key} {fmt(float(np.mean(before[-5:])))} -> {fmt(float(np.mean(after[-5:])))}"
 
 
+def _pct(x: float) -> str:
+    return f"{x:.1%}" if abs(x) < 0.01 else f"{x:.0%}"
+
+
 def check_entropy_collapse(ctx: Context) -> list[Finding]:
     """Entropy fell far below the run's own warm-up level, or sits near zero from the start."""
-    series = ctx.frame.get("entropy")
+    series = _entropy(ctx)
     if series is None:
         return []
-    series = series.finite()
     v, n = series.values, series.values.size
     if n < 2:
         return []
@@ -95,7 +126,7 @@ def check_entropy_collapse(ctx: Context) -> list[Finding]:
     current = float(v[-1]) if s == 1 else float(sm[-1])
     message = (
         f"entropy fell from {fmt(base)} (median of the first {nb} logs) to {fmt(current)} "
-        f"({current / base:.0%} of it; warning below {warn_ratio:.0%}, error below {err_ratio:.0%} or "
+        f"({_pct(current / base)} of it; warning below {warn_ratio:.0%}, error below {err_ratio:.0%} or "
         f"{fmt(floor)} nats) and has stayed low since step {onset}."
     )
     context = [
@@ -127,10 +158,9 @@ def check_entropy_collapse(ctx: Context) -> list[Finding]:
 
 def check_entropy_blowup(ctx: Context) -> list[Finding]:
     """Entropy rose to a multiple of its warm-up level: over-exploration, often gibberish."""
-    series = ctx.frame.get("entropy")
+    series = _entropy(ctx)
     if series is None:
         return []
-    series = series.finite()
     v, n = series.values, series.values.size
     if n < 2:
         return []

@@ -303,7 +303,7 @@ def check_plateau(ctx: Context) -> list[Finding]:
             eq = v == mode
             suffix = np.cumsum(eq[::-1])[::-1] / np.arange(n, 0, -1)
             start = int(np.argmax(eq & (suffix >= ctx.t("plateau.constant_frac"))))
-            at_top = mode >= float(v.max()) and mode > lo
+            at_top = (mode - lo) / (hi - lo) >= 0.9
             severity = INFO if at_top else WARNING
             message = (
                 f"reward is exactly {fmt(mode)} on {share:.0%} of the last {tail.size} logs (since step "

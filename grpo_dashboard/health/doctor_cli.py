@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .findings import Finding
-from .loaders import load_log_frame
+from .loaders import load_completions, load_log_frame
 from .rules import diagnose, worst_severity
 from .series import MetricFrame
 from .thresholds import RULE_IDS
@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a GRPOConfig field the log does not record, e.g. beta=0.04 or num_iterations=2 (repeatable)",
     )
+    parser.add_argument(
+        "--no-samples",
+        action="store_true",
+        help="ignore samples.jsonl / completions/*.parquet found beside the log (duplicate_completions)",
+    )
     return parser
 
 
@@ -81,11 +86,12 @@ def doctor_main(argv: list[str] | None = None) -> int:
     try:
         frame, hints = load_log_frame(args.path)
     except ValueError as exc:
-        print(f"doctor: cannot read {args.path}: {exc}", file=sys.stderr)
+        print(f"doctor: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
     config = {**hints, **overrides}
     try:
-        findings = diagnose(frame, config=config, thresholds=thresholds)
+        completions = None if args.no_samples else load_completions(args.path)
+        findings = diagnose(frame, config=config, thresholds=thresholds, completions=completions)
     except ValueError as exc:
         print(f"doctor: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE

@@ -172,11 +172,13 @@ def judge_state(
     err: np.ndarray | None = None,
     extreme: np.ndarray | None = None,
     extreme_severity: str = ERROR,
+    extreme_required: int | None = None,
 ) -> tuple[str | None, int]:
     """Severity of a state that must hold on the latest logs, and how many logs the episode spans.
 
     ``warn``/``err`` are judged on smoothed values and must persist; ``extreme`` (unmistakable raw values) needs
-    fewer logs when the log is short, so a run that collapses within its first records is still caught.
+    fewer logs when the log is short, so a run that collapses within its first records is still caught
+    (``extreme_required`` overrides how many).
     """
     w = trailing_streak(warn) if warn is not None else 0
     e = trailing_streak(err) if err is not None else 0
@@ -184,7 +186,8 @@ def judge_state(
     severity: str | None = None
     if e >= persist_err and err is not None:
         severity = ERROR
-    if extreme is not None and n_post >= 1 and x >= short_required(n_post, persist_err):
+    required = short_required(n_post, persist_err) if extreme_required is None else extreme_required
+    if extreme is not None and n_post >= 1 and x >= required:
         if severity is None or SEVERITY_RANK[extreme_severity] > SEVERITY_RANK[severity]:
             severity = extreme_severity
     if severity is None and warn is not None and w >= persist_warn:

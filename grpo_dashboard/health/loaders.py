@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .series import ColumnBuilder, MetricFrame, record_step
 
-_LOG_HISTORY = re.compile(r'"log_history"\s*:\s*\[')
+try:  # orjson (a gradio dependency) parses 3x faster; it rejects NaN/Infinity, which json then handles
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _fast_loads = json.loads
+
+_LOG_HISTORY = re.compile(rb'"log_history"\s*:\s*\[')
+_BLOCK = 1 << 20
 _STATE_HINTS = ("max_steps", "logging_steps", "train_batch_size", "num_train_epochs", "global_step", "eval_steps")
 _SNIFF_BYTES = 65536
 
@@ -65,8 +72,8 @@ def _checkpoint_order(directory: Path) -> tuple[int, float]:
     return (int(suffix) if suffix.isdigit() else -1, directory.stat().st_mtime)
 
 
-def iter_log_records(path: str | Path, hints: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Yield flat TRL log dicts (each with a ``step``) from any supported log; fills ``hints`` with config hints.
+def iter_log_records(path: str | Path, hints: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(step, TRL log dict)`` pairs from any supported log; fills ``hints`` with config hints.
 
     Raises:
         ValueError: unreadable or not a GRPO/TRL log (raised lazily, while iterating).
@@ -79,11 +86,18 @@ def iter_log_records(path: str | Path, hints: dict[str, Any]) -> Iterator[dict[s
         yield from _iter_trainer_state(file, hints)
 
 
-def _iter_jsonl(file: Path, hints: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _loads(raw: bytes) -> Any:
+    try:
+        return _fast_loads(raw)
+    except ValueError:
+        return json.loads(raw)
+
+
+def _iter_jsonl(file: Path, hints: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
     good = bad = 0
     pending_error: str | None = None
     index = 0
-    with file.open("r", encoding="utf-8", errors="replace") as fh:
+    with file.open("rb") as fh:
         for line in fh:
             if not line.strip():
                 continue
@@ -91,7 +105,7 @@ def _iter_jsonl(file: Path, hints: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 bad += 1  # only a broken *last* line is expected (a writer mid-append); earlier ones count
             pending_error = None
             try:
-                obj = json.loads(line)
+                obj = _loads(line)
             except ValueError as exc:
                 pending_error = str(exc)
                 continue
@@ -100,15 +114,13 @@ def _iter_jsonl(file: Path, hints: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 continue
             good += 1
             if obj.get("v") is not None and obj.get("type") in ("log", "event"):
-                record = _from_protocol(obj, hints)
-                if record is None:
+                pair = _from_protocol(obj, hints, index)
+                if pair is None:
                     continue
             else:
-                record = obj
-                if "step" not in record:
-                    record = {**record, "step": record_step(record, index)}
+                pair = record_step(obj, index), obj
             index += 1
-            yield record
+            yield pair
     if good == 0:
         detail = f" ({pending_error})" if pending_error else ""
         raise ValueError(f"{file}: no JSON object per line found; not a JSONL log{detail}")
@@ -116,7 +128,7 @@ def _iter_jsonl(file: Path, hints: dict[str, Any]) -> Iterator[dict[str, Any]]:
         raise ValueError(f"{file}: {bad} of {good + bad} lines are not JSON objects; not a JSONL log")
 
 
-def _from_protocol(obj: dict[str, Any], hints: dict[str, Any]) -> dict[str, Any] | None:
+def _from_protocol(obj: dict[str, Any], hints: dict[str, Any], index: int) -> tuple[int, dict[str, Any]] | None:
     """One line of our metrics.jsonl protocol -> a TRL log dict (log lines) or config hints (event lines)."""
     if obj["type"] == "event":
         config = obj.get("config")
@@ -131,49 +143,72 @@ def _from_protocol(obj: dict[str, Any], hints: dict[str, Any]) -> dict[str, Any]
     if obj.get("max_steps") is not None:
         hints["max_steps"] = obj["max_steps"]
     step = obj.get("step")
-    return {**metrics, "step": step if isinstance(step, int) else record_step(metrics, 0)}
+    return (step if isinstance(step, int) else record_step(metrics, index)), metrics
 
 
-def _iter_trainer_state(file: Path, hints: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{file}: not a text file ({exc})") from None
-    match = _LOG_HISTORY.search(text)
+def _iter_trainer_state(file: Path, hints: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+    data = file.read_bytes()
+    match = _LOG_HISTORY.search(data)
     if match is None:
         try:
-            obj = json.loads(text)
-        except ValueError as exc:
+            obj = _loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"{file}: not valid JSON ({exc})") from None
         if isinstance(obj, list) and all(isinstance(r, dict) for r in obj):
             for i, record in enumerate(obj):
-                yield {**record, "step": record_step(record, i)}
+                yield record_step(record, i), record
             return
         raise ValueError(f"{file}: JSON without a log_history list; not a trainer_state.json")
-    # Decode the log_history array one element at a time instead of building the whole document at once.
-    decoder = json.JSONDecoder()
-    pos, index = match.end(), 0
-    length = len(text)
-    while True:
-        while pos < length and text[pos] in " \t\r\n,":
-            pos += 1
-        if pos >= length:
-            raise ValueError(f"{file}: truncated JSON inside log_history")
-        if text[pos] == "]":
-            break
-        try:
-            record, pos = decoder.raw_decode(text, pos)
-        except ValueError as exc:
-            raise ValueError(f"{file}: malformed log_history entry ({exc})") from None
-        if isinstance(record, dict):
-            yield {**record, "step": record_step(record, index)} if "step" not in record else record
-        index += 1
+    end = yield from _iter_log_history(file, data, match.end())
     try:
-        rest = json.loads(text[: match.start()] + '"log_history": []' + text[pos + 1 :])
+        rest = _loads(data[: match.start()] + b'"log_history": []' + data[end + 1 :])
     except ValueError:
         rest = {}
     if isinstance(rest, dict):
         hints.update({k: rest[k] for k in _STATE_HINTS if rest.get(k) is not None})
+
+
+def _iter_log_history(file: Path, data: bytes, pos: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Decode the log_history array a block of elements at a time; returns the offset of its closing bracket.
+
+    A block ends at the last ``}`` within ``_BLOCK`` bytes; it parses only if it holds complete elements, so a
+    block that does not (an element larger than a block, braces inside strings) falls back to one element.
+    """
+    index, length = 0, len(data)
+    decoder = json.JSONDecoder()
+    text: str | None = None
+    while True:
+        while pos < length and data[pos] in b" \t\r\n,":
+            pos += 1
+        if pos >= length:
+            raise ValueError(f"{file}: truncated JSON inside log_history")
+        if data[pos] == 0x5D:  # "]"
+            return pos
+        # Flat TRL log dicts hold no "]", so the first one in reach is (usually) the end of the array.
+        bracket = data.find(b"]", pos, pos + _BLOCK)
+        close = data.rfind(b"}", pos, pos + _BLOCK if bracket < 0 else bracket)
+        items = None
+        if close > pos:
+            try:
+                items = _loads(b"[" + data[pos : close + 1] + b"]")
+            except ValueError:
+                items = None
+        if items is not None:
+            pos = close + 1
+        else:
+            try:
+                if text is None:
+                    text = data.decode("utf-8")
+                    if len(text) != length:  # byte and character offsets would differ
+                        raise ValueError("log_history entries that are not plain ASCII JSON objects")
+                item, pos = decoder.raw_decode(text, pos)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{file}: malformed log_history entry ({exc})") from None
+            items = [item]
+        for record in items:
+            if isinstance(record, dict):
+                yield record_step(record, index), record
+            index += 1
 
 
 def load_log_frame(path: str | Path) -> tuple[MetricFrame, dict[str, Any]]:
@@ -185,8 +220,8 @@ def load_log_frame(path: str | Path) -> tuple[MetricFrame, dict[str, Any]]:
     hints: dict[str, Any] = {}
     builder = ColumnBuilder()
     try:
-        for record in iter_log_records(path, hints):
-            builder.add(record, record["step"])
+        for step, record in iter_log_records(path, hints):
+            builder.add(record, step)
     except OSError as exc:
         raise ValueError(f"{path}: {exc.strerror or exc}") from None
     frame = builder.build()
@@ -207,7 +242,7 @@ def load_log_records(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, 
     """
     hints: dict[str, Any] = {}
     try:
-        records = list(iter_log_records(path, hints))
+        records = [{**record, "step": step} for step, record in iter_log_records(path, hints)]
     except OSError as exc:
         raise ValueError(f"{path}: {exc.strerror or exc}") from None
     if not any(_has_number(r) for r in records):
@@ -217,3 +252,59 @@ def load_log_records(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, 
 
 def _has_number(record: dict[str, Any]) -> bool:
     return any(isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in record.items() if k != "step")
+
+
+def load_completions(path: str | Path, last_steps: int = 3) -> list[dict[str, Any]] | None:
+    """Sample completions of the last ``last_steps`` logged steps found beside a log, or None when there are none.
+
+    Looks for our ``samples.jsonl`` next to the log file, then TRL's ``completions/completions_*.parquet``
+    (``log_completions=True``, TRL >= 0.28; read only when pyarrow is installed). Rows keep at least
+    ``step``, ``prompt`` and ``completion``.
+    """
+    try:
+        file, _ = resolve_log_path(path)
+    except ValueError:
+        return None
+    roots = [file.parent, file.parent.parent]
+    for root in roots:
+        samples = root / "samples.jsonl"
+        if samples.is_file():
+            return _last_steps_jsonl(samples, last_steps)
+    for root in roots:
+        parquet = sorted((root / "completions").glob("completions_*.parquet"))
+        if parquet:
+            return _last_parquet(parquet[-last_steps:])
+    return None
+
+
+def _last_steps_jsonl(file: Path, last_steps: int) -> list[dict[str, Any]]:
+    groups: deque[list[dict[str, Any]]] = deque(maxlen=last_steps)
+    current: Any = object()
+    with file.open("rb") as fh:
+        for line in fh:
+            try:
+                row = _loads(line)
+            except ValueError:
+                continue
+            if not isinstance(row, dict) or "completion" not in row:
+                continue
+            if row.get("step") != current:
+                current = row.get("step")
+                groups.append([])
+            groups[-1].append(row)
+    return [row for group in groups for row in group]
+
+
+def _last_parquet(files: list[Path]) -> list[dict[str, Any]] | None:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - depends on the environment
+        return None
+    rows: list[dict[str, Any]] = []
+    for file in files:
+        try:
+            table = pq.read_table(file, columns=["step", "prompt", "completion"])
+        except Exception:  # a parquet file mid-write or from another schema: skip it, samples are optional
+            continue
+        rows.extend(table.to_pylist())
+    return rows

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -242,18 +241,20 @@ def extend_onset(raw_mask: np.ndarray, start: int, lookback: int) -> int:
 def trailing_median_ref(values: np.ndarray, history: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each index: median, count and zero-share of the ``history`` points before it (exclusive)."""
     n = values.size
+    history = max(1, int(history))
     med = np.full(n, np.nan)
     count = np.minimum(np.arange(n), history)
     zero_share = np.zeros(n)
     if n < 2:
         return med, count, zero_share
-    padded = np.concatenate((np.full(history, np.nan), values))
-    windows = np.lib.stride_tricks.sliding_window_view(padded, history)[:n]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        med = np.nanmedian(windows, axis=1)
-    zeros = np.sum(windows == 0.0, axis=1)
-    zero_share = np.where(count > 0, zeros / np.maximum(count, 1), 0.0)
+    for i in range(1, min(history, n)):
+        med[i] = np.median(values[:i])
+    if n > history:
+        windows = np.lib.stride_tricks.sliding_window_view(values[:-1], history)
+        med[history:] = np.median(windows, axis=1)
+    zeros = np.concatenate(([0], np.cumsum(values == 0.0)))
+    idx = np.arange(n)
+    zero_share[1:] = (zeros[idx[1:]] - zeros[idx[1:] - count[1:]]) / count[1:]
     return med, count, zero_share
 
 

@@ -90,7 +90,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     # truncation
     Threshold("truncation.warn", 0.3, "smoothed completions/clipped_ratio above this: warning", "PTT"),
     Threshold("truncation.error", 0.5, "smoothed completions/clipped_ratio above this: error", "TRL"),
-    Threshold("truncation.extreme", 0.9, "raw clipped_ratio treated as unmistakable (fires on short logs)"),
+    Threshold("truncation.extreme", 0.99, "clipped_ratio of every completion: an error at once, even on short logs"),
     Threshold("truncation.persist", 5, "logs the condition must hold"),
     Threshold("truncation.cap_fraction", 0.98, "old logs: mean length at or above this fraction of the cap = pinned"),
     # length_collapse
