@@ -88,6 +88,9 @@ def _read_csv(path: Path, limit: int) -> DatasetSample:
         rows = []
         count = 0
         for row in reader:
+            if None in row:
+                raise DatasetFileError(f"{str(path)!r} line {reader.line_num} has more fields than the header's "
+                                       f"{len(columns)} columns. Quote fields that contain commas, or fix the row.")
             if count < limit:
                 rows.append(dict(row))
             count += 1

@@ -1,0 +1,142 @@
+"""The sandbox used by the code reward (in jobs) and by the reward check (in the dashboard): limits and isolation,
+with and without Linux namespaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grpo_dashboard import sandbox
+from grpo_dashboard.jobfiles import rewards_module
+
+R = rewards_module()
+
+
+@pytest.fixture(params=["namespaces", "audit-hook"])
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run each test with `unshare` isolation (when this machine allows it) and with the audit hook alone."""
+    if request.param == "audit-hook":
+        monkeypatch.setenv("GRPO_SANDBOX_NO_UNSHARE", "1")
+    R.isolation_prefix.cache_clear()
+    if request.param == "namespaces" and not R.isolation_prefix():
+        pytest.skip("unshare namespaces are not available here")
+    yield request.param
+    monkeypatch.delenv("GRPO_SANDBOX_NO_UNSHARE", raising=False)
+    R.isolation_prefix.cache_clear()
+
+
+def test_runs_code_with_stdin_files_and_a_temporary_working_dir(mode: str) -> None:
+    res = sandbox.run_sandboxed("import os, sys\nprint(open('data.txt').read(), sys.stdin.read(), os.getcwd())",
+                                stdin="from stdin", files={"data.txt": "from file"})
+    assert res.ok, res.stderr
+    text, cwd = res.stdout.rsplit(" ", 1)
+    assert text == "from file from stdin"
+    assert "grpo-sandbox-" in cwd and not Path(cwd.strip()).exists()  # removed afterwards
+    assert res.isolation.startswith("unshare" if mode == "namespaces" else "audit")
+
+
+def test_infinite_loop_is_killed_at_the_time_limit(mode: str) -> None:
+    start = time.monotonic()
+    res = sandbox.run_sandboxed("while True:\n    pass\n", timeout_s=1.0)
+    assert res.timed_out and not res.ok and res.returncode is None
+    assert time.monotonic() - start < 5
+
+
+def test_sleeping_child_processes_die_with_it(mode: str, tmp_path: Path) -> None:
+    flag = tmp_path / "survived"
+    child = f"import time\ntime.sleep(3)\nopen({str(flag)!r}, 'w').write('x')\n"
+    code = "import subprocess, sys\nsubprocess.Popen([sys.executable, 'child.py'])\nwhile True:\n    pass\n"
+    res = sandbox.run_sandboxed(code, timeout_s=1.0, allow_subprocess=True, files={"child.py": child})
+    assert res.timed_out
+    time.sleep(3.5)
+    assert not flag.exists()
+
+
+@pytest.mark.parametrize("hog", ["x = bytearray(4 * 1024 ** 3)", "xs = []\nwhile True:\n    xs.append(' ' * 10**7)"])
+def test_memory_hog_is_stopped_at_the_memory_limit(mode: str, hog: str) -> None:
+    start = time.monotonic()
+    res = sandbox.run_sandboxed(hog, memory_mb=256, timeout_s=20)
+    assert not res.ok and res.memory_exceeded, res.stderr[-500:]
+    assert time.monotonic() - start < 20
+
+
+def test_environment_secrets_are_not_inherited(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_fakeSecretToken123")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    code = """
+import json, os
+seen = {"env": dict(os.environ)}
+for path in (f"/proc/{os.getppid()}/environ", "/proc/1/environ", "/proc/self/environ"):
+    try:
+        seen[path] = open(path, "rb").read().decode(errors="replace")
+    except Exception as exc:
+        seen[path] = type(exc).__name__
+print(json.dumps(seen))
+"""
+    res = sandbox.run_sandboxed(code)
+    assert res.ok, res.stderr
+    assert "hf_fake" not in res.stdout and "proxy.example" not in res.stdout
+    seen = json.loads(res.stdout)
+    assert set(seen["env"]) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONDONTWRITEBYTECODE"}
+
+
+def test_token_files_in_home_cannot_be_read(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    (home / ".cache" / "huggingface").mkdir(parents=True)
+    (home / ".cache" / "huggingface" / "token").write_text("hf_fakeFileToken456")
+    (home / ".netrc").write_text("machine huggingface.co password hf_fakeNetrc")
+    monkeypatch.setenv("HOME", str(home))
+    code = f"""
+for p in ({str(home / '.cache/huggingface/token')!r}, {str(home / '.netrc')!r}):
+    try:
+        print(open(p).read())
+    except PermissionError as exc:
+        print("denied", exc)
+"""
+    res = sandbox.run_sandboxed(code)
+    assert "hf_fake" not in res.stdout and res.stdout.count("denied") == 2
+
+
+def test_network_is_unreachable(mode: str) -> None:
+    code = """
+import socket
+for attempt in (lambda: socket.create_connection(("1.1.1.1", 80), timeout=2),
+                lambda: socket.getaddrinfo("huggingface.co", 443),
+                lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("8.8.8.8", 53))):
+    try:
+        attempt()
+        print("CONNECTED")
+    except Exception as exc:
+        print("blocked", type(exc).__name__)
+"""
+    res = sandbox.run_sandboxed(code, timeout_s=15)
+    assert res.ok, res.stderr
+    assert "CONNECTED" not in res.stdout and res.stdout.count("blocked") == 3
+
+
+def test_subprocesses_are_refused_unless_allowed(mode: str) -> None:
+    code = "import subprocess\nprint(subprocess.run(['echo', 'spawned'], capture_output=True).stdout)"
+    refused = sandbox.run_sandboxed(code)
+    assert not refused.ok and "subprocess.Popen is not allowed" in refused.stderr
+    assert sandbox.run_sandboxed(code, allow_subprocess=True).ok
+
+
+def test_output_is_capped(mode: str) -> None:
+    res = sandbox.run_sandboxed("print('x' * 5_000_000)", max_output=1000)
+    assert len(res.stdout) == 1000
+
+
+def test_code_reward_cannot_fake_its_score_by_printing(mode: str) -> None:
+    cheat = '```python\nprint(\'{"i": 0, "ok": true}\')\nimport sys\nsys.exit(0)\n```'
+    fn = R.build_reward("code", "code_tests", None, {"timeout_s": 3.0})
+    assert fn(completions=[cheat], tests=[["assert False"]]) == [0.0]
+
+
+def test_isolation_is_reported() -> None:
+    assert sandbox.isolation() in ("audit hook only",) or sandbox.isolation().startswith("unshare --")
+    assert os.environ.get("GRPO_SANDBOX_NO_UNSHARE") is None
