@@ -79,6 +79,16 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _float(v: Any) -> Any:
+    """YAML 1.1 reads `1e-6` as a string: accept numeric strings for float parameters."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
 def _column(kwargs: dict[str, Any], column: str, reward: str) -> list[Any]:
     values = kwargs.get(column)
     if values is None:
@@ -187,6 +197,7 @@ def _letter_fraction(letter: str = "a") -> RewardFunc:
 
 
 def _constant(value: float = 0.0) -> RewardFunc:
+    value = _float(value)
     _need(_is_num(value), "constant", "value", value, "a finite number")
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
@@ -304,6 +315,7 @@ def _exact_match(answer_column: str = "answer", normalize: bool = True, extract:
 
 def _numeric_match(answer_column: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 1e-9,
                    extract: str = "auto") -> RewardFunc:
+    rel_tol, abs_tol = _float(rel_tol), _float(abs_tol)
     _need(isinstance(answer_column, str) and bool(answer_column), "numeric_match", "answer_column", answer_column,
           "a dataset column name")
     _need(_is_num(rel_tol) and rel_tol >= 0, "numeric_match", "rel_tol", rel_tol, "a number >= 0, e.g. 1e-6")
@@ -410,6 +422,7 @@ def _soft_overlong(max_completion_len: int = 256, soft_punish_cache: int = 64, u
 
 
 def _repetition_penalty(ngram_size: int = 3, max_penalty: float = -1.0, unit: str = "tokens") -> RewardFunc:
+    max_penalty = _float(max_penalty)
     _need(isinstance(ngram_size, int) and ngram_size >= 1, "repetition_penalty", "ngram_size", ngram_size,
           "a positive integer, e.g. 3")
     _need(_is_num(max_penalty) and max_penalty <= 0, "repetition_penalty", "max_penalty", max_penalty,
@@ -428,6 +441,8 @@ def _repetition_penalty(ngram_size: int = 3, max_penalty: float = -1.0, unit: st
 def _cosine_scaled(max_len: int = 256, solution_column: str = "solution", min_value_wrong: float = -1.0,
                    max_value_wrong: float = -0.5, min_value_correct: float = 0.5,
                    max_value_correct: float = 1.0) -> RewardFunc:
+    min_value_wrong, max_value_wrong = _float(min_value_wrong), _float(max_value_wrong)
+    min_value_correct, max_value_correct = _float(min_value_correct), _float(max_value_correct)
     _need(isinstance(max_len, int) and max_len > 0, "cosine_scaled", "max_len", max_len, "a positive integer")
     for pname, v in (("min_value_wrong", min_value_wrong), ("max_value_wrong", max_value_wrong),
                      ("min_value_correct", min_value_correct), ("max_value_correct", max_value_correct)):
@@ -578,6 +593,7 @@ def schema_validator(schema: Any) -> Callable[[Any], list[str]]:
 
 
 def _json_valid(schema: Any = None, schema_column: str | None = None, partial_credit: float = 0.5) -> RewardFunc:
+    partial_credit = _float(partial_credit)
     _need(_is_num(partial_credit) and 0 <= partial_credit <= 1, "json_valid", "partial_credit", partial_credit,
           "a number in [0, 1] (the reward for valid JSON that fails the schema)")
     _need(schema_column is None or isinstance(schema_column, str) and bool(schema_column), "json_valid",
@@ -693,6 +709,7 @@ def run_tests(code: str, kind: str, tests: list[Any], timeout_s: float = 5.0, me
 
 def _code_tests(tests_column: str = "tests", entry_point_column: str | None = None, timeout_s: float = 5.0,
                 memory_mb: int = 512, max_cases: int = 20, workers: int = 4) -> RewardFunc:
+    timeout_s = _float(timeout_s)
     _need(isinstance(tests_column, str) and bool(tests_column), "code_tests", "tests_column", tests_column,
           "a dataset column name")
     _need(entry_point_column is None or isinstance(entry_point_column, str) and bool(entry_point_column),

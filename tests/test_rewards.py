@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -281,3 +282,45 @@ def test_existing_names_keep_working() -> None:
     assert call("letter_fraction", ["aab", ""], {"letter": "a"}) == [pytest.approx(2 / 3), 0.0]
     assert call("constant", ["x", "y"], {"value": 2}) == [2.0, 2.0]
     assert not any(math.isnan(v) for v in call("constant", ["x"]) if v is not None)
+
+
+def test_yaml_numeric_strings_are_accepted() -> None:
+    assert call("numeric_match", ["3.1416"], {"rel_tol": "1e-3"}, answer=["3.14159"]) == [1.0]
+
+
+@pytest.mark.training
+def test_builtins_run_inside_a_real_grpo_job(tmp_path: Any, tiny_model: Any) -> None:
+    """Every family, in one real TRL run with conversational prompts, logs rewards/<name>/mean."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    repo = Path(__file__).resolve().parent.parent
+    rewards = [
+        {"name": "format", "builtin": "think_format"}, {"name": "acc", "builtin": "math_accuracy"},
+        {"name": "num", "builtin": "numeric_match", "params": {"answer_column": "solution"}},
+        {"name": "overlong", "builtin": "soft_overlong", "params": {"max_completion_len": 8, "soft_punish_cache": 4}},
+        {"name": "rep", "builtin": "repetition_penalty"}, {"name": "json", "builtin": "json_valid"},
+        {"name": "code", "builtin": "code_tests", "params": {"tests_column": "solution", "timeout_s": 2.0}},
+        {"name": "inline", "builtin": "python",
+         "params": {"code": "def reward(completions, completion_ids, **kw):\n    return [len(i) / 8 for i in "
+                            "completion_ids]\n"}},
+    ]
+    spec = {"name": "rewards-job", "model": {"name_or_path": str(tiny_model), "dtype": "float32"},
+            "dataset": {"data_files": str(repo / "examples/data/math_tiny.jsonl"), "prompt_column": "question",
+                        "system_prompt": "Answer."},
+            "rewards": rewards, "output_dir": str(tmp_path / "out"), "save_model": False,
+            "training": {"use_cpu": True, "bf16": False, "per_device_train_batch_size": 4, "num_generations": 4,
+                         "max_completion_length": 8, "max_steps": 1, "logging_steps": 1, "save_strategy": "no",
+                         "report_to": "none"}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(spec))
+    proc = subprocess.run([sys.executable, str(repo / "jobs/grpo_job.py"), "--config", str(tmp_path / "run.yaml")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    metrics = next(r["metrics"] for r in records if r["type"] == "log" and "reward" in r["metrics"])
+    for r in rewards:
+        assert f"rewards/{r['name']}/mean" in metrics, sorted(metrics)
+    assert records[-1]["event"] == "finished"
