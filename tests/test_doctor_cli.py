@@ -1,4 +1,4 @@
-"""The doctor CLI on every input format, its --json shape and its exit codes (0 healthy, 1 error finding, 2 unreadable)."""
+"""The doctor CLI on every input format, its --json shape and its exit codes (0 healthy, 1 error, 2 unreadable)."""
 
 from __future__ import annotations
 
@@ -163,7 +163,10 @@ def test_threshold_and_config_overrides(capsys) -> None:
 def test_python_m_grpo_dashboard_doctor() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "grpo_dashboard", "doctor", str(FIXTURES / "healthy_state.json"), "--json"],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
     )
     if "doctor" not in result.stdout + result.stderr and result.returncode == 2:
         pytest.skip("cli.py does not route doctor yet")
@@ -187,8 +190,17 @@ def test_python_m_grpo_dashboard_doctor() -> None:
         lambda d: _write(d / "no_numbers.jsonl", '{"note": "hello"}\n{"note": "world"}\n'),
         lambda d: _write(d / "truncated.json", '{"log_history": [{"step": 1, "loss": 0.1}, {"st'),
     ],
-    ids=["missing", "empty-dir", "garbage-lines", "garbage-json", "binary", "empty", "no-history", "no-numbers",
-         "truncated"],
+    ids=[
+        "missing",
+        "empty-dir",
+        "garbage-lines",
+        "garbage-json",
+        "binary",
+        "empty",
+        "no-history",
+        "no-numbers",
+        "truncated",
+    ],
 )
 def test_unreadable_inputs_exit_2_with_a_clear_message(tmp_path: Path, make) -> None:
     path = make(tmp_path)
@@ -228,8 +240,17 @@ def test_hundred_thousand_step_jsonl_within_budget(tmp_path: Path) -> None:
     path = tmp_path / "big.jsonl"
     with path.open("w") as fh:
         for s in range(1, n + 1):
-            fh.write(line.format(g=0.5 + (s % 7) / 20, t=160 * s, ln=10 + (s % 5) / 5, r=0.1 + 0.5 * s / n + (s % 3) / 30,
-                                 e=4.3 - 2.2 * s / n + (s % 4) / 40, ep=s / 1000, s=s))
+            fh.write(
+                line.format(
+                    g=0.5 + (s % 7) / 20,
+                    t=160 * s,
+                    ln=10 + (s % 5) / 5,
+                    r=0.1 + 0.5 * s / n + (s % 3) / 30,
+                    e=4.3 - 2.2 * s / n + (s % 4) / 40,
+                    ep=s / 1000,
+                    s=s,
+                )
+            )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = doctor(path, "--json")

@@ -512,7 +512,9 @@ def test_kl_outpaces_reward_negative_slow_kl_and_no_missing_kl_alarm() -> None:
 def test_clip_high_off_policy_upper_clip() -> None:
     n = 80
     region = ramp(n, 0.05, 0.35, 40)
-    records = healthy(n, clip_ratio__region_mean=region, clip_ratio__high_mean=region * 0.9, clip_ratio__low_mean=region * 0.1)
+    records = healthy(
+        n, clip_ratio__region_mean=region, clip_ratio__high_mean=region * 0.9, clip_ratio__low_mean=region * 0.1
+    )
     f = only(diagnose(records, config={"num_iterations": 2}), "clip_high")
     assert f.severity == "warning" and f.step == 41 and "epsilon_high" in f.remedy
     err = healthy(n, clip_ratio__region_mean=ramp(n, 0.05, 0.5, 40))
@@ -631,7 +633,11 @@ def test_duplicate_completions_levels_and_negative() -> None:
 
 def test_duplicate_completions_same_answer_for_every_prompt_and_chat_messages() -> None:
     rows = [
-        {"step": 5, "prompt": [{"role": "user", "content": f"q{p}"}], "completion": [{"role": "assistant", "content": "42"}]}
+        {
+            "step": 5,
+            "prompt": [{"role": "user", "content": f"q{p}"}],
+            "completion": [{"role": "assistant", "content": "42"}],
+        }
         for p in range(8)
     ]
     f = only(diagnose(healthy(10), completions=rows), "duplicate_completions")
@@ -672,7 +678,9 @@ def test_sparse_keys_generation_metrics_on_every_other_record() -> None:
     records = []
     for rec in healthy(120, entropy=ramp(120, 4.3, 0.01, 60, 70)):
         if rec["step"] % 2 == 0:
-            rec = {k: v for k, v in rec.items() if k in ("step", "loss", "grad_norm", "entropy", "clip_ratio/region_mean")}
+            rec = {
+                k: v for k, v in rec.items() if k in ("step", "loss", "grad_norm", "entropy", "clip_ratio/region_mean")
+            }
         records.append(rec)
     findings = diagnose(records, config={"num_iterations": 2})
     assert rules(findings, "warning") == {"entropy_collapse"}

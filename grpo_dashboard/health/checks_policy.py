@@ -21,7 +21,7 @@ def _kl_series(ctx: Context):
     return series
 
 
-def _entropy(ctx: Context) -> Series | None:
+def entropy_series(ctx: Context) -> Series | None:
     """Finite entropy, without the placeholder zeros of steps where every token was masked out.
 
     With mask_truncated_completions=True and every completion truncated, TRL trains on no token at all: entropy,
@@ -67,7 +67,7 @@ def _pct(x: float) -> str:
 
 def check_entropy_collapse(ctx: Context) -> list[Finding]:
     """Entropy fell far below the run's own warm-up level, or sits near zero from the start."""
-    series = _entropy(ctx)
+    series = entropy_series(ctx)
     if series is None:
         return []
     v, n = series.values, series.values.size
@@ -158,7 +158,7 @@ def check_entropy_collapse(ctx: Context) -> list[Finding]:
 
 def check_entropy_blowup(ctx: Context) -> list[Finding]:
     """Entropy rose to a multiple of its warm-up level: over-exploration, often gibberish."""
-    series = _entropy(ctx)
+    series = entropy_series(ctx)
     if series is None:
         return []
     v, n = series.values, series.values.size

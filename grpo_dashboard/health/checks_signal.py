@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .checks_policy import entropy_series
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
 from .series import Series, extend_onset, fmt, trailing_mean, trailing_streak
 
@@ -81,9 +82,9 @@ def check_zero_variance(ctx: Context) -> list[Finding]:
                 cause = "saturated"
             elif position <= ctx.t("zero_variance.starved"):
                 cause = "starved"
-    entropy = ctx.frame.get("entropy")
+    entropy = entropy_series(ctx)
     if entropy is not None:
-        e = entropy.finite().values
+        e = entropy.values
         if e.size >= 2 and e[-1] < 0.1 * max(float(np.median(e[: max(1, e.size // 4)])), 1e-9):
             cause = "deterministic" if cause == "mixed" else cause
             evidence["entropy"] = float(e[-1])
