@@ -1,5 +1,5 @@
-"""Runs one reward function on prepared completion batches. Executed only inside the sandbox, never imported by the
-dashboard process: `reward_check` starts it with `sandbox.run_module("grpo_dashboard.reward_worker", stdin=...)`.
+"""Runs one reward function on prepared completion batches. `main()` runs only inside the sandbox (`reward_check`
+starts it with `sandbox.run_module("grpo_dashboard.reward_worker", stdin=...)`); importing this module runs no reward.
 
 stdin: one JSON object `{"reward": {name, builtin, function, params}, "base_dir": str, "batches": [{"case",
 "format", "completions", "prompts", "columns": {column: [values]}}]}`.
