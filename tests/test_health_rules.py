@@ -741,3 +741,49 @@ def test_hundred_thousand_steps_diagnose_quickly() -> None:
     elapsed = time.perf_counter() - start
     assert elapsed < 3.0, elapsed
     assert rules(findings, "warning") <= {"plateau"}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_garbage_logs_never_crash_a_rule(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    keys = [
+        "loss",
+        "grad_norm",
+        "reward",
+        "reward_std",
+        "frac_reward_zero_std",
+        "entropy",
+        "kl",
+        "completion_length",
+        "completions/mean_length",
+        "completions/clipped_ratio",
+        "completions/mean_terminated_length",
+        "rewards/format_reward/mean",
+        "rewards/format_reward/std",
+        "rewards/accuracy_reward",
+        "clip_ratio",
+        "clip_ratio/region_mean",
+        "clip_ratio/high_mean",
+        "clip_ratio/low_mean",
+        "eval_reward",
+        "learning_rate",
+    ]
+    specials = [None, float("nan"), float("inf"), -float("inf"), 0.0, 1.0, -1.0, 1e300, "text", [1, 2], {"a": 1}, True]
+    records = []
+    for i in range(int(rng.integers(0, 80))):
+        rec: dict[str, Any] = {"step": int(rng.integers(0, 50)) if rng.random() < 0.9 else None}
+        for key in rng.choice(keys, size=int(rng.integers(0, len(keys))), replace=False):
+            rec[str(key)] = specials[int(rng.integers(len(specials)))] if rng.random() < 0.2 else float(rng.normal())
+        records.append(rec)
+    config = {
+        "beta": [None, 0.0, 0.04][seed % 3],
+        "num_iterations": [None, 1, 2][seed % 3],
+        "mask_truncated_completions": seed % 2 == 0,
+        "max_completion_length": [None, 12][seed % 2],
+    }
+    rows = [
+        {"step": i % 3, "prompt": [None, "p", ["x"]][i % 3], "completion": ["a", None, 3][i % 3]} for i in range(9)
+    ]
+    for finding in diagnose(records, config=config, completions=rows):
+        assert finding.rule in RULE_IDS
+        finding.to_dict()

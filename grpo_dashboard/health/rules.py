@@ -6,6 +6,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from . import checks_length, checks_optimizer, checks_policy, checks_reward, checks_signal
 from .findings import SEVERITY_RANK, Context, Finding, RunConfig
 from .series import MetricFrame
@@ -62,13 +64,15 @@ def diagnose(
     frame = records if isinstance(records, MetricFrame) else MetricFrame.from_records(records)
     ctx = Context(frame, RunConfig(config), resolve_thresholds(thresholds), completions)
     findings: list[Finding] = []
-    for rule_id, rule in RULES.items():
-        if not ctx.thresholds[f"{rule_id}.enabled"]:
-            continue
-        try:
-            findings.extend(rule(ctx))
-        except Exception:  # one broken rule must not take the dashboard or a training job down with it
-            log.exception("health rule %s failed", rule_id)
+    # Logged values may be huge or infinite; the rules handle them, numpy need not warn about them.
+    with np.errstate(all="ignore"):
+        for rule_id, rule in RULES.items():
+            if not ctx.thresholds[f"{rule_id}.enabled"]:
+                continue
+            try:
+                findings.extend(rule(ctx))
+            except Exception:  # one broken rule must not take the dashboard or a training job down with it
+                log.exception("health rule %s failed", rule_id)
     order = {rule_id: i for i, rule_id in enumerate(RULE_IDS)}
     findings.sort(key=lambda f: (-f.step, -SEVERITY_RANK[f.severity], order[f.rule]))
     return findings
