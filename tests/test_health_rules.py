@@ -770,7 +770,7 @@ def test_random_garbage_logs_never_crash_a_rule(seed: int) -> None:
     ]
     specials = [None, float("nan"), float("inf"), -float("inf"), 0.0, 1.0, -1.0, 1e300, "text", [1, 2], {"a": 1}, True]
     records = []
-    for i in range(int(rng.integers(0, 80))):
+    for _ in range(int(rng.integers(0, 80))):
         rec: dict[str, Any] = {"step": int(rng.integers(0, 50)) if rng.random() < 0.9 else None}
         for key in rng.choice(keys, size=int(rng.integers(0, len(keys))), replace=False):
             rec[str(key)] = specials[int(rng.integers(len(specials)))] if rng.random() < 0.2 else float(rng.normal())
