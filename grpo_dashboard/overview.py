@@ -15,11 +15,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from . import ingest
 from .completions import recent_samples
 from .spec import RunSpec
 from .store import ACTIVE, TERMINAL, Run, RunStatus, Store
 
 STATUSES = tuple(s.value for s in RunStatus)
+MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
 RUN_COLUMNS = ("name", "status", "health", "progress", "elapsed", "ETA", "reward", "backend", "started", "id")
 # Plain glyphs (present in common fonts, unlike emoji on minimal Linux machines).
 STATUS_ICON = {"queued": "◌", "running": "▶", "completed": "✔", "failed": "✖", "canceled": "■"}
@@ -225,6 +227,19 @@ def spec_settings(run: Run) -> dict[str, Any]:
 
 
 # --- command view and compare ----------------------------------------------------------------------------------
+def log_text(path: Path, n: int = 200) -> str:
+    """The job log's last lines for people: protocol records (behind the marker) dropped, progress bars kept."""
+    from .runs import tail
+
+    lines = []
+    for line in tail(path, n * 3).splitlines():
+        if MARKER in line:
+            line = line.split(MARKER, 1)[0].rstrip()
+        if line.strip():
+            lines.append(line)
+    return "\n".join(lines[-n:])
+
+
 def command_text(spec_yaml: str, job_command: list[str] | None = None) -> str:
     """The shell commands that launch this spec from the CLI (and the raw job command, when known)."""
     lines = ["# Save the spec, then launch and follow it:", "cat > run.yaml <<'EOF'", spec_yaml.rstrip("\n"), "EOF",

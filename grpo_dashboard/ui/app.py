@@ -1,0 +1,120 @@
+"""`build_app()`: the whole dashboard as a gr.Blocks, wired across tabs; the only place the tabs meet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from .. import overview, presets, runs
+from ..errors import SpecError
+from ..store import Store
+from . import compare, detail, new_run, runs_tab
+from .context import UiContext
+
+CSS = """
+.field-errors { color: #b42318; }
+#runs-table table { font-variant-numeric: tabular-nums; }
+#samples-table td { white-space: pre-wrap; font-family: ui-monospace, monospace; font-size: 12px; }
+"""
+
+
+def launch_options() -> dict[str, Any]:
+    """Keyword arguments for `demo.launch()` (theme and CSS moved there in Gradio 6)."""
+    return {"theme": gr.themes.Soft(), "css": CSS}
+
+
+def build_app(store: Store | None = None, base_dir: str | Path | None = None, monitor: bool = True) -> gr.Blocks:
+    """The dashboard app; starts one ingestion Monitor for the store (as `demo.monitor`) unless `monitor=False`.
+
+    Args:
+        store: the run store (default: `Store()` in $GRPO_DASHBOARD_DATA_DIR).
+        base_dir: directory that relative paths of launched specs resolve against (default: the project root,
+            where `examples/` lives).
+        monitor: start the background thread that ingests active runs' metrics.
+    """
+    store = store or Store()
+    ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT)
+    with gr.Blocks(title="GRPO Dashboard") as demo:
+        gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs")
+        with gr.Tabs(selected="new", elem_id="main-tabs") as tabs:
+            with gr.Tab("New run", id="new", elem_id="tab-new"):
+                new = new_run.build(ctx)
+            with gr.Tab("Runs", id="runs", elem_id="tab-runs"):
+                runs_t = runs_tab.build(ctx)
+            with gr.Tab("Run detail", id="detail", elem_id="tab-detail"):
+                det = detail.build(ctx)
+            with gr.Tab("Compare", id="compare", elem_id="tab-compare"):
+                compare_dd = compare.build(ctx)
+        _wire_launch(ctx, new, det, tabs)
+        _wire_navigation(ctx, runs_t, det, compare_dd, tabs)
+    demo.monitor = runs.Monitor(store).start() if monitor else None  # type: ignore[attr-defined]
+    demo.form_keys = [f.key for f in new.fields]  # type: ignore[attr-defined]  # input order of form endpoints
+    return demo
+
+
+def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, tabs: gr.Tabs) -> None:
+    def launch(*args: Any) -> list[Any]:
+        *vals, yaml_text = args
+        values = {f.key: v for f, v in zip(new.fields, vals, strict=True)}
+        spec, errors, warnings = new_run.check_form(values, yaml_text, ctx.base_dir)
+        if spec is None or errors:
+            gr.Warning(f"Not launched: {len(errors)} problem(s), listed on the form.")
+            return [*new_run.validate_outputs(new, errors, warnings, ""), gr.skip(), gr.skip(), gr.skip()]
+        try:
+            run = runs.launch(spec, ctx.store, base_dir=ctx.base_dir)
+        except SpecError as exc:
+            return [*new_run.validate_outputs(new, exc.errors, [], ""), gr.skip(), gr.skip(), gr.skip()]
+        text = f"### 🚀 Launched `{run.id}` ({run.status}). Opening its detail page…"
+        outputs = new_run.validate_outputs(new, [], warnings, text)
+        choices = overview.run_choices(ctx.store)
+        return [*outputs, gr.update(choices=choices, value=run.id), gr.Tabs(selected="detail"), run.id]
+
+    launched = gr.Textbox(visible=False, elem_id="launched-run-id")
+    new.launch.click(launch, [*new.inputs, new.yaml],
+                     [new.summary, *new.group_errors.values(), *new.inputs, det.run, tabs, launched],
+                     api_name="launch")
+
+
+def row_run_id(table: Any, row: int | None) -> str | None:
+    """The run id in row `row` of the runs table (a DataFrame or list of rows), or None."""
+    if row is None:
+        return None
+    frame = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table or [], columns=overview.RUN_COLUMNS)
+    if not 0 <= row < len(frame) or "id" not in frame.columns:
+        return None
+    return str(frame.iloc[row]["id"])
+
+
+def _wire_navigation(ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.DetailTab, compare_dd: gr.Dropdown,
+                     tabs: gr.Tabs) -> None:
+    def open_row(table: Any, evt: gr.SelectData) -> list[Any]:
+        run_id = row_run_id(table, evt.index[0] if evt is not None and evt.index else None)
+        if run_id is None:
+            return [gr.skip(), gr.skip()]
+        return [gr.update(choices=overview.run_choices(ctx.store), value=run_id), gr.Tabs(selected="detail")]
+
+    runs_t.table.select(open_row, [runs_t.table], [det.run, tabs], api_name="open_run",
+                        api_visibility="undocumented")
+
+    def open_run(run_id: str) -> list[Any]:
+        try:
+            run = ctx.store.find_run(run_id)
+        except LookupError as exc:
+            raise gr.Error(str(exc)) from exc
+        return [gr.update(choices=overview.run_choices(ctx.store), value=run.id), gr.Tabs(selected="detail")]
+
+    ref = gr.Textbox(visible=False, elem_id="open-run-ref")
+    ref.submit(open_run, [ref], [det.run, tabs], api_name="open_run_by_ref")
+
+    def choices(last: list[Any] | None) -> list[Any]:
+        current = overview.run_choices(ctx.store)
+        if current == last:
+            return [gr.skip(), gr.skip(), last]
+        return [gr.update(choices=current), gr.update(choices=current), current]
+
+    last_choices = gr.State(overview.run_choices(ctx.store))
+    runs_t.timer.tick(choices, [last_choices], [det.run, compare_dd, last_choices], api_name="run_choices",
+                      concurrency_limit=None, show_progress="hidden")

@@ -1,0 +1,71 @@
+"""The "Compare" tab: overlay one metric of several runs and list the spec fields that differ between them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from .. import charts, overview
+from ..errors import RunNotFound
+from .context import UiContext
+
+
+def metric_options(ctx: UiContext, run_ids: list[str]) -> list[str]:
+    """Metric keys logged by any of the runs: train keys as they are, eval keys with their eval_ prefix."""
+    keys: set[str] = set()
+    for rid in run_ids:
+        keys.update(k for _, k in ctx.store.metric_keys(rid) if k not in charts.SUMMARY_KEYS)
+    preferred = [k for k in ("reward", "kl", "entropy", "completions/mean_length") if k in keys]
+    return preferred + sorted(keys - set(preferred))
+
+
+def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoothing: float, log_y: bool,
+            xaxis: str) -> tuple[Any, Any, Any]:
+    """(metric dropdown update, overlay figure, differing spec fields) for the chosen runs."""
+    run_ids = [r for r in (run_ids or []) if r]
+    found = []
+    for rid in run_ids:
+        try:
+            found.append(ctx.store.get_run(rid))
+        except RunNotFound:
+            continue
+    options = metric_options(ctx, [r.id for r in found])
+    if metric not in options:
+        metric = options[0] if options else None
+    opts = charts.ChartOptions(smoothing=float(smoothing or 0), log_y=bool(log_y),
+                               xaxis="relative time" if xaxis == "wall time" else (xaxis or "step"))
+    series = []
+    if metric:
+        split = "eval" if metric.startswith("eval_") else "train"
+        for run in found:
+            rows = ctx.store.series(run.id, metric, split)
+            if rows:
+                series.append((f"{run.name} ({run.id[-6:]})", charts.metric_frame(rows)))
+    fig = charts.overlay_figure(metric or "", series, opts)
+    diff = overview.spec_diff(found) if len(found) > 1 else None
+    return gr.update(choices=options, value=metric), fig, diff
+
+
+def build(ctx: UiContext) -> gr.Dropdown:
+    """Lay out the tab; returns the run picker (its choices are refreshed by the app)."""
+    choices = overview.run_choices(ctx.store)
+    # Custom values allowed: runs appear after the page was built (choices are refreshed by a timer, per session).
+    runs_dd = gr.Dropdown(choices, value=[], multiselect=True, label="Runs to compare", elem_id="compare-runs",
+                          allow_custom_value=True)
+    with gr.Row():
+        metric = gr.Dropdown([], label="Metric", allow_custom_value=True, elem_id="compare-metric", scale=2)
+        smoothing = gr.Slider(0.0, 0.99, value=0.6, step=0.01, label="Smoothing", elem_id="compare-smoothing")
+        log_y = gr.Checkbox(False, label="Log-scale y", elem_id="compare-log")
+        xaxis = gr.Radio(["step", "relative time"], value="step", label="x axis", elem_id="compare-x")
+    plot = gr.Plot(show_label=False, elem_id="compare-plot")
+    diff = gr.Dataframe(interactive=False, label="Spec fields that differ", elem_id="compare-diff", wrap=True)
+    refresh_btn = gr.Button("Refresh", size="sm")
+
+    def update(run_ids: list[str], metric_key: str | None, sm: float, log: bool, x: str) -> tuple[Any, Any, Any]:
+        return compare(ctx, run_ids, metric_key, sm, log, x)
+
+    gr.on([runs_dd.change, metric.input, smoothing.release, log_y.input, xaxis.input, refresh_btn.click], update,
+          [runs_dd, metric, smoothing, log_y, xaxis], [metric, plot, diff], api_name="compare",
+          concurrency_limit=None, trigger_mode="always_last", show_progress="hidden")
+    return runs_dd

@@ -1,0 +1,180 @@
+"""The "Run detail" tab: live charts, health findings, sample completions, spec, log tail, status and Cancel.
+
+A gr.Timer polls `detail_poll`; each part is recomputed only when its own cheap token moved (the store's change
+token for charts and health, file sizes for the log and the samples), otherwise the handler returns gr.skip().
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from .. import charts, completions, overview, runs
+from ..errors import RunNotFound
+from ..spec import RunSpec
+from ..store import Run
+from .context import UiContext
+
+POLL_S = 1.5
+LOG_LINES = 200
+N_FIXED_OUTPUTS = 9  # status, cancel, findings, spec, log, step, samples table, samples note, state
+
+
+@dataclass
+class DetailTab:
+    """Components other tabs target (run selector) and the app's tab switcher needs."""
+
+    run: gr.Dropdown
+    outputs: list[gr.components.Component]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _weights(run: Run) -> dict[str, float]:
+    try:
+        spec = RunSpec.from_yaml(run.spec_yaml)
+    except Exception:  # noqa: BLE001 - a stored spec that no longer parses only loses the weights
+        return {}
+    return {r.name: r.weight for r in spec.rewards}
+
+
+def samples_table(run: Run, step: Any, sort_by: str, descending: bool) -> tuple[Any, list[int], int | None]:
+    """(table, available steps, shown step) for the completions view; the latest step when `step` is empty."""
+    steps = completions.sample_steps(run.run_dir, run.output_dir)
+    chosen = int(step) if step not in (None, "") and int(step) in steps else (steps[-1] if steps else None)
+    rows = completions.read_step(run.run_dir, chosen, run.output_dir) if chosen is not None else []
+    return completions.samples_frame(rows, _weights(run), sort_by, bool(descending)), steps, chosen
+
+
+def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xaxis: str, follow: bool,
+           step: Any, sort_by: str, descending: bool, state: dict[str, Any] | None) -> list[Any]:
+    """Every output of the tab; parts whose token did not change since `state` are gr.skip()."""
+    n_plots = len(charts.PANELS)
+    skip_all = [gr.skip()] * (N_FIXED_OUTPUTS + n_plots)
+    if not run_id:
+        return [gr.update(value="Select a run (or launch one from **New run**)."), *skip_all[1:]]
+    try:
+        run = ctx.store.get_run(run_id)
+    except RunNotFound:
+        return [gr.update(value=f"No run {run_id!r}."), *skip_all[1:]]
+    state = dict(state or {})
+    opts = charts.ChartOptions(smoothing=float(smoothing or 0), log_y=bool(log_y), xaxis=xaxis or "step")
+    token = ctx.store.change_token(run.id)
+    out: list[Any] = [overview.status_markdown(run), gr.update(interactive=run.is_active)]
+
+    chart_key = (run.id, token, opts.smoothing, opts.log_y, opts.xaxis)
+    if state.get("charts") != chart_key:
+        settings = overview.spec_settings(run)
+        figs = charts.run_figures(ctx.store, run.id, opts, started_at=run.started_at, **settings)
+        out += [overview.findings_markdown(ctx.store, run), *figs.values()]
+        state["charts"] = chart_key
+    else:
+        out += [gr.skip()] * (1 + n_plots)
+
+    if state.get("spec") != run.id:
+        out.append(run.spec_yaml)
+        state["spec"] = run.id
+    else:
+        out.append(gr.skip())
+
+    log = runs.log_path(run)
+    log_key = (run.id, _size(log))
+    if state.get("log") != log_key:
+        out.append(overview.log_text(log, LOG_LINES) or "(no output yet)")
+        state["log"] = log_key
+    else:
+        out.append(gr.skip())
+
+    samples_key = (run.id, _size(completions.samples_path(run.run_dir)), bool(follow), step, sort_by,
+                   bool(descending), token if not Path(completions.samples_path(run.run_dir)).exists() else None)
+    if state.get("samples") != samples_key:
+        table, steps, shown = samples_table(run, None if follow else step, sort_by, descending)
+        note = (f"Step {shown}: {len(table)} completions." if shown is not None else
+                "No sample completions yet (the job writes them at each logged step).")
+        out += [gr.update(choices=steps, value=shown), table, note]
+        state["samples"] = samples_key
+    else:
+        out += [gr.skip()] * 3
+    out.append(state)
+    return out
+
+
+def build(ctx: UiContext) -> DetailTab:
+    """Lay out the tab and wire its timer and controls."""
+    choices = overview.run_choices(ctx.store)
+    with gr.Row():
+        # Custom values allowed: runs appear after the page was built (choices are refreshed by a timer).
+        run_dd = gr.Dropdown(choices, value=choices[0][1] if choices else None, label="Run", scale=4,
+                             elem_id="detail-run", allow_custom_value=True)
+        cancel_btn = gr.Button("Cancel run", variant="stop", scale=1, elem_id="cancel-btn")
+    status = gr.Markdown(elem_id="detail-status")
+    with gr.Accordion("Health", open=True):
+        findings_md = gr.Markdown(elem_id="detail-findings")
+    with gr.Tabs(elem_id="detail-tabs"):
+        with gr.Tab("Charts", id="charts", elem_id="tab-charts"):
+            with gr.Row():
+                smoothing = gr.Slider(0.0, 0.99, value=0.6, step=0.01, label="Smoothing (EMA, debiased)",
+                                      elem_id="smoothing")
+                log_y = gr.Checkbox(False, label="Log-scale y", elem_id="log-y")
+                xaxis = gr.Radio(list(charts.XAXES), value="step", label="x axis", elem_id="x-axis")
+            plots = []
+            panels = list(charts.PANELS)
+            for i in range(0, len(panels), 2):
+                with gr.Row():
+                    for panel in panels[i:i + 2]:
+                        plots.append(gr.Plot(label=panel.title, show_label=False, elem_id=f"plot-{panel.id}"))
+        with gr.Tab("Completions", id="completions", elem_id="tab-completions"):
+            with gr.Row():
+                follow = gr.Checkbox(True, label="Follow the latest step", elem_id="samples-follow")
+                step_dd = gr.Dropdown([], label="Step", elem_id="samples-step", allow_custom_value=True)
+                sort_by = gr.Dropdown(list(completions.SORTS), value=completions.SORTS[0], label="Sort by",
+                                      allow_custom_value=True, elem_id="samples-sort",
+                                      info="or type a reward function's name")
+                descending = gr.Checkbox(True, label="Descending", elem_id="samples-desc")
+            samples_note = gr.Markdown(elem_id="samples-note")
+            samples_df = gr.Dataframe(interactive=False, wrap=True, max_height=700, elem_id="samples-table",
+                                      label="Sample completions")
+        with gr.Tab("Spec & log", id="speclog", elem_id="tab-speclog"):
+            spec_code = gr.Code(language="yaml", label="Run spec (as launched)", interactive=False,
+                                elem_id="detail-spec")
+            log_box = gr.Textbox(label=f"Job log (last {LOG_LINES} lines)", lines=20, max_lines=30,
+                                 elem_id="detail-log", autoscroll=True)
+    state = gr.State({})
+    timer = gr.Timer(POLL_S)
+    controls = [run_dd, smoothing, log_y, xaxis, follow, step_dd, sort_by, descending, state]
+    outputs = [status, cancel_btn, findings_md, *plots, spec_code, log_box, step_dd, samples_df, samples_note, state]
+
+    def update(*args: Any) -> list[Any]:
+        return render(ctx, *args)
+
+    timer.tick(update, controls, outputs, api_name="detail_poll", concurrency_limit=None, show_progress="hidden",
+               trigger_mode="always_last")
+    gr.on([run_dd.change, smoothing.release, log_y.input, xaxis.input, follow.input, sort_by.input,
+           descending.input], update, controls, outputs, api_name="detail_render", concurrency_limit=None,
+          trigger_mode="always_last", show_progress="hidden")
+
+    def pick_step(*args: Any) -> list[Any]:
+        return [False, *render(ctx, args[0], args[1], args[2], args[3], False, *args[5:])]
+
+    step_dd.input(pick_step, controls, [follow, *outputs], api_name="detail_step", concurrency_limit=None,
+                  show_progress="hidden")
+
+    def cancel(run_id: str | None) -> str:
+        if not run_id:
+            raise gr.Error("Select a run to cancel.")
+        try:
+            run = runs.cancel(ctx.store, ctx.store.get_run(run_id))
+        except RunNotFound as exc:
+            raise gr.Error(str(exc)) from exc
+        return overview.status_markdown(run) + ("\n\nCancel requested…" if run.is_active else "")
+
+    cancel_btn.click(cancel, [run_dd], [status], api_name="cancel_run")
+    return DetailTab(run_dd, outputs)

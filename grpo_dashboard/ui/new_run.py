@@ -1,0 +1,222 @@
+"""The "New run" tab: presets, the generated form, YAML kept in sync both ways, Validate, command view, Launch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+from .. import forms, overview, presets, runs
+from ..errors import FieldError, SpecError
+from ..jobfiles import rewards_module
+from ..spec import RunSpec
+from .context import UiContext
+
+FORM_GROUPS = [g for g in forms.GROUPS if g != "Run"]
+
+
+@dataclass
+class NewRunTab:
+    """Components of the tab the app wires to other tabs."""
+
+    preset: gr.Dropdown
+    fields: list[forms.FormField]
+    inputs: list[gr.components.Component]
+    yaml: gr.Code
+    command: gr.Code
+    summary: gr.Markdown
+    group_errors: dict[str, gr.Markdown] = field(default_factory=dict)
+    launch: gr.Button | None = None
+    validate: gr.Button | None = None
+
+
+def _component(f: forms.FormField, value: Any) -> gr.components.Component:
+    info = f.help or None
+    if f.widget in ("bool", "toggle"):
+        return gr.Checkbox(value=bool(value), label=f.label, info=info, elem_id=_elem(f))
+    if f.widget == "choice":
+        return gr.Dropdown(forms.choice_options(f), value=value, label=f.label, info=info,
+                           allow_custom_value=f.custom, elem_id=_elem(f))
+    if f.widget in ("int", "float"):
+        return gr.Number(value=value, label=f.label, info=info, precision=0 if f.widget == "int" else None,
+                         elem_id=_elem(f))
+    if f.widget == "rewards":
+        return gr.Dataframe(value=value or [["", 1.0, "", "", ""]], headers=list(forms.REWARD_COLUMNS),
+                            datatype=["str", "number", "str", "str", "str"], interactive=True,
+                            column_count=len(forms.REWARD_COLUMNS), label="reward functions (add rows as needed)",
+                            elem_id=_elem(f))
+    return gr.Textbox(value=value, label=f.label, info=info, elem_id=_elem(f), lines=1)
+
+
+def _elem(f: forms.FormField) -> str:
+    return "field-" + f.key.replace(".", "-").replace("_", "-")
+
+
+def _rewards_help() -> str:
+    rdefs = rewards_module().REWARDS
+    lines = ["Built-in rewards (TRL logs each as `rewards/<name>/mean`):"]
+    for name, rdef in rdefs.items():
+        params = ", ".join(f"`{k}`={v!r}" for k, v in rdef.params.items()) or "no params"
+        lines.append(f"- **{name}**: {rdef.description} ({params})")
+    return "\n".join(lines)
+
+
+def build(ctx: UiContext) -> NewRunTab:
+    """Lay out the tab and wire its own events."""
+    fields = forms.form_fields()
+    initial_yaml = presets.preset_yaml(presets.DEFAULT_PRESET)
+    values = forms.values_from_yaml(initial_yaml)
+    inputs: list[gr.components.Component] = []
+    ordered: list[forms.FormField] = []
+
+    def add(f: forms.FormField) -> None:
+        inputs.append(_component(f, values[f.key]))
+        ordered.append(f)
+
+    group_errors: dict[str, gr.Markdown] = {}
+    with gr.Row():
+        preset = gr.Dropdown(presets.preset_names(), value=presets.DEFAULT_PRESET, label="Preset", scale=3,
+                             info="Loads a complete run spec into the form and the YAML.", elem_id="preset")
+        validate_btn = gr.Button("Validate", variant="secondary", scale=1, elem_id="validate-btn")
+        launch_btn = gr.Button("Launch", variant="primary", scale=1, elem_id="launch-btn")
+    summary = gr.Markdown("Pick a preset or edit the form; **Validate** checks everything before launching.",
+                          elem_id="new-run-summary")
+    with gr.Row():
+        with gr.Column(scale=3):
+            for f in (f for f in fields if f.group == "Run"):
+                add(f)
+            for group in FORM_GROUPS:
+                with gr.Accordion(group, open=group in ("Model", "Data", "Rewards", "GRPO core")):
+                    group_errors[group] = gr.Markdown("", elem_classes=["field-errors"])
+                    group_fields = [f for f in fields if f.group == group]
+                    for f in (f for f in group_fields if f.widget == "rewards"):
+                        add(f)
+                        with gr.Accordion("Built-in reward functions", open=False):
+                            gr.Markdown(_rewards_help())
+                    plain = [f for f in group_fields if f.widget != "rewards"]
+                    for i in range(0, len(plain), 3):
+                        with gr.Row(equal_height=False):
+                            for f in plain[i:i + 3]:
+                                add(f)
+        with gr.Column(scale=2):
+            yaml_code = gr.Code(initial_yaml, language="yaml", label="Run spec (YAML, editable)", interactive=True,
+                                lines=30, max_lines=60, elem_id="spec-yaml")
+            command = gr.Code(_command(initial_yaml), language="shell", label="Equivalent command", lines=8,
+                              interactive=False, elem_id="spec-command")
+    tab = NewRunTab(preset, ordered, inputs, yaml_code, command, summary, group_errors, launch_btn, validate_btn)
+    _wire(tab, ctx)
+    return tab
+
+
+def _command(yaml_text: str) -> str:
+    try:
+        spec = RunSpec.from_yaml(yaml_text)
+        job = overview.job_command(spec)
+    except (SpecError, OSError):
+        job = None
+    return overview.command_text(yaml_text, job)
+
+
+def _values(tab: NewRunTab, args: tuple[Any, ...]) -> dict[str, Any]:
+    return {f.key: v for f, v in zip(tab.fields, args, strict=True)}
+
+
+def _form_updates(tab: NewRunTab, values: dict[str, Any], errors: dict[str, list[str]] | None = None) -> list[Any]:
+    """Values (or only the help text, when `values` is empty) of every field, with errors in place of help."""
+    errors = errors or {}
+    out = []
+    for f in tab.fields:
+        kwargs: dict[str, Any] = {}
+        if f.key in values:
+            kwargs["value"] = values[f.key]
+        if f.widget != "rewards":
+            msgs = errors.get(f.key)
+            kwargs["info"] = ("❌ " + " / ".join(msgs)) if msgs else (f.help or None)
+        out.append(gr.update(**kwargs))
+    return out
+
+
+def _group_error_updates(tab: NewRunTab, placed: dict[str, list[str]]) -> list[Any]:
+    by_group: dict[str, list[str]] = {g: [] for g in tab.group_errors}
+    for f in tab.fields:
+        for msg in placed.get(f.key, []):
+            group = f.group if f.group in by_group else FORM_GROUPS[0]
+            by_group[group].append(f"- ❌ **{f.key}**: {msg}")
+    return [gr.update(value="\n".join(by_group[g])) for g in tab.group_errors]
+
+
+def _summary(errors: list[FieldError], warnings: list[FieldError], ok_text: str) -> str:
+    lines = []
+    if errors:
+        lines.append(f"### ❌ {len(errors)} problem{'s' if len(errors) != 1 else ''} block the launch")
+        lines += [f"- **{e.field}** = `{e.value!r}`: {e.message}" for e in errors]
+    else:
+        lines.append(ok_text)
+    if warnings:
+        lines.append(f"#### ⚠️ {len(warnings)} warning{'s' if len(warnings) != 1 else ''}")
+        lines += [f"- **{w.field}**: {w.message}" for w in warnings]
+    return "\n".join(lines)
+
+
+def check_form(values: dict[str, Any], yaml_text: str, base_dir: Any) -> tuple[RunSpec | None, list[FieldError],
+                                                                             list[FieldError]]:
+    """Build the spec from form values over the YAML and validate it; (spec or None, errors, warnings)."""
+    try:
+        base = RunSpec.from_yaml(yaml_text) if yaml_text and yaml_text.strip() else None
+        spec = forms.spec_from_values(values, base)
+        spec, report = runs.check(spec, base_dir)
+    except SpecError as exc:
+        return None, exc.errors, []
+    return spec, report.errors, report.warnings
+
+
+def _wire(tab: NewRunTab, ctx: UiContext) -> None:
+    n_groups = len(tab.group_errors)
+
+    def validate(*args: Any) -> list[Any]:
+        *vals, yaml_text = args
+        _, errors, warnings = check_form(_values(tab, tuple(vals)), yaml_text, ctx.base_dir)
+        return validate_outputs(tab, errors, warnings, "### ✅ Valid: ready to launch.")
+
+    tab.validate.click(validate, [*tab.inputs, tab.yaml], [tab.summary, *tab.group_errors.values(), *tab.inputs],
+                       api_name="validate")
+
+    def load_preset(name: str) -> list[Any]:
+        text = presets.preset_yaml(name)
+        values = forms.values_from_yaml(text)
+        return [text, _command(text), f"Loaded preset **{name}**.", *[gr.update(value="") for _ in range(n_groups)],
+                *_form_updates(tab, values)]
+
+    tab.preset.input(load_preset, [tab.preset],
+                     [tab.yaml, tab.command, tab.summary, *tab.group_errors.values(), *tab.inputs],
+                     api_name="load_preset", show_progress="hidden")
+
+    def form_to_yaml(*args: Any) -> list[Any]:
+        *vals, yaml_text = args
+        try:
+            text = forms.yaml_from_values(_values(tab, tuple(vals)), yaml_text)
+        except SpecError as exc:
+            return [gr.skip(), gr.skip(), _summary(exc.errors, [], "")]
+        return [text, _command(text), gr.skip()]
+
+    gr.on([c.input for c in tab.inputs], form_to_yaml, [*tab.inputs, tab.yaml], [tab.yaml, tab.command, tab.summary],
+          api_name="form_to_yaml", trigger_mode="always_last", show_progress="hidden")
+
+    def yaml_to_form(yaml_text: str) -> list[Any]:
+        try:
+            values = forms.values_from_yaml(yaml_text)
+        except SpecError as exc:
+            return [gr.skip(), _summary(exc.errors, [], ""), *([gr.skip()] * len(tab.inputs))]
+        return [_command(yaml_text), "YAML applied to the form.", *_form_updates(tab, values)]
+
+    tab.yaml.input(yaml_to_form, [tab.yaml], [tab.command, tab.summary, *tab.inputs], api_name="yaml_to_form",
+                   trigger_mode="always_last", show_progress="hidden")
+
+
+def validate_outputs(tab: NewRunTab, errors: list[FieldError], warnings: list[FieldError], ok_text: str
+                     ) -> list[Any]:
+    """[summary, group error boxes..., field info updates...] for a validation result."""
+    placed, _ = forms.place_errors(errors, [f.key for f in tab.fields])
+    return [_summary(errors, warnings, ok_text), *_group_error_updates(tab, placed),
+            *_form_updates(tab, {}, placed)]
