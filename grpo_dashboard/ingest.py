@@ -8,15 +8,26 @@ a no-op. A half-written last line is left for the next read. Invalid lines are s
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .store import RunStatus, Store, encode_value
+import numpy as np
+
+from .series_store import append_points, encode
+from .store import RunStatus, Store
+
+try:
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - orjson comes with gradio; stdlib json is the fallback
+    _loads = json.loads
 
 MARKER = "@@GRPO_DASHBOARD@@ "
-CHUNK_BYTES = 4 * 1024 * 1024
+_MARKER_BYTES = MARKER.strip().encode()
+CHUNK_BYTES = 16 * 1024 * 1024
+_PLAIN = {float, int}
 
 
 @dataclass
@@ -38,19 +49,20 @@ class IngestResult:
 
 def parse_line(raw: bytes | str) -> dict[str, Any] | None:
     """Decode one protocol line (with or without the stdout marker); None if it is not a valid record."""
+    data = raw.encode("utf-8", errors="surrogateescape") if isinstance(raw, str) else raw
+    if not data.startswith(b"{"):
+        data = data.strip()
+        if data.startswith(_MARKER_BYTES):
+            data = data[len(_MARKER_BYTES):].strip()
+        if not data.startswith(b"{"):
+            return None
     try:
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    except UnicodeDecodeError:
-        return None
-    text = text.strip()
-    if text.startswith(MARKER.strip()):
-        text = text[len(MARKER.strip()):].strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        obj = json.loads(text)
+        obj = _loads(data)
     except ValueError:
-        return None
+        try:
+            obj = json.loads(data.decode("utf-8"))  # NaN / Infinity: valid for Python's json, not for orjson
+        except ValueError:  # also UnicodeDecodeError
+            return None
     if not isinstance(obj, dict) or obj.get("type") not in ("log", "event"):
         return None
     if obj["type"] == "log":
@@ -65,7 +77,8 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
 def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, dict[str, Any]]]) -> IngestResult:
     """Write parsed records (with their sequence numbers) into the store inside the caller's transaction."""
     result = IngestResult()
-    rows: list[tuple[Any, ...]] = []
+    groups: dict[tuple[str, tuple[str, ...]], tuple[list[int], list[list[Any]], list[float]]] = {}
+    slow: dict[tuple[str, str], tuple[list[int], list[float], list[float]]] = {}
     last_step: int | None = None
     max_steps: int | None = None
     last_time: float | None = None
@@ -82,23 +95,47 @@ def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, 
             continue
         step, split = rec["step"], "eval" if rec.get("split") == "eval" else "train"
         t = _num(rec.get("time"))
-        for key, value in rec["metrics"].items():
-            encoded = encode_value(value)
-            if encoded is None:
-                result.skipped += 1
-                continue
-            rows.append((run_id, split, str(key), step, encoded[0], encoded[1], t))
+        tf = math.nan if t is None else t
+        metrics = rec["metrics"]
+        if set(map(type, metrics.values())) <= _PLAIN:
+            # The common case (every value a plain number): rows of values, converted to columns in bulk below.
+            group = groups.get((split, tuple(metrics)))
+            if group is None:
+                group = groups[(split, tuple(metrics))] = ([], [], [])
+            group[0].append(step)
+            group[1].append(list(metrics.values()))
+            group[2].append(tf)
+        else:
+            for key, value in metrics.items():
+                encoded = encode(value)
+                if encoded is None:
+                    result.skipped += 1
+                    continue
+                slot = slow.get((split, key))
+                if slot is None:
+                    slot = slow[(split, key)] = ([], [], [])
+                slot[0].append(step)
+                slot[1].append(encoded)
+                slot[2].append(tf)
         attempted += 1
         last_step = step if last_step is None else max(last_step, step)
         if isinstance(rec.get("max_steps"), int) and rec["max_steps"] > 0:
             max_steps = rec["max_steps"]
         last_time = t if t is not None else last_time
-    if rows:
-        before = conn.total_changes
-        conn.executemany("INSERT OR IGNORE INTO metrics (run_id, split, key, step, value, kind, time) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-        if conn.total_changes - before < len(rows):
-            result.skipped += _conflicting(conn, rows)
+    columns: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for (split, keys), (steps, rows, times) in groups.items():
+        matrix = np.array(rows, dtype=np.float64).reshape(len(rows), len(keys))
+        s_arr, t_arr = np.array(steps, dtype=np.int64), np.array(times, dtype=np.float64)
+        for j, key in enumerate(keys):
+            columns.setdefault((split, key), []).append((s_arr, matrix[:, j], t_arr))
+    for (split, key), (steps, vals, times) in slow.items():
+        columns.setdefault((split, key), []).append(
+            (np.array(steps, dtype=np.int64), np.array(vals, dtype=np.float64), np.array(times, dtype=np.float64)))
+    for (split, key), parts in columns.items():
+        steps_a = np.concatenate([p[0] for p in parts])
+        vals_a = np.concatenate([p[1] for p in parts])
+        times_a = np.concatenate([p[2] for p in parts])
+        result.skipped += append_points(conn, run_id, split, key, steps_a, vals_a, times_a)
     result.records = attempted
     if attempted:
         conn.execute(
@@ -107,24 +144,6 @@ def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, 
             "status = CASE WHEN status = ? THEN ? ELSE status END WHERE id = ?",
             (attempted, last_step, max_steps, last_time, RunStatus.QUEUED.value, RunStatus.RUNNING.value, run_id))
     return result
-
-
-def _conflicting(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> int:
-    """Rows that met an existing (run, split, key, step) with another value: a repeated step, first one kept."""
-    seen: dict[tuple[Any, ...], tuple[Any, Any]] = {}
-    bad = 0
-    for run_id, split, key, step, value, kind, _ in rows:
-        ident = (run_id, split, key, step)
-        if ident not in seen:
-            stored = conn.execute("SELECT value, kind FROM metrics WHERE run_id = ? AND split = ? AND key = ? "
-                                  "AND step = ?", ident).fetchone()
-            seen[ident] = (stored[0], stored[1]) if stored else (value, kind)
-            if stored is None or (stored[0], stored[1]) == (value, kind):
-                continue
-        elif seen[ident] == (value, kind):
-            continue
-        bad += 1
-    return bad
 
 
 def _num(value: Any) -> float | None:

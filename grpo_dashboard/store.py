@@ -1,14 +1,13 @@
 """The embedded store: SQLite in WAL mode holding runs, every metric value of every log record, and job events.
 
 All SQL lives here. The data directory comes from `GRPO_DASHBOARD_DATA_DIR` (read at call time), default
-`~/.grpo_dashboard`. Metric values keep their nature: finite and ±Inf as REAL, None and NaN as NULL with a `kind` flag.
+`~/.grpo_dashboard`. Metrics are columnar (see `series_store.py`): values keep their nature (finite, ±Inf, NaN, None).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import sqlite3
 import threading
@@ -19,10 +18,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from . import series_store
 from .errors import RunNotFound
+from .series_store import SeriesArrays
 
 DATA_DIR_ENV = "GRPO_DASHBOARD_DATA_DIR"
-KIND_VALUE, KIND_NONE, KIND_NAN = 0, 1, 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -51,16 +53,6 @@ CREATE TABLE IF NOT EXISTS runs (
     owner TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id TEXT NOT NULL,
-    split TEXT NOT NULL,
-    key TEXT NOT NULL,
-    step INTEGER NOT NULL,
-    value REAL,
-    kind INTEGER NOT NULL,
-    time REAL,
-    PRIMARY KEY (run_id, split, key, step)
-) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -135,27 +127,6 @@ def data_dir() -> Path:
     return Path(os.environ.get(DATA_DIR_ENV) or Path.home() / ".grpo_dashboard").expanduser()
 
 
-def encode_value(value: Any) -> tuple[float | None, int] | None:
-    """Map a logged value to (REAL, kind); None for values that are not numbers (strings, lists)."""
-    if value is None:
-        return None, KIND_NONE
-    if isinstance(value, bool):
-        return float(value), KIND_VALUE
-    if isinstance(value, (int, float)):
-        f = float(value)
-        return (None, KIND_NAN) if math.isnan(f) else (f, KIND_VALUE)
-    return None
-
-
-def decode_value(value: float | None, kind: int) -> float | None:
-    """Inverse of encode_value: NaN comes back as float('nan'), None as None."""
-    if kind == KIND_NAN:
-        return math.nan
-    if kind == KIND_NONE:
-        return None
-    return value
-
-
 class Store:
     """Thread-safe access to the SQLite store (one connection per thread)."""
 
@@ -163,7 +134,7 @@ class Store:
         self.path = Path(path) if path else data_dir() / "dashboard.db"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self.connection().executescript(SCHEMA)
+        self.connection().executescript(SCHEMA + series_store.SCHEMA)
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (WAL, busy timeout 30 s, autocommit with explicit transactions)."""
@@ -271,40 +242,40 @@ class Store:
     def metric_keys(self, run_id: str) -> list[tuple[str, str]]:
         """(split, key) pairs present for a run."""
         rows = self.connection().execute(
-            "SELECT DISTINCT split, key FROM metrics WHERE run_id = ? ORDER BY split, key", (run_id,))
+            "SELECT split, key FROM series WHERE run_id = ? ORDER BY split, key", (run_id,))
         return [(r[0], r[1]) for r in rows]
+
+    def arrays(self, run_id: str, key: str, split: str = "train", since_step: int | None = None) -> SeriesArrays:
+        """One metric as numpy arrays (steps, values with None and NaN as NaN, an is_none mask, times)."""
+        return series_store.read_arrays(self.connection(), run_id, key, split, since_step)
 
     def series(self, run_id: str, key: str, split: str = "train", since_step: int | None = None
                ) -> list[tuple[int, float | None, float | None]]:
         """(step, value, time) for one metric, ordered by step; NaN as float('nan'), None as None."""
-        sql = "SELECT step, value, kind, time FROM metrics WHERE run_id = ? AND split = ? AND key = ?"
-        args: list[Any] = [run_id, split, key]
-        if since_step is not None:
-            sql += " AND step > ?"
-            args.append(since_step)
-        sql += " ORDER BY step"
-        return [(s, decode_value(v, k), t) for s, v, k, t in self.connection().execute(sql, args)]
+        a = self.arrays(run_id, key, split, since_step)
+        values: list[float | None] = a.values.tolist()
+        for i in np.flatnonzero(a.is_none).tolist():
+            values[i] = None
+        return list(zip(a.steps.tolist(), values, a.times.tolist(), strict=True))
 
     def records(self, run_id: str) -> list[dict[str, Any]]:
         """The run's log records re-assembled as flat TRL-style dicts with a `step` key, train and eval by step."""
         by: dict[tuple[int, str], dict[str, Any]] = {}
-        rows = self.connection().execute(
-            "SELECT split, step, key, value, kind FROM metrics WHERE run_id = ? ORDER BY step, split", (run_id,))
-        for split, step, key, value, kind in rows:
-            by.setdefault((step, split), {"step": step})[key] = decode_value(value, kind)
+        for split, key in self.metric_keys(run_id):
+            for step, value, _ in self.series(run_id, key, split):
+                by.setdefault((step, split), {"step": step})[key] = value
         return [by[k] for k in sorted(by, key=lambda k: (k[0], k[1] != "train"))]
 
     def latest_metrics(self, run_id: str, split: str = "train") -> dict[str, float | None]:
         """The last logged value of every key of a split."""
         rows = self.connection().execute(
-            "SELECT m.key, m.value, m.kind FROM metrics m JOIN (SELECT key, MAX(step) AS s FROM metrics "
-            "WHERE run_id = ? AND split = ? GROUP BY key) l ON m.key = l.key AND m.step = l.s "
-            "WHERE m.run_id = ? AND m.split = ?", (run_id, split, run_id, split))
-        return {k: decode_value(v, kind) for k, v, kind in rows}
+            "SELECT key, last_value, last_kind FROM series WHERE run_id = ? AND split = ?", (run_id, split))
+        return {k: series_store.decode_scalar(v, kind) for k, v, kind in rows}
 
     def count_metric_values(self, run_id: str) -> int:
         """Number of stored metric values of a run."""
-        return self.connection().execute("SELECT COUNT(*) FROM metrics WHERE run_id = ?", (run_id,)).fetchone()[0]
+        row = self.connection().execute("SELECT SUM(n) FROM series WHERE run_id = ?", (run_id,)).fetchone()
+        return int(row[0] or 0)
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         """Job events in order (payload decoded)."""

@@ -1,0 +1,209 @@
+"""Columnar metric storage: each (run, split, key) series is a sequence of chunks of packed numpy arrays.
+
+A chunk row holds up to CHUNK_POINTS points as three BLOBs (int64 steps, float64 values, float64 wall times).
+Values keep their nature: finite and ±Inf as themselves, NaN as the canonical NaN, and a logged `None` as a NaN with
+a reserved payload (NONE_BITS), so one float64 array carries all four. Steps are unique and ascending across a
+series' chunks; appends go to the last chunk, and the rare out-of-order point is merged into the chunk covering it.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+CHUNK_POINTS = 1024
+NONE_BITS = np.uint64(0x7FF8_DEAD_0000_0001)
+_NONE_FLOAT = np.array([NONE_BITS], dtype=np.uint64).view(np.float64)[0]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS series (
+    run_id TEXT NOT NULL,
+    split TEXT NOT NULL,
+    key TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    last_step INTEGER NOT NULL,
+    last_value REAL,
+    last_kind INTEGER NOT NULL,
+    PRIMARY KEY (run_id, split, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS chunks (
+    run_id TEXT NOT NULL,
+    split TEXT NOT NULL,
+    key TEXT NOT NULL,
+    chunk INTEGER NOT NULL,
+    first_step INTEGER NOT NULL,
+    last_step INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    steps BLOB NOT NULL,
+    vals BLOB NOT NULL,
+    times BLOB NOT NULL,
+    PRIMARY KEY (run_id, split, key, chunk)
+) WITHOUT ROWID;
+"""
+
+KIND_VALUE, KIND_NONE, KIND_NAN = 0, 1, 2
+
+
+@dataclass
+class SeriesArrays:
+    """One metric series as arrays: steps (int64), values (float64; None and NaN both NaN here), flags, times."""
+
+    steps: np.ndarray
+    values: np.ndarray
+    is_none: np.ndarray
+    times: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+def encode(value: Any) -> float | None:
+    """A logged value as the float stored for it; None (the Python object) if it is not a number at all."""
+    if value is None:
+        return float(_NONE_FLOAT)
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        f = float(value)
+        return math.nan if math.isnan(f) else f
+    return None
+
+
+def kind_of(values: np.ndarray) -> np.ndarray:
+    """KIND_* per value."""
+    bits = values.view(np.uint64)
+    kinds = np.zeros(len(values), dtype=np.int8)
+    nan = np.isnan(values)
+    kinds[nan] = KIND_NAN
+    kinds[bits == NONE_BITS] = KIND_NONE
+    return kinds
+
+
+def decode_scalar(value: float | None, kind: int) -> float | None:
+    """The Python value for a stored scalar."""
+    if kind == KIND_NONE:
+        return None
+    if kind == KIND_NAN:
+        return math.nan
+    return value
+
+
+def _scalar_kind(v: float) -> int:
+    if not math.isnan(v):
+        return KIND_VALUE
+    return KIND_NONE if np.float64(v).view(np.uint64) == NONE_BITS else KIND_NAN
+
+
+def append_points(conn: sqlite3.Connection, run_id: str, split: str, key: str, steps: Any, vals: Any,
+                  times: Any) -> int:
+    """Add points (any order, possibly repeated) to a series; returns how many conflicted with a stored value.
+
+    A repeated step keeps its first value; a repeat with the same value (bit for bit) is not a conflict.
+    """
+    if len(steps) == 0:
+        return 0
+    s = np.asarray(steps, dtype=np.int64)
+    v = np.asarray(vals, dtype=np.float64)
+    t = np.asarray(times, dtype=np.float64)
+    conflicts = 0
+    if len(s) > 1 and not bool(np.all(s[1:] > s[:-1])):
+        order = np.argsort(s, kind="stable")
+        s, v, t = s[order], v[order], t[order]
+        dup = np.concatenate(([False], s[1:] == s[:-1]))
+        if dup.any():
+            first_idx = np.searchsorted(s, s[dup])
+            conflicts += int(np.sum(v[dup].view(np.uint64) != v[first_idx].view(np.uint64)))
+            s, v, t = s[~dup], v[~dup], t[~dup]
+    head = conn.execute("SELECT n, last_step FROM series WHERE run_id = ? AND split = ? AND key = ?",
+                        (run_id, split, key)).fetchone()
+    last_step = head[1] if head else None
+    if last_step is not None and s[0] <= last_step:
+        old = s <= last_step
+        conflicts += _merge_old(conn, run_id, split, key, s[old], v[old], t[old])
+        s, v, t = s[~old], v[~old], t[~old]
+    if len(s):
+        _append_new(conn, run_id, split, key, s, v, t)
+    _update_head(conn, run_id, split, key)
+    return conflicts
+
+
+def _append_new(conn: sqlite3.Connection, run_id: str, split: str, key: str, s: np.ndarray, v: np.ndarray,
+                t: np.ndarray) -> None:
+    row = conn.execute("SELECT chunk, n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
+                       "ORDER BY chunk DESC LIMIT 1", (run_id, split, key)).fetchone()
+    chunk_no = 0
+    if row is not None:
+        chunk_no = row[0]
+        if row[1] < CHUNK_POINTS:
+            s = np.concatenate((np.frombuffer(row[2], dtype=np.int64), s))
+            v = np.concatenate((np.frombuffer(row[3], dtype=np.float64), v))
+            t = np.concatenate((np.frombuffer(row[4], dtype=np.float64), t))
+        else:
+            chunk_no += 1
+    rows = []
+    for start in range(0, len(s), CHUNK_POINTS):
+        cs, cv, ct = s[start:start + CHUNK_POINTS], v[start:start + CHUNK_POINTS], t[start:start + CHUNK_POINTS]
+        rows.append((run_id, split, key, chunk_no, int(cs[0]), int(cs[-1]), len(cs), cs.tobytes(), cv.tobytes(),
+                     ct.tobytes()))
+        chunk_no += 1
+    conn.executemany("INSERT OR REPLACE INTO chunks (run_id, split, key, chunk, first_step, last_step, n, steps, "
+                     "vals, times) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+def _merge_old(conn: sqlite3.Connection, run_id: str, split: str, key: str, s: np.ndarray, v: np.ndarray,
+               t: np.ndarray) -> int:
+    """Points at or before the series' last step: duplicates are dropped, gaps are filled in step order."""
+    conflicts = 0
+    for step, value, tm in zip(s.tolist(), v.tolist(), t.tolist(), strict=True):
+        row = conn.execute("SELECT chunk, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
+                           "AND last_step >= ? ORDER BY chunk LIMIT 1", (run_id, split, key, step)).fetchone()
+        cs = np.frombuffer(row[1], dtype=np.int64)
+        cv = np.frombuffer(row[2], dtype=np.float64)
+        ct = np.frombuffer(row[3], dtype=np.float64)
+        i = int(np.searchsorted(cs, step))
+        if i < len(cs) and cs[i] == step:
+            if np.float64(value).view(np.uint64) != cv[i:i + 1].view(np.uint64)[0]:
+                conflicts += 1
+            continue
+        cs, cv, ct = np.insert(cs, i, step), np.insert(cv, i, value), np.insert(ct, i, tm)
+        conn.execute("UPDATE chunks SET first_step = ?, n = ?, steps = ?, vals = ?, times = ? WHERE run_id = ? AND "
+                     "split = ? AND key = ? AND chunk = ?", (int(cs[0]), len(cs), cs.tobytes(), cv.tobytes(),
+                                                             ct.tobytes(), run_id, split, key, row[0]))
+    return conflicts
+
+
+def _update_head(conn: sqlite3.Connection, run_id: str, split: str, key: str) -> None:
+    row = conn.execute("SELECT vals, last_step FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
+                       "ORDER BY chunk DESC LIMIT 1", (run_id, split, key)).fetchone()
+    total = conn.execute("SELECT SUM(n) FROM chunks WHERE run_id = ? AND split = ? AND key = ?",
+                         (run_id, split, key)).fetchone()[0]
+    last = float(np.frombuffer(row[0], dtype=np.float64)[-1])
+    kind = _scalar_kind(last)
+    conn.execute("INSERT OR REPLACE INTO series (run_id, split, key, n, last_step, last_value, last_kind) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                 (run_id, split, key, total, row[1], last if kind == KIND_VALUE else None, kind))
+
+
+def read_arrays(conn: sqlite3.Connection, run_id: str, key: str, split: str = "train",
+                since_step: int | None = None) -> SeriesArrays:
+    """One series as arrays (all chunks, or only the points after since_step)."""
+    sql = "SELECT steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ?"
+    args: list[Any] = [run_id, split, key]
+    if since_step is not None:
+        sql += " AND last_step > ?"
+        args.append(since_step)
+    rows = conn.execute(sql + " ORDER BY chunk", args).fetchall()
+    if not rows:
+        empty = np.empty(0)
+        return SeriesArrays(empty.astype(np.int64), empty, empty.astype(bool), empty)
+    steps = np.concatenate([np.frombuffer(r[0], dtype=np.int64) for r in rows])
+    vals = np.concatenate([np.frombuffer(r[1], dtype=np.float64) for r in rows])
+    times = np.concatenate([np.frombuffer(r[2], dtype=np.float64) for r in rows])
+    if since_step is not None:
+        keep = steps > since_step
+        steps, vals, times = steps[keep], vals[keep], times[keep]
+    return SeriesArrays(steps, vals, vals.view(np.uint64) == NONE_BITS, times)
