@@ -1,7 +1,7 @@
 """Command line: `python -m grpo_dashboard COMMAND`.
 
 Exit codes: 0 success; 1 invalid spec, or the run failed (launch --wait); 2 usage error or unreadable input;
-3 no such run; 4 the run was canceled (launch --wait).
+3 no such run; 4 the run was canceled (launch --wait); 5 the store cannot be used (read-only or full data directory).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CANCELED = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CANCELED, EXIT_STORAGE = 0, 1, 2, 3, 4, 5
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.data_dir:
         os.environ["GRPO_DASHBOARD_DATA_DIR"] = args.data_dir
-    from .errors import RunNotFound, SpecError
+    from .errors import RunNotFound, SpecError, StoreError
 
     try:
         return COMMANDS[args.command](args)
@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunNotFound as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_NOT_FOUND
+    except StoreError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_STORAGE
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:

@@ -35,3 +35,7 @@ class SpecError(ValueError):
 
 class RunNotFound(LookupError):
     """No run matches the given id, id prefix or name."""
+
+
+class StoreError(RuntimeError):
+    """The store cannot be read or written (read-only or full data directory, locked or damaged file)."""

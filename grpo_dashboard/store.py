@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import series_store
-from .errors import RunNotFound
+from .errors import RunNotFound, StoreError
 from .series_store import SeriesArrays
 
 DATA_DIR_ENV = "GRPO_DASHBOARD_DATA_DIR"
@@ -132,32 +132,39 @@ class Store:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else data_dir() / "dashboard.db"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self.connection().executescript(SCHEMA + series_store.SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(_explain(self.path, exc)) from exc
+        with _translated(self.path):
+            self.connection().executescript(SCHEMA + series_store.SCHEMA)
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (WAL, busy timeout 30 s, autocommit with explicit transactions)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            with _translated(self.path):
+                conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+                conn.row_factory = sqlite3.Row
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
         return conn
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """An IMMEDIATE transaction: writers serialise, readers keep reading."""
+        """An IMMEDIATE transaction: writers serialise, readers keep reading. SQLite failures become StoreError."""
         conn = self.connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        with _translated(self.path):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     def close(self) -> None:
         """Close this thread's connection."""
@@ -292,6 +299,29 @@ class Store:
     def integrity_ok(self) -> bool:
         """PRAGMA integrity_check passes."""
         return self.connection().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+@contextlib.contextmanager
+def _translated(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreError(_explain(path, exc)) from exc
+
+
+def _explain(path: Path, exc: BaseException) -> str:
+    text = str(exc)
+    low = text.lower()
+    if "readonly" in low or "read-only" in low or "permission" in low or "unable to open" in low:
+        why = "is not writable"
+    elif "full" in low or "no space" in low or "file too large" in low:
+        why = "is full"
+    elif "locked" in low or "busy" in low:
+        why = "is locked by another process for too long"
+    else:
+        why = "cannot be used"
+    return (f"The dashboard's store {path} {why} ({type(exc).__name__}: {text}). Nothing was written. Free space or "
+            f"fix permissions, or set {DATA_DIR_ENV} to a writable directory.")
 
 
 def _like_prefix(prefix: str) -> str:
