@@ -129,7 +129,7 @@ def load_rows(dataset: DatasetSpec, base: Path, limit: int) -> tuple[list[str], 
         splits = getattr(ds.info, "splits", None) or {}
         total = splits[dataset.split].num_examples if dataset.split in splits else None
     except Exception as exc:  # noqa: BLE001 - any loader failure becomes one clear message
-        raise RuntimeError(f"dataset.path {dataset.path!r} (config {dataset.config!r}, split {dataset.split!r}) "
+        raise RuntimeError(f"the Hub dataset {dataset.path!r} (config {dataset.config!r}, split {dataset.split!r}) "
                            f"cannot be loaded: {type(exc).__name__}: {str(exc)[:300]}. Check the id, config and "
                            f"split on the Hub, log in for private datasets, or go online.") from exc
     columns = list(features) if features else list(dict.fromkeys(k for r in rows for k in r))
