@@ -243,7 +243,8 @@ def _from_dict(cls: Any, data: Any, prefix: str, errors: list[FieldError]) -> An
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
-        path = f"{prefix}.{key}" if prefix else str(key)
+        shown = key if isinstance(key, str) and key.strip() else repr(key)
+        path = f"{prefix}.{shown}" if prefix else shown
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""

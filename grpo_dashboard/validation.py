@@ -232,10 +232,15 @@ def _check_rewards(spec: RunSpec, base: Path, sample: DatasetSample | None, err:
 
 
 def _check_training(spec: RunSpec, err: Any, warn: Any) -> None:
+    """GRPOConfig fields: names, types, allowed values, ranges, and TRL's cross-field rules (normalises numbers)."""
     fields = trl_fields.grpo_fields()
     t = spec.training
+    clean: dict[str, Any] = {}  # only well-typed values take part in the cross-field checks below
     for key, value in list(t.items()):
         where = f"training.{key}"
+        if not isinstance(key, str):
+            err(FieldError(where, value, "has a key that is not a field name; use GRPOConfig field names."))
+            continue
         if key in trl_fields.RESERVED:
             err(FieldError(where, value, f"is managed by the dashboard: {trl_fields.RESERVED[key]}."))
             continue
@@ -253,7 +258,9 @@ def _check_training(spec: RunSpec, err: Any, warn: Any) -> None:
         choices = fields[key].choices
         if choices is not None and coerced is not None and coerced not in choices:
             err(FieldError(where, value, f"must be one of {', '.join(repr(c) for c in choices)}."))
-    eff = lambda name: trl_fields.effective(t, name)  # noqa: E731
+            continue
+        clean[key] = coerced
+    eff = lambda name: trl_fields.effective(clean, name)  # noqa: E731
 
     def positive(name: str, allow_zero: bool = False, upper: float | None = None) -> None:
         v = eff(name)
