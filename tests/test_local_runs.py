@@ -30,7 +30,7 @@ pytestmark = pytest.mark.training
 LEARNING_MARGIN = 0.15
 
 
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "grpo_dashboard", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=os.environ.copy())
 
@@ -85,7 +85,7 @@ def test_reward_that_raises_fails_the_run_with_its_message(tiny_model: Path, tmp
 def test_cancel_mid_run_stops_the_whole_process_group(tiny_model: Path) -> None:
     store = Store()
     run = launch(smoke_dict(tiny_model, max_steps=5000), store)
-    wait_for(lambda: (refresh(store, store.get_run(run.id)).last_step or 0) >= 3, timeout=120)
+    wait_for(lambda: (refresh(store, store.get_run(run.id)).last_step or 0) >= 3, timeout=600)
     pgid = run.pid
     assert pgid is not None and local.group_alive(pgid)
     t0 = time.monotonic()
@@ -105,13 +105,13 @@ def test_watcher_killed_mid_run_and_restarted_loses_and_duplicates_nothing(tiny_
     watch = [sys.executable, "-m", "grpo_dashboard", "watch", "--interval", "0.2", "--until-idle"]
     first = subprocess.Popen(watch, cwd=REPO, env=os.environ.copy())
     try:
-        wait_for(lambda: store.get_run(run.id).n_records >= 10, timeout=120)
+        wait_for(lambda: store.get_run(run.id).n_records >= 10, timeout=600)
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
     ingested_before = store.get_run(run.id).n_records
     assert ingested_before < 151, "the run finished before the watcher was killed; nothing was tested"
-    second = subprocess.run(watch, cwd=REPO, env=os.environ.copy(), timeout=300)
+    second = subprocess.run(watch, cwd=REPO, env=os.environ.copy(), timeout=900)
     assert second.returncode == 0
     run = store.get_run(run.id)
     assert run.status == "completed"
