@@ -92,7 +92,7 @@ def test_cancel_mid_run_stops_the_whole_process_group(tiny_model: Path) -> None:
     run = cancel(store, store.get_run(run.id), wait=True)
     elapsed = time.monotonic() - t0
     assert run.status == "canceled", run
-    assert elapsed < 10, f"cancel took {elapsed:.1f} s"
+    assert elapsed < 15, f"cancel took {elapsed:.1f} s (grace period 10 s, then SIGKILL)"
     assert not local.group_alive(pgid), "processes of the job's group survived the cancel"
     events = [e["event"] for e in store.events(run.id)]
     assert events[-1] == "canceled"  # the job stopped at a step boundary and said so
