@@ -90,11 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.data_dir:
         os.environ["GRPO_DASHBOARD_DATA_DIR"] = args.data_dir
-    from .errors import RunNotFound, SpecError, StoreError
+    from .errors import BackendError, RunNotFound, SpecError, StoreError
 
     try:
         return COMMANDS[args.command](args)
-    except SpecError as exc:
+    except (SpecError, BackendError) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_FAILED
     except RunNotFound as exc:
@@ -138,6 +138,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         print(json.dumps(_run_dict(run), indent=2))
     else:
         print(f"launched {run.id} ({run.status}); run dir {run.run_dir}")
+        _print_job(run)
     if not args.wait:
         return EXIT_OK if run.status != RunStatus.FAILED.value else EXIT_FAILED
 
@@ -158,6 +159,20 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         print(json.dumps(_run_dict(run), indent=2))
     print(f"{run.id}: {run.status}" + (f" — {run.error}" if run.error else ""))
     return {RunStatus.COMPLETED.value: EXIT_OK, RunStatus.CANCELED.value: EXIT_CANCELED}.get(run.status, EXIT_FAILED)
+
+
+def _print_job(run: Any) -> None:
+    """Where a remote run went (job URL, flavor, timeout and why), and why it could not start."""
+    if run.backend == "hf_jobs":
+        from .backends.hf_jobs import job_details
+        from .hardware import format_duration
+
+        d = job_details(run)
+        if d:
+            print(f"job {d['url']} on {d['flavor']}, timeout {format_duration(d['timeout_s'])} "
+                  f"({d['timeout_reason']}); outputs in {d['output']}")
+    if run.error:
+        print(f"error: {run.error}", file=sys.stderr)
 
 
 def _fmt_time(t: float | None) -> str:

@@ -37,5 +37,9 @@ class RunNotFound(LookupError):
     """No run matches the given id, id prefix or name."""
 
 
+class BackendError(RuntimeError):
+    """A backend could not do what was asked (not logged in, no credits, unreachable); the message says the fix."""
+
+
 class StoreError(RuntimeError):
     """The store cannot be read or written (read-only or full data directory, locked or damaged file)."""

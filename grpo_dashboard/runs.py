@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .backends import local
+from .backends import hf_jobs, local
 from .ingest import ingest_file
 from .spec import RunSpec, load_spec
 from .store import TERMINAL, Run, RunStatus, Store, data_dir
@@ -69,10 +69,16 @@ def check(source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | 
 
 
 def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = None,
-           base_dir: str | Path | None = None, owner: str | None = None) -> Run:
-    """Validate the spec and start it on its backend; raises SpecError (and writes nothing) if invalid."""
+           base_dir: str | Path | None = None, owner: str | None = None, token: str | None = None) -> Run:
+    """Validate the spec and start it on its backend; raises SpecError (and writes nothing) if invalid.
+
+    `token`: the Hugging Face token of an hf_jobs run (default: the saved login), used only as the job's secret and
+    never stored; BackendError (nothing written) when there is none. A refused submission is a failed run.
+    """
     spec, report = check(source, base_dir)
     report.raise_if_errors()
+    if spec.backend.kind == "hf_jobs":
+        token = hf_jobs.require_token(token)
     store = store or Store()
     base = Path(base_dir) if base_dir else Path.cwd()
     run_id = make_run_id(spec.name)
@@ -91,6 +97,8 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
               status=RunStatus.QUEUED.value, created_at=time.time(), run_dir=str(run_dir),
               output_dir=resolved.output_dir, owner=owner)
     store.insert_run(run)
+    if spec.backend.kind == "hf_jobs":
+        return hf_jobs.submit(store, run, resolved, str(token), base)
     try:
         proc = local.start(resolved, run_dir, config_path, metrics_path)
     except OSError as exc:
@@ -114,6 +122,8 @@ def log_path(run: Run) -> Path:
 
 def refresh(store: Store, run: Run) -> Run:
     """Ingest new records of an active run and settle its status if its process has ended."""
+    if run.backend == "hf_jobs":
+        return hf_jobs.refresh(store, run)  # only makes sure its background follower runs
     if run.status in TERMINAL:
         return _reap(store, run)
     ingest_file(store, run.id, metrics_path(run))
@@ -196,6 +206,8 @@ def cancel(store: Store, run: Run, wait: bool = False, grace_s: float = CANCEL_G
     """Ask a run to stop (SIGTERM to its process group, SIGKILL after the grace period)."""
     if run.status in TERMINAL:
         return run
+    if run.backend == "hf_jobs":
+        return hf_jobs.cancel(store, run, wait=wait)
     store.update_run(run.id, cancel_requested_at=time.time())
     if not (run.pid and local.is_alive(run.pid, run.pid_start)):
         store.finish_run(run.id, RunStatus.CANCELED.value, error="canceled by user")
@@ -216,6 +228,15 @@ def cancel(store: Store, run: Run, wait: bool = False, grace_s: float = CANCEL_G
             break
         time.sleep(0.1)
     return run
+
+
+def reattach(store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None
+             ) -> list[Run]:
+    """After a dashboard restart: find this dashboard's Hugging Face Jobs in `namespace` and follow them again.
+
+    Local runs need nothing (refresh finds their processes again). Raises BackendError when not logged in.
+    """
+    return hf_jobs.reattach(store, token=token, namespace=namespace, owner=owner)
 
 
 def wait(store: Store, run: Run, poll_s: float = 0.5, on_update: Any = None) -> Run:

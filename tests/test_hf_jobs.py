@@ -1,0 +1,382 @@
+"""The Hugging Face Jobs backend end to end: the real `huggingface_hub` client against the fake Hub of fake_hub.py.
+
+Nothing here reaches the real Hub: HF_ENDPOINT and huggingface_hub's default endpoint both point at the fake, and
+only these tests lift HF_HUB_OFFLINE.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from grpo_dashboard import hardware
+from grpo_dashboard.backends import hf_jobs
+from grpo_dashboard.errors import BackendError
+from grpo_dashboard.jobfiles import JOB_SCRIPT, REWARDS_MODULE
+from grpo_dashboard.runs import cancel, launch, reattach, refresh
+from grpo_dashboard.store import TERMINAL, Store, data_dir
+
+from .conftest import (
+    REPO,
+    SMOKE_DATA,
+    jsonl_records,
+    same_values,
+    smoke_dict,
+    store_records,
+    wait_for,
+    write_spec,
+)
+from .fake_hub import FakeHub, Plan
+
+TOKEN = "hf_FakeUserToken0123456789abcdef"
+MARK = "@@GRPO_DASHBOARD@@ "
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A running fake Hub; the client points at it and only at it, with no saved login."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import disable_progress_bars
+
+    fake = FakeHub(tmp_path / "hub", TOKEN).start()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", fake.url)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setenv("HF_ENDPOINT", fake.url)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("GRPO_DASHBOARD_HF_POLL_S", "0.2")
+    monkeypatch.setattr(hf_jobs, "RETRY_BASE_S", 0.05)
+    disable_progress_bars()
+    yield fake
+    hf_jobs.stop_all()
+    fake.stop()
+
+
+def protocol_lines(steps: int, end: str = "finished", noise: bool = True) -> list[str]:
+    """What a job prints: protocol records (with NaN, ±Infinity and null values) between ordinary log lines."""
+    t = 1_700_000_000.0
+    recs: list[dict[str, Any]] = [{"v": 1, "type": "event", "event": "starting", "time": t, "pid": 7},
+                                  {"v": 1, "type": "event", "event": "started", "time": t + 1, "max_steps": steps}]
+    lines = ["Installed 87 packages in 2.1s", "Downloading model: 100%|##########| 1/1"] if noise else []
+    lines += [MARK + json.dumps(r) for r in recs]
+    for s in range(1, steps + 1):
+        metrics = {"loss": 0.01 * s, "reward": s / steps, "kl": math.nan if s == 3 else 0.001 * s,
+                   "grad_norm": math.inf if s == 4 else 1.0 / s, "entropy": None if s == 5 else 2.0 - s / 100,
+                   "learning_rate": 1e-6, "completions/mean_length": 12.5}
+        rec = {"v": 1, "type": "log", "split": "train", "step": s, "time": t + 1 + s, "max_steps": steps,
+               "metrics": metrics}
+        if noise and s % 4 == 0:
+            lines.append(f" {s}/{steps} [00:0{s % 10}<00:10, 1.52it/s]")
+        lines.append(MARK + json.dumps(rec))
+    if noise:
+        lines.append(MARK + '{"v": 1, "type": "log", "broken')  # a garbled record: skipped and counted
+    if end == "finished":
+        lines.append(MARK + json.dumps({"v": 1, "type": "event", "event": "finished", "time": t + 99, "step": steps}))
+    elif end == "failed":
+        lines += ["Traceback (most recent call last):", '  File "grpo_job.py", line 1', "ValueError: boom"]
+        lines.append(MARK + json.dumps({"v": 1, "type": "event", "event": "failed", "time": t + 99,
+                                        "error_type": "ValueError", "message": "boom", "traceback": "..."}))
+    return lines
+
+
+def printed_records(lines: list[str]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The metric records in what the job printed, as {(split, step): {key: value}}."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for line in lines:
+        if MARK.strip() not in line:
+            continue
+        try:
+            rec = json.loads(line[line.index(MARK.strip()) + len(MARK):])
+        except ValueError:
+            continue
+        if rec.get("type") == "log":
+            slot = out.setdefault((rec.get("split", "train"), rec["step"]), {})
+            for k, v in rec["metrics"].items():
+                slot.setdefault(k, v)
+    return out
+
+
+def hf_spec(tmp_path: Path, **backend: Any) -> Path:
+    spec = smoke_dict(tmp_path / "tiny-not-built")
+    spec["model"] = {"name_or_path": ".cache/tiny-qwen2-char", "build_tiny": True, "dtype": "float32"}
+    spec["dataset"]["data_files"] = str(SMOKE_DATA)
+    spec["training"]["max_steps"] = 4
+    spec["backend"] = {"kind": "hf_jobs", "flavor": "cpu-basic", "namespace": "alice", "timeout": "30m", **backend}
+    return write_spec(tmp_path / "hf.yaml", spec)
+
+
+def follow_until_done(store: Store, run_id: str, timeout: float = 60.0) -> Any:
+    """What the Monitor does (refresh every tick) until the run ends and its follower has finished."""
+    def done() -> bool:
+        run = refresh(store, store.get_run(run_id))
+        return run.status in TERMINAL and hf_jobs.follower(run_id) is None
+
+    wait_for(done, timeout=timeout, interval=0.1)
+    return store.get_run(run_id)
+
+
+def job_log(run: Any) -> list[str]:
+    return (Path(run.run_dir) / "job.log").read_text().splitlines()
+
+
+def assert_token_confined(hub: FakeHub, capsys: pytest.CaptureFixture[str], caplog: Any = None) -> None:
+    """The token is only ever in the Authorization header and in the job's HF_TOKEN secret."""
+    for path in data_dir().rglob("*"):
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes(), path
+    for r in hub.requests:
+        assert TOKEN not in r.path and TOKEN not in json.dumps(r.query), r.path
+        assert all(TOKEN not in v for k, v in r.headers.items() if k.lower() != "authorization"), r.path
+        body = r.body
+        if r.method == "POST" and r.path == "/api/jobs/alice":
+            spec = json.loads(body)
+            assert spec["secrets"] == {"HF_TOKEN": TOKEN}
+            spec.pop("secrets")
+            body = json.dumps(spec).encode()
+        assert TOKEN.encode() not in body, r.path
+    out, err = capsys.readouterr()
+    assert TOKEN not in out and TOKEN not in err
+    if caplog is not None:
+        assert TOKEN not in caplog.text
+
+
+def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeHub, tmp_path: Path,
+                                                                      capsys: Any, caplog: Any) -> None:
+    hub.plans.append(Plan(lines=protocol_lines(8)))
+    store = Store()
+    run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
+    job = hub.only_job()
+    assert run.backend == "hf_jobs" and run.external_id == f"alice/{job.id}" and run.status in ("queued", "running")
+    run = follow_until_done(store, run.id)
+    assert run.status == "completed", run.error
+    assert same_values(printed_records(job.printed), store_records(store, run.id))
+    assert run.n_records == 8 and run.last_step == 8 and run.max_steps == 8 and run.n_skipped == 1
+    assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
+    assert job_log(run) == job.printed and run.ingest_offset == len(job.printed)
+    assert run.output_dir == f"hf://buckets/alice/jobs-artifacts/{run.id}/output"
+
+    (create,) = hub.requests_to("POST", "/api/jobs/alice")
+    body = json.loads(create.body)
+    assert body["command"] == ["uv", "run", "/data/grpo_job.py", "--config", "/data/run.yaml", "--metrics",
+                               "/tmp/grpo_dashboard_metrics.jsonl"]
+    assert body["dockerImage"] == hf_jobs.IMAGE and body["flavor"] == "cpu-basic" and body["timeoutSeconds"] == 1800
+    assert body["environment"] == {"PYTHONUNBUFFERED": "1"}
+    assert body["labels"] == {"app": "grpo-dashboard", "grpo-dashboard-run": run.id, "name": "smoke"}
+    assert body["volumes"] == [{"type": "bucket", "source": "alice/jobs-artifacts", "mountPath": "/data",
+                                "path": run.id, "readOnly": False}]
+    uploaded = hub.buckets["alice/jobs-artifacts"]
+    assert set(uploaded) == {f"{run.id}/{n}" for n in ("grpo_job.py", "grpo_rewards.py", "run.yaml",
+                                                       "data/smoke.jsonl")}
+    assert hub.bucket_file("alice/jobs-artifacts", f"{run.id}/grpo_job.py") == JOB_SCRIPT.read_bytes()
+    assert hub.bucket_file("alice/jobs-artifacts", f"{run.id}/grpo_rewards.py") == REWARDS_MODULE.read_bytes()
+    assert hub.bucket_file("alice/jobs-artifacts", f"{run.id}/data/smoke.jsonl") == SMOKE_DATA.read_bytes()
+    inner = yaml.safe_load(hub.bucket_file("alice/jobs-artifacts", f"{run.id}/run.yaml"))
+    assert inner["model"]["name_or_path"] == "/tmp/grpo-dashboard/tiny-model"
+    assert inner["dataset"]["data_files"] == "/data/data/smoke.jsonl" and inner["output_dir"] == "/data/output"
+    details = hf_jobs.job_details(run)
+    assert details["job_id"] == job.id and details["timeout_s"] == 1800 and "--secrets HF_TOKEN" in \
+        details["equivalent_command"]
+    assert not [r for r in hub.requests if r.path == "/api/whoami-v2"]  # namespace passed everywhere
+    assert_token_confined(hub, capsys, caplog)
+
+
+@pytest.mark.training
+def test_a_real_job_runs_from_the_uploaded_files_and_the_store_matches_its_output(hub: FakeHub, tmp_path: Path,
+                                                                                   capsys: Any) -> None:
+    store = Store()
+    run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)  # no plan: the fake runs the command
+    run = follow_until_done(store, run.id, timeout=600)
+    job = hub.only_job()
+    assert run.status == "completed", (run.error, job.printed[-20:])
+    printed = printed_records(job.printed)
+    assert len([k for k in printed if k[0] == "train"]) == 4
+    assert same_values(printed, store_records(store, run.id))
+    assert job.workdir is not None
+    on_disk = jsonl_records(job.workdir / "tmp" / "grpo_dashboard_metrics.jsonl")
+    assert same_values(on_disk, store_records(store, run.id))
+    assert (job.workdir / "data" / "output" / "model.safetensors").is_file()  # the model lands in the bucket folder
+    assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
+    assert_token_confined(hub, capsys)
+
+
+def test_a_job_that_fails_reports_the_python_error(hub: FakeHub, tmp_path: Path) -> None:
+    hub.plans.append(Plan(lines=protocol_lines(3, end="failed"), final="ERROR",
+                          message="Job failed with exit code: 1"))
+    store = Store()
+    run = follow_until_done(store, launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN).id)
+    assert run.status == "failed" and run.error == "ValueError: boom"
+    assert run.n_records == 3
+
+
+def test_a_job_that_dies_without_a_word_fails_with_the_hub_message_and_last_log_line(hub: FakeHub,
+                                                                                     tmp_path: Path) -> None:
+    lines = protocol_lines(2, end="none") + ["Traceback (most recent call last):", '  File "grpo_job.py", line 9',
+                                             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
+                                             "[rank0]: exiting"]
+    hub.plans.append(Plan(lines=lines, final="ERROR", message="Job failed with exit code: 137"))
+    store = Store()
+    run = follow_until_done(store, launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN).id)
+    assert run.status == "failed"
+    assert "exit code: 137" in run.error and "OutOfMemoryError" in run.error, run.error
+
+
+def test_a_job_killed_by_its_timeout_says_so(hub: FakeHub, tmp_path: Path) -> None:
+    hub.plans.append(Plan(lines=protocol_lines(2, end="none"), final="ERROR", message="Job timed out after 30m"))
+    store = Store()
+    run = follow_until_done(store, launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN).id)
+    assert run.status == "failed" and "raise backend.timeout" in run.error
+
+
+def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(hub: FakeHub, tmp_path: Path) -> None:
+    hub.plans.append(Plan(lines=protocol_lines(20), hold_at=10))
+    store = Store()
+    run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
+    wait_for(lambda: refresh(store, store.get_run(run.id)).ingest_offset >= 10, timeout=30)
+    assert store.get_run(run.id).status == "running"
+    wait_for(lambda: hf_jobs.gpu_metrics(run), timeout=30)
+    sample = hf_jobs.gpu_metrics(run)[-1]
+    assert sample["gpus"][0]["utilization"] >= 90 and sample["gpus"][0]["memory_total_bytes"] == 22836000000
+    state = hf_jobs.follow_state(run.id)
+    assert state is not None and state["stage"] == "RUNNING" and state["phase"] == "streaming"
+    started = time.perf_counter()
+    for _ in range(20):
+        refresh(store, store.get_run(run.id))
+    assert (time.perf_counter() - started) / 20 < 0.05  # a UI tick never waits on the network
+
+    run = cancel(store, store.get_run(run.id), wait=True)
+    assert run.status == "canceled" and run.error == "canceled by user"
+    assert hub.only_job().stage == "CANCELED"
+    assert len(hub.requests_to("POST", f"/api/jobs/alice/{hub.only_job().id}/cancel")) == 1
+
+
+def test_the_stream_dropping_mid_run_resumes_without_loss_or_duplication(hub: FakeHub, tmp_path: Path) -> None:
+    lines = protocol_lines(40)
+    hub.plans.append(Plan(lines=lines, interval=0.02))
+    hub.faults["logs"] = ["drop:7", 503, "drop:11"]  # cut mid-stream, refuse a reconnect, cut again
+    store = Store()
+    run = follow_until_done(store, launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN).id)
+    assert run.status == "completed"
+    assert len(hub.requests_to("GET", f"/api/jobs/alice/{hub.only_job().id}/logs")) >= 4
+    assert same_values(printed_records(lines), store_records(store, run.id))
+    assert run.n_records == 40 and run.n_skipped == 1
+    assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
+    assert job_log(run) == lines  # every line exactly once, in order
+
+
+def test_dashboard_restart_mid_run_reattaches_and_misses_nothing(hub: FakeHub, tmp_path: Path) -> None:
+    lines = protocol_lines(30)
+    hub.plans.append(Plan(lines=lines, hold_at=16))
+    store = Store()
+    run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
+    wait_for(lambda: refresh(store, store.get_run(run.id)).ingest_offset >= 16, timeout=30)
+    hf_jobs.stop_all()  # the dashboard process dies (its threads and in-memory token with it)
+    store.close()
+    hub.only_job().release.set()  # the job goes on without anyone watching, and ends
+    wait_for(lambda: hub.only_job().stage == "COMPLETED", timeout=30)
+
+    restarted = Store()
+    assert restarted.get_run(run.id).status == "running"
+    (found,) = reattach(restarted, token=TOKEN, namespace="alice")
+    assert found.id == run.id
+    run = follow_until_done(restarted, run.id)
+    assert run.status == "completed"
+    assert same_values(printed_records(lines), store_records(restarted, run.id))
+    assert run.n_records == 30 and job_log(run) == lines
+    listing = [r for r in hub.requests_to("GET", "/api/jobs/alice") if r.path == "/api/jobs/alice"]
+    assert listing and listing[-1].query["label"] == ["app=grpo-dashboard"]
+
+
+def test_reattach_recreates_runs_a_fresh_dashboard_has_never_seen(hub: FakeHub, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = protocol_lines(5)
+    hub.plans.append(Plan(lines=lines))
+    store = Store()
+    run = follow_until_done(store, launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN).id)
+    monkeypatch.setenv("GRPO_DASHBOARD_DATA_DIR", str(tmp_path / "elsewhere"))
+    fresh = Store()
+    (found,) = reattach(fresh, token=TOKEN, namespace="alice", owner="alice")
+    assert found.id == run.id and found.name == "smoke" and found.owner == "alice"
+    again = follow_until_done(fresh, run.id)
+    assert again.status == "completed"
+    assert same_values(printed_records(lines), store_records(fresh, run.id))
+
+
+def test_401_and_402_and_unknown_namespace_fail_the_run_with_clear_messages(hub: FakeHub, tmp_path: Path) -> None:
+    store = Store()
+    bad = "hf_SomeoneElsesToken98765"
+    run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=bad)
+    assert run.status == "failed" and "401" in run.error and "hf auth login" in run.error
+    assert bad not in run.error
+    hub.no_credits = True
+    run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
+    assert run.status == "failed" and "402" in run.error and "credits" in run.error
+    assert "positive credit balance" in run.error  # the Hub's own words are kept
+    hub.no_credits = False
+    run = launch(hf_spec(tmp_path, namespace="bob"), store, base_dir=REPO, token=TOKEN)
+    assert run.status == "failed" and "'bob' was not found" in run.error
+    assert not hub.jobs
+
+
+def test_no_token_is_a_clear_error_and_writes_nothing(hub: FakeHub, tmp_path: Path) -> None:
+    store = Store()
+    with pytest.raises(BackendError, match="hf auth login"):
+        launch(hf_spec(tmp_path), store, base_dir=REPO)
+    assert store.list_runs() == [] and not (data_dir() / "runs").exists() and not hub.requests
+
+
+@pytest.mark.parametrize("fault", ["drop-after", "drop", 503])
+def test_submission_retries_never_duplicate_the_job(hub: FakeHub, tmp_path: Path, fault: Any) -> None:
+    hub.faults["create"] = [fault]
+    hub.plans.append(Plan(lines=protocol_lines(2)))
+    store = Store()
+    run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
+    assert len(hub.jobs) == 1 and run.external_id == f"alice/{hub.only_job().id}"
+    posts = len(hub.requests_to("POST", "/api/jobs/alice"))
+    assert posts == (1 if fault == "drop-after" else 2)  # found by its label instead of posting again
+    lookups = [r for r in hub.requests_to("GET", "/api/jobs/alice") if r.path == "/api/jobs/alice"]
+    assert lookups[0].query["label"] == [f"grpo-dashboard-run={run.id}"]
+    assert follow_until_done(store, run.id).status == "completed"
+
+
+def test_live_prices_come_from_the_hardware_endpoint(hub: FakeHub) -> None:
+    table = hardware.flavors(token=TOKEN, endpoint=hub.url, live=True)
+    assert table["l4x1"].price_per_hour == pytest.approx(0.90) and table["l4x1"].source == "live"
+    assert table["h200"].source == "built-in"  # not in the live list: kept from the table
+
+
+def _cli_env(hub: FakeHub, tmp_path: Path, token: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN")}
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), GRPO_DASHBOARD_HF_POLL_S="0.2",
+               HF_HUB_DISABLE_PROGRESS_BARS="1")
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
+def test_cli_launches_and_follows_an_hf_jobs_spec(hub: FakeHub, tmp_path: Path) -> None:
+    hub.plans.append(Plan(lines=protocol_lines(6)))
+    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "launch", str(hf_spec(tmp_path)), "--wait"],
+                          cwd=REPO, capture_output=True, text=True, timeout=180, env=_cli_env(hub, tmp_path, TOKEN))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "completed" in proc.stdout and TOKEN not in proc.stdout + proc.stderr
+    assert f"job {hub.url}/jobs/alice/{hub.only_job().id} on cpu-basic, timeout 30m (set in the spec)" in proc.stdout
+    (run,) = Store().list_runs()
+    assert run.n_records == 6 and run.backend == "hf_jobs"
+    shown = subprocess.run([sys.executable, "-m", "grpo_dashboard", "logs", run.id], cwd=REPO, capture_output=True,
+                           text=True, timeout=60, env=_cli_env(hub, tmp_path, TOKEN))
+    assert "Installed 87 packages" in shown.stdout
+
+
+def test_cli_without_a_login_says_how_to_log_in(hub: FakeHub, tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "launch", str(hf_spec(tmp_path))], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env=_cli_env(hub, tmp_path, None))
+    assert proc.returncode == 1 and "hf auth login" in proc.stderr and "Traceback" not in proc.stderr
