@@ -13,6 +13,11 @@ JOB_SCRIPT = JOBS_DIR / "grpo_job.py"
 REWARDS_MODULE = JOBS_DIR / "grpo_rewards.py"
 
 
+def job_files() -> list[Path]:
+    """Every file a job needs beside its run.yaml: the script and its sibling modules (all `jobs/*.py`)."""
+    return sorted(JOBS_DIR.glob("*.py"))
+
+
 @functools.cache
 def rewards_module() -> ModuleType:
     """The job's `grpo_rewards` module, imported from `jobs/` (light: no torch or trl at import)."""

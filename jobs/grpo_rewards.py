@@ -8,33 +8,47 @@ required dataset columns) and for the reward contract check. Every reward follow
 (math_verify, trl, jsonschema) happen inside the functions.
 
 Families (`RewardDef.kind`): format, accuracy, length, code, structured, custom. The code reward runs completions
-with `run_sandboxed` (defined at the end of this file so the job needs no other file): a subprocess with time and
-memory limits, a minimal environment, a temporary working directory and no network.
+with `grpo_sandbox.run_sandboxed` (a subprocess with time and memory limits, a minimal environment, a temporary
+working directory and no network); text helpers live in `grpo_answers.py`. All `jobs/*.py` files ship together.
 """
 
 from __future__ import annotations
 
 import ast
 import concurrent.futures
-import functools
 import importlib
 import importlib.util
 import inspect
 import json
 import math
-import os
 import re
-import secrets
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpo_answers import (  # noqa: E402,F401 - re-exported for the dashboard and tests
+    _ANSWER_TAG,
+    _FENCE,
+    EXTRACT_MODES,
+    _check_schema_subset,
+    extract_answer,
+    extract_json,
+    gold_answer,
+    last_boxed,
+    normalize_text,
+    parse_number,
+    schema_validator,
+)
+from grpo_sandbox import (  # noqa: E402,F401 - re-exported for the dashboard and tests
+    SandboxResult,
+    isolation_prefix,
+    run_sandboxed,
+    run_tests,
+    sandbox_env,
+)
 
 RewardFunc = Callable[..., list[float | None]]
 KINDS = ("format", "accuracy", "length", "code", "structured", "custom", "other")
@@ -96,89 +110,6 @@ def _column(kwargs: dict[str, Any], column: str, reward: str) -> list[Any]:
         raise KeyError(f"{reward} reads the dataset column {column!r}, which was not passed (columns: {have}). "
                        f"Add the column or set the reward's *_column parameter.")
     return list(values)
-
-
-# ---------------------------------------------------------------- answer extraction
-
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_ANSWER_IS = re.compile(r"(?:final answer|answer)\s*(?:is|:)\s*:?\s*(.+)", re.IGNORECASE)
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)```", re.DOTALL)
-EXTRACT_MODES = ("auto", "answer_tag", "boxed", "last_line", "full")
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` (or `\\fbox{...}`) with balanced braces, or None."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
-        return None
-    i = text.index("{", start) + 1
-    depth = 1
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j].strip()
-    return None
-
-
-def extract_answer(text: str, mode: str = "auto") -> str:
-    """The final answer in a completion: `<answer>` tag, `\\boxed{}`, `#### x`, `answer is x`, last line or all."""
-    if mode == "full":
-        return text.strip()
-    if mode == "last_line":
-        lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-        return lines[-1] if lines else ""
-    tag = _ANSWER_TAG.findall(text)
-    if mode == "answer_tag":
-        inner = tag[-1] if tag else ""
-        return (last_boxed(inner) or inner).strip()
-    if mode == "boxed":
-        return last_boxed(text) or ""
-    if tag:
-        return (last_boxed(tag[-1]) or tag[-1]).strip()
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed
-    if "####" in text:
-        return text.rsplit("####", 1)[1].strip()
-    found = _ANSWER_IS.findall(text)
-    if found:
-        return found[-1].strip().splitlines()[0].strip().rstrip(".").strip()
-    return text.strip()
-
-
-def gold_answer(value: Any) -> str:
-    """The reference answer in a dataset value (GSM8K `... #### 42` keeps only `42`)."""
-    text = "" if value is None else str(value)
-    if "####" in text:
-        text = text.rsplit("####", 1)[1]
-    return text.strip()
-
-
-def normalize_text(text: str) -> str:
-    """Lower-case, drop LaTeX wrappers, punctuation and articles, collapse spaces (SQuAD-style)."""
-    text = re.sub(r"\\text\{([^}]*)\}", r"\1", text).replace("$", "").lower()
-    text = re.sub(r"[^\w\s]", " ", text)
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*-?\d+(?:\.\d+)?)?|-?\.\d+")
-_FRAC = re.compile(r"\\[dt]?frac\{\s*(-?[\d.]+)\s*\}\{\s*(-?[\d.]+)\s*\}")
-
-
-def parse_number(text: str) -> float | None:
-    """The last number in `text` (accepts 1,234, -0.5, 3/4 and \\frac{3}{4}), or None."""
-    found = _NUMBER.findall(_FRAC.sub(r"\1/\2", text))
-    if not found:
-        return None
-    token = found[-1].replace(",", "").replace(" ", "")
-    try:
-        if "/" in token:
-            num, den = token.split("/", 1)
-            return float(num) / float(den) if float(den) else None
-        return float(token)
-    except ValueError:
-        return None
 
 
 # ---------------------------------------------------------------- smoke / test rewards
@@ -458,140 +389,6 @@ def _cosine_scaled(max_len: int = 256, solution_column: str = "solution", min_va
     return reward
 
 
-# ---------------------------------------------------------------- structured output
-
-def extract_json(text: str) -> tuple[bool, Any]:
-    """Parse the JSON in a completion: the whole text, an `<answer>` tag, a ```json fence, or the outer {...}/[...]."""
-    candidates = [text.strip()]
-    candidates += [t.strip() for t in _ANSWER_TAG.findall(text)]
-    candidates += [body.strip() for _, body in _FENCE.findall(text)]
-    for open_, close in (("{", "}"), ("[", "]")):
-        i, j = text.find(open_), text.rfind(close)
-        if 0 <= i < j:
-            candidates.append(text[i:j + 1])
-    for cand in candidates:
-        if not cand:
-            continue
-        try:
-            return True, json.loads(cand)
-        except ValueError:
-            continue
-    return False, None
-
-
-_SCHEMA_TYPES: dict[str, Callable[[Any], bool]] = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer(),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
-_SCHEMA_KEYWORDS = {
-    "type", "properties", "required", "additionalProperties", "items", "enum", "const", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
-    "anyOf", "allOf", "oneOf", "not", "$schema", "$id", "title", "description", "default", "examples",
-}
-
-
-def _check_schema_subset(schema: Any, where: str = "schema") -> None:
-    if not isinstance(schema, dict):
-        raise ValueError(f"json_valid: {where} must be a JSON object (a mapping), got {type(schema).__name__}.")
-    for key, value in schema.items():
-        if key not in _SCHEMA_KEYWORDS:
-            raise ValueError(f"json_valid: {where} uses the JSON-schema keyword {key!r}, which the built-in checker "
-                             f"does not support ({sorted(_SCHEMA_KEYWORDS)}). Install `jsonschema` for full support "
-                             f"(pip install jsonschema), or simplify the schema.")
-        if key == "type":
-            kinds = value if isinstance(value, list) else [value]
-            bad = [k for k in kinds if k not in _SCHEMA_TYPES]
-            if bad:
-                raise ValueError(f"json_valid: {where}.type {value!r} is not one of {sorted(_SCHEMA_TYPES)}.")
-        elif key == "properties":
-            for name, sub in dict(value).items():
-                _check_schema_subset(sub, f"{where}.properties.{name}")
-        elif key in ("items", "not") or key == "additionalProperties" and isinstance(value, dict):
-            _check_schema_subset(value, f"{where}.{key}")
-        elif key in ("anyOf", "allOf", "oneOf"):
-            for i, sub in enumerate(value):
-                _check_schema_subset(sub, f"{where}.{key}[{i}]")
-
-
-def _schema_errors(schema: dict[str, Any], v: Any, path: str = "$") -> list[str]:
-    """Errors of `v` against the supported JSON-schema subset (empty when valid)."""
-    errs: list[str] = []
-    t = schema.get("type")
-    if t is not None and not any(_SCHEMA_TYPES[k](v) for k in (t if isinstance(t, list) else [t])):
-        return [f"{path}: expected type {t}, got {type(v).__name__}"]
-    if "enum" in schema and v not in schema["enum"]:
-        errs.append(f"{path}: {v!r} not in enum {schema['enum']}")
-    if "const" in schema and v != schema["const"]:
-        errs.append(f"{path}: {v!r} != const {schema['const']!r}")
-    if _SCHEMA_TYPES["number"](v):
-        for key, bad in (("minimum", v < schema.get("minimum", v)), ("maximum", v > schema.get("maximum", v)),
-                         ("exclusiveMinimum", "exclusiveMinimum" in schema and v <= schema["exclusiveMinimum"]),
-                         ("exclusiveMaximum", "exclusiveMaximum" in schema and v >= schema["exclusiveMaximum"])):
-            if bad:
-                errs.append(f"{path}: {v} violates {key} {schema[key]}")
-    if isinstance(v, str):
-        if len(v) < schema.get("minLength", 0) or len(v) > schema.get("maxLength", len(v)):
-            errs.append(f"{path}: length {len(v)} outside minLength/maxLength")
-        if "pattern" in schema and not re.search(schema["pattern"], v):
-            errs.append(f"{path}: does not match pattern {schema['pattern']!r}")
-    if isinstance(v, list):
-        if len(v) < schema.get("minItems", 0) or len(v) > schema.get("maxItems", len(v)):
-            errs.append(f"{path}: {len(v)} items outside minItems/maxItems")
-        if isinstance(schema.get("items"), dict):
-            for i, item in enumerate(v):
-                errs += _schema_errors(schema["items"], item, f"{path}[{i}]")
-    if isinstance(v, dict):
-        props = schema.get("properties", {})
-        errs += [f"{path}: missing required {k!r}" for k in schema.get("required", []) if k not in v]
-        extra = schema.get("additionalProperties", True)
-        for k, item in v.items():
-            if k in props:
-                errs += _schema_errors(props[k], item, f"{path}.{k}")
-            elif extra is False:
-                errs.append(f"{path}: unexpected property {k!r}")
-            elif isinstance(extra, dict):
-                errs += _schema_errors(extra, item, f"{path}.{k}")
-    for key, need in (("allOf", "all"), ("anyOf", "any"), ("oneOf", "one")):
-        if key in schema:
-            ok = [not _schema_errors(sub, v, path) for sub in schema[key]]
-            if not {"all": all(ok), "any": any(ok), "one": sum(ok) == 1}[need]:
-                errs.append(f"{path}: fails {key}")
-    if "not" in schema and not _schema_errors(schema["not"], v, path):
-        errs.append(f"{path}: matches the `not` schema")
-    return errs
-
-
-def schema_validator(schema: Any) -> Callable[[Any], list[str]]:
-    """A function returning the errors of an instance against `schema` (jsonschema when installed, else a subset).
-
-    Raises ValueError with the reason when the schema itself is invalid or unsupported.
-    """
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except ValueError as exc:
-            raise ValueError(f"json_valid: params.schema is a string but not valid JSON ({exc}).") from exc
-    if not isinstance(schema, dict):
-        raise ValueError(f"json_valid: params.schema must be a JSON-schema mapping, got {type(schema).__name__}.")
-    try:
-        import jsonschema
-    except ImportError:
-        _check_schema_subset(schema)
-        return lambda v: _schema_errors(schema, v)
-    cls = jsonschema.validators.validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ValueError(f"json_valid: params.schema is not a valid JSON schema: {exc.message}.") from exc
-    validator = cls(schema)
-    return lambda v: [e.message for e in validator.iter_errors(v)]
-
-
 def _json_valid(schema: Any = None, schema_column: str | None = None, partial_credit: float = 0.5) -> RewardFunc:
     partial_credit = _float(partial_credit)
     _need(_is_num(partial_credit) and 0 <= partial_credit <= 1, "json_valid", "partial_credit", partial_credit,
@@ -654,57 +451,6 @@ def parse_tests(value: Any, entry_point: str | None = None) -> tuple[str, list[A
             return "io", [(str(t["input"]), str(t["output"])) for t in value]
     raise ValueError(f"unsupported tests value of type {type(value).__name__}: give assert strings, a test script, "
                      f"[{{input, output}}, ...] or {{inputs, outputs}}.")
-
-
-_HARNESS = r'''
-import json, sys
-nonce = sys.stdin.readline().strip()
-tests = json.loads(sys.stdin.read())
-out = sys.stdout
-def report(obj):
-    out.write(nonce + json.dumps(obj) + "\n")
-    out.flush()
-ns = {"__name__": "solution"}
-try:
-    with open("solution.py", encoding="utf-8") as f:
-        exec(compile(f.read(), "solution.py", "exec"), ns)
-except BaseException as exc:
-    report({"loaded": False, "error": f"{type(exc).__name__}: {exc}"[:300]})
-    raise SystemExit(0)
-for i, test in enumerate(tests):
-    try:
-        exec(compile(test, f"test_{i}", "exec"), ns)
-        report({"i": i, "ok": True})
-    except BaseException as exc:
-        report({"i": i, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]})
-'''
-
-
-def _same_output(got: str, want: str) -> bool:
-    norm = lambda s: "\n".join(line.rstrip() for line in s.strip().splitlines())  # noqa: E731
-    return norm(got) == norm(want)
-
-
-def run_tests(code: str, kind: str, tests: list[Any], timeout_s: float = 5.0, memory_mb: int = 512) -> float:
-    """Fraction of `tests` the program passes, each run in the sandbox (asserts together, io cases one by one)."""
-    if not tests:
-        return 0.0
-    if kind == "io":
-        passed = 0
-        for stdin, expected in tests:
-            res = run_sandboxed(code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb)
-            passed += res.ok and _same_output(res.stdout, expected)
-        return passed / len(tests)
-    nonce = secrets.token_hex(16)
-    res = run_sandboxed(_HARNESS, stdin=nonce + "\n" + json.dumps(tests), files={"solution.py": code},
-                        timeout_s=timeout_s, memory_mb=memory_mb)
-    oks: set[int] = set()
-    for line in res.stdout.splitlines():
-        if line.startswith(nonce):
-            record = json.loads(line[len(nonce):])
-            if record.get("ok"):
-                oks.add(int(record["i"]))
-    return len(oks) / len(tests)
 
 
 def _code_tests(tests_column: str = "tests", entry_point_column: str | None = None, timeout_s: float = 5.0,
@@ -943,166 +689,3 @@ def _bind(fn: Callable[..., Any], params: dict[str, Any]) -> Callable[..., Any]:
         return fn(*args, **{**params, **kwargs})
 
     return bound
-
-
-# ---------------------------------------------------------------- sandbox
-
-@dataclass
-class SandboxResult:
-    """What a sandboxed run produced. `ok` is a clean exit within the time limit."""
-
-    returncode: int | None
-    stdout: str
-    stderr: str
-    timed_out: bool
-    duration_s: float
-    isolation: str
-
-    @property
-    def ok(self) -> bool:
-        """True when the program exited with status 0 before the time limit."""
-        return self.returncode == 0 and not self.timed_out
-
-    @property
-    def memory_exceeded(self) -> bool:
-        """True when the program ran out of its memory limit."""
-        return "MemoryError" in self.stderr or "Cannot allocate memory" in self.stderr
-
-
-# Runs first in the child: limits, then an audit hook (network, process spawning, secret files), then the program.
-# Audit hooks are defence in depth, not a jail; the namespaces added by `unshare` (when available) are the barrier.
-_GUARD = r'''
-import json, os, re, resource, runpy, sys
-cfg = json.loads(sys.argv[1])
-def _limit(res, soft, hard):
-    cur_soft, cur_hard = resource.getrlimit(res)
-    if cur_hard != resource.RLIM_INFINITY:
-        soft, hard = min(soft, cur_hard), min(hard, cur_hard)
-    try:
-        resource.setrlimit(res, (soft, hard))
-    except (ValueError, OSError):
-        pass
-if cfg["memory"]:
-    _limit(resource.RLIMIT_AS, cfg["memory"], cfg["memory"])
-_limit(resource.RLIMIT_CPU, cfg["cpu"], cfg["cpu"] + 2)
-_limit(resource.RLIMIT_FSIZE, cfg["fsize"], cfg["fsize"])
-_limit(resource.RLIMIT_CORE, 0, 0)
-_deny = [re.compile(p) for p in cfg["deny"]]
-_block = frozenset(cfg["block"])
-_proc = re.compile(r"^/proc/(\d+)(?:/|$)")
-_me, _realpath, _fsdecode = str(os.getpid()), os.path.realpath, os.fsdecode
-def _hook(event, args):
-    if event == "open":
-        if isinstance(args[0], (str, bytes)):
-            p = _realpath(_fsdecode(args[0]))
-            m = _proc.match(p)
-            if (m and m.group(1) != _me) or any(d.match(p) for d in _deny):
-                raise PermissionError(f"sandbox: reading {p} is not allowed")
-    elif event == "socket.__new__":
-        if args[1] != 1:
-            raise PermissionError("sandbox: network access is disabled")
-    elif event in _block and not (event == "ctypes.dlopen" and args[0] is None):
-        raise PermissionError(f"sandbox: {event} is not allowed")
-sys.addaudithook(_hook)
-sys.path[:0] = cfg["path"]
-sys.argv = [cfg["main"], *cfg["argv"]]
-del cfg, _limit
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
-_SPAWN_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-                 "ctypes.dlopen")
-_SECRET_FILES = (".cache/huggingface", ".huggingface", ".netrc", ".ssh", ".aws", ".azure", ".config/gcloud",
-                 ".config/gh", ".git-credentials", ".docker", ".pypirc", ".kaggle")
-_UNSHARE = (("--net", "--pid", "--fork", "--mount-proc", "--kill-child"), ("--net", "--pid", "--fork", "--mount-proc"),
-            ("--map-root-user", "--net", "--pid", "--fork", "--mount-proc"), ("--net",), ("--map-root-user", "--net"))
-
-
-@functools.cache
-def isolation_prefix() -> tuple[str, ...]:
-    """The `unshare` command that gives the child its own network (and pid) namespace here, or () if none works."""
-    tool = shutil.which("unshare")
-    if not sys.platform.startswith("linux") or not tool or os.environ.get("GRPO_SANDBOX_NO_UNSHARE"):
-        return ()
-    for flags in _UNSHARE:
-        try:
-            if subprocess.run([tool, *flags, "true"], capture_output=True, timeout=10).returncode == 0:
-                return (tool, *flags)
-        except (OSError, subprocess.SubprocessError):
-            continue
-    return ()
-
-
-def _deny_patterns() -> list[str]:
-    homes = {os.path.realpath(os.path.expanduser("~"))}
-    if os.environ.get("HOME"):
-        homes.add(os.path.realpath(os.environ["HOME"]))
-    alts = "|".join(re.escape(p) for p in _SECRET_FILES)
-    pats = [rf"^{re.escape(h.rstrip('/'))}/(?:{alts})(?:/|$)" for h in homes]
-    for var in ("HF_HOME", "HF_TOKEN_PATH", "HF_STORED_TOKENS_PATH"):
-        if os.environ.get(var):
-            path = os.path.realpath(os.environ[var])
-            tail = "/(?:token|stored_tokens)" if var == "HF_HOME" else ""
-            pats.append(rf"^{re.escape(path)}{tail}$")
-    return pats + [r"^/run/secrets(?:/|$)"]
-
-
-def sandbox_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The child's whole environment: a PATH, a temporary HOME, UTF-8; nothing inherited (no tokens, no proxies)."""
-    path = os.pathsep.join(dict.fromkeys([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
-    return {"PATH": path, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1", **(extra or {})}
-
-
-def run_sandboxed(code: str, *, stdin: str = "", timeout_s: float = 10.0, memory_mb: int | None = 512,
-                  files: dict[str, str] | None = None, argv: list[str] | None = None, allow_subprocess: bool = False,
-                  sys_path: list[str] | None = None, env: dict[str, str] | None = None,
-                  max_output: int = 1_000_000) -> SandboxResult:
-    """Run Python `code` in a sandboxed subprocess and return its exit status and output.
-
-    The child gets: a fresh temporary working directory (holding `files`), a minimal environment, an address-space
-    limit of `memory_mb`, a wall-clock limit of `timeout_s` (its whole process group is killed), no network (own
-    network namespace via `unshare` when available, and sockets refused by an audit hook), no subprocesses unless
-    `allow_subprocess`, and no reads of other processes' /proc entries or of token files (~/.cache/huggingface,
-    ~/.netrc, ~/.ssh...).
-    """
-    with tempfile.TemporaryDirectory(prefix="grpo-sandbox-") as work, \
-            tempfile.TemporaryDirectory(prefix="grpo-sandbox-io-") as io_dir:
-        for name, content in (files or {}).items():
-            target = Path(work) / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8")
-        main = Path(work) / "main.py"
-        main.write_text(code, encoding="utf-8")
-        guard = Path(io_dir) / "guard.py"
-        guard.write_text(_GUARD, encoding="utf-8")
-        (Path(io_dir) / "stdin").write_text(stdin, encoding="utf-8")
-        cfg = {"memory": int(memory_mb) * 2**20 if memory_mb else 0, "cpu": int(math.ceil(timeout_s)) + 1,
-               "fsize": max(4 * max_output, 64 * 2**20), "deny": _deny_patterns(), "path": list(sys_path or []),
-               "block": [] if allow_subprocess else list(_SPAWN_EVENTS), "main": str(main), "argv": list(argv or [])}
-        prefix = isolation_prefix()
-        cmd = [*prefix, sys.executable, "-I", str(guard), json.dumps(cfg)]
-        start = time.monotonic()
-        timed_out = False
-        with open(Path(io_dir) / "stdin", "rb") as fin, open(Path(io_dir) / "out", "wb") as fout, \
-                open(Path(io_dir) / "err", "wb") as ferr:
-            proc = subprocess.Popen(cmd, stdin=fin, stdout=fout, stderr=ferr, cwd=work, start_new_session=True,
-                                    env=sandbox_env(work, env))
-            try:
-                returncode: int | None = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                _kill_group(proc.pid)
-                returncode = proc.wait()
-        duration = time.monotonic() - start
-        out = (Path(io_dir) / "out").read_bytes()[:max_output].decode("utf-8", errors="replace")
-        err = (Path(io_dir) / "err").read_bytes()[-max_output:].decode("utf-8", errors="replace")
-    isolation = "unshare " + " ".join(prefix[1:]) if prefix else "audit hook only"
-    return SandboxResult(None if timed_out else returncode, out, err, timed_out, duration, isolation)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

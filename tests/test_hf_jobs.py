@@ -21,7 +21,7 @@ import yaml
 from grpo_dashboard import hardware
 from grpo_dashboard.backends import hf_jobs
 from grpo_dashboard.errors import BackendError
-from grpo_dashboard.jobfiles import JOB_SCRIPT, REWARDS_MODULE
+from grpo_dashboard.jobfiles import job_files
 from grpo_dashboard.runs import cancel, launch, reattach, refresh
 from grpo_dashboard.store import TERMINAL, Store, data_dir
 
@@ -174,10 +174,11 @@ def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeH
     assert body["volumes"] == [{"type": "bucket", "source": "alice/jobs-artifacts", "mountPath": "/data",
                                 "path": run.id, "readOnly": False}]
     uploaded = hub.buckets["alice/jobs-artifacts"]
-    assert set(uploaded) == {f"{run.id}/{n}" for n in ("grpo_job.py", "grpo_rewards.py", "run.yaml",
-                                                       "data/smoke.jsonl")}
-    assert hub.bucket_file("alice/jobs-artifacts", f"{run.id}/grpo_job.py") == JOB_SCRIPT.read_bytes()
-    assert hub.bucket_file("alice/jobs-artifacts", f"{run.id}/grpo_rewards.py") == REWARDS_MODULE.read_bytes()
+    job_modules = {p.name: p for p in job_files()}
+    assert {"grpo_job.py", "grpo_rewards.py", "grpo_sandbox.py", "grpo_answers.py"} <= set(job_modules)
+    assert set(uploaded) == {f"{run.id}/{n}" for n in (*job_modules, "run.yaml", "data/smoke.jsonl")}
+    for name, path in job_modules.items():
+        assert hub.bucket_file("alice/jobs-artifacts", f"{run.id}/{name}") == path.read_bytes()
     assert hub.bucket_file("alice/jobs-artifacts", f"{run.id}/data/smoke.jsonl") == SMOKE_DATA.read_bytes()
     inner = yaml.safe_load(hub.bucket_file("alice/jobs-artifacts", f"{run.id}/run.yaml"))
     assert inner["model"]["name_or_path"] == "/tmp/grpo-dashboard/tiny-model"

@@ -13,7 +13,7 @@ import re
 import shlex
 from pathlib import Path
 
-from ..jobfiles import JOB_SCRIPT, REWARDS_MODULE
+from ..jobfiles import JOB_SCRIPT, job_files
 from ..spec import RunSpec
 
 APP = "grpo-dashboard"
@@ -36,7 +36,7 @@ def script_dependencies(script: Path = JOB_SCRIPT) -> list[str]:
 def container_spec(spec: RunSpec) -> tuple[RunSpec, dict[str, Path]]:
     """The run spec as the container sees it (paths under /data) and the local files to upload, by bucket name."""
     s = copy.deepcopy(spec)
-    files: dict[str, Path] = {"grpo_job.py": JOB_SCRIPT, "grpo_rewards.py": REWARDS_MODULE}
+    files: dict[str, Path] = {path.name: path for path in job_files()}
     if getattr(s.health, "in_job", False):  # the job imports the health package from beside its run.yaml
         from ..health.ship import package_files
 
