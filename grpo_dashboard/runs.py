@@ -15,15 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from .backends import hf_jobs, local
+from .errors import RunNotFound
 from .ingest import ingest_file
-from .spec import RunSpec, load_spec
+from .spec import BackendSpec, RunSpec, load_spec
 from .store import TERMINAL, Run, RunStatus, Store, data_dir
 from .validation import ValidationReport, validate
 
 CANCEL_GRACE_S = 10.0
+STALLED = "stalled"
 LINGER_S = 30.0  # a job that reported its end but has not exited by then is killed
 _children: dict[str, Any] = {}
 _children_lock = threading.Lock()
+_stall_limits: dict[str, float | None] = {}
 
 
 def make_run_id(name: str) -> str:
@@ -134,6 +137,8 @@ def refresh(store: Store, run: Run) -> Run:
     if alive:
         if run.cancel_requested_at and time.time() - run.cancel_requested_at > CANCEL_GRACE_S and run.pid:
             local.signal_group(run.pid, signal.SIGKILL)
+        elif not run.cancel_requested_at:
+            _kill_if_stalled(store, run)
         return run
     if run.pid and local.group_alive(run.pid):
         local.signal_group(run.pid, signal.SIGKILL)  # leader gone, workers left: no orphans
@@ -143,19 +148,51 @@ def refresh(store: Store, run: Run) -> Run:
         if exit_code is not None:
             store.update_run(run.id, exit_code=exit_code)
         return store.get_run(run.id)
-    if run.cancel_requested_at:
+    if run.cancel_requested_at and run.error and run.error.startswith(STALLED):
+        store.finish_run(run.id, RunStatus.FAILED.value, exit_code=exit_code)
+    elif run.cancel_requested_at:
         store.finish_run(run.id, RunStatus.CANCELED.value, error="canceled by user (process killed)",
                          exit_code=exit_code)
     elif run.pid is None:
         return run
     else:
-        reason = (f"job exited with code {exit_code}" if exit_code is not None
-                  else f"job process {run.pid} vanished")
+        if exit_code is not None and exit_code < 0:
+            reason = f"job was killed by {signal.Signals(-exit_code).name} (signal {-exit_code})"
+        elif exit_code is not None:
+            reason = f"job exited with code {exit_code}"
+        else:
+            reason = f"job process {run.pid} vanished"
         reason += " without reporting an end"
         last = last_error_line(log_path(run))
         store.finish_run(run.id, RunStatus.FAILED.value, error=f"{reason}. Last log line: {last}" if last else reason,
                          exit_code=exit_code)
     return store.get_run(run.id)
+
+
+def stall_timeout(run: Run) -> float | None:
+    """The run's `backend.stall_timeout_s` (None: never), read once from its spec."""
+    if run.id not in _stall_limits:
+        try:
+            _stall_limits[run.id] = RunSpec.from_yaml(run.spec_yaml).backend.stall_timeout_s
+        except Exception:  # noqa: BLE001 - a run without a readable spec keeps the default
+            _stall_limits[run.id] = BackendSpec().stall_timeout_s
+    return _stall_limits[run.id]
+
+
+def _kill_if_stalled(store: Store, run: Run) -> None:
+    """A job silent (no log, no record) for longer than its stall timeout is hung: kill its group, mark it failed."""
+    limit = stall_timeout(run)
+    if not limit or not run.pid:
+        return
+    last = max([run.started_at or run.created_at] + [p.stat().st_mtime for p in (log_path(run), metrics_path(run))
+                                                       if p.exists()])
+    silent = time.time() - last
+    if silent <= limit:
+        return
+    reason = (f"{STALLED}: no output for {silent:.0f} s (backend.stall_timeout_s = {limit:g}); the job was killed. "
+              f"Last log line: {last_error_line(log_path(run)) or '(none)'}")
+    store.update_run(run.id, error=reason, cancel_requested_at=time.time())
+    local.signal_group(run.pid, signal.SIGKILL)
 
 
 def _poll(run: Run) -> tuple[int | None, bool]:
@@ -191,7 +228,10 @@ def _settle_ended(store: Store) -> None:
     with _children_lock:
         ids = list(_children)
     for run_id in ids:
-        run = store.get_run(run_id)
+        try:
+            run = store.get_run(run_id)
+        except RunNotFound:  # a child launched against another store (another data dir) in this process
+            continue
         if run.status in TERMINAL:
             _reap(store, run)
 

@@ -74,7 +74,9 @@ class RewardSpec:
 class BackendSpec:
     """Where the run executes. `local`: this machine, optionally on chosen GPUs and several processes.
     `hf_jobs`: a Hugging Face Jobs container of `flavor` in `namespace`, killed after `timeout` ("90m", "2h", seconds;
-    unset: the estimated run time × 1.5, see hardware.py). The token is never part of the spec."""
+    unset: the estimated run time × 1.5, see hardware.py). The token is never part of the spec.
+    `stall_timeout_s`: a local job silent (no log line, no record) that long is killed and marked failed (null: never).
+    """
 
     kind: str = "local"
     gpus: list[int] | None = None
@@ -83,6 +85,7 @@ class BackendSpec:
     flavor: str | None = None
     timeout: str | int | None = None
     namespace: str | None = None
+    stall_timeout_s: float | None = 1800.0
 
 
 @dataclass

@@ -389,6 +389,9 @@ def _check_backend(spec: RunSpec, base: Path, err: Any) -> None:
     b = spec.backend
     if b.kind not in BACKENDS:
         err(FieldError("backend.kind", b.kind, f"must be one of {', '.join(BACKENDS)}."))
+    if b.stall_timeout_s is not None and not (math.isfinite(b.stall_timeout_s) and b.stall_timeout_s > 0):
+        err(FieldError("backend.stall_timeout_s", b.stall_timeout_s,
+                       "must be a positive number of seconds (e.g. 1800), or null to never call a silent job hung."))
     if b.num_processes < 1:
         err(FieldError("backend.num_processes", b.num_processes, "must be ≥ 1."))
     elif b.num_processes > 1 and spec.training.get("use_cpu"):
