@@ -355,8 +355,16 @@ def run_t0(frames: Frames, started_at: float | None = None) -> float | None:
 
 def load_frames(store: Any, run_id: str) -> Frames:
     """Every metric of a run as frames keyed by (split, key); reads the store only."""
-    return {(split, key): metric_frame(store.series(run_id, key, split))
-            for split, key in store.metric_keys(run_id)}
+    out: Frames = {}
+    for split, key in store.metric_keys(run_id):
+        if hasattr(store, "arrays"):  # the columnar store hands out numpy arrays directly
+            a = store.arrays(run_id, key, split)
+            out[(split, key)] = pd.DataFrame({"step": np.asarray(a.steps, dtype="int64"),
+                                              "value": np.asarray(a.values, dtype="float64"),
+                                              "time": np.asarray(a.times, dtype="float64")})
+        else:
+            out[(split, key)] = metric_frame(store.series(run_id, key, split))
+    return out
 
 
 def run_figures(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,

@@ -122,6 +122,11 @@ class FormField:
         """True for GRPOConfig fields (stored under `training:`)."""
         return self.key.startswith("training.")
 
+    @property
+    def number_as_text(self) -> bool:
+        """A number that may be unset: edited as text, since an empty number input reads back as 0 in the browser."""
+        return self.widget in ("int", "float") and self.nullable
+
 
 def _flat(annotation: Any) -> tuple[Any, ...]:
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
@@ -254,9 +259,17 @@ def _to_widget(field: FormField, value: Any) -> Any:
             try:
                 value = float(value)
             except ValueError:
-                return None
+                return "" if field.number_as_text else None
+        if field.number_as_text:
+            return "" if value is None else _number_text(value)
         return value
     return value
+
+
+def _number_text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
 
 
 def reward_rows(rewards: list[RewardSpec]) -> list[list[Any]]:

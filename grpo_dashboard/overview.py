@@ -184,8 +184,8 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
 
 
 def run_label(run: Run) -> str:
-    """Dropdown label of a run."""
-    return f"{run.name} · {run.status} · {run.id}"
+    """Dropdown label of a run (no status: a selected label is not refreshed when the status moves)."""
+    return f"{run.name} · {run.id}"
 
 
 def run_choices(store: Store) -> list[tuple[str, str]]:

@@ -54,7 +54,8 @@ def test_unset_training_fields_show_trl_defaults() -> None:
     values = forms.values_from_spec(RunSpec(name="x"))
     assert values["training.beta"] == trl_fields.default("beta")
     assert values["training.loss_type"] == trl_fields.default("loss_type")
-    assert values["training.epsilon_high"] is None
+    assert values["training.epsilon_high"] == ""  # an optional number is edited as text: empty means unset
+    assert values["training.num_generations"] == str(trl_fields.default("num_generations"))
     assert values["training.bf16"] == forms.UNSET
 
 
@@ -106,7 +107,7 @@ def test_integer_valued_floats_stay_integers_in_yaml() -> None:
 def test_yaml_to_values_and_back() -> None:
     text = presets.preset_yaml(presets.DEFAULT_PRESET).replace("num_generations: 8", "num_generations: 4")
     values = forms.values_from_yaml(text)
-    assert values["training.num_generations"] == 4
+    assert values["training.num_generations"] == "4"
     assert values["rewards"] == [["letter_fraction", 1.0, "", "", '{"letter": "a"}']]
     assert RunSpec.from_yaml(forms.yaml_from_values(values, text)) == RunSpec.from_yaml(text)
     with pytest.raises(SpecError) as exc:

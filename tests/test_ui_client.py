@@ -73,8 +73,9 @@ def form_args(demo: Any, values: dict[str, Any]) -> list[Any]:
 def smoke_values(**training: Any) -> tuple[dict[str, Any], str]:
     text = presets.preset_yaml(presets.DEFAULT_PRESET)
     values = forms.values_from_yaml(text)
+    fields = forms.fields_by_key()
     for k, v in training.items():
-        values[f"training.{k}"] = v
+        values[f"training.{k}"] = str(v) if fields[f"training.{k}"].number_as_text else v
     return values, text
 
 
@@ -116,7 +117,7 @@ def test_load_preset(served: tuple[Any, Client, Store]) -> None:
     assert "python -m grpo_dashboard launch run.yaml" in command and "grpo_job.py" in command
     assert name in summary
     fields = field_outputs(demo, out)
-    assert fields["training.epsilon_high"]["value"] == 0.28
+    assert fields["training.epsilon_high"]["value"] == "0.28"  # optional numbers are edited as text
     assert fields["training.loss_type"]["value"] == "dapo"
     assert "Upper-bound epsilon" in fields["training.epsilon_high"]["info"]  # TRL's help text
 
@@ -152,9 +153,9 @@ def test_validate_shows_every_error_next_to_its_field(served: tuple[Any, Client,
     for field in ("name", "training.beta", "training.num_generations", "dataset.prompt_column"):
         assert f"**{field}**" in summary
     fields = field_outputs(demo, out)
-    assert fields["training.beta"]["info"].startswith("❌")
-    assert fields["training.num_generations"]["info"].startswith("❌")
-    assert not fields["training.epsilon"]["info"].startswith("❌")
+    assert fields["training.beta"]["info"].startswith("✖")
+    assert fields["training.num_generations"]["info"].startswith("✖")
+    assert not fields["training.epsilon"]["info"].startswith("✖")
     group_boxes = " ".join(str(x.get("value", "")) for x in out[1:1 + N_GROUPS])
     assert "training.beta" in group_boxes and "dataset.prompt_column" in group_boxes
 

@@ -36,7 +36,8 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
         monitor: start the background thread that ingests active runs' metrics.
     """
     store = store or Store()
-    ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT)
+    ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT,
+                    runs.Monitor(store) if monitor else None)
     with gr.Blocks(title="GRPO Dashboard") as demo:
         gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs")
         with gr.Tabs(selected="new", elem_id="main-tabs") as tabs:
@@ -50,7 +51,7 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
                 compare_dd = compare.build(ctx)
         _wire_launch(ctx, new, det, tabs)
         _wire_navigation(ctx, runs_t, det, compare_dd, tabs)
-    demo.monitor = runs.Monitor(store).start() if monitor else None  # type: ignore[attr-defined]
+    demo.monitor = ctx.monitor.start() if ctx.monitor else None  # type: ignore[attr-defined]
     demo.form_keys = [f.key for f in new.fields]  # type: ignore[attr-defined]  # input order of form endpoints
     return demo
 
@@ -67,7 +68,7 @@ def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, 
             run = runs.launch(spec, ctx.store, base_dir=ctx.base_dir)
         except SpecError as exc:
             return [*new_run.validate_outputs(new, exc.errors, [], ""), gr.skip(), gr.skip(), gr.skip()]
-        text = f"### 🚀 Launched `{run.id}` ({run.status}). Opening its detail page…"
+        text = f"### ▶ Launched `{run.id}` ({run.status}). Opening its detail page…"
         outputs = new_run.validate_outputs(new, [], warnings, text)
         choices = overview.run_choices(ctx.store)
         return [*outputs, gr.update(choices=choices, value=run.id), gr.Tabs(selected="detail"), run.id]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..runs import Monitor
 from ..store import Store
 
 
@@ -14,3 +15,15 @@ class UiContext:
 
     store: Store
     base_dir: Path
+    monitor: Monitor | None = None
+
+    def monitor_problem(self) -> str | None:
+        """Why active runs may not be updating (the ingestion thread's last error, or it not running)."""
+        if self.monitor is None:
+            return None
+        if self.monitor.last_error:
+            return f"Ingestion error (retrying every {self.monitor.interval_s:g} s): {self.monitor.last_error}"
+        thread = getattr(self.monitor, "_thread", None)
+        if thread is not None and not thread.is_alive():
+            return "The ingestion thread has stopped: restart the app to follow active runs."
+        return None

@@ -68,7 +68,11 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     state = dict(state or {})
     opts = charts.ChartOptions(smoothing=float(smoothing or 0), log_y=bool(log_y), xaxis=xaxis or "step")
     token = ctx.store.change_token(run.id)
-    out: list[Any] = [overview.status_markdown(run), gr.update(interactive=run.is_active)]
+    status = overview.status_markdown(run)
+    problem = ctx.monitor_problem() if run.is_active else None
+    if problem:
+        status += f"\n\n**{problem}**"
+    out: list[Any] = [status, gr.update(interactive=run.is_active)]
 
     chart_key = (run.id, token, opts.smoothing, opts.log_y, opts.xaxis)
     if state.get("charts") != chart_key:

@@ -38,6 +38,9 @@ def _component(f: forms.FormField, value: Any) -> gr.components.Component:
     if f.widget == "choice":
         return gr.Dropdown(forms.choice_options(f), value=value, label=f.label, info=info,
                            allow_custom_value=f.custom, elem_id=_elem(f))
+    if f.number_as_text:
+        return gr.Textbox(value=value, label=f.label, info=info, elem_id=_elem(f), lines=1,
+                          placeholder=f"unset (default: {f.default})")
     if f.widget in ("int", "float"):
         return gr.Number(value=value, label=f.label, info=info, precision=0 if f.widget == "int" else None,
                          elem_id=_elem(f))
@@ -132,7 +135,7 @@ def _form_updates(tab: NewRunTab, values: dict[str, Any], errors: dict[str, list
             kwargs["value"] = values[f.key]
         if f.widget != "rewards":
             msgs = errors.get(f.key)
-            kwargs["info"] = ("❌ " + " / ".join(msgs)) if msgs else (f.help or None)
+            kwargs["info"] = ("✖ " + " / ".join(msgs)) if msgs else (f.help or None)
         out.append(gr.update(**kwargs))
     return out
 
@@ -142,19 +145,19 @@ def _group_error_updates(tab: NewRunTab, placed: dict[str, list[str]]) -> list[A
     for f in tab.fields:
         for msg in placed.get(f.key, []):
             group = f.group if f.group in by_group else FORM_GROUPS[0]
-            by_group[group].append(f"- ❌ **{f.key}**: {msg}")
+            by_group[group].append(f"- ✖ **{f.key}**: {msg}")
     return [gr.update(value="\n".join(by_group[g])) for g in tab.group_errors]
 
 
 def _summary(errors: list[FieldError], warnings: list[FieldError], ok_text: str) -> str:
     lines = []
     if errors:
-        lines.append(f"### ❌ {len(errors)} problem{'s' if len(errors) != 1 else ''} block the launch")
+        lines.append(f"### ✖ {len(errors)} problem{'s' if len(errors) != 1 else ''} block the launch")
         lines += [f"- **{e.field}** = `{e.value!r}`: {e.message}" for e in errors]
     else:
         lines.append(ok_text)
     if warnings:
-        lines.append(f"#### ⚠️ {len(warnings)} warning{'s' if len(warnings) != 1 else ''}")
+        lines.append(f"#### ▲ {len(warnings)} warning{'s' if len(warnings) != 1 else ''}")
         lines += [f"- **{w.field}**: {w.message}" for w in warnings]
     return "\n".join(lines)
 
@@ -177,7 +180,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
     def validate(*args: Any) -> list[Any]:
         *vals, yaml_text = args
         _, errors, warnings = check_form(_values(tab, tuple(vals)), yaml_text, ctx.base_dir)
-        return validate_outputs(tab, errors, warnings, "### ✅ Valid: ready to launch.")
+        return validate_outputs(tab, errors, warnings, "### ✔ Valid: ready to launch.")
 
     tab.validate.click(validate, [*tab.inputs, tab.yaml], [tab.summary, *tab.group_errors.values(), *tab.inputs],
                        api_name="validate")
@@ -188,7 +191,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         return [text, _command(text), f"Loaded preset **{name}**.", *[gr.update(value="") for _ in range(n_groups)],
                 *_form_updates(tab, values)]
 
-    tab.preset.input(load_preset, [tab.preset],
+    tab.preset.select(load_preset, [tab.preset],
                      [tab.yaml, tab.command, tab.summary, *tab.group_errors.values(), *tab.inputs],
                      api_name="load_preset", show_progress="hidden")
 
