@@ -65,7 +65,17 @@ SPEC_CHOICES: dict[str, tuple[Any, ...]] = {
     "backend.kind": validation.BACKENDS,
     "backend.accelerate_config": (None, *validation.ACCELERATE_CONFIGS),
 }
-CUSTOM_ALLOWED = frozenset({"backend.accelerate_config"})
+CUSTOM_ALLOWED = frozenset({"backend.accelerate_config", "backend.flavor"})
+
+
+def _spec_choices(key: str) -> tuple[Any, ...] | None:
+    if key == "backend.flavor":
+        try:
+            from .flavors import BUILTIN_FLAVORS
+        except ImportError:
+            return None
+        return (None, *BUILTIN_FLAVORS)
+    return SPEC_CHOICES.get(key)
 
 SPEC_HELP: dict[str, str] = {
     "name": "Run name, shown in the runs table and used in the run id.",
@@ -94,6 +104,14 @@ SPEC_HELP: dict[str, str] = {
     "backend.gpus": "GPU indices to use, comma-separated (sets CUDA_VISIBLE_DEVICES).",
     "backend.num_processes": "Processes (one per GPU) started by accelerate.",
     "backend.accelerate_config": "TRL accelerate preset (zero2, fsdp2, ...) or a config file path.",
+    "backend.flavor": "hf_jobs: the Hugging Face Jobs hardware flavor (e.g. a10g-large, h200).",
+    "backend.timeout": "hf_jobs: kill the job after this long (90m, 2h or seconds); empty: estimated time × 1.5.",
+    "backend.namespace": "hf_jobs: user or organisation the job runs under (empty: you).",
+    "backend.stall_timeout_s": "local: kill a job silent for this many seconds and mark it failed (empty: never).",
+    "model.lora.r": "LoRA rank.",
+    "model.lora.lora_alpha": "LoRA scaling numerator (alpha / r scales the update).",
+    "model.lora.lora_dropout": "Dropout on the LoRA input.",
+    "model.lora.target_modules": "Modules to adapt: all-linear, or names comma-separated (q_proj, v_proj).",
 }
 
 
@@ -180,11 +198,12 @@ def _spec_fields(group: str, prefix: str, cls: type) -> list[FormField]:
             out.append(FormField(key, group, f"use {f.name}", "toggle", default is not None, SPEC_HELP.get(key, "")))
             out.extend(_spec_fields(group, key, nested[0]))
             continue
-        choices = SPEC_CHOICES.get(key)
+        choices = _spec_choices(key)
         widget = _widget(kinds, choices)
         if widget == "json":
             continue
-        out.append(FormField(key, group, f.name, widget, default, SPEC_HELP.get(key, ""), choices,
+        help_text = str(f.metadata.get("help") or SPEC_HELP.get(key, ""))
+        out.append(FormField(key, group, f.name, widget, default, help_text, choices,
                              type(None) in kinds, key in CUSTOM_ALLOWED, _item_type(hints[f.name]), kinds))
     return out
 

@@ -156,6 +156,12 @@ def test_launch_watch_completions_and_cancel(page: Any, app_url: tuple[str, Stor
     assert "canceled" in text and run_id in text
     page.screenshot(path=str(ARTIFACTS / "runs.png"), full_page=False)
 
+    # Clicking a row opens that run's detail page.
+    page.locator("#runs-table").get_by_text(run_id).locator("visible=true").first.click()
+    page.wait_for_function(f"() => document.querySelector('#detail-status').innerText.includes('{run_id}')",
+                           timeout=30_000)
+    assert page.locator("#detail-status").is_visible()
+
 
 def test_validate_marks_each_bad_field(page: Any, app_url: tuple[str, Store, Any]) -> None:
     url, _, _ = app_url
