@@ -82,20 +82,31 @@ def metric_frame(rows: Iterable[tuple[int, float | None, float | None]]) -> pd.D
 
 
 def ema(values: Sequence[float] | np.ndarray, weight: float) -> np.ndarray:
-    """TensorBoard's smoothing: an EMA debiased by 1 - weight**n; non-finite values pass through untouched."""
+    """TensorBoard's smoothing: an EMA debiased by 1 - weight**n; non-finite values pass through untouched.
+
+    Vectorised in blocks short enough for w**-j to stay finite: s_j = w**(j+1) s_prev + (1-w) w**j cumsum(w**-i y_i).
+    """
     arr = np.asarray(values, dtype="float64")
     if weight <= 0 or arr.size == 0:
         return arr.copy()
-    weight = min(float(weight), 0.999)
-    out = np.empty_like(arr)
-    last, count = 0.0, 0
-    for i, v in enumerate(arr):
-        if not math.isfinite(v):
-            out[i] = v
-            continue
-        last = last * weight + (1 - weight) * v
-        count += 1
-        out[i] = last / (1 - weight ** count)
+    w = min(float(weight), 0.999)
+    out = arr.copy()
+    finite = np.isfinite(arr)
+    y = arr[finite]
+    if y.size == 0:
+        return out
+    block = int(max(1, min(1024, 100 / -math.log10(w))))
+    smoothed = np.empty_like(y)
+    last = 0.0
+    for lo in range(0, y.size, block):
+        chunk = y[lo:lo + block]
+        j = np.arange(chunk.size)
+        partial = np.cumsum(chunk * w ** -j)
+        part = w ** (j + 1) * last + (1 - w) * w ** j * partial
+        smoothed[lo:lo + chunk.size] = part
+        last = float(part[-1])
+    n = np.arange(1, y.size + 1)
+    out[finite] = smoothed / (1 - w ** n)
     return out
 
 
@@ -108,24 +119,22 @@ def downsample_indices(values: Sequence[float] | np.ndarray, max_points: int = M
     n = arr.size
     if n <= max_points:
         return np.arange(n)
-    has_nan = bool(np.isnan(arr).any())
-    per_bucket = 3 if has_nan else 2
-    n_buckets = max(1, max_points // per_bucket)
-    edges = np.linspace(0, n, n_buckets + 1).astype(int)
-    keep: list[int] = []
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        if hi <= lo:
-            continue
-        chunk = arr[lo:hi]
-        finite = ~np.isnan(chunk)
-        if finite.any():
-            masked_lo = np.where(finite, chunk, np.inf)
-            masked_hi = np.where(finite, chunk, -np.inf)
-            keep.append(lo + int(np.argmin(masked_lo)))
-            keep.append(lo + int(np.argmax(masked_hi)))
-        if has_nan and not finite.all():
-            keep.append(lo + int(np.argmax(~finite)))
-    return np.unique(np.asarray(keep, dtype=int))[:max_points]
+    nan = np.isnan(arr)
+    has_nan = bool(nan.any())
+    n_buckets = max(1, max_points // (3 if has_nan else 2))
+    size = -(-n // n_buckets)
+    pad = n_buckets * size - n
+    grid = np.concatenate([arr, np.full(pad, np.nan)]).reshape(n_buckets, size)
+    gaps = np.concatenate([nan, np.zeros(pad, dtype=bool)]).reshape(n_buckets, size)
+    any_finite = ~np.all(np.isnan(grid), axis=1)
+    base = np.arange(n_buckets) * size
+    lo = np.argmin(np.where(np.isnan(grid), np.inf, grid), axis=1) + base
+    hi = np.argmax(np.where(np.isnan(grid), -np.inf, grid), axis=1) + base
+    keep = [lo[any_finite], hi[any_finite]]
+    if has_nan:
+        has_gap = gaps.any(axis=1)
+        keep.append((np.argmax(gaps, axis=1) + base)[has_gap])
+    return np.unique(np.concatenate(keep))[:max_points]
 
 
 def panel_of(key: str) -> str | None:
@@ -187,8 +196,9 @@ def _x(frame: pd.DataFrame, xaxis: str, t0: float | None) -> tuple[np.ndarray, n
     return mask, (times[mask] - origin) / 60.0
 
 
-def _y_list(values: np.ndarray) -> list[float | None]:
-    return [float(v) if math.isfinite(v) else None for v in values]
+def _y(values: np.ndarray) -> np.ndarray:
+    """Plot values: non-finite ones as NaN, which plotly draws as a gap (arrays also skip per-item validation)."""
+    return np.where(np.isfinite(values), values, np.nan)
 
 
 def _rgba(color: str, alpha: float) -> str:
@@ -198,8 +208,12 @@ def _rgba(color: str, alpha: float) -> str:
 
 def add_line(fig: go.Figure, frame: pd.DataFrame, name: str, color: str, opts: ChartOptions,
              t0: float | None = None, dash: str | None = None, secondary: bool = False,
-             std: pd.DataFrame | None = None) -> None:
-    """Add one metric: faint raw line, smoothed line on top, optional ±std band; downsampled for the browser."""
+             std: pd.DataFrame | None = None, row: int | None = None) -> None:
+    """Add one metric: faint raw line, smoothed line on top, optional ±std band; downsampled for the browser.
+
+    Args:
+        row: the subplot row, for figures made with make_subplots (one column).
+    """
     if frame.empty:
         return
     mask, x = _x(frame, opts.xaxis, t0)
@@ -209,24 +223,29 @@ def add_line(fig: go.Figure, frame: pd.DataFrame, name: str, color: str, opts: C
     keep = downsample_indices(raw, opts.max_points)
     xs = x[keep]
     yaxis = "y2" if secondary else "y"
+    traces = []
     if std is not None and not std.empty:
         aligned = std.set_index("step")["value"].reindex(frame["step"][mask].to_numpy()).to_numpy(dtype="float64")
         s_smooth = ema(aligned, opts.smoothing) if opts.smoothing > 0 else aligned
         ok = np.isfinite(smooth[keep]) & np.isfinite(s_smooth[keep])
         if ok.any():
             bx, bm, bs = xs[ok], smooth[keep][ok], s_smooth[keep][ok]
-            fig.add_trace(go.Scatter(x=bx, y=bm - bs, mode="lines", line={"width": 0}, legendgroup=name,
+            traces.append(go.Scatter(x=bx, y=bm - bs, mode="lines", line={"width": 0}, legendgroup=name,
                                      showlegend=False, hoverinfo="skip", yaxis=yaxis, name=f"{name} -std"))
-            fig.add_trace(go.Scatter(x=bx, y=bm + bs, mode="lines", line={"width": 0}, fill="tonexty",
+            traces.append(go.Scatter(x=bx, y=bm + bs, mode="lines", line={"width": 0}, fill="tonexty",
                                      fillcolor=_rgba(color, 0.15), legendgroup=name, showlegend=False,
                                      hoverinfo="skip", yaxis=yaxis, name=f"{name} ±std"))
     markers = "lines+markers" if len(xs) < 30 or dash == "dot" else "lines"
     if opts.smoothing > 0:
-        fig.add_trace(go.Scatter(x=xs, y=_y_list(raw[keep]), mode="lines", name=f"{name} (raw)", legendgroup=name,
+        traces.append(go.Scatter(x=xs, y=_y(raw[keep]), mode="lines", name=f"{name} (raw)", legendgroup=name,
                                  showlegend=False, line={"color": _rgba(color, 0.3), "width": 1, "dash": dash},
                                  yaxis=yaxis))
-    fig.add_trace(go.Scatter(x=xs, y=_y_list(smooth[keep]), mode=markers, name=name, legendgroup=name,
+    traces.append(go.Scatter(x=xs, y=_y(smooth[keep]), mode=markers, name=name, legendgroup=name,
                              line={"color": color, "width": 2, "dash": dash}, marker={"size": 4}, yaxis=yaxis))
+    if row is None:
+        fig.add_traces(traces)
+    else:
+        fig.add_traces(traces, rows=[row] * len(traces), cols=[1] * len(traces))
 
 
 def empty_figure(title: str, note: str) -> go.Figure:
@@ -310,14 +329,11 @@ def other_figure(keys: Sequence[str], frames: Frames, opts: ChartOptions, t0: fl
     fig = make_subplots(rows=len(shown), cols=1, shared_xaxes=True, subplot_titles=shown, vertical_spacing=0.08,
                         figure=new_figure())
     for i, key in enumerate(shown, start=1):
-        sub = new_figure()
         color = PALETTE[(i - 1) % len(PALETTE)]
         for split, name in (("train", key), ("eval", f"eval_{key}")):
             frame = frames.get((split, name))
             if frame is not None:
-                add_line(sub, frame, name, color, opts, t0, dash="dot" if split == "eval" else None)
-        for trace in sub.data:
-            fig.add_trace(trace, row=i, col=1)
+                add_line(fig, frame, name, color, opts, t0, dash="dot" if split == "eval" else None, row=i)
         if opts.log_y:
             fig.update_yaxes(type="log", row=i, col=1)
     title = "Other metrics" + (f" (first {max_rows} of {len(keys)})" if len(keys) > max_rows else "")

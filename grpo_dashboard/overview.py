@@ -75,7 +75,8 @@ def fmt_value(value: float | None, digits: int = 4) -> str:
 
 
 # --- health --------------------------------------------------------------------------------------------------
-_health_cache: dict[tuple[str, str], tuple[tuple[Any, ...], list[Any]]] = {}
+HEALTH_MIN_INTERVAL_S = 5.0  # a live run's findings are recomputed at most this often (diagnose reads every record)
+_health_cache: dict[tuple[str, str], tuple[tuple[Any, ...], float, list[Any]]] = {}
 _health_lock = threading.Lock()
 
 
@@ -100,13 +101,15 @@ def run_config(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def findings(store: Store, run: Run) -> list[Any]:
-    """The doctor's findings for a run, recomputed only when its change token moves; [] without the doctor."""
+    """The doctor's findings for a run, recomputed only when its change token moves (and for an active run at
+    most every HEALTH_MIN_INTERVAL_S seconds); [] without the doctor."""
     token = store.change_token(run.id)
     key = (str(store.path), run.id)
     with _health_lock:
         cached = _health_cache.get(key)
-    if cached is not None and cached[0] == token:
-        return cached[1]
+    if cached is not None and (cached[0] == token or (
+            run.is_active and time.monotonic() - cached[1] < HEALTH_MIN_INTERVAL_S)):
+        return cached[2]
     try:
         from .health import diagnose
     except ImportError:
@@ -118,7 +121,7 @@ def findings(store: Store, run: Run) -> list[Any]:
     except ValueError as exc:  # bad threshold overrides in the spec
         result = [_BadThresholds(str(exc))]
     with _health_lock:
-        _health_cache[key] = (token, result)
+        _health_cache[key] = (token, time.monotonic(), result)
     return result
 
 
