@@ -11,6 +11,7 @@ import json
 import math
 import sqlite3
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +78,9 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
 def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, dict[str, Any]]]) -> IngestResult:
     """Write parsed records (with their sequence numbers) into the store inside the caller's transaction."""
     result = IngestResult()
-    groups: dict[tuple[str, tuple[str, ...]], tuple[list[int], list[list[Any]], list[float]]] = {}
-    slow: dict[tuple[str, str], tuple[list[int], list[float], list[float]]] = {}
-    last_step: int | None = None
-    max_steps: int | None = None
-    last_time: float | None = None
-    attempted = 0
+    # Log records grouped by split and key order: one group is one float matrix, converted in bulk.
+    groups: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
+    logs: list[dict[str, Any]] = []
     for seq, rec in items:
         if rec["type"] == "event":
             payload = {k: v for k, v in rec.items() if k not in ("v", "type", "event", "time")}
@@ -93,57 +91,95 @@ def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, 
                 result.events += 1
                 _apply_event(conn, run_id, rec)
             continue
-        step, split = rec["step"], "eval" if rec.get("split") == "eval" else "train"
-        t = _num(rec.get("time"))
-        tf = math.nan if t is None else t
-        metrics = rec["metrics"]
-        if set(map(type, metrics.values())) <= _PLAIN:
-            # The common case (every value a plain number): rows of values, converted to columns in bulk below.
-            group = groups.get((split, tuple(metrics)))
-            if group is None:
-                group = groups[(split, tuple(metrics))] = ([], [], [])
-            group[0].append(step)
-            group[1].append(list(metrics.values()))
-            group[2].append(tf)
+        logs.append(rec)
+        ident = ("eval" if rec.get("split") == "eval" else "train", tuple(rec["metrics"]))
+        group = groups.get(ident)
+        if group is None:
+            groups[ident] = [rec]
         else:
-            for key, value in metrics.items():
-                encoded = encode(value)
-                if encoded is None:
-                    result.skipped += 1
-                    continue
-                slot = slow.get((split, key))
-                if slot is None:
-                    slot = slow[(split, key)] = ([], [], [])
-                slot[0].append(step)
-                slot[1].append(encoded)
-                slot[2].append(tf)
-        attempted += 1
-        last_step = step if last_step is None else max(last_step, step)
-        if isinstance(rec.get("max_steps"), int) and rec["max_steps"] > 0:
-            max_steps = rec["max_steps"]
-        last_time = t if t is not None else last_time
+            group.append(rec)
+    if not logs:
+        return result
     columns: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
-    for (split, keys), (steps, rows, times) in groups.items():
-        matrix = np.array(rows, dtype=np.float64).reshape(len(rows), len(keys))
-        s_arr, t_arr = np.array(steps, dtype=np.int64), np.array(times, dtype=np.float64)
-        for j, key in enumerate(keys):
-            columns.setdefault((split, key), []).append((s_arr, matrix[:, j], t_arr))
-    for (split, key), (steps, vals, times) in slow.items():
-        columns.setdefault((split, key), []).append(
-            (np.array(steps, dtype=np.int64), np.array(vals, dtype=np.float64), np.array(times, dtype=np.float64)))
+    last_step = -1
+    for (split, keys), recs in groups.items():
+        steps = np.fromiter((r["step"] for r in recs), dtype=np.int64, count=len(recs))
+        last_step = max(last_step, int(steps.max()))
+        times = _times(recs)
+        block = _plain_block(recs, len(keys))
+        if block is not None:
+            for j, key in enumerate(keys):
+                columns.setdefault((split, key), []).append((steps, block[:, j], times))
+            continue
+        for key, col in zip(keys, zip(*(r["metrics"].values() for r in recs), strict=True), strict=True):
+            keep, vals = _column(col)
+            if keep is None:
+                columns.setdefault((split, key), []).append((steps, vals, times))
+                continue
+            result.skipped += len(recs) - int(keep.sum())
+            if keep.any():
+                columns.setdefault((split, key), []).append((steps[keep], vals, times[keep]))
     for (split, key), parts in columns.items():
-        steps_a = np.concatenate([p[0] for p in parts])
-        vals_a = np.concatenate([p[1] for p in parts])
-        times_a = np.concatenate([p[2] for p in parts])
+        if len(parts) == 1:
+            steps_a, vals_a, times_a = parts[0]
+        else:
+            steps_a = np.concatenate([p[0] for p in parts])
+            vals_a = np.concatenate([p[1] for p in parts])
+            times_a = np.concatenate([p[2] for p in parts])
         result.skipped += append_points(conn, run_id, split, key, steps_a, vals_a, times_a)
-    result.records = attempted
-    if attempted:
-        conn.execute(
-            "UPDATE runs SET n_records = n_records + ?, last_step = MAX(COALESCE(last_step, -1), ?), "
-            "max_steps = COALESCE(?, max_steps), last_time = COALESCE(?, last_time), "
-            "status = CASE WHEN status = ? THEN ? ELSE status END WHERE id = ?",
-            (attempted, last_step, max_steps, last_time, RunStatus.QUEUED.value, RunStatus.RUNNING.value, run_id))
+    result.records = len(logs)
+    max_steps = next((r["max_steps"] for r in reversed(logs) if type(r.get("max_steps")) is int
+                      and r["max_steps"] > 0), None)
+    last_time = next((t for t in map(_num, (r.get("time") for r in reversed(logs))) if t is not None), None)
+    conn.execute(
+        "UPDATE runs SET n_records = n_records + ?, last_step = MAX(COALESCE(last_step, -1), ?), "
+        "max_steps = COALESCE(?, max_steps), last_time = COALESCE(?, last_time), "
+        "status = CASE WHEN status = ? THEN ? ELSE status END WHERE id = ?",
+        (len(logs), last_step, max_steps, last_time, RunStatus.QUEUED.value, RunStatus.RUNNING.value, run_id))
     return result
+
+
+def _times(recs: list[dict[str, Any]]) -> np.ndarray:
+    """Each record's wall time as float64, NaN where it has none."""
+    raw = [r.get("time") for r in recs]
+    if set(map(type, raw)) <= _PLAIN:
+        return np.array(raw, dtype=np.float64)
+    return np.array([math.nan if (t := _num(x)) is None else t for x in raw], dtype=np.float64)
+
+
+def _plain_block(recs: list[dict[str, Any]], width: int) -> np.ndarray | None:
+    """The records' metric values as an (n, width) float64 matrix when every one is a plain int or float, else None.
+
+    All records share one key order (they were grouped by it), so column j is key j.
+    """
+    if not set(map(type, chain.from_iterable(r["metrics"].values() for r in recs))) <= _PLAIN:
+        return None
+    try:
+        flat = np.fromiter(chain.from_iterable(r["metrics"].values() for r in recs), dtype=np.float64,
+                           count=len(recs) * width)
+    except OverflowError:  # an int beyond float range: the per-value path skips just that value
+        return None
+    return flat.reshape(len(recs), width)
+
+
+def _column(col: tuple[Any, ...]) -> tuple[np.ndarray | None, np.ndarray]:
+    """(None, values) for a column of plain numbers; else (mask of storable values, their encoded values)."""
+    if set(map(type, col)) <= _PLAIN:
+        try:
+            return None, np.array(col, dtype=np.float64)
+        except OverflowError:
+            pass
+    keep = np.zeros(len(col), dtype=bool)
+    vals: list[float] = []
+    for i, value in enumerate(col):
+        try:
+            encoded = encode(value)
+        except OverflowError:  # an int beyond float range is not storable
+            encoded = None
+        if encoded is not None:
+            keep[i] = True
+            vals.append(encoded)
+    return keep, np.array(vals, dtype=np.float64)
 
 
 def _num(value: Any) -> float | None:
@@ -200,20 +236,8 @@ def ingest_file(store: Store, run_id: str, path: str | Path) -> IngestResult:
                              (offset + skipped, run_id))
                 total += IngestResult(skipped=1, bytes_read=skipped)
                 continue
-            items: list[tuple[int, dict[str, Any]]] = []
-            bad = 0
-            pos = 0
             body = chunk[: end + 1]
-            for line in body.split(b"\n")[:-1]:
-                seq = offset + pos
-                pos += len(line) + 1
-                if not line.strip():
-                    continue
-                rec = parse_line(line)
-                if rec is None:
-                    bad += 1
-                else:
-                    items.append((seq, rec))
+            items, bad = _parse_lines(body, offset)
             result = apply_records(conn, run_id, items)
             result.skipped += bad
             result.bytes_read = len(body)
@@ -222,6 +246,38 @@ def ingest_file(store: Store, run_id: str, path: str | Path) -> IngestResult:
         total += result
         if len(chunk) < CHUNK_BYTES:
             return total
+
+
+def _parse_lines(body: bytes, offset: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    """(records with their byte offsets, number of invalid lines) of complete lines read at `offset`.
+
+    The common line, a bare log record, is decoded and checked inline; anything else goes through parse_line.
+    """
+    items: list[tuple[int, dict[str, Any]]] = []
+    bad = 0
+    seq = offset
+    loads = _loads
+    lines = body.split(b"\n")
+    lines.pop()  # what follows the last newline: nothing
+    for line in lines:
+        pos = seq
+        seq += len(line) + 1
+        try:
+            obj = loads(line)
+        except ValueError:
+            obj = None
+        if (type(obj) is dict and obj.get("type") == "log" and type(obj.get("step")) is int and obj["step"] >= 0
+                and type(obj.get("metrics")) is dict):
+            items.append((pos, obj))
+            continue
+        if not line.strip():
+            continue
+        rec = parse_line(line)
+        if rec is None:
+            bad += 1
+        else:
+            items.append((pos, rec))
+    return items, bad
 
 
 def _skip_giant_line(path: Path, offset: int) -> int | None:

@@ -4,6 +4,8 @@ A chunk row holds up to CHUNK_POINTS points as three BLOBs (int64 steps, float64
 Values keep their nature: finite and ±Inf as themselves, NaN as the canonical NaN, and a logged `None` as a NaN with
 a reserved payload (NONE_BITS), so one float64 array carries all four. Steps are unique and ascending across a
 series' chunks; appends go to the last chunk, and the rare out-of-order point is merged into the chunk covering it.
+A chunk whose steps are evenly spaced (the usual `logging_steps` cadence) stores them as 16 bytes (first, stride);
+any other steps blob is the raw int64 array, which is exactly 8 bytes per point, so the two never look alike.
 """
 
 from __future__ import annotations
@@ -98,6 +100,24 @@ def _scalar_kind(v: float) -> int:
     return KIND_NONE if np.float64(v).view(np.uint64) == NONE_BITS else KIND_NAN
 
 
+def encode_steps(steps: np.ndarray) -> bytes:
+    """A chunk's steps blob: (first, stride) for three or more evenly spaced steps, else the raw int64 array."""
+    if len(steps) >= 3:
+        stride = int(steps[1] - steps[0])
+        if stride > 0 and int(steps[-1]) == int(steps[0]) + stride * (len(steps) - 1) and \
+                bool(np.all(np.diff(steps) == stride)):
+            return np.array([steps[0], stride], dtype=np.int64).tobytes()
+    return np.ascontiguousarray(steps, dtype=np.int64).tobytes()
+
+
+def decode_steps(blob: bytes, n: int) -> np.ndarray:
+    """The int64 steps of a chunk of `n` points from its blob (see `encode_steps`)."""
+    if len(blob) == 8 * n:
+        return np.frombuffer(blob, dtype=np.int64)
+    first, stride = np.frombuffer(blob, dtype=np.int64)
+    return first + stride * np.arange(n, dtype=np.int64)
+
+
 def append_points(conn: sqlite3.Connection, run_id: str, split: str, key: str, steps: Any, vals: Any,
                   times: Any) -> int:
     """Add points (any order, possibly repeated) to a series; returns how many conflicted with a stored value.
@@ -120,34 +140,45 @@ def append_points(conn: sqlite3.Connection, run_id: str, split: str, key: str, s
             s, v, t = s[~dup], v[~dup], t[~dup]
     head = conn.execute("SELECT n, last_step FROM series WHERE run_id = ? AND split = ? AND key = ?",
                         (run_id, split, key)).fetchone()
-    last_step = head[1] if head else None
+    n_old, last_step = (head[0], head[1]) if head else (0, None)
+    merged = False
     if last_step is not None and s[0] <= last_step:
         old = s <= last_step
         conflicts += _merge_old(conn, run_id, split, key, s[old], v[old], t[old])
         s, v, t = s[~old], v[~old], t[~old]
+        merged = True
     if len(s):
         _append_new(conn, run_id, split, key, s, v, t)
-    _update_head(conn, run_id, split, key)
+    if merged:
+        _update_head(conn, run_id, split, key)
+    else:  # a pure append: the new head is known without reading anything back
+        last = float(v[-1])
+        kind = _scalar_kind(last)
+        conn.execute("INSERT OR REPLACE INTO series (run_id, split, key, n, last_step, last_value, last_kind) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                     (run_id, split, key, n_old + len(s), int(s[-1]), last if kind == KIND_VALUE else None, kind))
     return conflicts
 
 
 def _append_new(conn: sqlite3.Connection, run_id: str, split: str, key: str, s: np.ndarray, v: np.ndarray,
                 t: np.ndarray) -> None:
-    row = conn.execute("SELECT chunk, n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
+    row = conn.execute("SELECT chunk, n FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
                        "ORDER BY chunk DESC LIMIT 1", (run_id, split, key)).fetchone()
     chunk_no = 0
     if row is not None:
         chunk_no = row[0]
         if row[1] < CHUNK_POINTS:
-            s = np.concatenate((np.frombuffer(row[2], dtype=np.int64), s))
-            v = np.concatenate((np.frombuffer(row[3], dtype=np.float64), v))
-            t = np.concatenate((np.frombuffer(row[4], dtype=np.float64), t))
+            old = conn.execute("SELECT steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
+                               "AND chunk = ?", (run_id, split, key, chunk_no)).fetchone()
+            s = np.concatenate((decode_steps(old[0], row[1]), s))
+            v = np.concatenate((np.frombuffer(old[1], dtype=np.float64), v))
+            t = np.concatenate((np.frombuffer(old[2], dtype=np.float64), t))
         else:
             chunk_no += 1
     rows = []
     for start in range(0, len(s), CHUNK_POINTS):
         cs, cv, ct = s[start:start + CHUNK_POINTS], v[start:start + CHUNK_POINTS], t[start:start + CHUNK_POINTS]
-        rows.append((run_id, split, key, chunk_no, int(cs[0]), int(cs[-1]), len(cs), cs.tobytes(), cv.tobytes(),
+        rows.append((run_id, split, key, chunk_no, int(cs[0]), int(cs[-1]), len(cs), encode_steps(cs), cv.tobytes(),
                      ct.tobytes()))
         chunk_no += 1
     conn.executemany("INSERT OR REPLACE INTO chunks (run_id, split, key, chunk, first_step, last_step, n, steps, "
@@ -159,11 +190,11 @@ def _merge_old(conn: sqlite3.Connection, run_id: str, split: str, key: str, s: n
     """Points at or before the series' last step: duplicates are dropped, gaps are filled in step order."""
     conflicts = 0
     for step, value, tm in zip(s.tolist(), v.tolist(), t.tolist(), strict=True):
-        row = conn.execute("SELECT chunk, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
-                           "AND last_step >= ? ORDER BY chunk LIMIT 1", (run_id, split, key, step)).fetchone()
-        cs = np.frombuffer(row[1], dtype=np.int64)
-        cv = np.frombuffer(row[2], dtype=np.float64)
-        ct = np.frombuffer(row[3], dtype=np.float64)
+        row = conn.execute("SELECT chunk, n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND "
+                           "key = ? AND last_step >= ? ORDER BY chunk LIMIT 1", (run_id, split, key, step)).fetchone()
+        cs = decode_steps(row[2], row[1])
+        cv = np.frombuffer(row[3], dtype=np.float64)
+        ct = np.frombuffer(row[4], dtype=np.float64)
         i = int(np.searchsorted(cs, step))
         if i < len(cs) and cs[i] == step:
             if np.float64(value).view(np.uint64) != cv[i:i + 1].view(np.uint64)[0]:
@@ -171,7 +202,7 @@ def _merge_old(conn: sqlite3.Connection, run_id: str, split: str, key: str, s: n
             continue
         cs, cv, ct = np.insert(cs, i, step), np.insert(cv, i, value), np.insert(ct, i, tm)
         conn.execute("UPDATE chunks SET first_step = ?, n = ?, steps = ?, vals = ?, times = ? WHERE run_id = ? AND "
-                     "split = ? AND key = ? AND chunk = ?", (int(cs[0]), len(cs), cs.tobytes(), cv.tobytes(),
+                     "split = ? AND key = ? AND chunk = ?", (int(cs[0]), len(cs), encode_steps(cs), cv.tobytes(),
                                                              ct.tobytes(), run_id, split, key, row[0]))
     return conflicts
 
@@ -191,19 +222,51 @@ def _update_head(conn: sqlite3.Connection, run_id: str, split: str, key: str) ->
 def read_arrays(conn: sqlite3.Connection, run_id: str, key: str, split: str = "train",
                 since_step: int | None = None) -> SeriesArrays:
     """One series as arrays (all chunks, or only the points after since_step)."""
-    sql = "SELECT steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ?"
+    sql = "SELECT n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ?"
     args: list[Any] = [run_id, split, key]
     if since_step is not None:
         sql += " AND last_step > ?"
         args.append(since_step)
-    rows = conn.execute(sql + " ORDER BY chunk", args).fetchall()
+    return _assemble(conn.execute(sql + " ORDER BY chunk", args).fetchall(), since_step)
+
+
+def read_run(conn: sqlite3.Connection, run_id: str, since: dict[tuple[str, str], int | None] | None = None
+             ) -> dict[tuple[str, str], SeriesArrays]:
+    """Series of a run keyed by (split, key): all of them in one query, or with `since` only those it names, each
+    with the points after the given step (None: all). A series with nothing to return is left out.
+    """
+    if since is None:
+        rows = conn.execute("SELECT split, key, last_step, n, steps, vals, times FROM chunks WHERE run_id = ? "
+                            "ORDER BY split, key, chunk", (run_id,)).fetchall()
+    else:
+        rows = []
+        for (split, key), after in since.items():
+            rows.extend(conn.execute(
+                "SELECT split, key, last_step, n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? "
+                "AND key = ? AND last_step > ? ORDER BY chunk", (run_id, split, key, -(2**63) if after is None
+                                                                 else after)))
+    out: dict[tuple[str, str], SeriesArrays] = {}
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or rows[i][0] != rows[start][0] or rows[i][1] != rows[start][1]:
+            ident = (rows[start][0], rows[start][1])
+            arrays = _assemble([r[3:] for r in rows[start:i]], since.get(ident) if since else None)
+            if len(arrays):
+                out[ident] = arrays
+            start = i
+    return out
+
+
+def _assemble(rows: list[Any], since_step: int | None) -> SeriesArrays:
+    """Arrays from chunk rows (n, steps, vals, times) in chunk order, keeping only steps after since_step."""
     if not rows:
         empty = np.empty(0)
         return SeriesArrays(empty.astype(np.int64), empty, empty.astype(bool), empty)
-    steps = np.concatenate([np.frombuffer(r[0], dtype=np.int64) for r in rows])
-    vals = np.concatenate([np.frombuffer(r[1], dtype=np.float64) for r in rows])
-    times = np.concatenate([np.frombuffer(r[2], dtype=np.float64) for r in rows])
-    if since_step is not None:
+    # concatenate copies even a single chunk: callers get writable arrays that do not pin the row buffers
+    steps = np.concatenate([decode_steps(r[1], r[0]) for r in rows])
+    vals = np.concatenate([np.frombuffer(r[2], dtype=np.float64) for r in rows])
+    times = np.concatenate([np.frombuffer(r[3], dtype=np.float64) for r in rows])
+    if since_step is not None and len(steps) and steps[0] <= since_step:
         keep = steps > since_step
         steps, vals, times = steps[keep], vals[keep], times[keep]
     return SeriesArrays(steps, vals, vals.view(np.uint64) == NONE_BITS, times)

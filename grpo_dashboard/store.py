@@ -12,7 +12,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
@@ -21,10 +22,12 @@ from typing import Any
 import numpy as np
 
 from . import series_store
+from .downsample import Points, SeriesSummary
 from .errors import RunNotFound, StoreError
 from .series_store import SeriesArrays
 
 DATA_DIR_ENV = "GRPO_DASHBOARD_DATA_DIR"
+SUMMARY_CACHE_ENTRIES = 8  # (run, max_points, smoothing) summaries kept in memory, least recently used dropped
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -133,6 +136,8 @@ class Store:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else data_dir() / "dashboard.db"
         self._local = threading.local()
+        self._summaries: OrderedDict[tuple[str, int, float], _SummaryEntry] = OrderedDict()
+        self._summaries_lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -256,6 +261,66 @@ class Store:
         """One metric as numpy arrays (steps, values with None and NaN as NaN, an is_none mask, times)."""
         return series_store.read_arrays(self.connection(), run_id, key, split, since_step)
 
+    def arrays_all(self, run_id: str) -> dict[tuple[str, str], SeriesArrays]:
+        """Every metric of a run as arrays, keyed by (split, key), in one query."""
+        return series_store.read_run(self.connection(), run_id)
+
+    def downsampled(self, run_id: str, max_points: int = 2000, smoothing: float = 0.0,
+                    keys: Iterable[tuple[str, str]] | None = None) -> dict[tuple[str, str], Points]:
+        """Display points of every (or the given) (split, key) series of a run: at most `max_points` per series,
+        each bucket's lowest and highest value kept (spikes survive) and its first non-finite one (gaps stay
+        visible), with the debiased EMA (`smoothing` weight) of the full series at those points.
+
+        Summaries are cached per (run, max_points, smoothing) and brought up to date by reading only the points
+        logged since; a series that changed otherwise (a late out-of-order point) is summarised again. The returned
+        arrays are shared between callers until the series grows: do not modify them.
+        """
+        ident = (run_id, int(max_points), float(smoothing))
+        with self._summaries_lock:
+            entry = self._summaries.pop(ident, None) or _SummaryEntry()
+            self._summaries[ident] = entry  # most recently used last
+            while len(self._summaries) > SUMMARY_CACHE_ENTRIES:
+                self._summaries.popitem(last=False)
+        wanted = set(keys) if keys is not None else None
+        with entry.lock:
+            conn = self.connection()
+            heads = {(split, key): (n, last) for split, key, n, last in conn.execute(
+                "SELECT split, key, n, last_step FROM series WHERE run_id = ?", (run_id,))
+                if wanted is None or (split, key) in wanted}
+            stale = [k for k, s in entry.series.items() if k not in heads or heads[k][0] < s.n]
+            for k in stale:
+                del entry.series[k]
+                entry.points.pop(k, None)
+            since = {k: s.last_step for k, s in entry.series.items()
+                     if s.last_step is not None and heads[k] != (s.n, s.last_step)}
+            fresh = [k for k in heads if k not in entry.series]
+            todo = fresh + list(since)
+            if todo:
+                if len(fresh) == len(heads) and wanted is None:
+                    new = series_store.read_run(conn, run_id)
+                else:
+                    new = series_store.read_run(conn, run_id, since={**since, **dict.fromkeys(fresh)})
+                for k in todo:
+                    arrays = new.get(k)
+                    summary = entry.series.get(k)
+                    if summary is not None and (arrays is None or summary.n + len(arrays) != heads[k][0]):
+                        arrays = series_store.read_arrays(conn, run_id, k[1], k[0])  # changed in place: redo
+                        summary = None
+                    if summary is None:
+                        summary = entry.series[k] = SeriesSummary(int(max_points), float(smoothing))
+                    if arrays is not None:
+                        summary.extend(arrays.steps, arrays.values, arrays.times, arrays.is_none)
+                    entry.points.pop(k, None)
+            out = {}
+            for k in heads:
+                if k not in entry.series:
+                    continue
+                pts = entry.points.get(k)
+                if pts is None:
+                    pts = entry.points[k] = entry.series[k].points()
+                out[k] = pts
+            return out
+
     def series(self, run_id: str, key: str, split: str = "train", since_step: int | None = None
                ) -> list[tuple[int, float | None, float | None]]:
         """(step, value, time) for one metric, ordered by step; NaN as float('nan'), None as None."""
@@ -267,11 +332,29 @@ class Store:
 
     def records(self, run_id: str) -> list[dict[str, Any]]:
         """The run's log records re-assembled as flat TRL-style dicts with a `step` key, train and eval by step."""
-        by: dict[tuple[int, str], dict[str, Any]] = {}
-        for split, key in self.metric_keys(run_id):
-            for step, value, _ in self.series(run_id, key, split):
-                by.setdefault((step, split), {"step": step})[key] = value
-        return [by[k] for k in sorted(by, key=lambda k: (k[0], k[1] != "train"))]
+        per_split: dict[str, list[tuple[str, SeriesArrays]]] = {}
+        for (split, key), arrays in sorted(self.arrays_all(run_id).items()):
+            per_split.setdefault(split, []).append((key, arrays))
+        merged: list[tuple[int, int, dict[str, Any]]] = []
+        for split, columns in per_split.items():
+            steps = columns[0][1].steps
+            if not all(np.array_equal(a.steps, steps) for _, a in columns[1:]):  # usually every key, every record
+                steps = np.unique(np.concatenate([a.steps for _, a in columns]))
+            rows: list[dict[str, Any]] = [{"step": s} for s in steps.tolist()]
+            for key, a in columns:
+                values: list[float | None] = a.values.tolist()
+                for i in np.flatnonzero(a.is_none).tolist():
+                    values[i] = None
+                if len(a.steps) == len(steps):  # sorted unique subset of the same length: the same steps
+                    for row, value in zip(rows, values, strict=True):
+                        row[key] = value
+                else:
+                    for pos, value in zip(np.searchsorted(steps, a.steps).tolist(), values, strict=True):
+                        rows[pos][key] = value
+            rank = 0 if split == "train" else 1
+            merged.extend((row["step"], rank, row) for row in rows)
+        merged.sort(key=lambda t: (t[0], t[1]))
+        return [row for _, _, row in merged]
 
     def latest_metrics(self, run_id: str, split: str = "train") -> dict[str, float | None]:
         """The last logged value of every key of a split."""
@@ -299,6 +382,15 @@ class Store:
     def integrity_ok(self) -> bool:
         """PRAGMA integrity_check passes."""
         return self.connection().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+class _SummaryEntry:
+    """Cached display summaries of one run for one (max_points, smoothing), guarded by its own lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.series: dict[tuple[str, str], SeriesSummary] = {}
+        self.points: dict[tuple[str, str], Points] = {}  # the last points() of each series, until it grows
 
 
 @contextlib.contextmanager

@@ -1,0 +1,238 @@
+"""The store's fast paths keep their meaning: downsampled reads, resumable EMA, step encoding, bulk ingestion.
+
+Functional checks only (values, bounds, equivalence with plain reference code); speed is measured in benchmarks/.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from grpo_dashboard import downsample, series_store
+from grpo_dashboard.ingest import ingest_file
+from grpo_dashboard.store import Run, Store
+
+
+def reference_ema(values: np.ndarray, weight: float) -> np.ndarray:
+    """TensorBoard's loop, verbatim."""
+    out, last, count = [], 0.0, 0
+    for v in values:
+        if not math.isfinite(v):
+            out.append(v)
+            continue
+        last = last * weight + (1 - weight) * v
+        count += 1
+        out.append(last / (1 - weight ** count))
+    return np.array(out)
+
+
+def reference_keep(values: np.ndarray, width: int) -> list[int]:
+    """Per bucket of `width`: lowest and highest finite value, first non-finite one."""
+    keep: set[int] = set()
+    for lo in range(0, len(values), width):
+        chunk = values[lo:lo + width]
+        finite = np.isfinite(chunk)
+        if finite.any():
+            keep.add(lo + int(np.argmin(np.where(finite, chunk, np.inf))))
+            keep.add(lo + int(np.argmax(np.where(finite, chunk, -np.inf))))
+        if not finite.all():
+            keep.add(lo + int(np.argmax(~finite)))
+    return sorted(keep)
+
+
+def new_run(store: Store, tmp_path: Path, run_id: str = "r1") -> Path:
+    run_dir = tmp_path / run_id
+    run_dir.mkdir()
+    store.insert_run(Run(id=run_id, name=run_id, spec_yaml="name: x\n", backend="local", status="running",
+                         created_at=time.time(), run_dir=str(run_dir)))
+    return run_dir / "metrics.jsonl"
+
+
+def append_log(path: Path, steps: range | list[int], **series: Any) -> None:
+    """Append one log record per step; each keyword is a function step -> value (or a constant)."""
+    with path.open("a") as f:
+        for step in steps:
+            metrics = {k: (v(step) if callable(v) else v) for k, v in series.items()}
+            f.write(json.dumps({"v": 1, "type": "log", "split": "train", "step": step, "time": 1000.0 + step,
+                                "metrics": metrics}) + "\n")
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.01, 0.6, 0.99, 0.999])
+def test_ema_matches_the_reference_loop_and_resumes_exactly(weight: float) -> None:
+    rng = np.random.default_rng(0)
+    values = rng.normal(0, 1, 5000)
+    values[[3, 700, 701, 4000]] = [math.nan, math.inf, -math.inf, math.nan]
+    expected = reference_ema(values, weight) if weight else values
+    whole, _ = downsample.ema(values, weight)
+    assert np.allclose(whole, expected, rtol=1e-9, atol=1e-12, equal_nan=True)
+    state, parts = None, []
+    for lo, hi in ((0, 1), (1, 999), (999, 1000), (1000, 5000)):
+        part, state = downsample.ema(values[lo:hi], weight, state)
+        parts.append(part)
+    assert np.allclose(np.concatenate(parts), expected, rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
+def test_minmax_keeps_spikes_gaps_and_bounds_points() -> None:
+    rng = np.random.default_rng(1)
+    values = rng.normal(0, 1, 100_000)
+    values[54_321], values[77_777], values[12_345] = 500.0, -400.0, math.nan
+    keep = downsample.minmax_indices(values, 2000)
+    assert len(keep) <= 2000
+    assert {54_321, 77_777, 12_345} <= set(keep.tolist())
+    assert list(keep) == sorted(set(keep.tolist()))
+    assert list(downsample.minmax_indices(values[:1500], 2000)) == list(range(1500))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_incremental_summary_equals_the_one_shot_reference(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 20_000))
+    values = rng.normal(0, 1, n)
+    if seed % 2:
+        values[rng.integers(0, n, max(1, n // 100))] = math.nan
+    steps = np.arange(1, n + 1) * 3
+    times = 1000.0 + steps
+    is_none = np.isnan(values) & (rng.random(n) < 0.5)
+    max_points = int(rng.integers(3, 3000))
+    summary = downsample.SeriesSummary(max_points, smoothing=0.6)
+    cuts = sorted({0, n, *rng.integers(0, n, 10).tolist()})
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        summary.extend(steps[lo:hi], values[lo:hi], times[lo:hi], is_none[lo:hi])
+    idx = summary.indices()
+    assert list(idx) == reference_keep(values, summary.width)
+    assert len(idx) <= max_points or n <= max_points
+    pts = summary.points()
+    assert pts.total == n
+    assert list(pts.steps) == list(steps[idx]) and list(pts.times) == list(times[idx])
+    assert np.array_equal(pts.values, values[idx], equal_nan=True)
+    assert list(pts.is_none) == list(is_none[idx])
+    assert np.allclose(pts.smooth, reference_ema(values, 0.6)[idx], rtol=1e-9, equal_nan=True)
+
+
+def test_summary_rejects_a_budget_too_small_for_min_max_and_gap() -> None:
+    with pytest.raises(ValueError, match="at least 3"):
+        downsample.SeriesSummary(2)
+
+
+def test_store_downsampled_follows_a_growing_run_and_keeps_its_spike(tmp_path: Path) -> None:
+    store = Store()
+    path = new_run(store, tmp_path)
+    append_log(path, range(1, 5001), reward=lambda s: 9.0 if s == 3333 else s / 5000, loss=0.5)
+    ingest_file(store, "r1", path)
+    first = store.downsampled("r1", max_points=300, smoothing=0.5)
+    assert set(first) == {("train", "reward"), ("train", "loss")}
+    reward = first[("train", "reward")]
+    assert len(reward) <= 300 and reward.total == 5000 and 3333 in reward.steps.tolist()
+    assert reward.values[reward.steps.tolist().index(3333)] == 9.0
+    append_log(path, range(5001, 5101), reward=lambda s: -7.0 if s == 5050 else 1.0, loss=0.5)
+    ingest_file(store, "r1", path)
+    grown = store.downsampled("r1", max_points=300, smoothing=0.5)[("train", "reward")]
+    assert grown.total == 5100 and {3333, 5050} <= set(grown.steps.tolist())
+    # The incrementally updated summary equals one built from scratch by a fresh store.
+    cold = Store().downsampled("r1", max_points=300, smoothing=0.5)[("train", "reward")]
+    assert list(grown.steps) == list(cold.steps)
+    assert np.allclose(grown.smooth, cold.smooth, rtol=1e-12)
+
+
+def test_store_downsampled_redoes_a_series_after_a_late_out_of_order_point(tmp_path: Path) -> None:
+    store = Store()
+    path = new_run(store, tmp_path)
+    append_log(path, [s for s in range(1, 101) if s != 50], kl=0.1)
+    ingest_file(store, "r1", path)
+    before = store.downsampled("r1", max_points=500)[("train", "kl")]
+    assert before.total == 99 and 50 not in before.steps.tolist()
+    append_log(path, [50], kl=3.0)
+    ingest_file(store, "r1", path)
+    after = store.downsampled("r1", max_points=500)[("train", "kl")]
+    assert after.total == 100 and list(after.steps) == list(range(1, 101))
+    assert after.values[49] == 3.0
+
+
+def test_store_downsampled_keeps_none_nan_inf_and_filters_keys(tmp_path: Path) -> None:
+    store = Store()
+    path = new_run(store, tmp_path)
+    odd = {1: None, 2: math.nan, 3: math.inf}
+    path.write_text("".join(
+        json.dumps({"type": "log", "split": "train", "step": s, "time": float(s),
+                    "metrics": {"entropy": odd.get(s, 1.0), "kl": 0.1}}) + "\n" for s in range(1, 6)))
+    ingest_file(store, "r1", path)
+    pts = store.downsampled("r1", keys=[("train", "entropy")])
+    assert list(pts) == [("train", "entropy")]
+    e = pts[("train", "entropy")]
+    assert list(e.is_none) == [True, False, False, False, False]
+    assert math.isnan(e.values[0]) and math.isnan(e.values[1]) and e.values[2] == math.inf
+
+
+def test_evenly_spaced_steps_are_stored_compactly_and_read_back_exactly(tmp_path: Path) -> None:
+    store = Store()
+    path = new_run(store, tmp_path)
+    append_log(path, range(10, 20_010, 10), loss=0.25)
+    ingest_file(store, "r1", path)
+    sizes = store.connection().execute("SELECT length(steps), n FROM chunks WHERE run_id = 'r1'").fetchall()
+    assert all(size == 16 for size, n in sizes if n > 2)
+    assert store.arrays("r1", "loss").steps.tolist() == list(range(10, 20_010, 10))
+    # A late point inside an evenly spaced chunk turns it back into a raw steps blob, in order.
+    append_log(path, [15], loss=0.75)
+    ingest_file(store, "r1", path)
+    steps = store.arrays("r1", "loss").steps.tolist()
+    assert steps[:3] == [10, 15, 20] and len(steps) == 2001
+
+
+@pytest.mark.parametrize("steps", [[5], [5, 9], [1, 2, 4], [3, 6, 9, 12], list(range(0, 4096, 4))])
+def test_steps_blob_round_trip(steps: list[int]) -> None:
+    arr = np.array(steps, dtype=np.int64)
+    assert series_store.decode_steps(series_store.encode_steps(arr), len(arr)).tolist() == steps
+
+
+def test_read_run_equals_per_series_reads(tmp_path: Path) -> None:
+    store = Store()
+    path = new_run(store, tmp_path)
+    append_log(path, range(1, 3000), reward=lambda s: s * 0.5, kl=lambda s: None if s % 7 == 0 else s)
+    ingest_file(store, "r1", path)
+    everything = store.arrays_all("r1")
+    for (split, key), arrays in everything.items():
+        one = store.arrays("r1", key, split)
+        assert arrays.steps.tolist() == one.steps.tolist()
+        assert np.array_equal(arrays.values, one.values, equal_nan=True)
+        assert arrays.is_none.tolist() == one.is_none.tolist()
+    since = series_store.read_run(store.connection(), "r1", since={("train", "kl"): 2990})
+    assert list(since) == [("train", "kl")] and since[("train", "kl")].steps.tolist() == list(range(2991, 3000))
+
+
+def test_bulk_ingest_keeps_odd_values_per_column(tmp_path: Path) -> None:
+    """One odd value in a column must not change how the other columns of the same records are stored."""
+    store = Store()
+    path = new_run(store, tmp_path)
+    rows = [{"a": 1.5, "b": 2, "c": None, "d": "text", "e": True, "f": 10**400},
+            {"a": 2.5, "b": 3, "c": 4.0, "d": 5.0, "e": False, "f": 1}]
+    path.write_text("".join(json.dumps({"type": "log", "step": i + 1, "time": 1.0, "metrics": m}) + "\n"
+                            for i, m in enumerate(rows)))
+    result = ingest_file(store, "r1", path)
+    assert result.records == 2 and result.skipped == 2  # "text" and the int beyond float range
+    got = {k: [v for _, v, _ in store.series("r1", k)] for _, k in store.metric_keys("r1")}
+    assert got == {"a": [1.5, 2.5], "b": [2.0, 3.0], "c": [None, 4.0], "d": [5.0], "e": [1.0, 0.0], "f": [1.0]}
+
+
+def test_records_reassemble_sparse_train_and_eval_logs_in_step_order(tmp_path: Path) -> None:
+    store = Store()
+    path = new_run(store, tmp_path)
+    lines = [{"type": "log", "split": "train", "step": s, "time": 1.0,
+              "metrics": {"reward": s / 10, **({"kl": None} if s % 2 else {"kl": 0.5})}} for s in range(1, 7)]
+    lines.insert(3, {"type": "log", "split": "train", "step": 4, "time": 1.0, "metrics": {"entropy": 2.0}})
+    lines.append({"type": "log", "split": "eval", "step": 4, "time": 1.0, "metrics": {"eval_reward": 0.9}})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    ingest_file(store, "r1", path)
+    expected: dict[tuple[int, str], dict[str, Any]] = {}
+    for split, key in store.metric_keys("r1"):
+        for step, value, _ in store.series("r1", key, split):
+            expected.setdefault((step, split), {"step": step})[key] = value
+    order = sorted(expected, key=lambda k: (k[0], k[1] != "train"))
+    assert store.records("r1") == [expected[k] for k in order]
+    assert store.records("r1")[4] == {"step": 4, "eval_reward": 0.9}
+    assert store.records("r1")[3] == {"step": 4, "entropy": 2.0, "kl": 0.5, "reward": 0.4}
