@@ -108,6 +108,14 @@ def test_every_named_endpoint_is_covered(served: tuple[Any, Client, Store]) -> N
     assert not api["unnamed_endpoints"]
 
 
+def test_poll_handlers_do_not_serialize(served: tuple[Any, Client, Store]) -> None:
+    demo, _, _ = served
+    fns = {f.api_name: f for f in demo.fns.values()}
+    for name in ("runs_table", "run_choices", "detail_poll", "detail_render", "detail_step", "compare",
+                 "form_to_yaml", "yaml_to_form", "load_preset"):
+        assert fns[name].concurrency_limit is None, name  # not Gradio's default of 1 per event
+
+
 def test_load_preset(served: tuple[Any, Client, Store]) -> None:
     demo, client, _ = served
     name = "DAPO-style (clip-higher, no KL, on the smoke task)"

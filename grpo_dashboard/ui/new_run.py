@@ -183,7 +183,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         return validate_outputs(tab, errors, warnings, "### ✔ Valid: ready to launch.")
 
     tab.validate.click(validate, [*tab.inputs, tab.yaml], [tab.summary, *tab.group_errors.values(), *tab.inputs],
-                       api_name="validate")
+                       api_name="validate", concurrency_limit=4)  # may read the Hub: a few at once
 
     def load_preset(name: str) -> list[Any]:
         text = presets.preset_yaml(name)
@@ -193,7 +193,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
 
     tab.preset.select(load_preset, [tab.preset],
                      [tab.yaml, tab.command, tab.summary, *tab.group_errors.values(), *tab.inputs],
-                     api_name="load_preset", show_progress="hidden")
+                     api_name="load_preset", show_progress="hidden", concurrency_limit=None)
 
     def form_to_yaml(*args: Any) -> list[Any]:
         *vals, yaml_text = args
@@ -204,7 +204,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         return [text, _command(text), gr.skip()]
 
     gr.on([c.input for c in tab.inputs], form_to_yaml, [*tab.inputs, tab.yaml], [tab.yaml, tab.command, tab.summary],
-          api_name="form_to_yaml", trigger_mode="always_last", show_progress="hidden")
+          api_name="form_to_yaml", trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)
 
     def yaml_to_form(yaml_text: str) -> list[Any]:
         try:
@@ -214,7 +214,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         return [_command(yaml_text), "YAML applied to the form.", *_form_updates(tab, values)]
 
     tab.yaml.input(yaml_to_form, [tab.yaml], [tab.command, tab.summary, *tab.inputs], api_name="yaml_to_form",
-                   trigger_mode="always_last", show_progress="hidden")
+                   trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)
 
 
 def validate_outputs(tab: NewRunTab, errors: list[FieldError], warnings: list[FieldError], ok_text: str
