@@ -218,18 +218,27 @@ def add_line(fig: go.Figure, frame: pd.DataFrame, name: str, color: str, opts: C
         return
     mask, x = _x(frame, opts.xaxis, t0)
     raw = frame["value"].to_numpy(dtype="float64")[mask]
+    if opts.smoothing <= 0:
+        smooth = raw
+    elif "smooth" in frame.columns:  # already smoothed over the full series by the store
+        smooth = frame["smooth"].to_numpy(dtype="float64")[mask]
+    else:
+        smooth = ema(raw, opts.smoothing)
     raw = np.where(np.isinf(raw), np.nan, raw)
-    smooth = ema(raw, opts.smoothing) if opts.smoothing > 0 else raw
+    smooth = np.where(np.isinf(smooth), np.nan, smooth)
     keep = downsample_indices(raw, opts.max_points)
     xs = x[keep]
     yaxis = "y2" if secondary else "y"
     traces = []
     if std is not None and not std.empty:
-        aligned = std.set_index("step")["value"].reindex(frame["step"][mask].to_numpy()).to_numpy(dtype="float64")
-        s_smooth = ema(aligned, opts.smoothing) if opts.smoothing > 0 else aligned
-        ok = np.isfinite(smooth[keep]) & np.isfinite(s_smooth[keep])
+        s_values = std["value"].to_numpy(dtype="float64")
+        s_full = pd.Series(ema(s_values, opts.smoothing) if opts.smoothing > 0 else s_values,
+                           index=std["step"].to_numpy())
+        s_full = s_full[~s_full.index.duplicated(keep="first")]
+        s_kept = s_full.reindex(frame["step"].to_numpy()[mask][keep]).to_numpy(dtype="float64")
+        ok = np.isfinite(smooth[keep]) & np.isfinite(s_kept)
         if ok.any():
-            bx, bm, bs = xs[ok], smooth[keep][ok], s_smooth[keep][ok]
+            bx, bm, bs = xs[ok], smooth[keep][ok], s_kept[ok]
             traces.append(go.Scatter(x=bx, y=bm - bs, mode="lines", line={"width": 0}, legendgroup=name,
                                      showlegend=False, hoverinfo="skip", yaxis=yaxis, name=f"{name} -std"))
             traces.append(go.Scatter(x=bx, y=bm + bs, mode="lines", line={"width": 0}, fill="tonexty",
@@ -369,24 +378,44 @@ def run_t0(frames: Frames, started_at: float | None = None) -> float | None:
     return min(times) if times else None
 
 
-def load_frames(store: Any, run_id: str) -> Frames:
-    """Every metric of a run as frames keyed by (split, key); reads the store only."""
-    out: Frames = {}
-    for split, key in store.metric_keys(run_id):
-        if hasattr(store, "arrays"):  # the columnar store hands out numpy arrays directly
-            a = store.arrays(run_id, key, split)
-            out[(split, key)] = pd.DataFrame({"step": np.asarray(a.steps, dtype="int64"),
-                                              "value": np.asarray(a.values, dtype="float64"),
-                                              "time": np.asarray(a.times, dtype="float64")})
-        else:
-            out[(split, key)] = metric_frame(store.series(run_id, key, split))
-    return out
+def _is_std(key: str) -> bool:
+    base = key[5:] if key.startswith("eval_") else key
+    return base.startswith("rewards/") and base.endswith("/std")
+
+
+def _arrays_frame(a: Any) -> pd.DataFrame:
+    return pd.DataFrame({"step": np.asarray(a.steps, dtype="int64"), "value": np.asarray(a.values, dtype="float64"),
+                         "time": np.asarray(a.times, dtype="float64")})
+
+
+def load_frames(store: Any, run_id: str, smoothing: float = 0.0, max_points: int = MAX_POINTS) -> Frames:
+    """Every metric of a run as frames keyed by (split, key); reads the store only.
+
+    With a store that keeps display summaries (`Store.downsampled`: incremental, spike-keeping, EMA over the full
+    series) the frames hold only the points to draw plus a `smooth` column; reward std series (drawn as bands at
+    their mean's points) are read whole.
+    """
+    if hasattr(store, "downsampled"):
+        pts = store.downsampled(run_id, max_points=max_points, smoothing=smoothing)
+        out: Frames = {}
+        for (split, key), p in pts.items():
+            if _is_std(key):
+                out[(split, key)] = _arrays_frame(store.arrays(run_id, key, split))
+            else:
+                out[(split, key)] = pd.DataFrame({
+                    "step": np.asarray(p.steps, dtype="int64"), "value": np.asarray(p.values, dtype="float64"),
+                    "time": np.asarray(p.times, dtype="float64"), "smooth": np.asarray(p.smooth, dtype="float64")})
+        return out
+    if hasattr(store, "arrays"):
+        return {(split, key): _arrays_frame(store.arrays(run_id, key, split))
+                for split, key in store.metric_keys(run_id)}
+    return {(split, key): metric_frame(store.series(run_id, key, split)) for split, key in store.metric_keys(run_id)}
 
 
 def run_figures(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,
                 max_completion_length: int | None = None, started_at: float | None = None) -> dict[str, go.Figure]:
     """Every panel's figure for one run, in PANELS order."""
-    frames = load_frames(store, run_id)
+    frames = load_frames(store, run_id, opts.smoothing, opts.max_points)
     groups = group_metrics(frames.keys())
     t0 = run_t0(frames, started_at)
     return {pid: panel_figure(pid, groups[pid], frames, opts, t0=t0, beta=beta,

@@ -214,3 +214,37 @@ def test_run_figures_from_a_real_store(data_dir: Path) -> None:
     assert "beta is 0" in figs["kl"].layout.annotations[0].text
     assert any(t.name == "eval reward (weighted sum)" for t in figs["reward"].data)
     json.dumps(figs["reward"].to_plotly_json(), default=str)  # serialisable for gr.Plot
+
+
+def test_store_summaries_keep_spikes_and_full_series_smoothing(data_dir: Path) -> None:
+    store = Store()
+    run_dir = data_dir / "runs" / "r2"
+    run_dir.mkdir(parents=True)
+    store.insert_run(Run(id="r2", name="r2", spec_yaml="name: r2\n", backend="local",
+                         status=RunStatus.RUNNING.value, created_at=time.time(), run_dir=str(run_dir)))
+    rng = np.random.default_rng(3)
+    grad = rng.uniform(0.5, 1.0, 5000)
+    grad[3210] = 40.0
+    grad[100] = np.nan
+    std = rng.uniform(0.0, 0.1, 5000)
+    with open(run_dir / "metrics.jsonl", "w") as f:
+        for i in range(5000):
+            value = None if np.isnan(grad[i]) else float(grad[i])
+            metrics = {"grad_norm": value, "rewards/r/mean": float(grad[i] / 2), "rewards/r/std": float(std[i])}
+            f.write(json.dumps({"type": "log", "split": "train", "step": i + 1, "time": 1000.0 + i,
+                                "metrics": metrics}) + "\n")
+    ingest_file(store, "r2", run_dir / "metrics.jsonl")
+    opts = charts.ChartOptions(smoothing=0.9, max_points=500)
+    figs = charts.run_figures(store, "r2", opts)
+    assert all(len(t.x) <= 500 for fig in figs.values() for t in fig.data)
+    grad_fig = figs["grad_norm"]
+    raw = next(t for t in grad_fig.data if t.name.endswith("(raw)"))
+    assert np.nanmax(np.asarray(raw.y, dtype=float)) == 40.0
+    smoothed = next(t for t in grad_fig.data if t.name == "grad_norm")
+    full = charts.ema(np.where(np.isnan(grad), np.nan, grad), 0.9)
+    steps = np.asarray(smoothed.x, dtype=int)
+    ys = np.asarray(smoothed.y, dtype=float)
+    ok = np.isfinite(ys)
+    assert np.allclose(ys[ok], full[steps[ok] - 1], rtol=1e-6)  # EMA of every point, shown at the kept ones
+    band = next(t for t in figs["reward"].data if t.name == "r ±std")
+    assert 0 < len(band.x) <= 500
