@@ -275,7 +275,8 @@ def _layout(fig: go.Figure, title: str, y_title: str, opts: ChartOptions, second
                       uirevision="keep", legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0,
                                                  "font": {"size": 10}},
                       xaxis={"title": {"text": x_title}},
-                      yaxis={"title": {"text": y_title}, "type": "log" if opts.log_y else "linear"})
+                      yaxis={"title": {"text": y_title}, "type": "log" if opts.log_y else "linear",
+                             "automargin": True})
     if secondary_title:
         fig.update_layout(yaxis2={"title": {"text": secondary_title}, "overlaying": "y", "side": "right",
                                   "rangemode": "tozero", "showgrid": False})
@@ -322,11 +323,20 @@ def panel_figure(panel_id: str, keys: Sequence[str], frames: Frames, opts: Chart
         eval_frame = frames.get(("eval", f"eval_{key}"))
         if eval_frame is not None:
             add_line(fig, eval_frame, f"eval {name}", color, opts, t0, dash="dot", secondary=on_right)
+    if panel_id == "clip" and _all_zero(frames, keys):
+        fig.add_annotation(text="all 0: expected while training is exactly on-policy (num_iterations = 1, no vLLM)",
+                           x=0.5, y=0.9, xref="paper", yref="paper", showarrow=False, font={"size": 11})
     if panel_id == "length" and max_completion_length:
         fig.add_hline(y=max_completion_length, line={"color": "#d62728", "dash": "dash", "width": 1},
                       annotation_text=f"max_completion_length = {max_completion_length}",
                       annotation_position="top left")
     return _layout(fig, panel.title, panel.y_title, opts, secondary)
+
+
+def _all_zero(frames: Frames, keys: Sequence[str]) -> bool:
+    values = [frames[("train", k)]["value"].to_numpy(dtype="float64") for k in keys if ("train", k) in frames]
+    finite = [v[np.isfinite(v)] for v in values]
+    return bool(finite) and all(v.size and not v.any() for v in finite)
 
 
 def other_figure(keys: Sequence[str], frames: Frames, opts: ChartOptions, t0: float | None = None,

@@ -248,3 +248,13 @@ def test_store_summaries_keep_spikes_and_full_series_smoothing(data_dir: Path) -
     assert np.allclose(ys[ok], full[steps[ok] - 1], rtol=1e-6)  # EMA of every point, shown at the kept ones
     band = next(t for t in figs["reward"].data if t.name == "r ±std")
     assert 0 < len(band.x) <= 500
+
+
+def test_clip_panel_explains_all_zero_ratios() -> None:
+    frames = {("train", "clip_ratio/low_mean"): frame([0.0, 0.0]),
+              ("train", "clip_ratio/high_mean"): frame([0.0, 0.0])}
+    fig = charts.panel_figure("clip", ["clip_ratio/high_mean", "clip_ratio/low_mean"], frames, charts.ChartOptions())
+    assert "on-policy" in fig.layout.annotations[0].text
+    frames[("train", "clip_ratio/low_mean")] = frame([0.0, 0.1])
+    fig = charts.panel_figure("clip", ["clip_ratio/high_mean", "clip_ratio/low_mean"], frames, charts.ChartOptions())
+    assert not fig.layout.annotations
