@@ -7,6 +7,7 @@ never sends more than `MAX_POINTS` points per line to the browser.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -50,6 +51,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("other", "Other metrics", "value"),
 )
 PANEL_IDS = tuple(p.id for p in PANELS)
+UNSMOOTHED = frozenset({"learning_rate"})  # a schedule, not a noisy signal: an EMA would only make it lag
 
 _EXACT = {
     "reward": "reward", "reward_std": "reward_spread", "frac_reward_zero_std": "reward_spread", "kl": "kl",
@@ -296,6 +298,8 @@ def panel_figure(panel_id: str, keys: Sequence[str], frames: Frames, opts: Chart
                  ) -> go.Figure:
     """The figure of one panel: its train keys (with eval twins dashed), from frames keyed by (split, key)."""
     panel = next(p for p in PANELS if p.id == panel_id)
+    if panel_id in UNSMOOTHED:
+        opts = dataclasses.replace(opts, smoothing=0.0)
     if not keys:
         if panel_id == "kl":
             note = ("KL not logged: beta is 0 (no reference model, no KL penalty)" if beta == 0

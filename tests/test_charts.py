@@ -258,3 +258,9 @@ def test_clip_panel_explains_all_zero_ratios() -> None:
     frames[("train", "clip_ratio/low_mean")] = frame([0.0, 0.1])
     fig = charts.panel_figure("clip", ["clip_ratio/high_mean", "clip_ratio/low_mean"], frames, charts.ChartOptions())
     assert not fig.layout.annotations
+
+
+def test_learning_rate_is_never_smoothed() -> None:
+    frames = {("train", "learning_rate"): frame([1e-3, 9e-4, 8e-4])}
+    fig = charts.panel_figure("learning_rate", ["learning_rate"], frames, charts.ChartOptions(smoothing=0.9))
+    assert len(fig.data) == 1 and list(fig.data[0].y) == pytest.approx([1e-3, 9e-4, 8e-4])
