@@ -11,7 +11,7 @@ import pandas as pd
 from .. import overview, presets, runs
 from ..errors import SpecError
 from ..store import Store
-from . import compare, detail, new_run, runs_tab
+from . import compare, detail, new_run, preflight, runs_tab
 from .context import UiContext
 
 CSS = """
@@ -43,6 +43,8 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
         with gr.Tabs(selected="new", elem_id="main-tabs") as tabs:
             with gr.Tab("New run", id="new", elem_id="tab-new"):
                 new = new_run.build(ctx)
+            with gr.Tab("Pre-flight", id="preflight", elem_id="tab-preflight"):
+                preflight.build(ctx, new.yaml)
             with gr.Tab("Runs", id="runs", elem_id="tab-runs"):
                 runs_t = runs_tab.build(ctx)
             with gr.Tab("Run detail", id="detail", elem_id="tab-detail"):

@@ -1,0 +1,55 @@
+"""The Pre-flight tab through gradio_client: dataset inspector, sandboxed reward check, hardware estimate."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from grpo_dashboard import presets
+from grpo_dashboard.spec import RewardSpec, RunSpec
+from grpo_dashboard.store import Store
+from grpo_dashboard.ui import build_app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRPO_DASHBOARD_DATA_DIR", str(tmp_path_factory.mktemp("preflight")))
+        demo = build_app(Store(), monitor=False)
+        _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True)
+        try:
+            yield Client(url, verbose=False)
+        finally:
+            demo.close()
+
+
+def test_inspect_dataset_reports_columns_and_rows(client: Client) -> None:
+    text = client.predict(presets.preset_yaml(presets.DEFAULT_PRESET), api_name="/inspect_dataset")
+    assert "prompt" in text and "64" in text
+
+
+def test_reward_check_runs_and_flags_a_constant_reward(client: Client) -> None:
+    good = presets.preset_yaml(presets.DEFAULT_PRESET)
+    assert "letter_fraction" in client.predict(good, 2, api_name="/check_rewards")
+    spec = RunSpec.from_yaml(good)
+    spec.rewards.insert(0, RewardSpec(name="flat", builtin="constant"))
+    broken = spec.to_yaml()
+    report = client.predict(broken, 2, api_name="/check_rewards")
+    assert "problems found" in report and "flat" in report
+
+
+def test_hardware_estimate_and_unreadable_spec(client: Client, tmp_path: Path) -> None:
+    text = client.predict(presets.preset_yaml(presets.DEFAULT_PRESET), api_name="/estimate_hardware")
+    assert "GB" in text or "GiB" in text
+    with pytest.raises(Exception, match="cannot be read"):
+        client.predict("name: [oops", api_name="/inspect_dataset")
