@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                    "lengths.", add_help=False)
     sub.add_parser("hardware", help="Estimate GPU memory, time and cost of a spec on HF Jobs; recommend a flavor.",
                    add_help=False)
+    sub.add_parser("deploy-space", help="Create or update a Hugging Face Space running this dashboard (OWNER/NAME).",
+                   add_help=False)
     return p
 
 
@@ -83,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         from .dataset_inspect import inspect_main  # its own parser: SPEC [--json]
 
         return inspect_main(argv[i + 1:])
+    if argv[i:i + 1] == ["deploy-space"]:
+        from .deploy import deploy_main  # its own parser: OWNER/NAME [--private] [--bucket B] [--dry-run]
+
+        return deploy_main(argv[i + 1:])
     if argv[i:i + 1] == ["hardware"]:
         from .hardware import hardware_main  # its own parser: SPEC [--json] [--live] [--all]
 

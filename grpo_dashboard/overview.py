@@ -169,11 +169,14 @@ def _badge(severity: str) -> str:
 
 
 # --- runs table ----------------------------------------------------------------------------------------------
-def runs_frame(store: Store, statuses: list[str] | None = None, now: float | None = None) -> pd.DataFrame:
-    """The runs table, newest first, optionally filtered by status."""
+def runs_frame(store: Store, statuses: list[str] | None = None, now: float | None = None,
+               runs: list[Run] | None = None) -> pd.DataFrame:
+    """The runs table, newest first, optionally filtered by status; `runs`: only these (a user's own)."""
     now = now or time.time()
     rows = []
-    for run in store.list_runs(status=list(statuses) if statuses else None):
+    if runs is None:
+        runs = store.list_runs(status=list(statuses) if statuses else None)
+    for run in runs:
         latest = store.latest_metrics(run.id) if run.n_records else {}
         rows.append({
             "name": run.name, "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
@@ -191,9 +194,9 @@ def run_label(run: Run) -> str:
     return f"{run.name} · {run.id}"
 
 
-def run_choices(store: Store) -> list[tuple[str, str]]:
-    """(label, id) pairs of every run, newest first."""
-    return [(run_label(r), r.id) for r in store.list_runs()]
+def run_choices(store: Store, runs: list[Run] | None = None) -> list[tuple[str, str]]:
+    """(label, id) pairs of every run (or of `runs`), newest first."""
+    return [(run_label(r), r.id) for r in (store.list_runs() if runs is None else runs)]
 
 
 def status_markdown(run: Run, now: float | None = None) -> str:

@@ -2,7 +2,8 @@
 
 Routes (from `../shared/reference/hf_jobs_spaces.md` §2 and the client's source): whoami, the Jobs API (create,
 list with labels, inspect with stage transitions, SSE logs replayed in full on every connection, SSE metrics,
-cancel, hardware list) and the bucket upload that the backend uses (create bucket, Xet write token, batch). The Xet
+cancel, hardware list), the bucket upload that the backend uses (create bucket, Xet write token, batch), and what
+`deploy-space` and Space sign-in need (fake_hub_spaces.py: Space repos, an OpenID Connect provider). The Xet
 storage itself is `hf_xet`'s own `local://` CAS in a temporary directory, so uploads go through the real client and
 the real `hf_xet` upload, and the fake reads the files back with `hf_xet`.
 
@@ -10,6 +11,9 @@ A job either replays scripted stdout lines (`Plan(lines=...)`) or, by default, r
 materialises the bucket folder mounted at /data in a work directory, maps the container paths /data and /tmp
 into it (in the command and in the uploaded YAML: the fake's mount namespace), and runs the
 uploaded job script with this Python. Every request is recorded; faults can be injected per route.
+
+Several users: `add_user(token, name)`; whoami answers the token's own user, and a token may only act on jobs and
+buckets of its own namespace (403 otherwise), as on the Hub.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from . import fake_hub_spaces
 
 TERMINAL = ("COMPLETED", "CANCELED", "ERROR", "DELETED")
 HARDWARE = [
@@ -134,6 +140,9 @@ class FakeHub:
         self.cas.mkdir(parents=True, exist_ok=True)
         self.valid_tokens = {token}
         self.namespaces = {namespace}
+        self.users = {token: namespace}
+        self.repos: dict[str, dict[str, Any]] = {}
+        self.oidc = fake_hub_spaces.OidcState()
         self.no_credits = False
         self.plans: collections.deque[Plan] = collections.deque()
         self.faults: dict[str, list[Any]] = collections.defaultdict(list)
@@ -162,6 +171,12 @@ class FakeHub:
         self.server.server_close()
 
     # --- helpers for tests --------------------------------------------------------------------------------------
+    def add_user(self, token: str, name: str) -> None:
+        """Another account: its token is valid and acts as `name` (whoami, its own namespace only)."""
+        self.valid_tokens.add(token)
+        self.namespaces.add(name)
+        self.users[token] = name
+
     def only_job(self) -> FakeJob:
         """The single job submitted so far."""
         assert len(self.jobs) == 1, f"expected one job, got {len(self.jobs)}"
@@ -315,6 +330,15 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self._error(401, "Invalid credentials in Authorization header")
             return False
 
+        def _user(self) -> str:
+            return hub.users.get(self.headers.get("Authorization", "")[7:], next(iter(hub.namespaces)))
+
+        def _forbidden(self, ns: str) -> bool:
+            if ns in hub.namespaces and ns != self._user():
+                self._error(403, f"You don't have the rights to act in namespace {ns}")
+                return True
+            return False
+
         def _job(self, ns: str, job_id: str) -> FakeJob | None:
             job = hub.jobs.get(job_id)
             if job is None or job.namespace != ns:
@@ -325,10 +349,14 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         # --- routes ---------------------------------------------------------------------------------------------
         def do_GET(self) -> None:  # noqa: N802 - BaseHTTPRequestHandler's naming
             parts, query, _ = self._record()
+            if fake_hub_spaces.oidc_route(self, hub, "GET", parts, query, b""):
+                return
             if not self._authorized():
                 return
             if parts == ["api", "whoami-v2"]:
-                return self._json(200, {"name": next(iter(hub.namespaces)), "type": "user", "fullname": "Alice"})
+                name = self._user()
+                return self._json(200, {"name": name, "type": "user", "fullname": name.title(),
+                                        "avatarUrl": f"/avatars/{name}.png"})
             if parts == ["api", "jobs", "hardware"]:
                 return self._json(200, HARDWARE)
             if parts[:2] == ["api", "buckets"] and parts[-1] == "xet-write-token":
@@ -337,6 +365,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if parts[:2] != ["api", "jobs"] or len(parts) < 3:
                 return self._error(404, "not found")
             ns = parts[2]
+            if self._forbidden(ns):
+                return None
             if len(parts) == 3:
                 return self._list(ns, query)
             job = self._job(ns, parts[3])
@@ -354,15 +384,20 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             return self._error(404, "not found")
 
         def do_POST(self) -> None:  # noqa: N802
-            parts, _, body = self._record()
+            parts, query, body = self._record()
+            if fake_hub_spaces.oidc_route(self, hub, "POST", parts, query, body):
+                return
             if not self._authorized():
                 return
+            if parts[:2] == ["api", "buckets"] and self._forbidden(parts[2]):
+                return None
             if parts[:2] == ["api", "buckets"] and len(parts) == 4:
                 bucket = f"{parts[2]}/{parts[3]}"
                 if parts[2] not in hub.namespaces:
                     return self._error(404, "Namespace not found")
                 if bucket in hub.buckets:
-                    return self._error(409, "You already created this bucket")
+                    return self._json(409, {"error": "You already created this bucket",
+                                            "url": f"{hub.url}/buckets/{bucket}"})
                 hub.buckets[bucket] = {}
                 return self._json(200, {"url": f"{hub.url}/buckets/{bucket}", "name": parts[3], "id": bucket})
             if parts[:2] == ["api", "buckets"] and parts[-1] == "batch":
@@ -372,9 +407,13 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                     if op["type"] == "addFile":
                         hub.buckets.setdefault(bucket, {})[op["path"]] = op["xetHash"]
                 return self._json(200, {"failed": []})
+            if fake_hub_spaces.repo_route(self, hub, parts, body):
+                return None
             if parts[:2] != ["api", "jobs"] or len(parts) < 3:
                 return self._error(404, "not found")
             ns = parts[2]
+            if self._forbidden(ns):
+                return None
             if len(parts) == 3:
                 return self._create(ns, body)
             job = self._job(ns, parts[3])

@@ -54,13 +54,20 @@ def require_token(token: str | None = None) -> str:
     """The caller's token, else the one saved by `hf auth login` (or HF_TOKEN); BackendError when there is none."""
     if token:
         return token
-    from huggingface_hub import get_token
-
-    found = get_token()
+    found = saved_token()
     if not found:
         raise BackendError("Not logged in to Hugging Face: run `hf auth login` (or set HF_TOKEN) for the command "
                            "line, or sign in with Hugging Face in the dashboard, then launch again.")
     return found
+
+
+def saved_token() -> str | None:
+    """The login saved on this machine; never on a Space, where HF_TOKEN is the Space owner's, not the user's."""
+    from huggingface_hub import get_token
+
+    from ..space import on_space
+
+    return None if on_space() else get_token()
 
 
 def endpoint_url(endpoint: str | None = None) -> str:
@@ -273,9 +280,7 @@ def ensure_following(store: Store, run: Run, token: str | None = None, endpoint:
             _endpoints[run.id] = endpoint_url(endpoint)
         token = _tokens.get(run.id)
     if token is None:
-        from huggingface_hub import get_token
-
-        token = get_token()
+        token = saved_token()
         if not token:
             return None
     with _lock:

@@ -25,7 +25,7 @@ from typing import Any
 from ..ingest import MARKER, apply_records, parse_line
 from ..store import TERMINAL, RunStatus, Store
 
-TOKEN_PATTERN = re.compile(r"hf_[A-Za-z0-9]{10,}")
+TOKEN_PATTERN = re.compile(r"hf_oauth_[A-Za-z0-9._~-]{10,}|hf_[A-Za-z0-9]{10,}")  # user and OAuth tokens
 POLL_ENV = "GRPO_DASHBOARD_HF_POLL_S"
 DEFAULT_POLL_S = 10.0
 MAX_BACKOFF_S = 30.0

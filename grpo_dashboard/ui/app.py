@@ -8,10 +8,10 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from .. import overview, presets, runs
-from ..errors import SpecError
+from .. import access, overview, presets, runs
+from ..errors import BackendError, SpecError
 from ..store import Store
-from . import compare, detail, new_run, preflight, runs_tab
+from . import auth, compare, detail, new_run, preflight, runs_tab
 from .context import UiContext
 
 CSS = """
@@ -40,6 +40,7 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
                     runs.Monitor(store) if monitor else None)
     with gr.Blocks(title="GRPO Dashboard") as demo:
         gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs")
+        who = auth.header(ctx)
         with gr.Tabs(selected="new", elem_id="main-tabs") as tabs:
             with gr.Tab("New run", id="new", elem_id="tab-new"):
                 new = new_run.build(ctx)
@@ -53,26 +54,38 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
                 compare_dd = compare.build(ctx)
         _wire_launch(ctx, new, det, tabs)
         _wire_navigation(ctx, runs_t, det, compare_dd, tabs)
+
+        def who_text(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None) -> str:
+            return auth.who_text(ctx, profile, oauth)
+
+        demo.load(who_text, None, [who], api_name="who", show_progress="hidden")
     demo.monitor = ctx.monitor.start() if ctx.monitor else None  # type: ignore[attr-defined]
     demo.form_keys = [f.key for f in new.fields]  # type: ignore[attr-defined]  # input order of form endpoints
     return demo
 
 
 def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, tabs: gr.Tabs) -> None:
-    def launch(*args: Any) -> list[Any]:
+    def launch(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
+        user = auth.user_of(ctx, profile, oauth)
+        try:
+            access.check_user_may_launch(ctx.store, user, ctx.settings)
+        except access.NotAllowed as exc:
+            raise gr.Error(str(exc)) from None
         *vals, yaml_text = args
         values = {f.key: v for f, v in zip(new.fields, vals, strict=True)}
-        spec, errors, warnings = new_run.check_form(values, yaml_text, ctx.base_dir)
+        spec, errors, warnings = new_run.check_form(values, yaml_text, ctx.base_dir, user, ctx.settings)
         if spec is None or errors:
             gr.Warning(f"Not launched: {len(errors)} problem(s), listed on the form.")
             return [*new_run.validate_outputs(new, errors, warnings, ""), gr.skip(), gr.skip(), gr.skip()]
         try:
-            run = runs.launch(spec, ctx.store, base_dir=ctx.base_dir)
+            run = access.launch(spec, ctx.store, user, base_dir=ctx.base_dir, settings=ctx.settings)
         except SpecError as exc:
             return [*new_run.validate_outputs(new, exc.errors, [], ""), gr.skip(), gr.skip(), gr.skip()]
+        except (access.NotAllowed, BackendError) as exc:
+            raise gr.Error(access.redact(str(exc), user.token)) from None
         text = f"### ▶ Launched `{run.id}` ({run.status}). Opening its detail page…"
         outputs = new_run.validate_outputs(new, [], warnings, text)
-        choices = overview.run_choices(ctx.store)
+        choices = overview.run_choices(ctx.store, access.visible_runs(ctx.store, user, settings=ctx.settings))
         return [*outputs, gr.update(choices=choices, value=run.id), gr.Tabs(selected="detail"), run.id]
 
     launched = gr.Textbox(visible=False, elem_id="launched-run-id")
@@ -93,31 +106,40 @@ def row_run_id(table: Any, row: int | None) -> str | None:
 
 def _wire_navigation(ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.DetailTab, compare_dd: gr.Dropdown,
                      tabs: gr.Tabs) -> None:
-    def open_row(table: Any, evt: gr.SelectData) -> list[Any]:
+    def mine(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None) -> tuple[access.User, list[Any]]:
+        user = auth.user_of(ctx, profile, oauth)
+        return user, overview.run_choices(ctx.store, access.visible_runs(ctx.store, user, settings=ctx.settings))
+
+    def open_row(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, table: Any,
+                 evt: gr.SelectData) -> list[Any]:
         run_id = row_run_id(table, evt.index[0] if evt is not None and evt.index else None)
         if run_id is None:
             return [gr.skip(), gr.skip()]
-        return [gr.update(choices=overview.run_choices(ctx.store), value=run_id), gr.Tabs(selected="detail")]
+        _, choices = mine(profile, oauth)
+        if run_id not in {value for _, value in choices}:
+            return [gr.skip(), gr.skip()]
+        return [gr.update(choices=choices, value=run_id), gr.Tabs(selected="detail")]
 
     runs_t.table.select(open_row, [runs_t.table], [det.run, tabs], api_name="open_run",
                         api_visibility="undocumented")
 
-    def open_run(run_id: str) -> list[Any]:
+    def open_run(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str) -> list[Any]:
+        user, choices = mine(profile, oauth)
         try:
-            run = ctx.store.find_run(run_id)
+            run = access.find_run(ctx.store, run_id, user, ctx.settings)
         except LookupError as exc:
-            raise gr.Error(str(exc)) from exc
-        return [gr.update(choices=overview.run_choices(ctx.store), value=run.id), gr.Tabs(selected="detail")]
+            raise gr.Error(str(exc)) from None
+        return [gr.update(choices=choices, value=run.id), gr.Tabs(selected="detail")]
 
     ref = gr.Textbox(visible=False, elem_id="open-run-ref")
     ref.submit(open_run, [ref], [det.run, tabs], api_name="open_run_by_ref")
 
-    def choices(last: list[Any] | None) -> list[Any]:
-        current = overview.run_choices(ctx.store)
+    def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, last: list[Any] | None) -> list[Any]:
+        _, current = mine(profile, oauth)
         if current == last:
             return [gr.skip(), gr.skip(), last]
         return [gr.update(choices=current), gr.update(choices=current), current]
 
-    last_choices = gr.State(overview.run_choices(ctx.store))
+    last_choices = gr.State(overview.run_choices(ctx.store, runs=[] if ctx.settings.on_space else None))
     runs_t.timer.tick(choices, [last_choices], [det.run, compare_dd, last_choices], api_name="run_choices",
                       concurrency_limit=None, show_progress="hidden")

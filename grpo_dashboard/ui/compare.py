@@ -6,8 +6,9 @@ from typing import Any
 
 import gradio as gr
 
-from .. import charts, overview
+from .. import access, charts, overview
 from ..errors import RunNotFound
+from .auth import user_of
 from .context import UiContext
 
 
@@ -21,14 +22,15 @@ def metric_options(ctx: UiContext, run_ids: list[str]) -> list[str]:
 
 
 def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoothing: float, log_y: bool,
-            xaxis: str) -> tuple[Any, Any, Any]:
-    """(metric dropdown update, overlay figure, differing spec fields) for the chosen runs."""
+            xaxis: str, user: access.User | None = None) -> tuple[Any, Any, Any]:
+    """(metric dropdown update, overlay figure, differing spec fields) for the chosen runs `user` may see."""
+    user = user or access.current_user(None, None, ctx.settings)
     run_ids = [r for r in (run_ids or []) if r]
     found = []
     for rid in run_ids:
         try:
-            found.append(ctx.store.get_run(rid))
-        except RunNotFound:
+            found.append(access.get_run(ctx.store, rid, user, ctx.settings))
+        except RunNotFound:  # missing, or another user's (AccessDenied): left out alike
             continue
     options = metric_options(ctx, [r.id for r in found])
     if metric not in options:
@@ -49,7 +51,7 @@ def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoot
 
 def build(ctx: UiContext) -> gr.Dropdown:
     """Lay out the tab; returns the run picker (its choices are refreshed by the app)."""
-    choices = overview.run_choices(ctx.store)
+    choices = overview.run_choices(ctx.store, runs=[] if ctx.settings.on_space else None)
     # Custom values allowed: runs appear after the page was built (choices are refreshed by a timer, per session).
     runs_dd = gr.Dropdown(choices, value=[], multiselect=True, label="Runs to compare", elem_id="compare-runs",
                           allow_custom_value=True)
@@ -62,8 +64,9 @@ def build(ctx: UiContext) -> gr.Dropdown:
     diff = gr.Dataframe(interactive=False, label="Spec fields that differ", elem_id="compare-diff", wrap=True)
     refresh_btn = gr.Button("Refresh", size="sm")
 
-    def update(run_ids: list[str], metric_key: str | None, sm: float, log: bool, x: str) -> tuple[Any, Any, Any]:
-        return compare(ctx, run_ids, metric_key, sm, log, x)
+    def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_ids: list[str],
+               metric_key: str | None, sm: float, log: bool, x: str) -> tuple[Any, Any, Any]:
+        return compare(ctx, run_ids, metric_key, sm, log, x, user=user_of(ctx, profile, oauth))
 
     gr.on([runs_dd.change, metric.input, smoothing.release, log_y.input, xaxis.input, refresh_btn.click], update,
           [runs_dd, metric, smoothing, log_y, xaxis], [metric, plot, diff], api_name="compare",

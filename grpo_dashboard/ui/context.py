@@ -1,11 +1,12 @@
-"""What every tab's handlers share: the store and the directory relative spec paths resolve against."""
+"""What every tab's handlers share: the store, the directory relative spec paths resolve against, the settings."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..runs import Monitor
+from ..space import Settings
 from ..store import Store
 
 
@@ -16,6 +17,7 @@ class UiContext:
     store: Store
     base_dir: Path
     monitor: Monitor | None = None
+    settings: Settings = field(default_factory=Settings.from_env)  # Space or local, what is allowed
 
     def monitor_problem(self) -> str | None:
         """Why active runs may not be updating (the ingestion thread's last error, or it not running)."""

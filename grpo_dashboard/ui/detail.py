@@ -2,6 +2,7 @@
 
 A gr.Timer polls `detail_poll`; each part is recomputed only when its own cheap token moved (the store's change
 token for charts and health, file sizes for the log and the samples), otherwise the handler returns gr.skip().
+Every handler resolves the run through access.py: on a Space, another user's run reads as "not among your runs".
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from typing import Any
 
 import gradio as gr
 
-from .. import charts, completions, overview, runs
-from ..errors import RunNotFound
+from .. import access, charts, completions, overview, runs
+from ..errors import BackendError, RunNotFound
 from ..spec import RunSpec
 from ..store import Run
+from .auth import user_of
 from .context import UiContext
 
 POLL_S = 1.5
@@ -55,14 +57,18 @@ def samples_table(run: Run, step: Any, sort_by: str, descending: bool) -> tuple[
 
 
 def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xaxis: str, follow: bool,
-           step: Any, sort_by: str, descending: bool, state: dict[str, Any] | None) -> list[Any]:
-    """Every output of the tab; parts whose token did not change since `state` are gr.skip()."""
+           step: Any, sort_by: str, descending: bool, state: dict[str, Any] | None,
+           user: access.User | None = None) -> list[Any]:
+    """Every output of the tab for `user` (default: an anonymous request); unchanged parts are gr.skip()."""
+    user = user or access.current_user(None, None, ctx.settings)
     n_plots = len(charts.PANELS)
     skip_all = [gr.skip()] * (N_FIXED_OUTPUTS + n_plots)
     if not run_id:
         return [gr.update(value="Select a run (or launch one from **New run**)."), *skip_all[1:]]
     try:
-        run = ctx.store.get_run(run_id)
+        run = access.get_run(ctx.store, run_id, user, ctx.settings)
+    except access.AccessDenied as exc:
+        return [gr.update(value=str(exc)), *skip_all[1:]]
     except RunNotFound:
         return [gr.update(value=f"No run {run_id!r}."), *skip_all[1:]]
     state = dict(state or {})
@@ -72,7 +78,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     problem = ctx.monitor_problem() if run.is_active else None
     if problem:
         status += f"\n\n**{problem}**"
-    out: list[Any] = [status, gr.update(interactive=run.is_active)]
+    out: list[Any] = [access.redact(status, user.token), gr.update(interactive=run.is_active)]
 
     chart_key = (run.id, token, opts.smoothing, opts.log_y, opts.xaxis)
     if state.get("charts") != chart_key:
@@ -84,7 +90,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
         out += [gr.skip()] * (1 + n_plots)
 
     if state.get("spec") != run.id:
-        out.append(run.spec_yaml)
+        out.append(access.redact(run.spec_yaml, user.token))
         state["spec"] = run.id
     else:
         out.append(gr.skip())
@@ -92,7 +98,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     log = runs.log_path(run)
     log_key = (run.id, _size(log))
     if state.get("log") != log_key:
-        out.append(overview.log_text(log, LOG_LINES) or "(no output yet)")
+        out.append(access.redact(overview.log_text(log, LOG_LINES), user.token) or "(no output yet)")
         state["log"] = log_key
     else:
         out.append(gr.skip())
@@ -113,7 +119,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
 
 def build(ctx: UiContext) -> DetailTab:
     """Lay out the tab and wire its timer and controls."""
-    choices = overview.run_choices(ctx.store)
+    choices = overview.run_choices(ctx.store, runs=[] if ctx.settings.on_space else None)
     with gr.Row():
         # Custom values allowed: runs appear after the page was built (choices are refreshed by a timer).
         run_dd = gr.Dropdown(choices, value=choices[0][1] if choices else None, label="Run", scale=4,
@@ -156,8 +162,8 @@ def build(ctx: UiContext) -> DetailTab:
     controls = [run_dd, smoothing, log_y, xaxis, follow, step_dd, sort_by, descending, state]
     outputs = [status, cancel_btn, findings_md, *plots, spec_code, log_box, step_dd, samples_df, samples_note, state]
 
-    def update(*args: Any) -> list[Any]:
-        return render(ctx, *args)
+    def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
+        return render(ctx, *args, user=user_of(ctx, profile, oauth))
 
     timer.tick(update, controls, outputs, api_name="detail_poll", concurrency_limit=None, show_progress="hidden",
                trigger_mode="always_last")
@@ -165,20 +171,23 @@ def build(ctx: UiContext) -> DetailTab:
            descending.input], update, controls, outputs, api_name="detail_render", concurrency_limit=None,
           trigger_mode="always_last", show_progress="hidden")
 
-    def pick_step(*args: Any) -> list[Any]:
-        return [False, *render(ctx, args[0], args[1], args[2], args[3], False, *args[5:])]
+    def pick_step(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
+        user = user_of(ctx, profile, oauth)
+        return [False, *render(ctx, args[0], args[1], args[2], args[3], False, *args[5:], user=user)]
 
     step_dd.input(pick_step, controls, [follow, *outputs], api_name="detail_step", concurrency_limit=None,
                   show_progress="hidden")
 
-    def cancel(run_id: str | None) -> str:
+    def cancel(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> str:
         if not run_id:
             raise gr.Error("Select a run to cancel.")
+        user = user_of(ctx, profile, oauth)
         try:
-            run = runs.cancel(ctx.store, ctx.store.get_run(run_id))
-        except RunNotFound as exc:
-            raise gr.Error(str(exc)) from exc
-        return overview.status_markdown(run) + ("\n\nCancel requested…" if run.is_active else "")
+            run = access.cancel(ctx.store, run_id, user, ctx.settings)
+        except (RunNotFound, access.NotAllowed, BackendError) as exc:
+            raise gr.Error(access.redact(str(exc), user.token)) from None
+        text = overview.status_markdown(run) + ("\n\nCancel requested…" if run.is_active else "")
+        return access.redact(text, user.token)
 
     cancel_btn.click(cancel, [run_dd], [status], api_name="cancel_run")
     return DetailTab(run_dd, outputs)

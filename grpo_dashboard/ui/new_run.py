@@ -7,10 +7,11 @@ from typing import Any
 
 import gradio as gr
 
-from .. import forms, overview, presets, runs
+from .. import access, forms, overview, presets, runs
 from ..errors import FieldError, SpecError
 from ..jobfiles import rewards_module
 from ..spec import RunSpec
+from .auth import user_of
 from .context import UiContext
 
 FORM_GROUPS = [g for g in forms.GROUPS if g != "Run"]
@@ -162,12 +163,21 @@ def _summary(errors: list[FieldError], warnings: list[FieldError], ok_text: str)
     return "\n".join(lines)
 
 
-def check_form(values: dict[str, Any], yaml_text: str, base_dir: Any) -> tuple[RunSpec | None, list[FieldError],
-                                                                             list[FieldError]]:
-    """Build the spec from form values over the YAML and validate it; (spec or None, errors, warnings)."""
+def check_form(values: dict[str, Any], yaml_text: str, base_dir: Any, user: access.User | None = None,
+               settings: Any = None) -> tuple[RunSpec | None, list[FieldError], list[FieldError]]:
+    """Build the spec from form values over the YAML and validate it; (spec or None, errors, warnings).
+
+    On a Space, the user's namespace fills an empty `backend.namespace`, and what the Space forbids (access.py) is
+    reported before validation reads any file the spec names.
+    """
     try:
         base = RunSpec.from_yaml(yaml_text) if yaml_text and yaml_text.strip() else None
         spec = forms.spec_from_values(values, base)
+        if user is not None:
+            spec = access.with_user_defaults(spec, user, settings)
+        problems = access.spec_policy_errors(spec, base_dir, settings)
+        if problems:
+            return None, problems, []
         spec, report = runs.check(spec, base_dir)
     except SpecError as exc:
         return None, exc.errors, []
@@ -177,9 +187,10 @@ def check_form(values: dict[str, Any], yaml_text: str, base_dir: Any) -> tuple[R
 def _wire(tab: NewRunTab, ctx: UiContext) -> None:
     n_groups = len(tab.group_errors)
 
-    def validate(*args: Any) -> list[Any]:
+    def validate(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
         *vals, yaml_text = args
-        _, errors, warnings = check_form(_values(tab, tuple(vals)), yaml_text, ctx.base_dir)
+        user = user_of(ctx, profile, oauth)
+        _, errors, warnings = check_form(_values(tab, tuple(vals)), yaml_text, ctx.base_dir, user, ctx.settings)
         return validate_outputs(tab, errors, warnings, "### ✔ Valid: ready to launch.")
 
     tab.validate.click(validate, [*tab.inputs, tab.yaml], [tab.summary, *tab.group_errors.values(), *tab.inputs],

@@ -1,4 +1,7 @@
-"""The "Runs" tab: every run with status, progress, elapsed, ETA, latest reward and health, refreshed by a timer."""
+"""The "Runs" tab: every run with status, progress, elapsed, ETA, latest reward and health, refreshed by a timer.
+
+On a Space the table holds only the signed-in user's runs, and starts empty (the page's initial values are public).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ from typing import Any
 
 import gradio as gr
 
-from .. import overview
+from .. import access, overview
+from .auth import user_of
 from .context import UiContext
 
 POLL_S = 2.0
@@ -26,12 +30,16 @@ def build(ctx: UiContext) -> RunsTab:
     """Lay out the tab and wire its refresh."""
     status_filter = gr.CheckboxGroup(list(overview.STATUSES), value=[], label="Show only these statuses "
                                      "(none ticked: all)", elem_id="runs-filter")
-    table = gr.Dataframe(overview.runs_frame(ctx.store), interactive=False, elem_id="runs-table",
+    initial = overview.runs_frame(ctx.store, runs=[] if ctx.settings.on_space else None)
+    table = gr.Dataframe(initial, interactive=False, elem_id="runs-table",
                          label="Runs (click a row to open it)", max_height=600, wrap=False)
     timer = gr.Timer(POLL_S)
 
-    def refresh(statuses: list[str] | None) -> Any:
-        return overview.runs_frame(ctx.store, statuses or None)
+    def refresh(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, statuses: list[str] | None) -> Any:
+        user = user_of(ctx, profile, oauth)
+        access.resume_following(ctx.store, user, ctx.settings)  # after a restart, with this user's own token
+        mine = access.visible_runs(ctx.store, user, list(statuses) if statuses else None, ctx.settings)
+        return overview.runs_frame(ctx.store, statuses or None, runs=mine)
 
     gr.on([timer.tick, status_filter.change], refresh, [status_filter], [table], api_name="runs_table",
           concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
