@@ -233,11 +233,14 @@ def add_line(fig: go.Figure, frame: pd.DataFrame, name: str, color: str, opts: C
     yaxis = "y2" if secondary else "y"
     traces = []
     if std is not None and not std.empty:
-        s_values = std["value"].to_numpy(dtype="float64")
-        s_full = pd.Series(ema(s_values, opts.smoothing) if opts.smoothing > 0 else s_values,
-                           index=std["step"].to_numpy())
-        s_full = s_full[~s_full.index.duplicated(keep="first")]
-        s_kept = s_full.reindex(frame["step"].to_numpy()[mask][keep]).to_numpy(dtype="float64")
+        if "band" in frame.columns:  # the std series' EMA over its full series, at this line's points (the store's)
+            s_kept = frame["band"].to_numpy(dtype="float64")[mask][keep]
+        else:
+            s_values = std["value"].to_numpy(dtype="float64")
+            s_full = pd.Series(ema(s_values, opts.smoothing) if opts.smoothing > 0 else s_values,
+                               index=std["step"].to_numpy())
+            s_full = s_full[~s_full.index.duplicated(keep="first")]
+            s_kept = s_full.reindex(frame["step"].to_numpy()[mask][keep]).to_numpy(dtype="float64")
         ok = np.isfinite(smooth[keep]) & np.isfinite(s_kept)
         if ok.any():
             bx, bm, bs = xs[ok], smooth[keep][ok], s_kept[ok]
@@ -392,11 +395,6 @@ def run_t0(frames: Frames, started_at: float | None = None) -> float | None:
     return min(times) if times else None
 
 
-def _is_std(key: str) -> bool:
-    base = key[5:] if key.startswith("eval_") else key
-    return base.startswith("rewards/") and base.endswith("/std")
-
-
 def _arrays_frame(a: Any) -> pd.DataFrame:
     return pd.DataFrame({"step": np.asarray(a.steps, dtype="int64"), "value": np.asarray(a.values, dtype="float64"),
                          "time": np.asarray(a.times, dtype="float64")})
@@ -406,19 +404,21 @@ def load_frames(store: Any, run_id: str, smoothing: float = 0.0, max_points: int
     """Every metric of a run as frames keyed by (split, key); reads the store only.
 
     With a store that keeps display summaries (`Store.downsampled`: incremental, spike-keeping, EMA over the full
-    series) the frames hold only the points to draw plus a `smooth` column; reward std series (drawn as bands at
-    their mean's points) are read whole.
+    series) the frames hold only the points to draw plus a `smooth` column; a reward mean's frame also has a `band`
+    column, its std series' EMA at the mean's points (the store carries it along, so the std is not re-read).
     """
     if hasattr(store, "downsampled"):
-        pts = store.downsampled(run_id, max_points=max_points, smoothing=smoothing)
+        keys = set(store.metric_keys(run_id))
+        bands = {("train", k): ("train", k[:-len("mean")] + "std") for split, k in keys
+                 if split == "train" and _REWARD_MEAN.match(k) and ("train", k[:-len("mean")] + "std") in keys}
+        pts = store.downsampled(run_id, max_points=max_points, smoothing=smoothing, companions=bands)
         out: Frames = {}
-        for (split, key), p in pts.items():
-            if _is_std(key):
-                out[(split, key)] = _arrays_frame(store.arrays(run_id, key, split))
-            else:
-                out[(split, key)] = pd.DataFrame({
-                    "step": np.asarray(p.steps, dtype="int64"), "value": np.asarray(p.values, dtype="float64"),
-                    "time": np.asarray(p.times, dtype="float64"), "smooth": np.asarray(p.smooth, dtype="float64")})
+        for ident, p in pts.items():
+            columns = {"step": np.asarray(p.steps, dtype="int64"), "value": np.asarray(p.values, dtype="float64"),
+                       "time": np.asarray(p.times, dtype="float64"), "smooth": np.asarray(p.smooth, dtype="float64")}
+            if ident in bands:
+                columns["band"] = np.asarray(p.aux, dtype="float64")
+            out[ident] = pd.DataFrame(columns)
         return out
     if hasattr(store, "arrays"):
         return {(split, key): _arrays_frame(store.arrays(run_id, key, split))

@@ -1,10 +1,10 @@
 """Display-side reduction of metric series in numpy: resumable EMA smoothing and spike-keeping downsampling.
 
-`SeriesSummary` keeps, for one growing series, the points a chart needs and nothing else: buckets of a power-of-two
-width in index space, each holding its lowest and highest finite point and its first non-finite one (a visible
-gap). New points only touch the last bucket and the ones after it; when the buckets outgrow the point budget,
-neighbours merge pairwise (width doubles). So a chart of a 100,000-step run costs a few kilobytes of state, and a
-refresh with 100 new records costs work on those 100 records only.
+`SeriesSummary` keeps, for one growing series, the points a chart needs and nothing else: the first and the latest
+point, and buckets of a power-of-two width in index space, each holding its lowest and highest finite point and its
+first non-finite one (a visible gap). New points only touch the last bucket and the ones after it; when the buckets
+outgrow the point budget, neighbours merge pairwise (width doubles). So a chart of a 100,000-step run costs about
+a hundred kilobytes of state per series, and a refresh with 100 new records costs work on those 100 records only.
 
 Smoothing is TensorBoard's debiased EMA, where non-finite values pass through without updating the average; it is
 computed over every point (not the kept ones) and carried across refreshes.
@@ -86,8 +86,8 @@ def _ema_biased(x: np.ndarray, w: float, init: float) -> np.ndarray:
 
 
 def minmax_indices(values: np.ndarray, max_points: int) -> np.ndarray:
-    """Ascending indices to keep so at most `max_points` remain: per bucket the lowest and highest finite value (so
-    spikes survive) and, in a bucket holding non-finite values, the first of them (a visible gap).
+    """Ascending indices to keep so at most `max_points` remain: the first and last, per bucket the lowest and
+    highest finite value (so spikes survive) and, in a bucket holding non-finite values, the first of them (a gap).
 
     Series no longer than `max_points` are kept whole.
     """
@@ -97,14 +97,15 @@ def minmax_indices(values: np.ndarray, max_points: int) -> np.ndarray:
     return summary.indices()
 
 
-# A summary is one float64 array of shape (3 roles, 6 fields, n buckets): per bucket its lowest and highest finite
-# point and its first non-finite one, each as (index or -1, step, raw value, time, smoothed value, is None).
+# A summary is one float64 array of shape (3 roles, 7 fields, n buckets): per bucket its lowest and highest finite
+# point and its first non-finite one, each as (index or -1, step, raw value, time, smoothed value, is None, aux).
 LO, HI, GAP = 0, 1, 2
-F_IDX, F_STEP, F_VALUE, F_TIME, F_SMOOTH, F_NONE = range(6)
+F_IDX, F_STEP, F_VALUE, F_TIME, F_SMOOTH, F_NONE, F_AUX = range(7)
+N_FIELDS = 7
 
 
 def _empty(n_buckets: int) -> np.ndarray:
-    out = np.full((3, 6, n_buckets), np.nan)
+    out = np.full((3, N_FIELDS, n_buckets), np.nan)
     out[:, F_IDX] = -1
     return out
 
@@ -122,13 +123,15 @@ def _combine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Points:
-    """The kept points of one series, in step order: steps, raw values (None as NaN), None flags, times, smoothed."""
+    """The kept points of one series, in step order: steps, raw values (None as NaN), None flags, times, smoothed
+    values, and `aux`: a companion series' value at each of these steps as the caller supplied it (NaN if none)."""
 
     steps: np.ndarray
     values: np.ndarray
     is_none: np.ndarray
     times: np.ndarray
     smooth: np.ndarray
+    aux: np.ndarray
     total: int  # points in the whole series
 
     def __len__(self) -> int:
@@ -139,13 +142,13 @@ class SeriesSummary:
     """The display points of one growing series, updated incrementally (see the module docstring).
 
     Args:
-        max_points: the most points `points()` returns (at least 3).
+        max_points: the most points `points()` returns (at least 5).
         smoothing: EMA weight for the `smooth` values (0: none).
     """
 
     def __init__(self, max_points: int, smoothing: float = 0.0) -> None:
-        if max_points < 3:
-            raise ValueError(f"max_points must be at least 3, got {max_points}")
+        if max_points < 5:
+            raise ValueError(f"max_points must be at least 5 (first, last, and a bucket's 3), got {max_points}")
         self.max_points = max_points
         self.smoothing = smoothing
         self.n = 0
@@ -154,10 +157,15 @@ class SeriesSummary:
         self.has_gap = False
         self.ema = EmaState()
         self.buckets = _empty(0)
+        self.ends = _empty(2)[0]  # (fields, 2): the first and the latest point, always kept
+        # Where the caller's companion series stands (see Store.downsampled): its EMA, points and last step consumed.
+        self.aux_ema = EmaState()
+        self.aux_n = 0
+        self.aux_last_step: int | None = None
 
-    def extend(self, steps: np.ndarray, values: np.ndarray, times: np.ndarray, is_none: np.ndarray | None = None
-               ) -> None:
-        """Append points (steps ascending and after every step seen so far)."""
+    def extend(self, steps: np.ndarray, values: np.ndarray, times: np.ndarray, is_none: np.ndarray | None = None,
+               aux: np.ndarray | None = None) -> None:
+        """Append points (steps ascending and after every step seen so far); `aux` rides along with each point."""
         steps = np.asarray(steps, dtype=np.int64)
         if steps.size == 0:
             return
@@ -169,7 +177,7 @@ class SeriesSummary:
         self.n += steps.size
         self.last_step = int(steps[-1])
         self.has_gap = self.has_gap or not all_finite
-        while -(-self.n // self.width) * min(self.width, 3 if self.has_gap else 2) > self.max_points:
+        while self._bound(self.width) > self.max_points:
             self._merge_pairs()
         w = self.width
         start = first // w
@@ -182,9 +190,23 @@ class SeriesSummary:
         new[:, F_TIME] = np.asarray(times, dtype=np.float64)[gather]
         new[:, F_SMOOTH] = smooth[gather]
         new[:, F_NONE] = False if is_none is None else np.asarray(is_none, dtype=bool)[gather]
+        new[:, F_AUX] = np.nan if aux is None else np.asarray(aux, dtype=np.float64)[gather]
+        for col, pos in ((0, 0), (1, steps.size - 1)):
+            if col == 0 and first:
+                continue
+            self.ends[:, col] = (first + pos, steps[pos], values[pos], times[pos], smooth[pos],
+                                 False if is_none is None else bool(is_none[pos]),
+                                 np.nan if aux is None else float(aux[pos]))
         if first % w:  # the old last bucket was partial: fold it into the first new one
             new[:, :, :1] = _combine(self.buckets[:, :, start:start + 1], new[:, :, :1])
         self.buckets = np.concatenate((self.buckets[:, :, :start], new), axis=2)
+
+    def _bound(self, w: int) -> int:
+        """Most points kept with buckets of width w: every point while a bucket holds no more than its slots."""
+        per_bucket = 3 if self.has_gap else 2
+        if w <= per_bucket:
+            return self.n
+        return -(-self.n // w) * per_bucket + 2
 
     def _merge_pairs(self) -> None:
         """Double the bucket width: buckets 2k and 2k+1 become one."""
@@ -238,14 +260,14 @@ class SeriesSummary:
 
     def indices(self) -> np.ndarray:
         """Global indices of the kept points, ascending."""
-        idx = self.buckets[:, F_IDX].reshape(-1)
+        idx = np.concatenate((self.buckets[:, F_IDX].reshape(-1), self.ends[F_IDX]))
         return np.unique(idx[idx >= 0]).astype(np.int64)
 
     def points(self) -> Points:
         """The kept points in step order."""
-        flat = self.buckets.transpose(1, 0, 2).reshape(6, -1)
+        flat = np.concatenate((self.buckets.transpose(1, 0, 2).reshape(N_FIELDS, -1), self.ends), axis=1)
         flat = flat[:, flat[F_IDX] >= 0]
         _, first = np.unique(flat[F_IDX], return_index=True)
         kept = flat[:, first]
         return Points(kept[F_STEP].astype(np.int64), kept[F_VALUE], kept[F_NONE].astype(bool), kept[F_TIME],
-                      kept[F_SMOOTH], self.n)
+                      kept[F_SMOOTH], kept[F_AUX], self.n)

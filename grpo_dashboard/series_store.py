@@ -222,12 +222,28 @@ def _update_head(conn: sqlite3.Connection, run_id: str, split: str, key: str) ->
 def read_arrays(conn: sqlite3.Connection, run_id: str, key: str, split: str = "train",
                 since_step: int | None = None) -> SeriesArrays:
     """One series as arrays (all chunks, or only the points after since_step)."""
-    sql = "SELECT n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ?"
-    args: list[Any] = [run_id, split, key]
     if since_step is not None:
-        sql += " AND last_step > ?"
-        args.append(since_step)
-    return _assemble(conn.execute(sql + " ORDER BY chunk", args).fetchall(), since_step)
+        rows = [r[1:] for r in _chunks_after(conn, run_id, split, key, since_step)]
+    else:
+        rows = conn.execute("SELECT n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
+                            "ORDER BY chunk", (run_id, split, key)).fetchall()
+    return _assemble(rows, since_step)
+
+
+def _chunks_after(conn: sqlite3.Connection, run_id: str, split: str, key: str, after: int) -> list[Any]:
+    """(last_step, n, steps, vals, times) of the chunks holding steps after `after`, in chunk order.
+
+    Walks back from the newest chunk and stops at the first one that ends at or before `after`: a live refresh
+    reads one or two chunks, never the whole series (last_step is not indexed, the chunk number is).
+    """
+    rows = []
+    for row in conn.execute("SELECT last_step, n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND "
+                            "key = ? ORDER BY chunk DESC", (run_id, split, key)):
+        if row[0] <= after:
+            break
+        rows.append(row)
+    rows.reverse()
+    return rows
 
 
 def read_run(conn: sqlite3.Connection, run_id: str, since: dict[tuple[str, str], int | None] | None = None
@@ -241,10 +257,11 @@ def read_run(conn: sqlite3.Connection, run_id: str, since: dict[tuple[str, str],
     else:
         rows = []
         for (split, key), after in since.items():
-            rows.extend(conn.execute(
-                "SELECT split, key, last_step, n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? "
-                "AND key = ? AND last_step > ? ORDER BY chunk", (run_id, split, key, -(2**63) if after is None
-                                                                 else after)))
+            if after is None:
+                rows.extend(conn.execute("SELECT split, key, last_step, n, steps, vals, times FROM chunks WHERE "
+                                         "run_id = ? AND split = ? AND key = ? ORDER BY chunk", (run_id, split, key)))
+            else:
+                rows.extend((split, key, *r) for r in _chunks_after(conn, run_id, split, key, after))
     out: dict[tuple[str, str], SeriesArrays] = {}
     start = 0
     for i in range(1, len(rows) + 1):

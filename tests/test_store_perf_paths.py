@@ -33,8 +33,8 @@ def reference_ema(values: np.ndarray, weight: float) -> np.ndarray:
 
 
 def reference_keep(values: np.ndarray, width: int) -> list[int]:
-    """Per bucket of `width`: lowest and highest finite value, first non-finite one."""
-    keep: set[int] = set()
+    """First and last; per bucket of `width`: lowest and highest finite value, first non-finite one."""
+    keep: set[int] = {0, len(values) - 1}
     for lo in range(0, len(values), width):
         chunk = values[lo:lo + width]
         finite = np.isfinite(chunk)
@@ -99,7 +99,7 @@ def test_incremental_summary_equals_the_one_shot_reference(seed: int) -> None:
     steps = np.arange(1, n + 1) * 3
     times = 1000.0 + steps
     is_none = np.isnan(values) & (rng.random(n) < 0.5)
-    max_points = int(rng.integers(3, 3000))
+    max_points = int(rng.integers(5, 3000))
     summary = downsample.SeriesSummary(max_points, smoothing=0.6)
     cuts = sorted({0, n, *rng.integers(0, n, 10).tolist()})
     for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
@@ -115,9 +115,9 @@ def test_incremental_summary_equals_the_one_shot_reference(seed: int) -> None:
     assert np.allclose(pts.smooth, reference_ema(values, 0.6)[idx], rtol=1e-9, equal_nan=True)
 
 
-def test_summary_rejects_a_budget_too_small_for_min_max_and_gap() -> None:
-    with pytest.raises(ValueError, match="at least 3"):
-        downsample.SeriesSummary(2)
+def test_summary_rejects_a_budget_too_small_for_ends_min_max_and_gap() -> None:
+    with pytest.raises(ValueError, match="at least 5"):
+        downsample.SeriesSummary(4)
 
 
 def test_store_downsampled_follows_a_growing_run_and_keeps_its_spike(tmp_path: Path) -> None:
@@ -236,3 +236,54 @@ def test_records_reassemble_sparse_train_and_eval_logs_in_step_order(tmp_path: P
     assert store.records("r1") == [expected[k] for k in order]
     assert store.records("r1")[4] == {"step": 4, "eval_reward": 0.9}
     assert store.records("r1")[3] == {"step": 4, "entropy": 2.0, "kl": 0.5, "reward": 0.4}
+
+
+def test_companion_series_rides_along_exactly_and_incrementally(tmp_path: Path) -> None:
+    """A reward's std band at the mean's kept points: the std's EMA over its full series, cached across refreshes."""
+    store = Store()
+    path = new_run(store, tmp_path)
+    mean_key, std_key = ("train", "rewards/acc/mean"), ("train", "rewards/acc/std")
+    metrics = {"rewards/acc/mean": lambda s: math.sin(s / 50) + (5.0 if s == 777 else 0.0),
+               "rewards/acc/std": lambda s: 0.1 + (s % 13) / 100}
+    append_log(path, range(1, 4001), **metrics)
+    ingest_file(store, "r1", path)
+    store.downsampled("r1", 500, 0.6, companions={mean_key: std_key})
+    append_log(path, range(4001, 4101), **metrics)
+    ingest_file(store, "r1", path)
+    pts = store.downsampled("r1", 500, 0.6, companions={mean_key: std_key})[mean_key]
+    std = store.arrays("r1", std_key[1])
+    expected = dict(zip(std.steps.tolist(), reference_ema(std.values, 0.6).tolist(), strict=True))
+    assert len(pts) <= 500 and 777 in pts.steps.tolist() and pts.steps[-1] == 4100
+    assert pts.aux == pytest.approx([expected[s] for s in pts.steps.tolist()], rel=1e-9)
+    cold = Store().downsampled("r1", 500, 0.6, companions={mean_key: std_key})[mean_key]
+    assert list(cold.steps) == list(pts.steps) and np.allclose(cold.aux, pts.aux, rtol=1e-12)
+    # Without a companion, aux is NaN.
+    assert np.isnan(store.downsampled("r1", 500, 0.6)[mean_key].aux).all()
+
+
+def test_companion_missing_steps_give_nan(tmp_path: Path) -> None:
+    store = Store()
+    path = new_run(store, tmp_path)
+    append_log(path, range(1, 11), kl=0.1)
+    append_log(path, range(1, 11, 2), entropy=2.0)
+    ingest_file(store, "r1", path)
+    pts = store.downsampled("r1", companions={("train", "kl"): ("train", "entropy")})[("train", "kl")]
+    assert [not math.isnan(a) for a in pts.aux] == [s % 2 == 1 for s in range(1, 11)]
+
+
+def test_reward_band_from_the_store_equals_the_std_ema_at_the_mean_points(tmp_path: Path) -> None:
+    from grpo_dashboard import charts
+
+    store = Store()
+    path = new_run(store, tmp_path)
+    append_log(path, range(1, 6001), **{"rewards/acc/mean": lambda s: math.cos(s / 300),
+                                        "rewards/acc/std": lambda s: 0.2 + (s % 7) / 50, "reward": 0.5})
+    ingest_file(store, "r1", path)
+    opts = charts.ChartOptions(smoothing=0.6)
+    fig = charts.run_figures(store, "r1", opts)["reward"]
+    lo, hi, smooth = (next(t for t in fig.data if t.name == n) for n in ("acc -std", "acc ±std", "acc"))
+    std = store.arrays("r1", "rewards/acc/std")
+    expected = dict(zip(std.steps.tolist(), reference_ema(std.values, 0.6).tolist(), strict=True))
+    assert len(hi.x) <= opts.max_points
+    assert (np.array(hi.y) - np.array(lo.y)) / 2 == pytest.approx([expected[int(s)] for s in hi.x], rel=1e-9)
+    assert list(hi.x) == list(smooth.x)
