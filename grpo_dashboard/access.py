@@ -222,16 +222,19 @@ def local_paths(spec: RunSpec) -> list[tuple[str, str]]:
     return out
 
 
-def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settings: Settings | None = None
-                       ) -> list[FieldError]:
-    """What this Space does not allow in a spec (nothing locally). Checked before validation reads any file."""
+def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settings: Settings | None = None,
+                       for_launch: bool = True) -> list[FieldError]:
+    """What this Space does not allow in a spec (nothing locally). Checked before validation reads any file.
+
+    `for_launch=False` (pre-flight checks that start nothing): only the rules on code and files.
+    """
     settings = settings or Settings.from_env()
     if not settings.on_space:
         return []
     base = Path(base_dir) if base_dir else EXAMPLES_DIR.parent
     errors: list[FieldError] = []
     kind = spec.backend.kind
-    if kind != "hf_jobs" and not settings.allow_local_backend:
+    if for_launch and kind != "hf_jobs" and not settings.allow_local_backend:
         errors.append(FieldError("backend.kind", kind, "is disabled on this Space: runs go to Hugging Face Jobs on "
                                  "your own account. Set backend.kind to 'hf_jobs' (the Space owner can enable the "
                                  "local backend with GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND=1)."))
@@ -257,10 +260,32 @@ def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settin
             and _resolve(base, spec.dataset.path).exists():
         errors.append(FieldError("dataset.path", spec.dataset.path, "is a path on the Space's disk; give a Hub "
                                  "dataset id such as 'openai/gsm8k'."))
-    if spec.output_dir:
+    if for_launch and spec.output_dir:
         errors.append(FieldError("output_dir", spec.output_dir, "cannot be chosen on this Space: the model is "
                                  "written to the run's own bucket folder. Remove output_dir."))
     return errors
+
+
+def check_may_run_rewards(spec: RunSpec, user: User, base_dir: str | Path | None = None,
+                          settings: Settings | None = None) -> None:
+    """NotAllowed when the reward contract check (reward code run on this machine, sandboxed) may not run here.
+
+    On a Space: signed-in users only, the spec's code and file rules hold, and `code_tests` (which executes program
+    text from the data and completions) counts as custom code.
+    """
+    settings = settings or Settings.from_env()
+    if not settings.on_space:
+        return
+    if not user.signed_in:
+        raise NotAllowed("Sign in with Hugging Face to run the reward check on this Space (it runs the rewards on "
+                         "the Space's machine); or run `python -m grpo_dashboard check-rewards SPEC` locally.")
+    problems = spec_policy_errors(spec, base_dir, settings, for_launch=False)
+    if not settings.allow_custom_code:
+        problems += [FieldError(f"rewards[{i}]", r.builtin or r.name, "runs program text from the data on this "
+                                "machine; the reward check cannot run it on this Space (run it locally).")
+                     for i, r in enumerate(spec.rewards) if (r.builtin or r.name) == "code_tests"]
+    if problems:
+        raise NotAllowed("Not on this Space: " + " ".join(f"{e.field} = {e.value!r} {e.message}" for e in problems))
 
 
 def with_user_defaults(spec: RunSpec, user: User, settings: Settings | None = None) -> RunSpec:

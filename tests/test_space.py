@@ -316,6 +316,22 @@ def test_local_backend_is_refused_on_a_space(space_app: dict[str, Any], clients:
     assert not [r for r in space_app["store"].list_runs() if r.backend == "local"]
 
 
+def test_preflight_checks_obey_the_space_rules(clients: dict[str, Client]) -> None:
+    smoke = presets.preset_yaml(presets.DEFAULT_PRESET)  # local backend: fine for checks that start nothing
+    assert "prompt" in clients["anonymous"].predict(smoke, api_name="/inspect_dataset")
+    with pytest.raises(Exception, match="Sign in with Hugging Face to run the reward check"):
+        clients["anonymous"].predict(smoke, 2, api_name="/check_rewards")
+    leaky = smoke.replace("examples/data/smoke.jsonl", "/proc/self/environ")
+    for api, args in (("/inspect_dataset", [leaky]), ("/estimate_hardware", [leaky]), ("/check_rewards", [leaky, 2])):
+        with pytest.raises(Exception, match="Not on this Space: dataset.data_files") as err:
+            clients["alice"].predict(*args, api_name=api)
+        assert "OAUTH" not in str(err.value)
+    spec = RunSpec.from_yaml(smoke)
+    spec.rewards[0].builtin, spec.rewards[0].params = "python", {"code": "def reward(completions, **kw): 1/0"}
+    with pytest.raises(Exception, match="runs your own Python code"):
+        clients["alice"].predict(spec.to_yaml(), 2, api_name="/check_rewards")
+
+
 @pytest.fixture
 def on_space(monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in SPACE_ENV.items():
