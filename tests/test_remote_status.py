@@ -1,0 +1,31 @@
+"""Run detail for Hugging Face Jobs runs: job link, timeout and the latest GPU use from the Jobs metrics stream."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from grpo_dashboard.remote_status import hf_job_markdown
+from grpo_dashboard.store import Run
+
+
+def test_job_link_timeout_and_gpu_use(tmp_path: Path) -> None:
+    run = Run(id="r", name="r", spec_yaml="", backend="hf_jobs", status="running", created_at=time.time(),
+              run_dir=str(tmp_path), external_id="abc123")
+    (tmp_path / "hf_job.json").write_text(json.dumps({"url": "https://hf.co/jobs/alice/abc123", "flavor": "l4x1",
+                                                      "timeout_s": 5400, "timeout_reason": "estimate × 1.5"}))
+    sample = {"time": 1.0, "cpu_usage_pct": 37.5, "gpus": [{"id": "0", "utilization": 91,
+                                                          "memory_used_bytes": 18 * 2**30,
+                                                          "memory_total_bytes": 24 * 2**30}]}
+    (tmp_path / "system_metrics.jsonl").write_text(json.dumps({**sample, "cpu_usage_pct": 5}) + "\n"
+                                                   + json.dumps(sample) + "\n")
+    text = hf_job_markdown(run)
+    assert "[abc123](https://hf.co/jobs/alice/abc123)" in text and "`l4x1`" in text and "estimate × 1.5" in text
+    assert "GPU0 91% · 18.0 GiB / 24.0 GiB" in text and "CPU 37.5%" in text
+
+
+def test_local_runs_have_no_remote_section(tmp_path: Path) -> None:
+    run = Run(id="r", name="r", spec_yaml="", backend="local", status="running", created_at=0.0,
+              run_dir=str(tmp_path))
+    assert hf_job_markdown(run) == ""
