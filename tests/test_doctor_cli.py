@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import resource
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -225,38 +223,3 @@ def _write(path: Path, text: str) -> Path:
 
 # ---- scale --------------------------------------------------------------------------------------------------------
 
-
-def test_hundred_thousand_step_jsonl_within_budget(tmp_path: Path) -> None:
-    """Issue 4: a 100,000-step log is diagnosed by the CLI in <= 3 s and <= 300 MB (CPU time, to ignore load)."""
-    line = (
-        '{{"loss": 0.0, "grad_norm": {g}, "learning_rate": 1e-06, "num_tokens": {t}.0, '
-        '"completions/mean_length": {ln}, "completions/min_length": 5.0, "completions/max_length": 12.0, '
-        '"completions/clipped_ratio": 0.05, "completions/mean_terminated_length": 9.0, '
-        '"rewards/count_a/mean": {r}, "rewards/count_a/std": 0.2, "reward": {r}, "reward_std": 0.2, '
-        '"frac_reward_zero_std": 0.04, "entropy": {e}, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0, '
-        '"clip_ratio/region_mean": 0.0, "step_time": 0.05, "epoch": {ep}, "step": {s}}}\n'
-    )
-    n = 100_000
-    path = tmp_path / "big.jsonl"
-    with path.open("w") as fh:
-        for s in range(1, n + 1):
-            fh.write(
-                line.format(
-                    g=0.5 + (s % 7) / 20,
-                    t=160 * s,
-                    ln=10 + (s % 5) / 5,
-                    r=0.1 + 0.5 * s / n + (s % 3) / 30,
-                    e=4.3 - 2.2 * s / n + (s % 4) / 40,
-                    ep=s / 1000,
-                    s=s,
-                )
-            )
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    result = doctor(path, "--json")
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    assert result.returncode == 0, result.stderr
-    assert cpu <= 3.0, f"cpu {cpu:.2f} s (wall {wall:.2f} s)"
-    assert after.ru_maxrss <= 300 * 1024, f"max RSS {after.ru_maxrss / 1024:.0f} MB"
