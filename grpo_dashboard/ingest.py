@@ -195,6 +195,10 @@ def _apply_event(conn: sqlite3.Connection, run_id: str, rec: dict[str, Any]) -> 
                      "max_steps = COALESCE(?, max_steps) WHERE id = ? AND status IN (?, ?)",
                      (RunStatus.RUNNING.value, t, ms if isinstance(ms, int) and ms > 0 else None, run_id, *active))
         return
+    if event == "guard_stop":
+        # The in-job health guard stopped training; the run then ends `completed`, with this reason as its error.
+        conn.execute("UPDATE runs SET error = ? WHERE id = ?", (guard_stop_reason(rec), run_id))
+        return
     terminal = {"finished": RunStatus.COMPLETED, "failed": RunStatus.FAILED, "canceled": RunStatus.CANCELED}.get(event)
     if terminal is None:
         return
@@ -205,6 +209,15 @@ def _apply_event(conn: sqlite3.Connection, run_id: str, rec: dict[str, Any]) -> 
         error = rec.get("reason") or None
     conn.execute("UPDATE runs SET status = ?, error = COALESCE(?, error), ended_at = COALESCE(ended_at, ?) "
                  "WHERE id = ? AND status IN (?, ?)", (terminal.value, error, t, run_id, *active))
+
+
+def guard_stop_reason(rec: dict[str, Any]) -> str:
+    """The run error recorded for a `guard_stop` event: step, rule, message and where the checkpoint went."""
+    text = f"stopped by the health guard at step {rec.get('step', '?')}: {rec.get('rule', '?')}"
+    text += f": {rec['message']}" if rec.get("message") else "."
+    if rec.get("checkpoint"):
+        text += f" Checkpoint: {rec['checkpoint']}"
+    return text
 
 
 def ingest_file(store: Store, run_id: str, path: str | Path) -> IngestResult:

@@ -16,6 +16,7 @@ from typing import Any
 
 from .backends import hf_jobs, local
 from .errors import RunNotFound
+from .health.ship import ship as ship_health
 from .ingest import ingest_file
 from .spec import BackendSpec, RunSpec, load_spec
 from .store import TERMINAL, Run, RunStatus, Store, data_dir
@@ -95,6 +96,8 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
     tmp = run_dir / ".run.yaml.tmp"
     tmp.write_text(resolved.to_yaml(), encoding="utf-8")
     tmp.replace(config_path)
+    if spec.health.in_job:
+        ship_health(run_dir)  # the job imports it as grpo_health from beside run.yaml (guard, alerts)
     metrics_path = run_dir / "metrics.jsonl"
     run = Run(id=run_id, name=spec.name, spec_yaml=resolved.to_yaml(), backend=spec.backend.kind,
               status=RunStatus.QUEUED.value, created_at=time.time(), run_dir=str(run_dir),

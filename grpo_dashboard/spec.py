@@ -90,9 +90,25 @@ class BackendSpec:
 
 @dataclass
 class HealthSpec:
-    """Training-health settings: per-run threshold overrides for the doctor's rules."""
+    """Training-health settings: per-run threshold overrides for the doctor's rules, the in-job guard and alerts.
+
+    `guard`: the job evaluates the rules as it trains and, once an error-level finding has persisted `guard_persist`
+    logged steps, stops training cleanly and saves a checkpoint; the reason becomes the run's error.
+    `webhook_url`: each new warning/error finding is POSTed there as JSON (Slack `text`, Discord `content`, plus the
+    finding); `$NAME` reads the URL from that environment variable of the job. `alerts`: send alerts without a
+    webhook, e.g. only to trackio. Alerts are mirrored with `trackio.alert` when `report_to` includes trackio.
+    """
 
     thresholds: dict[str, Any] = field(default_factory=dict)
+    guard: bool = False
+    guard_persist: int = 3
+    webhook_url: str | None = None
+    alerts: bool = False
+
+    @property
+    def in_job(self) -> bool:
+        """True when the job itself must evaluate the rules (guard or alerts), so it needs the shipped package."""
+        return self.guard or self.alerts or bool(self.webhook_url)
 
 
 @dataclass

@@ -64,6 +64,7 @@ def validate(spec: RunSpec, base_dir: str | Path | None = None) -> ValidationRep
     _check_rewards(spec, base, sample, err)
     _check_training(spec, err, warn)
     _check_backend(spec, base, err)
+    _check_health(spec, err)
     if spec.backend.kind == "hf_jobs":
         _check_hf_jobs(spec, base, err, warn)
     if sample is not None:
@@ -472,6 +473,22 @@ def _check_hf_jobs(spec: RunSpec, base: Path, err: Any, warn: Any) -> None:
             field = "backend.timeout" if "shorter than" in w else "backend.flavor"
             more = f" Options: {'; '.join(report.suggestions)}." if report.suggestions and "fit" in w else ""
             warn(FieldError(field, b.timeout if "shorter" in w else b.flavor, f"{w}.{more}", "warning"))
+
+
+def _check_health(spec: RunSpec, err: Any) -> None:
+    from .health import resolve_thresholds
+
+    h = spec.health
+    try:
+        resolve_thresholds(h.thresholds)
+    except ValueError as exc:
+        err(FieldError("health.thresholds", h.thresholds, f"{exc}. Fix the key or value (docs/health.md)."))
+    if h.guard_persist < 1:
+        err(FieldError("health.guard_persist", h.guard_persist, "must be at least 1 (logged steps); e.g. 3."))
+    url = h.webhook_url
+    if url is not None and not re.match(r"^(https?://\S+|\$\{?[A-Za-z_]\w*\}?)$", url):
+        err(FieldError("health.webhook_url", url, "must be an http(s):// URL or $NAME (read from that environment "
+                       "variable in the job), e.g. https://hooks.slack.com/services/..."))
 
 
 def _check_chat_template(spec: RunSpec, base: Path, sample: DatasetSample, err: Any, warn: Any) -> None:

@@ -22,11 +22,16 @@ object, written both to stdout behind the marker `@@GRPO_DASHBOARD@@ ` and, flus
 - `{"v": 1, "type": "event", "event": "starting"|"started"|"finished"|"failed"|"canceled", "time": unix_s, ...}`:
   `started` carries `config` (the resolved GRPOConfig) and `max_steps`; `failed` carries `error_type`, `message` and
   `traceback`; `canceled` carries `step`.
+- With the health guard or alerts on (`health:` in the spec), before `finished`: `guard_stop` (`step`, `rule`,
+  `severity`, `onset`, `message`, `remedy`, `checkpoint`) when the guard stopped training, and `health_summary`
+  (`evaluations`, `spent_s`, `train_s`, `overhead`, `alerts`, `webhook_posts`, `alert_failures`). The rules are the
+  dashboard's own, shipped beside run.yaml as `grpo_health/` (numpy and the standard library only).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -35,6 +40,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -183,21 +189,59 @@ def map_prompts(dataset: Any, ds_spec: dict[str, Any]) -> Any:
     return dataset.map(convert)
 
 
-def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int) -> Any:
-    """Build the TrainerCallback that streams records and honours cancellation at step boundaries."""
+def load_health_package(spec: dict[str, Any], config_dir: Path) -> ModuleType | None:
+    """The shipped copy of the dashboard's health rules (`grpo_health/` beside run.yaml) when the spec asks for the
+    guard or alerts; None otherwise. Raises FileNotFoundError when it is needed but was not shipped."""
+    health = spec.get("health") or {}
+    if not (health.get("guard") or health.get("alerts") or health.get("webhook_url")):
+        return None
+    package = config_dir / "grpo_health"
+    if not (package / "__init__.py").is_file():
+        raise FileNotFoundError(
+            f"health.guard/alerts are on but {package} is missing; launch through the dashboard (it ships the rules "
+            "there) or copy grpo_dashboard/health/ to that path."
+        )
+    module_spec = importlib.util.spec_from_file_location(
+        "grpo_health", package / "__init__.py", submodule_search_locations=[str(package)])
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules["grpo_health"] = module
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def _rank0_decides(flag: bool) -> bool:
+    """Every process adopts the main process's decision (a guard stop must stop all of them at the same step)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return flag
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    box = [flag]
+    dist.broadcast_object_list(box, src=0)
+    return bool(box[0])
+
+
+def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int, health: Any = None,
+                  guard: bool = False) -> Any:
+    """Build the TrainerCallback that streams records, runs the health guard/alerts, and honours cancellation."""
     from transformers import TrainerCallback
 
     class DashboardCallback(TrainerCallback):
         def __init__(self) -> None:
             self.trainer: Any = None
             self.stop_requested = False
+            self.guard_stop: Any = None
             self.t0 = time.time()
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.t0 = time.time()
             if state.is_world_process_zero:
-                emitter.event("started", max_steps=state.max_steps, config=_config_dict(args),
-                              world_size=args.world_size)
+                config = _config_dict(args)
+                emitter.event("started", max_steps=state.max_steps, config=config, world_size=args.world_size)
+                if health is not None:
+                    health.begin({**config, **_reward_config(self.trainer)})
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.stop_requested:
@@ -205,15 +249,34 @@ def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int)
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                    **kwargs: Any) -> None:
-            if not state.is_world_process_zero or not logs:
-                return
-            split = "eval" if any(k.startswith("eval_") for k in logs) else "train"
-            emitter.emit({"type": "log", "split": split, "step": state.global_step, "time": time.time(),
-                          "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": dict(logs)})
-            if samples_path is not None and split == "train" and "reward" in logs and self.trainer is not None:
-                _write_samples(samples_path, state.global_step, self.trainer, max_samples)
+            stop = None
+            if state.is_world_process_zero and logs:
+                split = "eval" if any(k.startswith("eval_") for k in logs) else "train"
+                emitter.emit({"type": "log", "split": split, "step": state.global_step, "time": time.time(),
+                              "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": dict(logs)})
+                if samples_path is not None and split == "train" and "reward" in logs and self.trainer is not None:
+                    _write_samples(samples_path, state.global_step, self.trainer, max_samples)
+                if health is not None and self.guard_stop is None:
+                    stop = health.observe(logs, state.global_step, last=state.global_step >= state.max_steps)
+            if guard and self.guard_stop is None and _rank0_decides(stop is not None):
+                # Stop cleanly: the trainer saves a checkpoint of this step (on_log runs before its save check).
+                self.guard_stop = stop if stop is not None else True
+                control.should_training_stop = True
+                control.should_save = True
 
     return DashboardCallback()
+
+
+def _reward_config(trainer: Any) -> dict[str, Any]:
+    """Reward function names and weights, for the health rules (format vs accuracy rewards, remedies)."""
+    if trainer is None:
+        return {}
+    names = list(getattr(trainer, "reward_func_names", None) or [])
+    weights = getattr(trainer, "reward_weights", None)
+    out: dict[str, Any] = {"reward_names": names} if names else {}
+    if weights is not None:
+        out["reward_weights"] = [float(w) for w in weights.tolist()] if hasattr(weights, "tolist") else list(weights)
+    return out
 
 
 def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
@@ -252,6 +315,7 @@ def _config_dict(args: Any) -> dict[str, Any]:
 def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_dir: Path) -> int:
     """Build dataset, model and rewards from `spec` and train; return the process exit code."""
     callback_holder: dict[str, Any] = {}
+    health_pkg = load_health_package(spec, base_dir)
 
     def on_sigterm(signum: int, frame: Any) -> None:
         cb = callback_holder.get("cb")
@@ -308,18 +372,37 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         lora = dict(model_spec["lora"])
         peft_config = LoraConfig(task_type="CAUSAL_LM", **lora)
 
-    callback = make_callback(emitter, samples_path, int(spec.get("max_samples_per_step") or 64))
+    health = None  # grpo_health.JobHealth on the main process when the guard or alerts are on
+    if health_pkg is not None and _is_main_process():
+        health = health_pkg.JobHealth(spec.get("health"), run_name=spec.get("name"), report_to=config.report_to)
+    guard = health_pkg is not None and bool((spec.get("health") or {}).get("guard"))
+    callback = make_callback(emitter, samples_path, int(spec.get("max_samples_per_step") or 64), health=health,
+                             guard=guard)
     trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
                           eval_dataset=eval_ds, callbacks=[callback], peft_config=peft_config)
     callback.trainer = trainer
     callback_holder["cb"] = callback
-    trainer.train()
+    t0 = time.perf_counter()
+    try:
+        trainer.train()
+    finally:
+        if health is not None:
+            health.close()
+    step = trainer.state.global_step
+    if health is not None:
+        stop = health.stop
+        if stop is not None:
+            checkpoint = Path(spec["output_dir"]) / f"checkpoint-{step}"
+            emitter.event("guard_stop", step=step, rule=stop.rule, severity=stop.severity, onset=stop.step,
+                          message=stop.message, remedy=stop.remedy,
+                          checkpoint=str(checkpoint) if checkpoint.is_dir() else None)
+        emitter.event("health_summary", **health.summary(time.perf_counter() - t0))
     if callback.stop_requested:
-        emitter.event("canceled", step=trainer.state.global_step)
+        emitter.event("canceled", step=step)
         return EXIT_CANCELED
     if spec.get("save_model", True):
         trainer.save_model(spec["output_dir"])
-    emitter.event("finished", step=trainer.state.global_step)
+    emitter.event("finished", step=step)
     return 0
 
 

@@ -271,13 +271,29 @@ def test_truncation_error_and_warning_levels() -> None:
 
 
 def test_partial_truncation_while_reward_improves_is_info_and_young_episode_a_warning() -> None:
-    """The tiny smoke task truncates ~96% of completions at 12 tokens yet learns: that is a note, not a page."""
+    """The tiny smoke task truncates ~96% of completions at 12 tokens yet learns: that is a note, not a page.
+
+    Truncation present from the first logs is a note until the reward trend is known (then a warning if stuck);
+    truncation that grows mid-run warns at once, before any trend is known.
+    """
     n = 100
     clipped = 0.96 + 0.03 * np.sin(np.arange(n))
     f = only(diagnose(healthy(n, completions__clipped_ratio=clipped)), "truncation")
     assert f.severity == "info" and f.evidence["reward_improving"] == "improving"
     young = only(diagnose(healthy(12, completions__clipped_ratio=clipped[:12])), "truncation")
-    assert young.severity == "warning"
+    assert young.severity == "info" and young.evidence["reward_improving"] is None
+    stuck = only(diagnose(healthy(n, completions__clipped_ratio=clipped, reward=np.full(n, 0.3))), "truncation")
+    assert stuck.severity == "error" and stuck.evidence["reward_improving"] == "stuck"
+    grown = np.concatenate([np.full(20, 0.05), np.full(12, 0.8)])
+    mid_run = only(diagnose(healthy(32, completions__clipped_ratio=grown)), "truncation")
+    assert mid_run.severity == "warning" and mid_run.step == 21
+
+
+def test_total_truncation_broken_by_one_batch_is_still_an_error() -> None:
+    """max_completion_length=2: every completion cut for 9 logs, then one batch where one ends; no flip to a note."""
+    clipped = np.array([0.94] + [1.0] * 9 + [0.94, 1.0])
+    f = only(diagnose(healthy(12, completions__clipped_ratio=clipped)), "truncation")
+    assert f.severity == "error"
 
 
 def test_total_truncation_with_masking_explains_zero_gradients_and_is_not_entropy_collapse() -> None:

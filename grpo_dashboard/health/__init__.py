@@ -1,20 +1,30 @@
 """Training-health doctor for TRL GRPO runs: rules over logged metrics, log loaders and the ``doctor`` CLI.
 
 Public API: ``diagnose`` (records -> findings), ``Finding``, ``load_log_records`` (any supported log file ->
-records), ``doctor_main`` (the CLI) and ``DEFAULT_THRESHOLDS`` (every tunable default; see ``docs/health.md``).
+records), ``doctor_main`` (the CLI), ``DEFAULT_THRESHOLDS`` (every tunable default; see ``docs/health.md``), and for
+training jobs ``JobHealth`` over ``HealthMonitor`` (budgeted live evaluation, guard decisions, alert dedupe) and
+``AlertSender`` (webhook, trackio).
+The package needs only numpy and the standard library: jobs import a shipped copy as ``grpo_health`` (``ship.py``).
 """
 
+from .alerts import AlertSender
 from .doctor_cli import doctor_main
 from .findings import Finding
+from .job import JobHealth, wants_job_health
 from .loaders import load_completions, load_log_frame, load_log_records
+from .monitor import HealthMonitor, MonitorUpdate
 from .rules import RULES, diagnose, worst_severity
 from .series import MetricFrame
 from .thresholds import DEFAULT_THRESHOLDS, RULE_IDS, THRESHOLDS, resolve_thresholds
 
 __all__ = [
+    "AlertSender",
     "DEFAULT_THRESHOLDS",
     "Finding",
+    "HealthMonitor",
+    "JobHealth",
     "MetricFrame",
+    "MonitorUpdate",
     "RULES",
     "RULE_IDS",
     "THRESHOLDS",
@@ -24,5 +34,6 @@ __all__ = [
     "load_log_frame",
     "load_log_records",
     "resolve_thresholds",
+    "wants_job_health",
     "worst_severity",
 ]

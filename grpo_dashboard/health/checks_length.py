@@ -6,7 +6,7 @@ import numpy as np
 
 from .checks_signal import reward_range
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
-from .series import Series, extend_onset, fmt, trailing_mean, trailing_streak
+from .series import Series, extend_onset, fmt, linear_fit, trailing_mean, trailing_streak
 
 MEAN_LENGTH_KEYS = ("completions/mean_length", "completion_length", "completions/mean_length/mean")
 
@@ -17,11 +17,12 @@ def _mean_length(ctx: Context) -> Series | None:
 
 
 def _reward_trend(ctx: Context, since_step: int, min_logs: int = 10) -> str | None:
-    """``"improving"``, ``"stuck"`` (gain under plateau.min_gain of its range) or None (too little data, or slow
-    learning) for reward from ``since_step`` on.
+    """``"improving"``, ``"stuck"`` (gain under plateau.min_gain of its range and no significant rise) or None (too
+    little data, or slow learning) for reward from ``since_step`` on.
 
     Uses eval_reward when there are enough evaluations, else the train reward; the gain is measured against the
-    logs before ``since_step`` when there are some, else within the episode itself.
+    logs before ``since_step`` when there are some, else within the episode itself. A rise whose fitted slope has a
+    t-statistic of at least plateau.t_stat and a fitted gain of at least plateau.min_gain counts as improving.
     """
     for key in ("eval_reward", "reward"):
         series = ctx.frame.get(key)
@@ -38,12 +39,24 @@ def _reward_trend(ctx: Context, since_step: int, min_logs: int = 10) -> str | No
         else:
             k = max(3, after.size // 5)
             gain = float(np.mean(after[-k:]) - np.mean(after[:k]))
-        if gain > 0.1 * (hi - lo):
+        window = after[-int(ctx.t("plateau.window")) :]
+        slope, t = linear_fit(window)
+        fitted_gain = slope * (window.size - 1)
+        significant = fitted_gain >= ctx.t("plateau.min_gain") * (hi - lo) and t >= ctx.t("plateau.t_stat")
+        if gain > 0.1 * (hi - lo) or significant:
             return "improving"
         if gain < ctx.t("plateau.min_gain") * (hi - lo):
             return "stuck"
         return None
     return None
+
+
+def _longest_streak(mask: np.ndarray) -> int:
+    """Length of the longest run of True values in ``mask``."""
+    if not mask.any():
+        return 0
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
+    return int((edges[1::2] - edges[::2]).max())
 
 
 def _truncation_remedy(ctx: Context) -> str:
@@ -106,11 +119,26 @@ def check_truncation(ctx: Context) -> list[Finding]:
         improving = None
         if not (none_end or current >= ctx.t("truncation.extreme")):
             # Partial truncation pages only once learning is shown to be stuck; a task whose answers need no end
-            # (or a cap set on purpose) keeps learning, which makes it a note.
-            improving = _reward_trend(ctx, onset, min_logs=int(ctx.t("plateau.min_points")))
-            if improving == "improving":
+            # (or a cap set on purpose) keeps learning, which makes it a note. Truncation present from the first
+            # logs is how the task and cap were set up, not a change in the policy: a note while the log is too
+            # young for a reward trend. Truncation that grew mid-run (lengths reaching the cap) warns at once; an
+            # episode that already had `persist` logs in a row with every completion cut is never demoted.
+            min_logs = int(ctx.t("plateau.min_points"))
+            improving = _reward_trend(ctx, onset, min_logs=min_logs)
+            from_start = float(np.median(v[: ctx.baseline_n(n)])) > ctx.t("truncation.warn")
+            was_total = _longest_streak(v[start:] >= ctx.t("truncation.extreme")) >= persist
+            starved = bool(cfg.flag("mask_truncated_completions")) and current >= 0.5
+            if starved or was_total:
+                pass  # training on (almost) nothing, or on cut text only, is a problem whatever the reward does
+            elif improving == "improving":
                 severity = INFO
                 message += " Reward still improves, so the cap may be intended."
+            elif improving is None and from_start and n < min_logs:
+                severity = INFO
+                message += (
+                    f" It has been so since the first logs; whether it holds learning back shows once the reward "
+                    f"trend is known ({min_logs} logs): a warning then unless the reward improves."
+                )
             elif improving is None and severity == ERROR:
                 severity = WARNING
             elif improving == "stuck":
