@@ -7,11 +7,14 @@ a no-op. A half-written last line is left for the next read. Invalid lines are s
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import chain
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import Any
 
@@ -250,8 +253,10 @@ def ingest_file(store: Store, run_id: str, path: str | Path) -> IngestResult:
                 total += IngestResult(skipped=1, bytes_read=skipped)
                 continue
             body = chunk[: end + 1]
-            items, bad = _parse_lines(body, offset)
-            result = apply_records(conn, run_id, items)
+            with _gc_paused():
+                items, bad = _parse_lines(body, offset)
+                result = apply_records(conn, run_id, items)
+                del items
             result.skipped += bad
             result.bytes_read = len(body)
             conn.execute("UPDATE runs SET ingest_offset = ?, n_skipped = n_skipped + ? WHERE id = ?",
@@ -264,33 +269,44 @@ def ingest_file(store: Store, run_id: str, path: str | Path) -> IngestResult:
 def _parse_lines(body: bytes, offset: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
     """(records with their byte offsets, number of invalid lines) of complete lines read at `offset`.
 
-    The common line, a bare log record, is decoded and checked inline; anything else goes through parse_line.
+    Every line is decoded in one pass and bare log records (nearly all lines) are checked in bulk; the rest (events,
+    marker-prefixed or NaN-bearing lines, garbage) goes through parse_line one by one.
     """
-    items: list[tuple[int, dict[str, Any]]] = []
-    bad = 0
-    seq = offset
-    loads = _loads
     lines = body.split(b"\n")
     lines.pop()  # what follows the last newline: nothing
-    for line in lines:
-        pos = seq
-        seq += len(line) + 1
-        try:
-            obj = loads(line)
-        except ValueError:
-            obj = None
-        if (type(obj) is dict and obj.get("type") == "log" and type(obj.get("step")) is int and obj["step"] >= 0
-                and type(obj.get("metrics")) is dict):
-            items.append((pos, obj))
-            continue
-        if not line.strip():
-            continue
-        rec = parse_line(line)
-        if rec is None:
-            bad += 1
-        else:
-            items.append((pos, rec))
-    return items, bad
+    starts = list(accumulate((len(line) + 1 for line in lines[:-1]), initial=offset))
+    objs = [_loads_or_none(line) for line in lines]
+    ok = [type(o) is dict and o.get("type") == "log" and type(o.get("step")) is int and o["step"] >= 0
+          and type(o.get("metrics")) is dict for o in objs]
+    items: list[tuple[int, dict[str, Any]] | None] = list(zip(starts, objs, strict=True))  # type: ignore[arg-type]
+    bad = 0
+    if not all(ok):
+        for i in [i for i, good in enumerate(ok) if not good]:
+            rec = parse_line(lines[i]) if lines[i].strip() else None
+            bad += rec is None and bool(lines[i].strip())
+            items[i] = (starts[i], rec) if rec is not None else None
+        return [it for it in items if it is not None], bad
+    return items, bad  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a chunk's records are built: they are acyclic dicts and floats, and the
+    collector would otherwise walk every object of the process many times over (~10-25% of bulk ingestion)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _loads_or_none(line: bytes) -> Any:
+    try:
+        return _loads(line)
+    except ValueError:
+        return None
 
 
 def _skip_giant_line(path: Path, offset: int) -> int | None:

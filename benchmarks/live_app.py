@@ -1,0 +1,135 @@
+"""The real dashboard as a separate process, synthetic live runs feeding it, and a reader for its poll endpoint.
+
+A synthetic writer is a small process that behaves like the job towards the dashboard: it appends line-protocol
+records to its run's metrics.jsonl (flushed per line, `time` set just before the write) at a fixed pace. Its run row
+carries the writer's pid and kernel start time, so the app's monitor treats it exactly like a local job.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import ROOT
+
+WRITER = textwrap.dedent("""
+    import json, math, sys, time
+    path, interval, n_steps = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    sys.path.insert(0, sys.argv[4])
+    from common import grpo_metrics
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"v": 1, "type": "event", "event": "started", "time": time.time(),
+                            "max_steps": n_steps}) + "\\n")
+        f.flush()
+        next_t = time.monotonic()
+        for step in range(1, n_steps + 1):
+            next_t += interval
+            time.sleep(max(0.0, next_t - time.monotonic()))
+            rec = {"v": 1, "type": "log", "split": "train", "step": step, "time": time.time(),
+                   "max_steps": n_steps, "metrics": grpo_metrics(step, n_steps)}
+            f.write(json.dumps(rec) + "\\n")
+            f.flush()
+        f.write(json.dumps({"v": 1, "type": "event", "event": "finished", "time": time.time(),
+                            "step": n_steps}) + "\\n")
+""")
+
+
+def free_port() -> int:
+    """A free TCP port on localhost."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_app(data: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`python app.py` on a free port with its store in `data`; returns (process, url) once it answers."""
+    port = free_port()
+    env = {**os.environ, "GRPO_DASHBOARD_DATA_DIR": str(data), "GRADIO_SERVER_PORT": str(port),
+           "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the app exited with {proc.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - localhost
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"the app did not answer within 180 s; see {log}")
+
+
+def add_live_run(data: Path, run_id: str, interval: float, n_steps: int) -> subprocess.Popen[bytes]:
+    """Register a running local run in the store under `data` and start its synthetic writer."""
+    from grpo_dashboard.backends.local import process_start_time
+    from grpo_dashboard.store import Run, Store
+
+    run_dir = data / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "job.log").write_text("")
+    spec = (ROOT / "examples" / "smoke.yaml").read_text().replace("name: smoke", f"name: {run_id}", 1)
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir / "metrics.jsonl"), str(interval),
+                             str(n_steps), str(Path(__file__).resolve().parent)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    store = Store(data / "dashboard.db")
+    store.insert_run(Run(id=run_id, name=run_id, spec_yaml=spec, backend="local", status="running",
+                         created_at=time.time(), started_at=time.time(), run_dir=str(run_dir),
+                         pid=proc.pid, pid_start=process_start_time(proc.pid)))
+    store.close()
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes] | None) -> None:
+    """Terminate a process this script started (its own session), then kill it if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=15)
+
+
+def _coords(x: Any) -> np.ndarray:
+    if isinstance(x, dict) and "bdata" in x:
+        return np.frombuffer(base64.b64decode(x["bdata"]), dtype=np.dtype(x["dtype"]))
+    return np.asarray(x, dtype=float)
+
+
+def visible_step(out: list[Any]) -> int | None:
+    """The newest step a detail_poll answer shows: the last x of the reward chart when it was redrawn, else the step
+    in the status line (same change token); None when neither is there."""
+    for item in out:
+        if isinstance(item, dict) and item.get("type") == "plotly" and '"reward' in item.get("plot", ""):
+            fig = json.loads(item["plot"])
+            xs = [_coords(t["x"]) for t in fig.get("data", []) if t.get("x") is not None]
+            xs = [x for x in xs if x.size]
+            if xs:
+                return int(max(float(x.max()) for x in xs))
+    if out and isinstance(out[0], str):
+        m = re.search(r"(\d+)/\d+|step (\d+)", out[0])
+        if m:
+            return int(m.group(1) or m.group(2))
+    return None
+
+
+def poll_args(run_id: str) -> tuple[Any, ...]:
+    """The detail_poll inputs of a page showing `run_id` with default controls."""
+    return (run_id, 0.6, False, "step", True, None, "advantage", True)
