@@ -318,8 +318,8 @@ Frames = dict[tuple[str, str], pd.DataFrame]
 
 
 def panel_figure(panel_id: str, keys: Sequence[str], frames: Frames, opts: ChartOptions, *,
-                 t0: float | None = None, beta: float | None = None, max_completion_length: int | None = None
-                 ) -> go.Figure:
+                 t0: float | None = None, beta: float | None = None, max_completion_length: int | None = None,
+                 markers: Sequence[tuple[int, str, str]] = ()) -> go.Figure:
     """The figure of one panel: its train keys (with eval twins dashed), from frames keyed by (split, key)."""
     panel = next(p for p in PANELS if p.id == panel_id)
     if panel_id in UNSMOOTHED:
@@ -365,12 +365,22 @@ def panel_figure(panel_id: str, keys: Sequence[str], frames: Frames, opts: Chart
         annotations.append({"text": f"max_completion_length = {max_completion_length}", "showarrow": False,
                             "xref": "x domain", "x": 0, "xanchor": "left", "yref": "y", "y": max_completion_length,
                             "yanchor": "bottom"})
+    if opts.xaxis == "step":
+        for step, rule, severity in markers:  # health findings: a vertical line at the onset step
+            color = FINDING_COLORS.get(severity, "#57606a")
+            shapes.append({"type": "line", "xref": "x", "x0": step, "x1": step, "yref": "paper", "y0": 0, "y1": 1,
+                           "line": {"color": color, "dash": "dot", "width": 1.5}})
+            annotations.append({"text": rule, "showarrow": False, "xref": "x", "x": step, "xanchor": "left",
+                                "yref": "paper", "y": 1, "yanchor": "top", "font": {"size": 10, "color": color}})
     layout = _layout(panel.title, panel.y_title, opts, secondary)
     if annotations:
         layout["annotations"] = annotations
     if shapes:
         layout["shapes"] = shapes
     return _figure([_drop_none(t) for t in traces], layout)
+
+
+FINDING_COLORS = {"warning": "#bf8700", "error": "#cf222e"}
 
 
 def _all_zero(frames: Frames, keys: Sequence[str]) -> bool:
@@ -474,10 +484,17 @@ def load_frames(store: Any, run_id: str, smoothing: float = 0.0, max_points: int
 
 
 def run_figures(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,
-                max_completion_length: int | None = None, started_at: float | None = None) -> dict[str, go.Figure]:
-    """Every panel's figure for one run, in PANELS order."""
+                max_completion_length: int | None = None, started_at: float | None = None,
+                findings: Sequence[Any] = ()) -> dict[str, go.Figure]:
+    """Every panel's figure for one run, in PANELS order; `findings` (health) mark their metric's panel."""
     frames = load_frames(store, run_id, opts.smoothing, opts.max_points)
     groups = group_metrics(frames.keys())
     t0 = run_t0(frames, started_at)
+    marks: dict[str, list[tuple[int, str, str]]] = {}
+    for f in findings:
+        pid = next((p for p in PANEL_IDS if f.metric and f.metric in groups[p]), None)
+        if pid is not None and f.severity in ("warning", "error"):
+            marks.setdefault(pid, []).append((int(f.step), f.rule, f.severity))
     return {pid: panel_figure(pid, groups[pid], frames, opts, t0=t0, beta=beta,
-                              max_completion_length=max_completion_length) for pid in PANEL_IDS}
+                              max_completion_length=max_completion_length, markers=marks.get(pid, ()))
+            for pid in PANEL_IDS}

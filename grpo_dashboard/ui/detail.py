@@ -86,7 +86,8 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     chart_key = (run.id, token, opts.smoothing, opts.log_y, opts.xaxis)
     if state.get("charts") != chart_key:
         settings = overview.spec_settings(run)
-        figs = charts.run_figures(ctx.store, run.id, opts, started_at=run.started_at, **settings)
+        figs = charts.run_figures(ctx.store, run.id, opts, started_at=run.started_at,
+                                  findings=overview.findings(ctx.store, run), **settings)
         out += [overview.findings_markdown(ctx.store, run), *figs.values()]
         state["charts"] = chart_key
     else:
