@@ -7,11 +7,14 @@ never sends more than `MAX_POINTS` points per line to the browser.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import json
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+
+from .memo import SingleFlight
 
 MAX_POINTS = 2000
 XAXES = ("step", "wall time", "relative time")
@@ -274,10 +279,52 @@ def line_traces(frame: pd.DataFrame, name: str, color: str, opts: ChartOptions, 
     return traces
 
 
+_TYPED = {"int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2", "int32": "i4", "uint32": "u4", "float32": "f4",
+          "float64": "f8"}
+
+
+def _typed_array(v: np.ndarray) -> Any:
+    """plotly.js's typed-array spec of a numeric array, as plotly's own `to_typed_array_spec` makes it (int64 narrowed
+    to the smallest int type that holds it) but without its per-array dataframe-library probing (~0.3 ms each)."""
+    if v.size == 0 or v.dtype.kind not in "iuf":
+        return v
+    if v.dtype == np.int64:
+        lo, hi = int(v.min()), int(v.max())
+        for small in (np.int8, np.int16, np.int32):
+            if np.iinfo(small).min <= lo and hi <= np.iinfo(small).max:
+                v = v.astype(small)
+                break
+        else:
+            return v
+    short = _TYPED.get(str(v.dtype))
+    if short is None:
+        return v
+    return {"dtype": short, "bdata": base64.b64encode(np.ascontiguousarray(v)).decode("ascii")}
+
+
+def _source_json(data: list[dict[str, Any]], layout: dict[str, Any]) -> str:
+    """What plotly's to_json makes of an unvalidated figure built from these dicts (to_dict deep-copies them, turns
+    numpy arrays into typed-array specs and serialises), without the copies: arrays only sit at a trace's top level
+    here, so only those are converted, in a copy of each trace dict."""
+    from plotly.io.json import to_json_plotly
+
+    traces = [{k: _typed_array(v) if isinstance(v, np.ndarray) else v for k, v in trace.items()} for trace in data]
+    return to_json_plotly({"data": traces, "layout": layout})
+
+
+Spec = tuple[list[dict[str, Any]], dict[str, Any]]  # a figure as plain dicts: (traces, layout without template)
+
+
 def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     """A figure built in one go from plain dicts, without plotly's per-property validation (~25x faster than
     add_traces + update_layout; the dicts here are fixed by this module, not user input)."""
     return go.Figure(data=data, layout={"template": _TEMPLATE, **layout}, _validate=False)
+
+
+def spec_json(spec: Spec) -> str:
+    """What `_figure(*spec).to_json()` returns, without building the figure (~4 ms per panel saved)."""
+    data, layout = spec
+    return _source_json(data, {"template": _TEMPLATE, **layout})
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -287,11 +334,15 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
 
 def empty_figure(title: str, note: str) -> go.Figure:
     """A figure holding only a centred note (e.g. why a metric is missing)."""
-    return _figure([], {"annotations": [{"text": note, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
-                                         "showarrow": False, "font": {"size": 14}}],
-                        "title": {"text": title, "font": {"size": 14}}, "height": 300,
-                        "margin": {"l": 50, "r": 20, "t": 40, "b": 40}, "xaxis": {"visible": False},
-                        "yaxis": {"visible": False}})
+    return _figure(*_empty_spec(title, note))
+
+
+def _empty_spec(title: str, note: str) -> Spec:
+    return ([], {"annotations": [{"text": note, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
+                                  "showarrow": False, "font": {"size": 14}}],
+                 "title": {"text": title, "font": {"size": 14}}, "height": 300,
+                 "margin": {"l": 50, "r": 20, "t": 40, "b": 40}, "xaxis": {"visible": False},
+                 "yaxis": {"visible": False}})
 
 
 def _layout(title: str, y_title: str, opts: ChartOptions, secondary_title: str | None = None) -> dict[str, Any]:
@@ -314,13 +365,21 @@ def _label(key: str) -> str:
     return m.group(1) if m else key.split("/", 1)[-1] if key.startswith(("clip_ratio/", "completions/")) else key
 
 
-Frames = dict[tuple[str, str], pd.DataFrame]
+Frames = dict[tuple[str, str], "pd.DataFrame | ArrayFrame"]
 
 
 def panel_figure(panel_id: str, keys: Sequence[str], frames: Frames, opts: ChartOptions, *,
                  t0: float | None = None, beta: float | None = None, max_completion_length: int | None = None,
                  markers: Sequence[tuple[int, str, str]] = ()) -> go.Figure:
     """The figure of one panel: its train keys (with eval twins dashed), from frames keyed by (split, key)."""
+    return _figure(*panel_spec(panel_id, keys, frames, opts, t0=t0, beta=beta,
+                               max_completion_length=max_completion_length, markers=markers))
+
+
+def panel_spec(panel_id: str, keys: Sequence[str], frames: Frames, opts: ChartOptions, *,
+               t0: float | None = None, beta: float | None = None, max_completion_length: int | None = None,
+               markers: Sequence[tuple[int, str, str]] = ()) -> Spec:
+    """`panel_figure` as plain dicts."""
     panel = next(p for p in PANELS if p.id == panel_id)
     if panel_id in UNSMOOTHED:
         opts = dataclasses.replace(opts, smoothing=0.0)
@@ -328,10 +387,10 @@ def panel_figure(panel_id: str, keys: Sequence[str], frames: Frames, opts: Chart
         if panel_id == "kl":
             note = ("KL not logged: beta is 0 (no reference model, no KL penalty)" if beta == 0
                     else "KL not logged yet")
-            return empty_figure(panel.title, note)
-        return empty_figure(panel.title, "not logged (yet)")
+            return _empty_spec(panel.title, note)
+        return _empty_spec(panel.title, "not logged (yet)")
     if panel_id == "other":
-        return other_figure(keys, frames, opts, t0=t0)
+        return _other_spec(keys, frames, opts, t0=t0)
     traces: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
@@ -377,7 +436,7 @@ def panel_figure(panel_id: str, keys: Sequence[str], frames: Frames, opts: Chart
         layout["annotations"] = annotations
     if shapes:
         layout["shapes"] = shapes
-    return _figure([_drop_none(t) for t in traces], layout)
+    return [_drop_none(t) for t in traces], layout
 
 
 FINDING_COLORS = {"warning": "#bf8700", "error": "#cf222e"}
@@ -392,6 +451,11 @@ def _all_zero(frames: Frames, keys: Sequence[str]) -> bool:
 def other_figure(keys: Sequence[str], frames: Frames, opts: ChartOptions, t0: float | None = None,
                  max_rows: int = 12) -> go.Figure:
     """Metrics without a dedicated panel, one small stacked subplot each (their scales differ)."""
+    return _figure(*_other_spec(keys, frames, opts, t0, max_rows))
+
+
+def _other_spec(keys: Sequence[str], frames: Frames, opts: ChartOptions, t0: float | None = None,
+                max_rows: int = 12) -> Spec:
     shown = list(keys)[:max_rows]
     layout = _subplots_layout(tuple(shown))
     traces: list[dict[str, Any]] = []
@@ -408,7 +472,7 @@ def other_figure(keys: Sequence[str], frames: Frames, opts: ChartOptions, t0: fl
     title = "Other metrics" + (f" (first {max_rows} of {len(keys)})" if len(keys) > max_rows else "")
     layout.update(title={"text": title, "font": {"size": 14}}, height=max(300, 170 * len(shown)),
                   margin={"l": 55, "r": 20, "t": 60, "b": 40}, showlegend=False, uirevision="keep")
-    return _figure([_drop_none(t) for t in traces], layout)
+    return [_drop_none(t) for t in traces], layout
 
 
 @functools.lru_cache(maxsize=64)
@@ -448,8 +512,56 @@ def run_t0(frames: Frames, started_at: float | None = None) -> float | None:
     """The time origin of a run: its start, else its first logged time."""
     if started_at is not None:
         return started_at
-    times = [float(f["time"].min()) for f in frames.values() if len(f) and f["time"].notna().any()]
-    return min(times) if times else None
+    times = [f["time"].to_numpy(dtype="float64") for f in frames.values() if len(f)]
+    lows = [float(np.nanmin(t)) for t in times if not np.isnan(t).all()]
+    return min(lows) if lows else None
+
+
+class ArrayFrame:
+    """Equal-length numpy columns behind the part of pandas.DataFrame's interface the chart code uses (`len`,
+    `empty`, `columns`, `frame[name].to_numpy(dtype)`, `frame[name].min()`): a live page builds ~30 of these per
+    redraw, and a DataFrame costs ~0.5 ms each to make."""
+
+    __slots__ = ("_columns",)
+
+    def __init__(self, columns: dict[str, np.ndarray]) -> None:
+        self._columns = columns
+
+    @property
+    def columns(self) -> list[str]:
+        """The column names."""
+        return list(self._columns)
+
+    @property
+    def empty(self) -> bool:
+        """True without rows."""
+        return len(self) == 0
+
+    def __len__(self) -> int:
+        return len(self._columns["step"])
+
+    def __getitem__(self, name: str) -> pd.Series:
+        return _ArrayColumn(self._columns[name])  # type: ignore[return-value]
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The same columns as a DataFrame."""
+        return pd.DataFrame(self._columns)
+
+
+class _ArrayColumn:
+    __slots__ = ("values",)
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def to_numpy(self, dtype: Any = None) -> np.ndarray:
+        return self.values if dtype is None else self.values.astype(dtype, copy=False)
+
+    def min(self) -> float:
+        return float(np.nanmin(self.values)) if self.values.size and not np.isnan(self.values).all() else math.nan
+
+    def notna(self) -> Any:
+        return pd.Series(~np.isnan(self.values.astype("float64", copy=False)))
 
 
 def _arrays_frame(a: Any) -> pd.DataFrame:
@@ -475,7 +587,7 @@ def load_frames(store: Any, run_id: str, smoothing: float = 0.0, max_points: int
                        "time": np.asarray(p.times, dtype="float64"), "smooth": np.asarray(p.smooth, dtype="float64")}
             if ident in bands:
                 columns["band"] = np.asarray(p.aux, dtype="float64")
-            out[ident] = pd.DataFrame(columns)
+            out[ident] = ArrayFrame(columns)  # the store's arrays are read-only and shared
         return out
     if hasattr(store, "arrays"):
         return {(split, key): _arrays_frame(store.arrays(run_id, key, split))
@@ -487,6 +599,50 @@ def run_figures(store: Any, run_id: str, opts: ChartOptions, *, beta: float | No
                 max_completion_length: int | None = None, started_at: float | None = None,
                 findings: Sequence[Any] = ()) -> dict[str, go.Figure]:
     """Every panel's figure for one run, in PANELS order; `findings` (health) mark their metric's panel."""
+    specs = _run_specs(store, run_id, opts, beta, max_completion_length, started_at, findings)
+    return {pid: _figure(*spec) for pid, spec in specs.items()}
+
+
+def run_plots(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,
+              max_completion_length: int | None = None, started_at: float | None = None,
+              findings: Sequence[Any] = ()) -> dict[str, str]:
+    """`run_figures` as the plotly JSON the browser gets (what gr.Plot sends), in PANELS order.
+
+    Shared between callers asking for the same run state (the store's change token) with the same options: many
+    viewers of one live run cost one build per change, not one per viewer.
+    """
+    token = store.change_token(run_id)
+    key = (str(store.path), run_id, token, dataclasses.astuple(opts), beta, max_completion_length, started_at,
+           tuple((f.metric, int(f.step), f.rule, f.severity) for f in findings))
+
+    def build() -> dict[str, str]:
+        with _PLOTS_LOCK:
+            cached = _PLOTS.get(key)
+        if cached is not None:
+            return cached
+        specs = _run_specs(store, run_id, opts, beta, max_completion_length, started_at, findings)
+        plots = {pid: spec_json(spec) for pid, spec in specs.items()}
+        with _PLOTS_LOCK:
+            _PLOTS[key] = plots
+            while len(_PLOTS) > PLOT_CACHE_ENTRIES:
+                _PLOTS.popitem(last=False)
+        return plots
+
+    with _PLOTS_LOCK:
+        cached = _PLOTS.get(key)
+        if cached is not None:
+            _PLOTS.move_to_end(key)
+    return dict(cached if cached is not None else _BUILDS.do(key, build))
+
+
+PLOT_CACHE_ENTRIES = 32
+_PLOTS: OrderedDict[tuple[Any, ...], dict[str, str]] = OrderedDict()
+_PLOTS_LOCK = threading.Lock()
+_BUILDS = SingleFlight()  # one build per key: viewers asking while it runs wait for it
+
+
+def _run_specs(store: Any, run_id: str, opts: ChartOptions, beta: float | None, max_completion_length: int | None,
+               started_at: float | None, findings: Sequence[Any]) -> dict[str, Spec]:
     frames = load_frames(store, run_id, opts.smoothing, opts.max_points)
     groups = group_metrics(frames.keys())
     t0 = run_t0(frames, started_at)
@@ -495,6 +651,6 @@ def run_figures(store: Any, run_id: str, opts: ChartOptions, *, beta: float | No
         pid = next((p for p in PANEL_IDS if f.metric and f.metric in groups[p]), None)
         if pid is not None and f.severity in ("warning", "error"):
             marks.setdefault(pid, []).append((int(f.step), f.rule, f.severity))
-    return {pid: panel_figure(pid, groups[pid], frames, opts, t0=t0, beta=beta,
-                              max_completion_length=max_completion_length, markers=marks.get(pid, ()))
+    return {pid: panel_spec(pid, groups[pid], frames, opts, t0=t0, beta=beta,
+                            max_completion_length=max_completion_length, markers=marks.get(pid, ()))
             for pid in PANEL_IDS}

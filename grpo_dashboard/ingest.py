@@ -227,6 +227,13 @@ def ingest_file(store: Store, run_id: str, path: str | Path) -> IngestResult:
     """Read new complete lines of `path` from the run's stored offset and commit them with the new offset."""
     total = IngestResult()
     path = Path(path)
+    # Nothing new (most monitor passes): decided from a stat and one read, without taking the write lock.
+    offset = store.ingest_offset(run_id)
+    try:
+        if offset is None or path.stat().st_size <= offset:
+            return total
+    except FileNotFoundError:
+        return total
     while True:
         with store.transaction() as conn:
             row = conn.execute("SELECT ingest_offset FROM runs WHERE id = ?", (run_id,)).fetchone()

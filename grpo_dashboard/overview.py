@@ -6,6 +6,7 @@ Everything here only reads the store and run files; ingestion is the Monitor thr
 
 from __future__ import annotations
 
+import functools
 import shlex
 import threading
 import time
@@ -17,6 +18,7 @@ import yaml
 
 from . import ingest
 from .completions import recent_samples
+from .memo import SingleFlight
 from .spec import RunSpec
 from .store import ACTIVE, TERMINAL, Run, RunStatus, Store
 
@@ -78,6 +80,7 @@ def fmt_value(value: float | None, digits: int = 4) -> str:
 HEALTH_MIN_INTERVAL_S = 5.0  # a live run's findings are recomputed at most this often (diagnose reads every record)
 _health_cache: dict[tuple[str, str], tuple[tuple[Any, ...], float, list[Any]]] = {}
 _health_lock = threading.Lock()
+_health_flight = SingleFlight()
 
 
 def health_available() -> bool:
@@ -89,11 +92,24 @@ def health_available() -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=128)
+def _parsed_spec(spec_yaml: str) -> RunSpec | None:
+    try:
+        return RunSpec.from_yaml(spec_yaml)
+    except Exception:  # noqa: BLE001 - an unreadable stored spec only loses what is derived from it
+        return None
+
+
+def run_spec(run: Run) -> RunSpec | None:
+    """The run's stored spec, parsed once per distinct text (pages re-read it on every tick; parsing is ~10 ms);
+    None when it no longer parses. Shared between callers: read it, do not modify it."""
+    return _parsed_spec(run.spec_yaml)
+
+
 def run_config(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config for the doctor, threshold overrides) from the run's spec YAML."""
-    try:
-        spec = RunSpec.from_yaml(run.spec_yaml)
-    except Exception:  # noqa: BLE001 - an unreadable stored spec only loses the config hints
+    spec = run_spec(run)
+    if spec is None:
         return {}, {}
     config = {**spec.training, "reward_names": [r.name for r in spec.rewards],
               "reward_weights": spec.reward_weights}
@@ -102,27 +118,77 @@ def run_config(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def findings(store: Store, run: Run) -> list[Any]:
     """The doctor's findings for a run, recomputed only when its change token moves (and for an active run at
-    most every HEALTH_MIN_INTERVAL_S seconds); [] without the doctor."""
+    most every HEALTH_MIN_INTERVAL_S seconds); [] without the doctor. Concurrent callers share one computation."""
     token = store.change_token(run.id)
     key = (str(store.path), run.id)
-    with _health_lock:
-        cached = _health_cache.get(key)
-    if cached is not None and (cached[0] == token or (
-            run.is_active and time.monotonic() - cached[1] < HEALTH_MIN_INTERVAL_S)):
-        return cached[2]
-    try:
-        from .health import diagnose
-    except ImportError:
-        return []
-    config, thresholds = run_config(run)
-    try:
-        result = list(diagnose(store.records(run.id), config=config, thresholds=thresholds or None,
-                               completions=recent_samples(run.run_dir, output_dir=run.output_dir)))
-    except ValueError as exc:  # bad threshold overrides in the spec
-        result = [_BadThresholds(str(exc))]
-    with _health_lock:
-        _health_cache[key] = (token, time.monotonic(), result)
-    return result
+
+    def fresh() -> list[Any] | None:
+        with _health_lock:
+            cached = _health_cache.get(key)
+        if cached is not None and (cached[0] == token or (
+                run.is_active and time.monotonic() - cached[1] < HEALTH_MIN_INTERVAL_S)):
+            return cached[2]
+        return None
+
+    def compute() -> list[Any]:
+        result = fresh()  # another caller may have finished it while this one queued
+        if result is not None:
+            return result
+        try:
+            from .health import diagnose
+        except ImportError:
+            return []
+        config, thresholds = run_config(run)
+        try:
+            result = list(diagnose(metric_frame(store, run.id), config=config, thresholds=thresholds or None,
+                                   completions=recent_samples(run.run_dir, output_dir=run.output_dir)))
+        except ValueError as exc:  # bad threshold overrides in the spec
+            result = [_BadThresholds(str(exc))]
+        with _health_lock:
+            _health_cache[key] = (token, time.monotonic(), result)
+        return result
+
+    cached = fresh()
+    return cached if cached is not None else _health_flight.do(key, compute)
+
+
+def metric_frame(store: Store, run_id: str) -> Any:
+    """The doctor's MetricFrame of a run straight from the store's columns: what `MetricFrame.from_records(
+    store.records(run_id))` builds, without making a dict per logged step (at 100k steps ~1 s per refresh)."""
+    import numpy as np
+
+    from .health.series import _META_KEYS, MetricFrame, Series, normalize_key
+
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    steps_of: dict[str, list[np.ndarray]] = {}
+    for (split, key), a in sorted(store.arrays_all(run_id).items(), key=lambda kv: kv[0][0] != "train"):
+        steps_of.setdefault(split, []).append(a.steps)
+        if key not in _META_KEYS:
+            parts.setdefault(normalize_key(key), []).append((a.steps, a.values))
+    columns = {}
+    for key, pieces in parts.items():
+        steps, values = pieces[0] if len(pieces) == 1 else (np.concatenate([p[0] for p in pieces]),
+                                                            np.concatenate([p[1] for p in pieces]))
+        if len(pieces) > 1:  # the same name in train and eval records: sorted, the later (eval) write wins
+            order = np.argsort(steps, kind="stable")
+            steps, values = steps[order], values[order]
+            keep = np.ones(steps.size, dtype=bool)
+            keep[:-1] = steps[1:] != steps[:-1]
+            steps, values = steps[keep], values[keep]
+        columns[key] = Series(key, steps, values)
+    return MetricFrame(columns, sum(_union_size(s) for s in steps_of.values()))
+
+
+def _union_size(arrays: list[Any]) -> int:
+    """How many distinct steps sorted step arrays hold together; most metrics share one step array, so identical
+    ones are dropped before the (sorting) union."""
+    import numpy as np
+
+    distinct: list[Any] = []
+    for a in sorted(arrays, key=len, reverse=True):
+        if not any(a.size == d.size and np.array_equal(a, d) for d in distinct):
+            distinct.append(a)
+    return int(distinct[0].size) if len(distinct) == 1 else int(np.unique(np.concatenate(distinct)).size)
 
 
 class _BadThresholds:
@@ -224,9 +290,8 @@ def spec_settings(run: Run) -> dict[str, Any]:
     """beta and max_completion_length the charts need (TRL defaults when the spec leaves them unset)."""
     from . import trl_fields
 
-    try:
-        spec = RunSpec.from_yaml(run.spec_yaml)
-    except Exception:  # noqa: BLE001
+    spec = run_spec(run)
+    if spec is None:
         return {"beta": None, "max_completion_length": None}
     return {"beta": trl_fields.effective(spec.training, "beta"),
             "max_completion_length": trl_fields.effective(spec.training, "max_completion_length")}

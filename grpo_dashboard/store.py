@@ -404,6 +404,12 @@ class Store:
             "SELECT seq, time, event, payload FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
         return [{"seq": s, "time": t, "event": e, **json.loads(p)} for s, t, e, p in rows]
 
+    def ingest_offset(self, run_id: str) -> int | None:
+        """The byte offset ingestion of a run has reached (None: no such run); a plain read, no write lock."""
+        with _translated(self.path):
+            row = self.connection().execute("SELECT ingest_offset FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return None if row is None else int(row[0])
+
     def change_token(self, run_id: str) -> tuple[Any, ...]:
         """A cheap value that changes whenever anything visible about the run changes."""
         row = self.connection().execute(

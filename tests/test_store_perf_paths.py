@@ -287,3 +287,55 @@ def test_reward_band_from_the_store_equals_the_std_ema_at_the_mean_points(tmp_pa
     assert len(hi.x) <= opts.max_points
     assert (np.array(hi.y) - np.array(lo.y)) / 2 == pytest.approx([expected[int(s)] for s in hi.x], rel=1e-9)
     assert list(hi.x) == list(smooth.x)
+
+
+def test_doctor_frame_from_store_columns_equals_the_one_from_records(tmp_path: Path) -> None:
+    from grpo_dashboard import overview
+    from grpo_dashboard.health.series import MetricFrame
+
+    store = Store()
+    path = new_run(store, tmp_path)
+    lines = []
+    for s in range(1, 301):
+        metrics: dict[str, Any] = {"reward": math.sin(s / 10), "entropy": None if s % 50 == 0 else 2 - s / 300,
+                                   "kl": math.nan if s == 10 else 0.01, "train/loss": 0.1}
+        if s % 3:
+            metrics["grad_norm"] = math.inf if s == 40 else 0.5
+        lines.append({"type": "log", "split": "train", "step": s, "time": 1.0, "metrics": metrics})
+        if s % 100 == 0:  # an eval record, with a name that is also a train metric
+            lines.append({"type": "log", "split": "eval", "step": s, "time": 1.0,
+                          "metrics": {"eval_reward": 0.7, "reward": 9.0}})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    ingest_file(store, "r1", path)
+    expected = MetricFrame.from_records(store.records("r1"))
+    got = overview.metric_frame(store, "r1")
+    assert got.n_records == expected.n_records == 303
+    assert set(got.columns) == set(expected.columns) == {"reward", "entropy", "kl", "loss", "grad_norm", "eval_reward"}
+    for key, series in expected.columns.items():
+        assert got.columns[key].steps.tolist() == series.steps.tolist()
+        assert np.array_equal(got.columns[key].values, series.values, equal_nan=True)
+
+
+def test_plot_json_equals_plotly_own_and_is_shared_per_run_state(tmp_path: Path) -> None:
+    from grpo_dashboard import charts
+
+    store = Store()
+    path = new_run(store, tmp_path)
+    append_log(path, range(1, 2501), **{"rewards/acc/mean": lambda s: s % 11 / 11, "rewards/acc/std": 0.1,
+                                        "reward": lambda s: s / 2500, "grad_norm": lambda s: math.inf if s == 9 else 1,
+                                        "completions/mean_length": 8.0, "custom/x": lambda s: s % 5})
+    ingest_file(store, "r1", path)
+    for xaxis in charts.XAXES:
+        opts = charts.ChartOptions(xaxis=xaxis)
+        figs = charts.run_figures(store, "r1", opts, max_completion_length=16, started_at=1000.0)
+        plots = charts.run_plots(store, "r1", opts, max_completion_length=16, started_at=1000.0)
+        assert list(plots) == list(figs) == list(charts.PANEL_IDS)
+        for pid, fig in figs.items():
+            assert json.loads(plots[pid]) == json.loads(fig.to_json())
+        again = charts.run_plots(store, "r1", opts, max_completion_length=16, started_at=1000.0)
+        assert all(again[k] is plots[k] for k in plots)  # the same run state: shared, not rebuilt
+    append_log(path, [2501], reward=0.5)
+    ingest_file(store, "r1", path)
+    moved = charts.run_plots(store, "r1", charts.ChartOptions(xaxis="relative time"), max_completion_length=16,
+                             started_at=1000.0)
+    assert moved["reward"] is not plots["reward"] and moved["reward"] != plots["reward"]

@@ -12,6 +12,7 @@ from .. import access, overview, presets, runs
 from ..errors import BackendError, SpecError
 from ..store import Store
 from . import auth, compare, detail, new_run, preflight, runs_tab
+from .blocks import DashboardBlocks
 from .context import UiContext
 
 CSS = """
@@ -38,7 +39,7 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
     store = store or Store()
     ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT,
                     runs.Monitor(store) if monitor else None)
-    with gr.Blocks(title="GRPO Dashboard") as demo:
+    with DashboardBlocks(title="GRPO Dashboard") as demo:
         gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs")
         who = auth.header(ctx)
         with gr.Tabs(selected="new", elem_id="main-tabs") as tabs:

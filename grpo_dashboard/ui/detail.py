@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio.components.plot import PlotData
 
 from .. import access, charts, completions, overview, remote_status, runs
 from ..errors import BackendError, RunNotFound
-from ..spec import RunSpec
 from ..store import Run
 from .auth import user_of
 from .context import UiContext
@@ -41,11 +41,8 @@ def _size(path: Path) -> int:
 
 
 def _weights(run: Run) -> dict[str, float]:
-    try:
-        spec = RunSpec.from_yaml(run.spec_yaml)
-    except Exception:  # noqa: BLE001 - a stored spec that no longer parses only loses the weights
-        return {}
-    return {r.name: r.weight for r in spec.rewards}
+    spec = overview.run_spec(run)  # None: a stored spec that no longer parses only loses the weights
+    return {r.name: r.weight for r in spec.rewards} if spec is not None else {}
 
 
 def samples_table(run: Run, step: Any, sort_by: str, descending: bool) -> tuple[Any, list[int], int | None]:
@@ -81,14 +78,20 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     problem = ctx.monitor_problem() if run.is_active else None
     if problem:
         status += f"\n\n**{problem}**"
-    out: list[Any] = [access.redact(status, user.token), gr.update(interactive=run.is_active)]
+    out: list[Any] = [access.redact(status, user.token)]
+    if state.get("cancel") != (run.id, run.is_active):  # an update re-creates the button: only when it changes
+        out.append(gr.update(interactive=run.is_active))
+        state["cancel"] = (run.id, run.is_active)
+    else:
+        out.append(gr.skip())
 
     chart_key = (run.id, token, opts.smoothing, opts.log_y, opts.xaxis)
     if state.get("charts") != chart_key:
         settings = overview.spec_settings(run)
-        figs = charts.run_figures(ctx.store, run.id, opts, started_at=run.started_at,
-                                  findings=overview.findings(ctx.store, run), **settings)
-        out += [overview.findings_markdown(ctx.store, run), *figs.values()]
+        plots = charts.run_plots(ctx.store, run.id, opts, started_at=run.started_at,
+                                 findings=overview.findings(ctx.store, run), **settings)
+        # gr.Plot passes PlotData through as is: the JSON is built once per run state, not once per viewer
+        out += [overview.findings_markdown(ctx.store, run), *(PlotData(type="plotly", plot=p) for p in plots.values())]
         state["charts"] = chart_key
     else:
         out += [gr.skip()] * (1 + n_plots)
