@@ -5,7 +5,9 @@ Run data lives in $GRPO_DASHBOARD_DATA_DIR (default ~/.grpo_dashboard).
 """
 
 from grpo_dashboard.ui import build_app, launch_options
+from grpo_dashboard.ui.serving import limit_malloc_arenas
 
+limit_malloc_arenas()  # before any server thread exists
 demo = build_app()
 
 if __name__ == "__main__":

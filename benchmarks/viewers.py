@@ -11,7 +11,7 @@ Reported: per-request latency (p50 / p95 / max, after a warm-up in which every s
 error count, and the app process's resident memory before and after the viewers (for the reliability issue:
 growth over the run).
 
-    python benchmarks/viewers.py [--clients 20] [--runs 5] [--duration 60] [--history 20000]
+    python benchmarks/viewers.py [--clients 20] [--runs 5] [--duration 60] [--history 20000] [--json]
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between a live run's records")
     parser.add_argument("--history", type=int, default=20_000, help="steps each run has logged before")
+    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line (last)")
     parser.add_argument("--child", nargs=2, metavar=("URL", "RUN_IDS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     errors = result["errors"]
     if not steady:
         print(f"no answers; errors: {errors[:3]}")
+        if args.json:
+            print(json.dumps({"errors": float(len(errors)), "answers": 0.0}))
         return {}
     p50, p95 = statistics.median(steady) * 1000, common.percentile(steady, 95) * 1000
     worst = max(steady) * 1000
@@ -148,8 +151,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(common.row("same: errors", str(len(errors)), "-", "-", "0", not errors))
     print(common.row("same: app RSS growth over the run", f"{rss_end - rss_start:+.0f} MB ({rss_start:.0f} -> "
                      f"{rss_end:.0f})", "-", "-", "(reliability)", None))
-    return {"p50_ms": p50, "p95_ms": p95, "errors": float(len(errors)), "rss_start_mb": rss_start,
-            "rss_end_mb": rss_end}
+    result = {"p50_ms": p50, "p95_ms": p95, "errors": float(len(errors)), "answers": float(len(steady)),
+              "expected_answers": expected, "rss_start_mb": rss_start, "rss_end_mb": rss_end,
+              "rss_quarter_mb": quarters[0] if quarters else rss_end,
+              "rss_peak_mb": max((m for _, m in rss), default=rss_end)}
+    if args.json:
+        print(json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":

@@ -611,9 +611,24 @@ def run_plots(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None
     Shared between callers asking for the same run state (the store's change token) with the same options: many
     viewers of one live run cost one build per change, not one per viewer.
     """
+    found = live_plots(store, run_id, opts, beta=beta, max_completion_length=max_completion_length,
+                       started_at=started_at, findings=findings, wait=True)
+    assert found is not None  # waiting always yields the current state's plots
+    return found[1]
+
+
+def live_plots(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,
+               max_completion_length: int | None = None, started_at: float | None = None,
+               findings: Sequence[Any] = (), wait: bool = False) -> tuple[tuple[Any, ...], dict[str, str]] | None:
+    """(change token, plots) of a run for a live page: the current state's plots when they are built or nobody is
+    building them (then this caller builds them); while another caller builds them, with `wait` False, the latest
+    finished plots of this run and options (an older state, which the page shows until its next tick) or None.
+
+    A viewer thus never queues behind another viewer's build, and never builds what someone else is building.
+    """
     token = store.change_token(run_id)
-    key = (str(store.path), run_id, token, dataclasses.astuple(opts), beta, max_completion_length, started_at,
-           tuple((f.metric, int(f.step), f.rule, f.severity) for f in findings))
+    family = (str(store.path), run_id, dataclasses.astuple(opts), beta, max_completion_length, started_at)
+    key = (*family, token, tuple((f.metric, int(f.step), f.rule, f.severity) for f in findings))
 
     def build() -> dict[str, str]:
         with _PLOTS_LOCK:
@@ -624,19 +639,28 @@ def run_plots(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None
         plots = {pid: spec_json(spec) for pid, spec in specs.items()}
         with _PLOTS_LOCK:
             _PLOTS[key] = plots
+            _LATEST.pop(family, None)  # re-inserted: the most recently built family is evicted last
+            _LATEST[family] = (token, plots)
             while len(_PLOTS) > PLOT_CACHE_ENTRIES:
                 _PLOTS.popitem(last=False)
+            while len(_LATEST) > PLOT_CACHE_ENTRIES:
+                _LATEST.pop(next(iter(_LATEST)))
         return plots
 
     with _PLOTS_LOCK:
         cached = _PLOTS.get(key)
         if cached is not None:
             _PLOTS.move_to_end(key)
-    return dict(cached if cached is not None else _BUILDS.do(key, build))
+            return token, dict(cached)
+        if not wait and _BUILDS.busy(key):
+            latest = _LATEST.get(family)
+            return None if latest is None else (latest[0], dict(latest[1]))
+    return token, dict(_BUILDS.do(key, build))
 
 
 PLOT_CACHE_ENTRIES = 32
 _PLOTS: OrderedDict[tuple[Any, ...], dict[str, str]] = OrderedDict()
+_LATEST: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, str]]] = {}  # per run and options: newest built
 _PLOTS_LOCK = threading.Lock()
 _BUILDS = SingleFlight()  # one build per key: viewers asking while it runs wait for it
 

@@ -18,6 +18,11 @@ class SingleFlight:
         self._lock = threading.Lock()
         self._running: dict[Hashable, Future[object]] = {}
 
+    def busy(self, key: Hashable) -> bool:
+        """True while a computation for `key` runs."""
+        with self._lock:
+            return key in self._running
+
     def do(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`, or the result of the call of it already running for `key`."""
         with self._lock:

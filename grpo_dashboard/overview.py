@@ -118,7 +118,8 @@ def run_config(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def findings(store: Store, run: Run) -> list[Any]:
     """The doctor's findings for a run, recomputed only when its change token moves (and for an active run at
-    most every HEALTH_MIN_INTERVAL_S seconds); [] without the doctor. Concurrent callers share one computation."""
+    most every HEALTH_MIN_INTERVAL_S seconds); [] without the doctor. Concurrent callers share one computation; while
+    it runs, callers that have earlier findings of the run get those."""
     token = store.change_token(run.id)
     key = (str(store.path), run.id)
 
@@ -149,7 +150,13 @@ def findings(store: Store, run: Run) -> list[Any]:
         return result
 
     cached = fresh()
-    return cached if cached is not None else _health_flight.do(key, compute)
+    if cached is not None:
+        return cached
+    with _health_lock:
+        stale = _health_cache.get(key)
+    if stale is not None and _health_flight.busy(key):
+        return stale[2]  # being recomputed by another caller: the previous findings rather than a wait
+    return _health_flight.do(key, compute)
 
 
 def metric_frame(store: Store, run_id: str) -> Any:

@@ -12,8 +12,8 @@ from .. import access, overview, presets, runs
 from ..errors import BackendError, SpecError
 from ..store import Store
 from . import auth, compare, detail, new_run, preflight, runs_tab
-from .blocks import DashboardBlocks
 from .context import UiContext
+from .serving import DashboardBlocks
 
 CSS = """
 .field-errors { color: #b42318; }

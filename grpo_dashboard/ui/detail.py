@@ -86,13 +86,17 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
         out.append(gr.skip())
 
     chart_key = (run.id, token, opts.smoothing, opts.log_y, opts.xaxis)
+    found = None
     if state.get("charts") != chart_key:
-        settings = overview.spec_settings(run)
-        plots = charts.run_plots(ctx.store, run.id, opts, started_at=run.started_at,
-                                 findings=overview.findings(ctx.store, run), **settings)
+        # While another viewer builds this state's charts, the newest finished ones (or none) instead of waiting.
+        found = charts.live_plots(ctx.store, run.id, opts, started_at=run.started_at,
+                                  findings=overview.findings(ctx.store, run), **overview.spec_settings(run))
+    shown_key = None if found is None else (run.id, found[0], opts.smoothing, opts.log_y, opts.xaxis)
+    if found is not None and state.get("charts") != shown_key:
         # gr.Plot passes PlotData through as is: the JSON is built once per run state, not once per viewer
-        out += [overview.findings_markdown(ctx.store, run), *(PlotData(type="plotly", plot=p) for p in plots.values())]
-        state["charts"] = chart_key
+        out += [overview.findings_markdown(ctx.store, run),
+                *(PlotData(type="plotly", plot=p) for p in found[1].values())]
+        state["charts"] = shown_key
     else:
         out += [gr.skip()] * (1 + n_plots)
 
