@@ -6,8 +6,8 @@
   returns) and with the charts' default EMA smoothing computed over the full series.
 - refresh tick without new data, and after 100 new records (appended to metrics.jsonl and ingested first; the
   ingestion is timed on its own): the chart data a tick needs, i.e. `Store.change_token` plus `charts.load_frames`
-  (which the run-detail page draws from). For orientation the full figure build (`charts.run_figures`, plotly
-  included) is timed too; it is what the page pays when the token moved.
+  (which the run-detail page draws from). For orientation the full chart build (`charts.run_plots`: every panel's
+  plotly JSON, what the page sends) is timed too; it is what the page pays when the token moved.
 
 Ticks are repeated (`--ticks`) and reported as median and p95.
 
@@ -121,9 +121,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             warm.change_token(common.RUN_ID)
             frames = charts.load_frames(warm, common.RUN_ID, opts.smoothing, opts.max_points)
             new_data.append(time.perf_counter() - t)
-            assert frames[("train", "reward")]["step"].iloc[-1] == step
+            assert frames[("train", "reward")]["step"].to_numpy()[-1] == step
             t = time.perf_counter()
-            charts.run_figures(warm, common.RUN_ID, opts)
+            charts.run_plots(warm, common.RUN_ID, opts)
             new_figs.append(time.perf_counter() - t)
 
         ratio_raw = best["trackio"] / best["ours_raw"] if storage is not None else float("nan")
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(f"tick, no new data: change_token {tok_med:.2f} ms; token + chart frames median {idle_med:.2f} ms, "
               f"p95 {idle_p95:.2f} ms")
         print(f"tick, 100 new records: ingest {ing_med:.1f} ms; token + chart frames median {new_med:.1f} ms, "
-              f"p95 {new_p95:.1f} ms; full figures (plotly) median {fig_med:.0f} ms, p95 {fig_p95:.0f} ms")
+              f"p95 {new_p95:.1f} ms; chart JSON of 11 panels median {fig_med:.0f} ms, p95 {fig_p95:.0f} ms")
         print(common.TABLE_HEAD)
         print(common.row("chart data cold, 27 series <= 2,000 pts, min/max (raw)", f"{best['ours_raw'] * 1000:.0f} ms",
                          f"{best['trackio'] * 1000:.0f} ms", f"{ratio_raw:.1f}x", ">= 5x",
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                          f"{idle_med:.2f} / {idle_p95:.2f} ms", "-", "-", "< 5 ms", idle_p95 < TARGET_IDLE_MS))
         print(common.row("tick, 100 new records (token + chart frames), median / p95",
                          f"{new_med:.1f} / {new_p95:.1f} ms", "-", "-", "< 20 ms", new_p95 < TARGET_NEW_MS))
-        print(common.row("same tick, full plotly figures of 11 panels, median / p95",
+        print(common.row("same tick, the page's chart JSON (11 panels), median / p95",
                          f"{fig_med:.0f} / {fig_p95:.0f} ms", "-", "-", "(orientation)", None))
         out.update(best)
         out.update(idle_ms=idle_med, idle_p95_ms=idle_p95, new_ms=new_med, new_p95_ms=new_p95, figures_ms=fig_med,
