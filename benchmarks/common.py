@@ -162,7 +162,13 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    info: dict[str, Any] = {"cores": os.cpu_count(), "cpu": cpu, "load_1m": round(os.getloadavg()[0], 2),
+    try:
+        mem_kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                          if line.startswith("MemTotal:")))
+    except (OSError, StopIteration, ValueError):
+        mem_kb = 0
+    info: dict[str, Any] = {"cores": os.cpu_count(), "cpu": cpu, "memory": f"{mem_kb / 2**20:.0f} GiB",
+                            "load_1m": round(os.getloadavg()[0], 2),
                             "python": platform.python_version(), "platform": platform.platform()}
     for mod in ("numpy", "torch", "trl", "transformers", "gradio", "trackio"):
         try:

@@ -1,0 +1,132 @@
+"""Many viewers of one live run: one computation per run state, and nobody queues behind another viewer's build."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grpo_dashboard import charts
+from grpo_dashboard.ingest import ingest_file
+from grpo_dashboard.memo import SingleFlight
+from grpo_dashboard.store import Store
+
+from .test_store_perf_paths import append_log, new_run
+
+
+def test_single_flight_runs_one_computation_for_concurrent_callers_and_shares_its_result() -> None:
+    flight = SingleFlight()
+    gate, entered = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def compute() -> list[int]:
+        calls.append(1)
+        entered.set()
+        gate.wait(10)
+        return [42]
+
+    results: list[Any] = []
+    threads = [threading.Thread(target=lambda: results.append(flight.do("k", compute))) for _ in range(8)]
+    threads[0].start()
+    assert entered.wait(10)
+    assert flight.busy("k") and not flight.busy("other")
+    for t in threads[1:]:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert calls == [1]
+    assert len(results) == 8 and all(r is results[0] for r in results)
+    assert not flight.busy("k")
+    assert flight.do("k", lambda: [7]) == [7]  # finished: the next call computes again
+
+
+def test_single_flight_hands_the_exception_to_every_waiter_and_recovers() -> None:
+    flight = SingleFlight()
+    gate, entered = threading.Event(), threading.Event()
+
+    def failing() -> None:
+        entered.set()
+        gate.wait(10)
+        raise ValueError("broken")
+
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            flight.do("k", failing)
+        except ValueError as exc:
+            errors.append(exc)
+
+    first = threading.Thread(target=call)
+    first.start()
+    assert entered.wait(10)
+    others = [threading.Thread(target=call) for _ in range(3)]
+    for t in others:
+        t.start()
+    gate.set()
+    for t in [first, *others]:
+        t.join(10)
+    assert len(errors) == 4
+    assert flight.do("k", lambda: "ok") == "ok"
+
+
+class GatedStore(Store):
+    """The real store, with a gate that holds chart reads (a slow build) until the test opens it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.reading = threading.Event()
+
+    def downsampled(self, *args: Any, **kwargs: Any) -> Any:
+        self.reading.set()
+        assert self.gate.wait(30)
+        return super().downsampled(*args, **kwargs)
+
+
+def test_a_viewer_gets_the_newest_finished_charts_while_another_builds_the_current_ones(tmp_path: Path) -> None:
+    store = GatedStore()
+    path = new_run(store, tmp_path)
+    append_log(path, range(1, 101), reward=lambda s: s / 100, loss=0.5)
+    ingest_file(store, "r1", path)
+    opts = charts.ChartOptions()
+    token1, plots1 = charts.live_plots(store, "r1", opts)
+    assert token1 == store.change_token("r1")
+
+    append_log(path, range(101, 111), reward=2.0, loss=0.5)
+    ingest_file(store, "r1", path)
+    token2 = store.change_token("r1")
+    assert token2 != token1
+    store.gate.clear()
+    store.reading.clear()
+    builder: list[Any] = []
+    thread = threading.Thread(target=lambda: builder.append(charts.live_plots(store, "r1", opts)))
+    thread.start()
+    try:
+        assert store.reading.wait(30)  # the first viewer is building the new state
+        other = charts.live_plots(store, "r1", opts)  # a second viewer does not wait for it
+        assert other is not None
+        assert other[0] == token1 and other[1] == plots1
+    finally:
+        store.gate.set()
+        thread.join(30)
+    assert builder[0][0] == token2 and builder[0][1]["reward"] != plots1["reward"]
+    again = charts.live_plots(store, "r1", opts)
+    assert again is not None and again[0] == token2
+    assert all(again[1][k] is builder[0][1][k] for k in again[1])  # built once, shared
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_nobody_building_means_the_caller_builds_the_current_state(tmp_path: Path, wait: bool) -> None:
+    store = Store()
+    path = new_run(store, tmp_path)
+    append_log(path, range(1, 51), reward=0.1)
+    ingest_file(store, "r1", path)
+    found = charts.live_plots(store, "r1", charts.ChartOptions(smoothing=0.3), wait=wait)
+    assert found is not None and found[0] == store.change_token("r1")
+    assert list(found[1]) == list(charts.PANEL_IDS)
+    assert '"reward (weighted sum)"' in found[1]["reward"]
