@@ -50,6 +50,7 @@ MARKER = "@@GRPO_DASHBOARD@@ "
 PROTOCOL_VERSION = 1
 EXIT_FAILED = 1
 EXIT_CANCELED = 143
+NO_CALLBACK_ENV = "GRPO_JOB_NO_CALLBACK"  # "1": no dashboard callback (benchmark switch)
 
 TINY_CHARS = (
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n.,:;!?'\"-+*/=()<>_"
@@ -378,8 +379,11 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     guard = health_pkg is not None and bool((spec.get("health") or {}).get("guard"))
     callback = make_callback(emitter, samples_path, int(spec.get("max_samples_per_step") or 64), health=health,
                              guard=guard)
+    # GRPO_JOB_NO_CALLBACK=1 trains without the dashboard callback (no metrics stream, cancellation or guard): only
+    # for benchmarks/training_overhead.py, which measures what the callback costs.
+    callbacks = [] if os.environ.get(NO_CALLBACK_ENV) == "1" else [callback]
     trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
-                          eval_dataset=eval_ds, callbacks=[callback], peft_config=peft_config)
+                          eval_dataset=eval_ds, callbacks=callbacks, peft_config=peft_config)
     callback.trainer = trainer
     callback_holder["cb"] = callback
     t0 = time.perf_counter()
