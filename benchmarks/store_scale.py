@@ -14,10 +14,12 @@ How:
   million values is then measured on that subset and the output says so);
 - sizes are the database files with their WAL checkpointed in, over the metric values stored;
 - the runs table is timed in a fresh process against the filled store: the first call (a dashboard just started:
-  modules imported, nothing cached: every run's spec parsed and the health doctor run once per run), then the median
-  of `--repeat` later calls (every later load: health findings are cached per run change token). For the peer, its
-  run list (`get_runs` + `get_max_steps_for_runs`: names and progress only, no health or reward) is timed the same
-  way, for reference only.
+  modules imported, nothing in memory; each run's health badge read from the store, where the dashboard saves it
+  when a run ends), then the median of `--repeat` later calls. Because ingestion alone (as here) saves no badges,
+  a first process loads the table once before: that very first load diagnoses every run once and saves its badge
+  (what a dashboard pays once for runs that ended while it was not running); it is reported for orientation.
+  For the peer, its run list (`get_runs` + `get_max_steps_for_runs`: names and progress only, no health or reward)
+  is timed the same way, for reference only.
 
     python benchmarks/store_scale.py [--runs 200] [--steps 10000] [--trackio-runs 200] [--repeat 5]
 """
@@ -171,10 +173,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cmd = [sys.executable, __file__, "--child-db", str(data / "dashboard.db"), "--repeat", str(args.repeat)]
         if have_peer:
             cmd += ["--child-trackio", str(tdir)]
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=common.ROOT)
-        if out.returncode != 0:
-            raise SystemExit(f"the timing process failed:\n{out.stderr[-4000:]}")
-        timed = json.loads(out.stdout.strip().splitlines()[-1])
+        timings = []
+        for _ in range(2):  # the first process diagnoses every run once and saves the badges; the second reads them
+            out = subprocess.run(cmd, capture_output=True, text=True, cwd=common.ROOT)
+            if out.returncode != 0:
+                raise SystemExit(f"the timing process failed:\n{out.stderr[-4000:]}")
+            timings.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        never_seen, timed = timings
     if timed["rows"] != args.runs:
         raise AssertionError(f"runs table has {timed['rows']} rows, not {args.runs}")
     ours_per_m = ours_bytes / values * 1e6
@@ -183,7 +188,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"({ours_bytes / values:.2f} bytes per value)")
     print(f"runs table: {timed['rows']} rows (health badges {timed['health']}, progress e.g. {timed['progress']!r}); "
           f"first load {timed['first_s'] * 1e3:,.0f} ms, later loads {timed['later_s'] * 1e3:,.1f} ms "
-          f"(median of {args.repeat})")
+          f"(median of {args.repeat}); the very first load of all, which diagnoses every run and saves its health "
+          f"badge (runs that ended while no dashboard ran), {never_seen['first_s'] * 1e3:,.0f} ms")
     rows = []
     if have_peer:
         peer_values = peer_runs * args.steps * n_keys
@@ -207,6 +213,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows.append(common.row(f"runs table, first load in a fresh process ({args.runs} runs x {args.steps:,} steps)",
                            f"{timed['first_s'] * 1e3:,.0f} ms", peer_first, "-", "< 200 ms",
                            timed["first_s"] * 1e3 < TARGET_MS))
+    rows.append(common.row("runs table, very first load: every run diagnosed once, badges saved",
+                           f"{never_seen['first_s'] * 1e3:,.0f} ms", "-", "-", "(orientation)", None))
     rows.append(common.row(f"runs table, later loads, median of {args.repeat}", f"{timed['later_s'] * 1e3:,.1f} ms",
                            peer_later, "-", "< 200 ms", timed["later_s"] * 1e3 < TARGET_MS))
     print(common.TABLE_HEAD)

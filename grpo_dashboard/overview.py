@@ -7,6 +7,7 @@ Everything here only reads the store and run files; ingestion is the Monitor thr
 from __future__ import annotations
 
 import functools
+import json
 import shlex
 import threading
 import time
@@ -20,7 +21,7 @@ from . import ingest
 from .completions import recent_samples
 from .memo import SingleFlight
 from .spec import RunSpec
-from .store import ACTIVE, TERMINAL, Run, RunStatus, Store
+from .store import ACTIVE, TERMINAL, Run, RunStatus, Store, StoreError
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
@@ -206,16 +207,31 @@ class _BadThresholds:
         self.message, self.remedy = message, "Fix `health.thresholds` in the run spec."
 
 
-def health_badge(store: Store, run: Run) -> str:
-    """`🟢 ok`, `🟠 2 warnings`, `🔴 1 error`; the run status when the doctor is unavailable or nothing is logged."""
+def health_badge(store: Store, run: Run, saved: dict[str, tuple[str, str]] | None = None) -> str:
+    """`🟢 ok`, `🟠 2 warnings`, `🔴 1 error`; `—` when the doctor is unavailable or nothing is logged.
+
+    The badge is saved in the store with the run's change token, so a runs table of hundreds of finished runs is
+    read, not re-diagnosed, in a freshly started dashboard; `saved`: `store.health_badges()` read once by the caller.
+    """
     if not health_available() or not run.n_records:
         return "—"
+    token = store.change_token(run.id)
+    known = (saved if saved is not None else store.health_badges()).get(run.id)
+    if known is not None and known[0] == json.dumps(list(token)):
+        return known[1]
     found = findings(store, run)
     if not found:
-        return f"{HEALTH_ICON['ok']} ok"
-    worst = max(found, key=lambda f: {"info": 0, "warning": 1, "error": 2}.get(f.severity, 0))
-    n = sum(1 for f in found if f.severity == worst.severity)
-    return f"{HEALTH_ICON.get(worst.severity, '•')} {n} {worst.severity}{'s' if n != 1 else ''}"
+        badge = f"{HEALTH_ICON['ok']} ok"
+    else:
+        worst = max(found, key=lambda f: {"info": 0, "warning": 1, "error": 2}.get(f.severity, 0))
+        n = sum(1 for f in found if f.severity == worst.severity)
+        badge = f"{HEALTH_ICON.get(worst.severity, '•')} {n} {worst.severity}{'s' if n != 1 else ''}"
+    if run.status in TERMINAL:  # a live run's badge moves with every record: kept in memory only (findings cache)
+        try:
+            store.save_health_badge(run.id, token, badge)
+        except StoreError:  # a read-only data directory: the badge is only recomputed next time
+            pass
+    return badge
 
 
 def findings_markdown(store: Store, run: Run) -> str:
@@ -249,11 +265,12 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
     rows = []
     if runs is None:
         runs = store.list_runs(status=list(statuses) if statuses else None)
+    saved = store.health_badges() if runs else {}
     for run in runs:
         latest = store.latest_metrics(run.id) if run.n_records else {}
         rows.append({
             "name": run.name, "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
-            "health": health_badge(store, run), "progress": progress_text(run),
+            "health": health_badge(store, run, saved), "progress": progress_text(run),
             "elapsed": fmt_duration(elapsed_s(run, now)), "ETA": fmt_duration(eta_s(run, now)),
             "reward": fmt_value(latest.get("reward")), "backend": run.backend,
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),

@@ -239,6 +239,13 @@ def _settle_ended(store: Store) -> None:
             _reap(store, run)
 
 
+def _keep_health_badge(store: Store, run: Run) -> None:
+    """Diagnose a run that just ended once and save its badge: the runs table of a fresh dashboard reads it."""
+    from . import overview  # the UI-side summaries import this module
+
+    overview.health_badge(store, run)
+
+
 def refresh_active(store: Store) -> list[Run]:
     """Refresh every queued or running run; returns them after the refresh."""
     _settle_ended(store)
@@ -368,7 +375,9 @@ class Monitor:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                refresh_active(self.store)
+                for run in refresh_active(self.store):
+                    if run.status in TERMINAL:
+                        _keep_health_badge(self.store, run)
                 self.last_error = None
             except Exception as exc:  # noqa: BLE001 - keep monitoring; the UI shows last_error
                 self.last_error = f"{type(exc).__name__}: {exc}"

@@ -56,6 +56,11 @@ CREATE TABLE IF NOT EXISTS runs (
     owner TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
+CREATE TABLE IF NOT EXISTS health (
+    run_id TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    badge TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -409,6 +414,18 @@ class Store:
         with _translated(self.path):
             row = self.connection().execute("SELECT ingest_offset FROM runs WHERE id = ?", (run_id,)).fetchone()
         return None if row is None else int(row[0])
+
+    def health_badges(self) -> dict[str, tuple[str, str]]:
+        """Saved health badges: run id -> (the run's change token as JSON when it was computed, badge text)."""
+        with _translated(self.path):
+            rows = self.connection().execute("SELECT run_id, token, badge FROM health").fetchall()
+        return {r: (t, b) for r, t, b in rows}
+
+    def save_health_badge(self, run_id: str, token: tuple[Any, ...], badge: str) -> None:
+        """Keep a run's health badge for its current change token (the runs table then needs no doctor pass)."""
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO health (run_id, token, badge) VALUES (?, ?, ?)",
+                         (run_id, json.dumps(list(token)), badge))
 
     def change_token(self, run_id: str) -> tuple[Any, ...]:
         """A cheap value that changes whenever anything visible about the run changes."""

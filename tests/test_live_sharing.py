@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,32 @@ def test_nobody_building_means_the_caller_builds_the_current_state(tmp_path: Pat
     assert found is not None and found[0] == store.change_token("r1")
     assert list(found[1]) == list(charts.PANEL_IDS)
     assert '"reward (weighted sum)"' in found[1]["reward"]
+
+
+def test_a_finished_runs_health_badge_is_saved_and_read_back_without_a_doctor_pass(tmp_path: Path) -> None:
+    from grpo_dashboard import overview
+
+    store = Store()
+    path = new_run(store, tmp_path)
+    append_log(path, range(1, 201), reward=0.0, reward_std=0.0, frac_reward_zero_std=1.0, loss=0.0, grad_norm=0.0)
+    ingest_file(store, "r1", path)
+    live_badge = overview.health_badge(store, store.get_run("r1"))
+    assert live_badge != "—"
+    assert store.health_badges() == {}  # a live run's badge moves with every record: not saved
+
+    store.finish_run("r1", "completed")
+    badge = overview.health_badge(store, store.get_run("r1"))
+    saved = store.health_badges()
+    assert saved["r1"][1] == badge and json.loads(saved["r1"][0]) == list(store.change_token("r1"))
+
+    overview._health_cache.clear()  # a freshly started dashboard: nothing diagnosed in memory
+    fresh = Store(store.path)
+    table = overview.runs_frame(fresh)
+    assert table["health"].tolist() == [badge]
+    assert overview._health_cache == {}  # read, not re-diagnosed
+
+    append_log(path, range(201, 211), reward=1.0, reward_std=0.5, frac_reward_zero_std=0.0, loss=0.1, grad_norm=1.0)
+    ingest_file(fresh, "r1", path)  # late records of a finished run: the saved badge no longer applies
+    overview.runs_frame(fresh)
+    assert overview._health_cache != {}
+    assert json.loads(fresh.health_badges()["r1"][0]) == list(fresh.change_token("r1"))
