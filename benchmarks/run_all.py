@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Machine: {machine}.",
         "",
-        "The peer is trackio, fed the same records in the same run; `ratio` is how many times faster ours is. "
+        "The peer is trackio (rldoctor 0.2 for the doctor rows), fed the same records in the same run; `ratio` is "
+        "how many times faster (or smaller) ours is. "
         "`met` compares with the performance issue's target. Each section below keeps the script's whole output.",
         "",
         "| figure | ours | peer (trackio) | ratio | target | met | script |",
