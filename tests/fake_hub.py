@@ -10,7 +10,11 @@ the real `hf_xet` upload, and the fake reads the files back with `hf_xet`.
 A job either replays scripted stdout lines (`Plan(lines=...)`) or, by default, really runs what was submitted: it
 materialises the bucket folder mounted at /data in a work directory, maps the container paths /data and /tmp
 into it (in the command and in the uploaded YAML: the fake's mount namespace), and runs the
-uploaded job script with this Python. Every request is recorded; faults can be injected per route.
+uploaded job script with this Python. Every request is recorded; faults can be injected per route
+(`FakeHub.faults[route]`, one consumed per request): an HTTP status (int), a status with headers
+(`(429, {"Retry-After": "1"})`), "slow:S" (answer only after S seconds; a slow submission creates nothing and is
+dropped), "slow-after:S" (submission only: create the job, then answer after S seconds), "drop", "drop-after",
+"drop:N" (logs: cut after N lines).
 
 Several users: `add_user(token, name)`; whoami answers the token's own user, and a token may only act on jobs and
 buckets of its own namespace (403 otherwise), as on the Hub.
@@ -323,6 +327,24 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             with hub.lock:
                 return hub.faults[kind].pop(0) if hub.faults.get(kind) else None
 
+        def _injected(self, fault: Any) -> bool:
+            """Answer an injected HTTP error (a status, or a status with headers); True when answered."""
+            if isinstance(fault, int):
+                self._error(fault, "injected")
+                return True
+            if isinstance(fault, tuple):
+                status, headers = fault
+                self._json(status, {"error": "injected"}, headers)
+                return True
+            return False
+
+        def _slow(self, fault: Any, prefix: str = "slow:") -> bool:
+            """Sleep for a "slow:S" fault; True when it was one."""
+            if isinstance(fault, str) and fault.startswith(prefix):
+                time.sleep(float(fault[len(prefix):]))
+                return True
+            return False
+
         def _authorized(self) -> bool:
             auth = self.headers.get("Authorization", "")
             if auth.startswith("Bearer ") and auth[7:] in hub.valid_tokens:
@@ -374,9 +396,13 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return None
             if len(parts) == 4:
                 fault = self._fault("inspect")
-                if isinstance(fault, int):
-                    return self._error(fault, "injected")
-                return self._json(200, job.info())
+                if self._injected(fault):
+                    return None
+                self._slow(fault)
+                try:
+                    return self._json(200, job.info())
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped waiting
+                    return None
             if parts[4] == "logs":
                 return self._logs(job)
             if parts[4] == "metrics":
@@ -426,8 +452,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             fault = self._fault("create")
             if fault == "drop":
                 return self._drop()
-            if isinstance(fault, int):
-                return self._error(fault, "injected")
+            if self._injected(fault):
+                return None
+            if self._slow(fault):  # the gateway gave up before the job service saw it: nothing created
+                return self._drop()
             if ns not in hub.namespaces:
                 return self._error(404, "Namespace not found")
             if hub.no_credits:
@@ -438,7 +466,11 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             job = hub.create_job(ns, spec)
             if fault == "drop-after":
                 return self._drop()
-            return self._json(200, job.info())
+            self._slow(fault, "slow-after:")  # created, but the answer comes late
+            try:
+                return self._json(200, job.info())
+            except (BrokenPipeError, ConnectionResetError):
+                return None
 
         def _list(self, ns: str, query: dict[str, list[str]]) -> None:
             wanted = dict(label.split("=", 1) for label in query.get("label", []))
@@ -450,14 +482,15 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
 
         def _logs(self, job: FakeJob) -> None:
             fault = self._fault("logs")
-            if isinstance(fault, int):
-                return self._error(fault, "injected")
+            if self._injected(fault):
+                return None
+            self._slow(fault)
             drop_after = int(fault.split(":")[1]) if isinstance(fault, str) and fault.startswith("drop:") else None
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
             sent, index, last_write = 0, 0, time.monotonic()
             try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
                 self._event({"data": f"===== Job started at {job.started or _now()} =====", "timestamp": _now()})
                 while True:
                     with job.cond:

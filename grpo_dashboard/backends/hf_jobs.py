@@ -14,6 +14,7 @@ never in the spec, store, files or messages (`redact`). Every call passes `names
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -37,12 +38,13 @@ from .hf_jobs_payload import (  # noqa: F401 - re-exported for callers and tests
     labels,
     script_dependencies,
 )
-from .hf_jobs_stream import Follower, redact
+from .hf_jobs_stream import Follower, http_status, hub_timeout, is_timeout, redact, retry_after_s, retry_text
 
 JOB_INFO = "hf_job.json"
 SUBMIT_ATTEMPTS = 3
 RETRY_BASE_S = 1.0
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _followers: dict[str, Follower] = {}
 _tokens: dict[str, str] = {}
@@ -78,18 +80,55 @@ def endpoint_url(endpoint: str | None = None) -> str:
 
 
 def make_api(token: str, endpoint: str | None = None) -> Any:
-    """An HfApi bound to this token and endpoint."""
+    """An HfApi bound to this token and endpoint, whose calls give up after `hub_timeout()` seconds of silence."""
     from huggingface_hub import HfApi
 
+    _ensure_client_timeout()
     return HfApi(endpoint=endpoint_url(endpoint), token=token, library_name=APP)
 
 
-def describe_error(exc: BaseException, action: str, namespace: str | None = None, flavor: str | None = None) -> str:
+_timeout_installed: float | None = None
+_timeout_lock = threading.Lock()  # not _lock: make_api is called while _lock is held
+
+
+def _ensure_client_timeout() -> None:
+    """Give huggingface_hub's shared HTTP client a default timeout (it has none: a silent Hub would hang a launch
+    or a status poll forever). Calls that pass their own timeout (log streams, downloads) keep it. A client factory
+    someone else installed is left alone."""
+    global _timeout_installed
+    from huggingface_hub.utils import _http
+
+    seconds = hub_timeout()
+    with _timeout_lock:
+        ours = getattr(_http._GLOBAL_CLIENT_FACTORY, "_grpo_dashboard", False)
+        if _timeout_installed == seconds and ours:
+            return
+        if not ours and _http._GLOBAL_CLIENT_FACTORY is not _http.default_client_factory:
+            return
+
+        def factory() -> Any:
+            import httpx2
+
+            client = _http.default_client_factory()
+            client.timeout = httpx2.Timeout(seconds)
+            return client
+
+        factory._grpo_dashboard = True  # type: ignore[attr-defined]
+        _http.set_client_factory(factory)
+        _timeout_installed = seconds
+
+
+def describe_error(exc: BaseException, action: str, namespace: str | None = None, flavor: str | None = None,
+                   attempts: int = 1) -> str:
     """A clear, token-free message for a failed Hub call: what happened, and what to do."""
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
+    tries = f" ({attempts} attempts)" if attempts > 1 else ""
     if isinstance(exc, OfflineModeIsEnabled):
         return f"Cannot {action}: HF_HUB_OFFLINE is set. Unset it to use Hugging Face Jobs."
+    if not isinstance(exc, HfHubHTTPError) and is_timeout(exc):
+        return (f"The Hugging Face Hub did not answer within {hub_timeout():g} s while trying to {action}{tries}. "
+                f"It may be overloaded: try again later (GRPO_DASHBOARD_HF_TIMEOUT_S sets the wait).")
     if not isinstance(exc, HfHubHTTPError):
         return redact(f"Could not reach the Hugging Face Hub to {action} ({type(exc).__name__}: {exc}). Check the "
                       f"network connection and try again.")
@@ -114,7 +153,7 @@ def describe_error(exc: BaseException, action: str, namespace: str | None = None
         text = (f"The Hub rejected flavor {flavor!r} while trying to {action}. Choose another backend.flavor "
                 f"(`python -m grpo_dashboard hardware SPEC` lists them with prices).")
     elif status == 429:
-        text = f"Rate-limited by the Hub (429) while trying to {action}; wait a minute and try again."
+        text = f"Rate-limited by the Hub (429) while trying to {action}{tries}; wait a minute and try again."
     else:
         text = f"Hugging Face Jobs answered HTTP {status} while trying to {action}."
     return redact(text + detail)
@@ -130,8 +169,21 @@ def _network_error(exc: BaseException) -> bool:
     return isinstance(exc, (httpx2.TransportError, ConnectionError, TimeoutError))
 
 
+def _retry_wait(exc: BaseException, attempt: int) -> float:
+    """The pause before retry number attempt + 1: exponential backoff, or longer if the Hub asked (Retry-After)."""
+    return max(RETRY_BASE_S * 2 ** attempt, retry_after_s(exc) or 0.0)
+
+
+def _pause(exc: BaseException, action: str, attempt: int, attempts: int) -> None:
+    """Say why a call is retried and when, then wait."""
+    wait = _retry_wait(exc, attempt)
+    log.warning("%s (attempt %d of %d)", retry_text(exc, f"trying to {action}", wait), attempt + 2, attempts)
+    time.sleep(wait)
+
+
 def _retry(call: Any, action: str, namespace: str, attempts: int = 4) -> Any:
-    """Run an idempotent call, retrying network errors and HTTP 429/5xx with backoff; BackendError otherwise."""
+    """Run an idempotent call, retrying timeouts, network errors and HTTP 429/5xx with backoff (Retry-After
+    honoured); BackendError naming what failed otherwise, or once the attempts are spent."""
     from huggingface_hub.errors import HfHubHTTPError
 
     for attempt in range(attempts):
@@ -140,11 +192,12 @@ def _retry(call: Any, action: str, namespace: str, attempts: int = 4) -> Any:
         except HfHubHTTPError as exc:
             status = exc.response.status_code if exc.response is not None else 0
             if (status != 429 and status < 500) or attempt == attempts - 1:
-                raise BackendError(describe_error(exc, action, namespace)) from exc
+                raise BackendError(describe_error(exc, action, namespace, attempts=attempt + 1)) from exc
+            _pause(exc, action, attempt, attempts)
         except Exception as exc:  # noqa: BLE001 - only network errors are retried
             if not _network_error(exc) or attempt == attempts - 1:
-                raise BackendError(describe_error(exc, action, namespace)) from exc
-        time.sleep(RETRY_BASE_S * 2 ** attempt)
+                raise BackendError(describe_error(exc, action, namespace, attempts=attempt + 1)) from exc
+            _pause(exc, action, attempt, attempts)
     raise AssertionError("unreachable")
 
 
@@ -214,28 +267,33 @@ def _volume(namespace: str, run_id: str) -> Any:
 
 
 def _create_job(api: Any, namespace: str, run_id: str, kwargs: dict[str, Any], flavor: str | None) -> Any:
-    """POST the job at most once per attempt; after an ambiguous failure, look for it by label before retrying."""
+    """POST the job at most once per attempt. A 429 is a refusal (nothing was created): wait and post again. After
+    an ambiguous failure (timeout, dropped connection, 5xx) the job may exist: wait, then look for it by its run
+    label and post again only if it is not there, so a slow or lost answer never launches the run twice."""
     from huggingface_hub.errors import HfHubHTTPError
 
-    last: BaseException | None = None
+    action = "submit the job"
     for attempt in range(SUBMIT_ATTEMPTS):
         try:
             return api.run_job(**kwargs)
         except HfHubHTTPError as exc:
             status = exc.response.status_code if exc.response is not None else 0
             if status != 429 and status < 500:
-                raise BackendError(describe_error(exc, "submit the job", namespace, flavor)) from exc
-            last = exc
+                raise BackendError(describe_error(exc, action, namespace, flavor)) from exc
+            last: BaseException = exc
         except Exception as exc:  # noqa: BLE001 - network errors: the job may or may not exist now
             if not _network_error(exc):
-                raise BackendError(describe_error(exc, "submit the job", namespace, flavor)) from exc
+                raise BackendError(describe_error(exc, action, namespace, flavor)) from exc
             last = exc
-        existing = find_job(api, namespace, run_id)
-        if existing is not None:
-            return existing
-        time.sleep(RETRY_BASE_S * 2 ** attempt)
-    assert last is not None
-    raise BackendError(describe_error(last, "submit the job", namespace, flavor))
+        rejected = http_status(last) == 429
+        if attempt < SUBMIT_ATTEMPTS - 1:
+            _pause(last, action, attempt, SUBMIT_ATTEMPTS)
+        if not rejected:
+            existing = find_job(api, namespace, run_id)
+            if existing is not None:
+                log.warning("the job of run %s was created although its submission failed; following it", run_id)
+                return existing
+    raise BackendError(describe_error(last, action, namespace, flavor, attempts=SUBMIT_ATTEMPTS))
 
 
 def find_job(api: Any, namespace: str, run_id: str) -> Any | None:

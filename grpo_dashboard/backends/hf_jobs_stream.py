@@ -28,8 +28,12 @@ from ..store import TERMINAL, RunStatus, Store
 TOKEN_PATTERN = re.compile(r"hf_oauth_[A-Za-z0-9._~-]{10,}|hf_[A-Za-z0-9]{10,}")  # user and OAuth tokens
 POLL_ENV = "GRPO_DASHBOARD_HF_POLL_S"
 DEFAULT_POLL_S = 10.0
+TIMEOUT_ENV = "GRPO_DASHBOARD_HF_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 30.0
+RETRY_AFTER_MAX_S = 120.0  # a Retry-After longer than this is capped (the wait is shown to the user)
 MAX_BACKOFF_S = 30.0
 SETTLE_GRACE_S = 20.0
+DRAIN_RETRIES = 3  # re-reads of a replay that came back empty or short before the log is taken as complete
 SYSTEM_METRICS = "system_metrics.jsonl"
 _MARK = MARKER.strip()
 
@@ -45,6 +49,63 @@ def poll_interval() -> float:
         return max(0.05, float(os.environ.get(POLL_ENV) or DEFAULT_POLL_S))
     except ValueError:
         return DEFAULT_POLL_S
+
+
+def hub_timeout() -> float:
+    """Seconds a Hub call may wait for an answer (env GRPO_DASHBOARD_HF_TIMEOUT_S, read at call time; default 30).
+
+    Log streams keep huggingface_hub's own longer timeouts (they pass theirs with every request)."""
+    try:
+        return max(0.1, float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of a failed Hub call, if it got an answer."""
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """The wait a 429/503 answer asks for (Retry-After seconds, or the `ratelimit` header's reset), capped."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after")
+    if value is None and http_status(exc) == 429:
+        match = re.search(r";\s*t\s*=\s*(\d+)", headers.get("ratelimit") or "")
+        value = match.group(1) if match else None
+    try:
+        wait = float(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return min(max(wait, 0.0), RETRY_AFTER_MAX_S) if wait == wait else None
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """True when a Hub call gave up waiting for an answer."""
+    import httpx2
+
+    return isinstance(exc, (httpx2.TimeoutException, TimeoutError))
+
+
+def problem_text(exc: BaseException, action: str) -> str:
+    """What went wrong with one Hub call, in words (no token): rate limit, timeout, HTTP status or network error."""
+    status = http_status(exc)
+    if status == 429:
+        return f"rate limited by the Hub (HTTP 429) while {action}"
+    if status is not None:
+        return _http_error_text(exc) + f" while {action}"
+    if is_timeout(exc):
+        return f"the Hub did not answer within {hub_timeout():g} s while {action} ({type(exc).__name__})"
+    return redact(f"{type(exc).__name__}: {exc}")[:300] + f" while {action}"
+
+
+def retry_text(exc: BaseException, action: str, wait_s: float) -> str:
+    """The status line while a call is retried: `rate limited by the Hub (HTTP 429) while ...; retrying in 2 s`."""
+    return f"{problem_text(exc, action)}; retrying in {wait_s:.3g} s"
 
 
 @dataclass
@@ -85,6 +146,7 @@ class Follower:
         self._drained = threading.Event()
         self._lock = threading.RLock()
         self._gaps = 0
+        self._seen = 0
         self._threads: list[threading.Thread] = []
 
     # --- lifecycle --------------------------------------------------------------------------------------------
@@ -124,8 +186,6 @@ class Follower:
 
     # --- the log reader ---------------------------------------------------------------------------------------
     def _logs_loop(self) -> None:
-        from huggingface_hub.errors import HfHubHTTPError
-
         backoff = 1.0
         while not self._stop.is_set():
             try:
@@ -148,30 +208,46 @@ class Follower:
                 continue
             except _Gap:
                 continue
-            except HfHubHTTPError as exc:
-                self.state.last_error = _http_error_text(exc)
             except (_Stopped, KeyboardInterrupt):
                 return
-            except Exception as exc:  # noqa: BLE001 - network errors of any kind: back off and reconnect
-                self.state.last_error = redact(f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - HTTP and network errors of any kind: back off and reconnect
+                wait = max(backoff, retry_after_s(exc) or 0.0)
+                self.state.last_error = retry_text(exc, "following the job's logs", wait)
             self.state.reconnects += 1
             self.state.phase = "reconnecting"
-            if self._stop.wait(backoff):
+            if self._stop.wait(wait):
                 return
             backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def _consume(self, lines: Any) -> int:
-        applied = 0
+        applied, self._seen = 0, 0
         for index, line in enumerate(lines):
             if self._stop.is_set():
                 raise _Stopped
             applied += self.ingest_line(index, line)
+            self._seen = index + 1
         return applied
 
     def drain(self) -> None:
-        """Read the replayed log (no follow) until a read brings nothing new: a cut replay looks like its end."""
-        while self._consume(self.api.fetch_job_logs(job_id=self.job_id, namespace=self.namespace)):
-            pass
+        """Read the replayed log (no follow) until a read brings nothing new.
+
+        huggingface_hub ends a replay read silently when the Hub is slow to answer (its 5 s wait), so a read that
+        brings no line at all, or stops before the lines already consumed, is not the end: it is read again, up to
+        DRAIN_RETRIES times, before the log is taken as complete."""
+        short = 0
+        while True:
+            if self._consume(self.api.fetch_job_logs(job_id=self.job_id, namespace=self.namespace)):
+                short = 0
+                continue
+            if self._seen and self._seen >= self.store.get_run(self.run_id).ingest_offset:
+                return
+            short += 1
+            if short > DRAIN_RETRIES:
+                return
+            self.state.last_error = (f"the Hub's replay of the job's log ended early (read {self._seen} lines); "
+                                     f"reading it again")
+            if self._stop.wait(min(MAX_BACKOFF_S, 2.0 ** short)):
+                raise _Stopped
 
     def ingest_line(self, index: int, line: str) -> bool:
         """Apply log line number `index` if it is the next one to consume; returns True when it was applied."""
@@ -204,8 +280,6 @@ class Follower:
 
     # --- the stage watcher ------------------------------------------------------------------------------------
     def _watch_loop(self) -> None:
-        from huggingface_hub.errors import HfHubHTTPError
-
         failures = 0
         while not self._stop.is_set():
             try:
@@ -222,17 +296,17 @@ class Follower:
                         self.drain()
                         self.settle(info)
                     return
-            except HfHubHTTPError as exc:
-                failures += 1
-                self.state.last_error = _http_error_text(exc)
             except _Stopped:
                 return
             except _Gap:
                 failures += 1
-            except Exception as exc:  # noqa: BLE001 - network errors: poll again later
+            except Exception as exc:  # noqa: BLE001 - HTTP and network errors (429 and timeouts too): poll again later
                 failures += 1
-                self.state.last_error = redact(f"{type(exc).__name__}: {exc}")
-            self._stop.wait(min(MAX_BACKOFF_S * 2, poll_interval() * (2 ** min(failures, 3))))
+                wait = max(_poll_wait(failures), retry_after_s(exc) or 0.0)
+                self.state.last_error = retry_text(exc, "checking the job's status", wait)
+                self._stop.wait(wait)
+                continue
+            self._stop.wait(_poll_wait(failures))
 
     def _mark_running(self, info: Any) -> None:
         started = info.started_at.timestamp() if getattr(info, "started_at", None) else time.time()
@@ -290,6 +364,11 @@ class Follower:
 
 
 _TERMINAL_STAGES = ("COMPLETED", "CANCELED", "ERROR", "DELETED")
+
+
+def _poll_wait(failures: int) -> float:
+    """Seconds until the next stage poll: the poll interval, doubled per consecutive failure (at most ×8, 60 s)."""
+    return min(MAX_BACKOFF_S * 2, poll_interval() * (2 ** min(failures, 3)))
 
 
 def _stage(info: Any) -> str:
