@@ -19,6 +19,7 @@ from ..errors import BackendError, RunNotFound
 from ..store import Run
 from .auth import user_of
 from .context import UiContext
+from .serving import postprocessed
 
 POLL_S = 1.5
 LOG_LINES = 200
@@ -176,8 +177,12 @@ def build(ctx: UiContext) -> DetailTab:
     def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
         return render(ctx, *args, user=user_of(ctx, profile, oauth))
 
-    timer.tick(update, controls, outputs, api_name="detail_poll", concurrency_limit=None, show_progress="hidden",
-               trigger_mode="always_last")
+    def poll(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
+        # The timer's inputs are plain values (no preprocessing needed); outputs are postprocessed here, in one thread.
+        return postprocessed(outputs, render(ctx, *args, user=user_of(ctx, profile, oauth)))
+
+    timer.tick(poll, controls, outputs, api_name="detail_poll", concurrency_limit=None, show_progress="hidden",
+               trigger_mode="always_last", preprocess=False, postprocess=False)
     gr.on([run_dd.change, smoothing.release, log_y.input, xaxis.input, follow.input, sort_by.input,
            descending.input], update, controls, outputs, api_name="detail_render", concurrency_limit=None,
           trigger_mode="always_last", show_progress="hidden")

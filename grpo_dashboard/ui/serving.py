@@ -21,6 +21,27 @@ import gradio as gr
 _SKIP = {"__type__": "update"}
 
 
+def postprocessed(components: list[Any], values: list[Any]) -> list[Any]:
+    """`values` for `components` as Gradio's own postprocessing would send them, computed in the calling thread.
+
+    For events registered with `preprocess=False, postprocess=False`: Gradio otherwise hands every input and every
+    output to a worker thread of its own (~30 thread switches per run-detail tick); under load each switch waits for
+    the GIL, which made up most of a busy page's latency. Updates (gr.update / gr.skip) and State values are left to
+    Gradio, which treats them the same either way.
+    """
+    from gradio.data_classes import GradioModel, GradioRootModel
+    from gradio.utils import is_prop_update
+
+    out = []
+    for component, value in zip(components, values, strict=True):
+        if component.stateful or is_prop_update(value):
+            out.append(value)
+            continue
+        result = component.postprocess(value)
+        out.append(result.model_dump() if isinstance(result, (GradioModel, GradioRootModel)) else result)
+    return out
+
+
 class DashboardBlocks(gr.Blocks):
     """gr.Blocks whose handlers' gr.skip() outputs cost nothing to post-process."""
 
