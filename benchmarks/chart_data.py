@@ -6,7 +6,7 @@
   returns) and with the charts' default EMA smoothing computed over the full series.
 - refresh tick without new data, and after 100 new records (appended to metrics.jsonl and ingested first; the
   ingestion is timed on its own): the chart data a tick needs, i.e. `Store.change_token` plus `charts.load_frames`
-  (which the run-detail page draws from). For orientation the full chart build (`charts.run_plots`: every panel's
+  (which the run-detail page draws from). For orientation the full chart build (`chart_json.run_plots`: every panel's
   plotly JSON, what the page sends) is timed too; it is what the page pays when the token moved.
 
 Ticks are repeated (`--ticks`) and reported as median and p95.
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--repeat", type=int, default=3, help="cold reads per side (best kept)")
     args = parser.parse_args(argv)
 
-    from grpo_dashboard import charts
+    from grpo_dashboard import chart_json, charts
     from grpo_dashboard.ingest import ingest_file
     from grpo_dashboard.store import Store
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             new_data.append(time.perf_counter() - t)
             assert frames[("train", "reward")]["step"].to_numpy()[-1] == step
             t = time.perf_counter()
-            charts.run_plots(warm, common.RUN_ID, opts)
+            chart_json.run_plots(warm, common.RUN_ID, opts)
             new_figs.append(time.perf_counter() - t)
 
         ratio_raw = best["trackio"] / best["ours_raw"] if storage is not None else float("nan")

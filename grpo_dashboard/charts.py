@@ -7,14 +7,11 @@ never sends more than `MAX_POINTS` points per line to the browser.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import json
 import math
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +20,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .memo import SingleFlight
+from .array_frame import ArrayFrame
 
 MAX_POINTS = 2000
 XAXES = ("step", "wall time", "relative time")
@@ -279,39 +276,6 @@ def line_traces(frame: pd.DataFrame, name: str, color: str, opts: ChartOptions, 
     return traces
 
 
-_TYPED = {"int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2", "int32": "i4", "uint32": "u4", "float32": "f4",
-          "float64": "f8"}
-
-
-def _typed_array(v: np.ndarray) -> Any:
-    """plotly.js's typed-array spec of a numeric array, as plotly's own `to_typed_array_spec` makes it (int64 narrowed
-    to the smallest int type that holds it) but without its per-array dataframe-library probing (~0.3 ms each)."""
-    if v.size == 0 or v.dtype.kind not in "iuf":
-        return v
-    if v.dtype == np.int64:
-        lo, hi = int(v.min()), int(v.max())
-        for small in (np.int8, np.int16, np.int32):
-            if np.iinfo(small).min <= lo and hi <= np.iinfo(small).max:
-                v = v.astype(small)
-                break
-        else:
-            return v
-    short = _TYPED.get(str(v.dtype))
-    if short is None:
-        return v
-    return {"dtype": short, "bdata": base64.b64encode(np.ascontiguousarray(v)).decode("ascii")}
-
-
-def _source_json(data: list[dict[str, Any]], layout: dict[str, Any]) -> str:
-    """What plotly's to_json makes of an unvalidated figure built from these dicts (to_dict deep-copies them, turns
-    numpy arrays into typed-array specs and serialises), without the copies: arrays only sit at a trace's top level
-    here, so only those are converted, in a copy of each trace dict."""
-    from plotly.io.json import to_json_plotly
-
-    traces = [{k: _typed_array(v) if isinstance(v, np.ndarray) else v for k, v in trace.items()} for trace in data]
-    return to_json_plotly({"data": traces, "layout": layout})
-
-
 Spec = tuple[list[dict[str, Any]], dict[str, Any]]  # a figure as plain dicts: (traces, layout without template)
 
 
@@ -319,12 +283,6 @@ def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     """A figure built in one go from plain dicts, without plotly's per-property validation (~25x faster than
     add_traces + update_layout; the dicts here are fixed by this module, not user input)."""
     return go.Figure(data=data, layout={"template": _TEMPLATE, **layout}, _validate=False)
-
-
-def spec_json(spec: Spec) -> str:
-    """What `_figure(*spec).to_json()` returns, without building the figure (~4 ms per panel saved)."""
-    data, layout = spec
-    return _source_json(data, {"template": _TEMPLATE, **layout})
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -517,53 +475,6 @@ def run_t0(frames: Frames, started_at: float | None = None) -> float | None:
     return min(lows) if lows else None
 
 
-class ArrayFrame:
-    """Equal-length numpy columns behind the part of pandas.DataFrame's interface the chart code uses (`len`,
-    `empty`, `columns`, `frame[name].to_numpy(dtype)`, `frame[name].min()`): a live page builds ~30 of these per
-    redraw, and a DataFrame costs ~0.5 ms each to make."""
-
-    __slots__ = ("_columns",)
-
-    def __init__(self, columns: dict[str, np.ndarray]) -> None:
-        self._columns = columns
-
-    @property
-    def columns(self) -> list[str]:
-        """The column names."""
-        return list(self._columns)
-
-    @property
-    def empty(self) -> bool:
-        """True without rows."""
-        return len(self) == 0
-
-    def __len__(self) -> int:
-        return len(self._columns["step"])
-
-    def __getitem__(self, name: str) -> pd.Series:
-        return _ArrayColumn(self._columns[name])  # type: ignore[return-value]
-
-    def to_pandas(self) -> pd.DataFrame:
-        """The same columns as a DataFrame."""
-        return pd.DataFrame(self._columns)
-
-
-class _ArrayColumn:
-    __slots__ = ("values",)
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = values
-
-    def to_numpy(self, dtype: Any = None) -> np.ndarray:
-        return self.values if dtype is None else self.values.astype(dtype, copy=False)
-
-    def min(self) -> float:
-        return float(np.nanmin(self.values)) if self.values.size and not np.isnan(self.values).all() else math.nan
-
-    def notna(self) -> Any:
-        return pd.Series(~np.isnan(self.values.astype("float64", copy=False)))
-
-
 def _arrays_frame(a: Any) -> pd.DataFrame:
     return pd.DataFrame({"step": np.asarray(a.steps, dtype="int64"), "value": np.asarray(a.values, dtype="float64"),
                          "time": np.asarray(a.times, dtype="float64")})
@@ -599,74 +510,13 @@ def run_figures(store: Any, run_id: str, opts: ChartOptions, *, beta: float | No
                 max_completion_length: int | None = None, started_at: float | None = None,
                 findings: Sequence[Any] = ()) -> dict[str, go.Figure]:
     """Every panel's figure for one run, in PANELS order; `findings` (health) mark their metric's panel."""
-    specs = _run_specs(store, run_id, opts, beta, max_completion_length, started_at, findings)
+    specs = run_specs(store, run_id, opts, beta, max_completion_length, started_at, findings)
     return {pid: _figure(*spec) for pid, spec in specs.items()}
 
 
-def run_plots(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,
-              max_completion_length: int | None = None, started_at: float | None = None,
-              findings: Sequence[Any] = ()) -> dict[str, str]:
-    """`run_figures` as the plotly JSON the browser gets (what gr.Plot sends), in PANELS order.
-
-    Shared between callers asking for the same run state (the store's change token) with the same options: many
-    viewers of one live run cost one build per change, not one per viewer.
-    """
-    found = live_plots(store, run_id, opts, beta=beta, max_completion_length=max_completion_length,
-                       started_at=started_at, findings=findings, wait=True)
-    assert found is not None  # waiting always yields the current state's plots
-    return found[1]
-
-
-def live_plots(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,
-               max_completion_length: int | None = None, started_at: float | None = None,
-               findings: Sequence[Any] = (), wait: bool = False) -> tuple[tuple[Any, ...], dict[str, str]] | None:
-    """(change token, plots) of a run for a live page: the current state's plots when they are built or nobody is
-    building them (then this caller builds them); while another caller builds them, with `wait` False, the latest
-    finished plots of this run and options (an older state, which the page shows until its next tick) or None.
-
-    A viewer thus never queues behind another viewer's build, and never builds what someone else is building.
-    """
-    token = store.change_token(run_id)
-    family = (str(store.path), run_id, dataclasses.astuple(opts), beta, max_completion_length, started_at)
-    key = (*family, token, tuple((f.metric, int(f.step), f.rule, f.severity) for f in findings))
-
-    def build() -> dict[str, str]:
-        with _PLOTS_LOCK:
-            cached = _PLOTS.get(key)
-        if cached is not None:
-            return cached
-        specs = _run_specs(store, run_id, opts, beta, max_completion_length, started_at, findings)
-        plots = {pid: spec_json(spec) for pid, spec in specs.items()}
-        with _PLOTS_LOCK:
-            _PLOTS[key] = plots
-            _LATEST.pop(family, None)  # re-inserted: the most recently built family is evicted last
-            _LATEST[family] = (token, plots)
-            while len(_PLOTS) > PLOT_CACHE_ENTRIES:
-                _PLOTS.popitem(last=False)
-            while len(_LATEST) > PLOT_CACHE_ENTRIES:
-                _LATEST.pop(next(iter(_LATEST)))
-        return plots
-
-    with _PLOTS_LOCK:
-        cached = _PLOTS.get(key)
-        if cached is not None:
-            _PLOTS.move_to_end(key)
-            return token, dict(cached)
-        if not wait and _BUILDS.busy(key):
-            latest = _LATEST.get(family)
-            return None if latest is None else (latest[0], dict(latest[1]))
-    return token, dict(_BUILDS.do(key, build))
-
-
-PLOT_CACHE_ENTRIES = 32
-_PLOTS: OrderedDict[tuple[Any, ...], dict[str, str]] = OrderedDict()
-_LATEST: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, str]]] = {}  # per run and options: newest built
-_PLOTS_LOCK = threading.Lock()
-_BUILDS = SingleFlight()  # one build per key: viewers asking while it runs wait for it
-
-
-def _run_specs(store: Any, run_id: str, opts: ChartOptions, beta: float | None, max_completion_length: int | None,
-               started_at: float | None, findings: Sequence[Any]) -> dict[str, Spec]:
+def run_specs(store: Any, run_id: str, opts: ChartOptions, beta: float | None, max_completion_length: int | None,
+              started_at: float | None, findings: Sequence[Any]) -> dict[str, Spec]:
+    """Every panel of a run as plain dicts, in PANELS order (see `run_figures`)."""
     frames = load_frames(store, run_id, opts.smoothing, opts.max_points)
     groups = group_metrics(frames.keys())
     t0 = run_t0(frames, started_at)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard import charts
+from grpo_dashboard import chart_json, charts
 from grpo_dashboard.ingest import ingest_file
 from grpo_dashboard.memo import SingleFlight
 from grpo_dashboard.store import Store
@@ -95,7 +95,7 @@ def test_a_viewer_gets_the_newest_finished_charts_while_another_builds_the_curre
     append_log(path, range(1, 101), reward=lambda s: s / 100, loss=0.5)
     ingest_file(store, "r1", path)
     opts = charts.ChartOptions()
-    token1, plots1 = charts.live_plots(store, "r1", opts)
+    token1, plots1 = chart_json.live_plots(store, "r1", opts)
     assert token1 == store.change_token("r1")
 
     append_log(path, range(101, 111), reward=2.0, loss=0.5)
@@ -105,18 +105,18 @@ def test_a_viewer_gets_the_newest_finished_charts_while_another_builds_the_curre
     store.gate.clear()
     store.reading.clear()
     builder: list[Any] = []
-    thread = threading.Thread(target=lambda: builder.append(charts.live_plots(store, "r1", opts)))
+    thread = threading.Thread(target=lambda: builder.append(chart_json.live_plots(store, "r1", opts)))
     thread.start()
     try:
         assert store.reading.wait(30)  # the first viewer is building the new state
-        other = charts.live_plots(store, "r1", opts)  # a second viewer does not wait for it
+        other = chart_json.live_plots(store, "r1", opts)  # a second viewer does not wait for it
         assert other is not None
         assert other[0] == token1 and other[1] == plots1
     finally:
         store.gate.set()
         thread.join(30)
     assert builder[0][0] == token2 and builder[0][1]["reward"] != plots1["reward"]
-    again = charts.live_plots(store, "r1", opts)
+    again = chart_json.live_plots(store, "r1", opts)
     assert again is not None and again[0] == token2
     assert all(again[1][k] is builder[0][1][k] for k in again[1])  # built once, shared
 
@@ -127,7 +127,7 @@ def test_nobody_building_means_the_caller_builds_the_current_state(tmp_path: Pat
     path = new_run(store, tmp_path)
     append_log(path, range(1, 51), reward=0.1)
     ingest_file(store, "r1", path)
-    found = charts.live_plots(store, "r1", charts.ChartOptions(smoothing=0.3), wait=wait)
+    found = chart_json.live_plots(store, "r1", charts.ChartOptions(smoothing=0.3), wait=wait)
     assert found is not None and found[0] == store.change_token("r1")
     assert list(found[1]) == list(charts.PANEL_IDS)
     assert '"reward (weighted sum)"' in found[1]["reward"]

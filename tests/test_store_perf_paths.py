@@ -317,7 +317,7 @@ def test_doctor_frame_from_store_columns_equals_the_one_from_records(tmp_path: P
 
 
 def test_plot_json_equals_plotly_own_and_is_shared_per_run_state(tmp_path: Path) -> None:
-    from grpo_dashboard import charts
+    from grpo_dashboard import chart_json, charts
 
     store = Store()
     path = new_run(store, tmp_path)
@@ -328,14 +328,14 @@ def test_plot_json_equals_plotly_own_and_is_shared_per_run_state(tmp_path: Path)
     for xaxis in charts.XAXES:
         opts = charts.ChartOptions(xaxis=xaxis)
         figs = charts.run_figures(store, "r1", opts, max_completion_length=16, started_at=1000.0)
-        plots = charts.run_plots(store, "r1", opts, max_completion_length=16, started_at=1000.0)
+        plots = chart_json.run_plots(store, "r1", opts, max_completion_length=16, started_at=1000.0)
         assert list(plots) == list(figs) == list(charts.PANEL_IDS)
         for pid, fig in figs.items():
             assert json.loads(plots[pid]) == json.loads(fig.to_json())
-        again = charts.run_plots(store, "r1", opts, max_completion_length=16, started_at=1000.0)
+        again = chart_json.run_plots(store, "r1", opts, max_completion_length=16, started_at=1000.0)
         assert all(again[k] is plots[k] for k in plots)  # the same run state: shared, not rebuilt
     append_log(path, [2501], reward=0.5)
     ingest_file(store, "r1", path)
-    moved = charts.run_plots(store, "r1", charts.ChartOptions(xaxis="relative time"), max_completion_length=16,
+    moved = chart_json.run_plots(store, "r1", charts.ChartOptions(xaxis="relative time"), max_completion_length=16,
                              started_at=1000.0)
     assert moved["reward"] is not plots["reward"] and moved["reward"] != plots["reward"]

@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from .. import access, charts, completions, overview, remote_status, runs
+from .. import access, chart_json, charts, completions, overview, remote_status, runs
 from ..errors import BackendError, RunNotFound
 from ..store import Run
 from .auth import user_of
@@ -90,7 +90,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     found = None
     if state.get("charts") != chart_key:
         # While another viewer builds this state's charts, the newest finished ones (or none) instead of waiting.
-        found = charts.live_plots(ctx.store, run.id, opts, started_at=run.started_at,
+        found = chart_json.live_plots(ctx.store, run.id, opts, started_at=run.started_at,
                                   findings=overview.findings(ctx.store, run), **overview.spec_settings(run))
     shown_key = None if found is None else (run.id, found[0], opts.smoothing, opts.log_y, opts.xaxis)
     if found is not None and state.get("charts") != shown_key:
