@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(output, flush=True)
         if code:
             failed.append(name)
-        summary += [f"{row[:-1]}{name}.py |" for row in table_rows(output)]
+        summary += [f"{row.rstrip()} {name}.py |" for row in table_rows(output)]
         sections.append(f"## {title}\n\n`python benchmarks/{name}.py {' '.join(extra)}`".rstrip() +
                         f" ({seconds:.0f} s{', FAILED with exit code ' + str(code) if code else ''})\n\n"
                         f"```\n{output.strip()}\n```\n")

@@ -19,7 +19,7 @@ Two figures:
   runs *with* the callback; the time spent inside them over the `train()` time is the callback's own share, free of
   the run-to-run noise. This is the stronger evidence.
 
-    python benchmarks/training_overhead.py [--steps 60] [--pairs 4] [--warmup 5]
+    python benchmarks/training_overhead.py [--steps 60] [--pairs 6] [--warmup 5]
 
 No peer is measured here (trackio would log through TRL's own integration, a different code path).
 """
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark and print its figures; returns them."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="training steps per run (logging_steps=1)")
-    parser.add_argument("--pairs", type=int, default=4, help="with/without pairs, interleaved")
+    parser.add_argument("--pairs", type=int, default=6, help="with/without pairs, interleaved")
     parser.add_argument("--warmup", type=int, default=5, help="steps of an unmeasured first run (0: none)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # child mode: the work directory
     parser.add_argument("--config", type=Path, help=argparse.SUPPRESS)
@@ -211,10 +211,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"callback's own time: {share * 100:.3f}% of train() (median of {len(shares)} runs; "
           f"on_log {per_log_ms:.3f} ms per call, a training step {per_step_ms:.0f} ms)")
     print(common.TABLE_HEAD)
+    # Judged only when the pairs agree to within the target: a 1% effect cannot be read from a wider spread.
+    resolvable = (hi - lo) / 100 <= 2 * TARGET
     print(common.row(f"training time with / without our callback (smoke, {args.steps} steps, median of "
                      f"{args.pairs} interleaved pairs; pair spread {lo:+.1f}%..{hi:+.1f}%)",
-                     f"{med['with']:.2f} s / {med['without']:.2f} s", "-", f"{ratio:.3f}x", "<= 1% overhead",
-                     ratio - 1 <= TARGET))
+                     f"{med['with']:.2f} s / {med['without']:.2f} s", "-", f"{ratio:.3f}x",
+                     "<= 1% overhead" if resolvable else "<= 1% (below this machine's run-to-run noise: see direct)",
+                     ratio - 1 <= TARGET if resolvable else None))
     print(common.row("callback's own time inside its hooks / train() time (direct)",
                      f"{share * 100:.3f}% ({per_log_ms:.2f} ms per on_log x {args.steps + 1})", "-", "-",
                      "<= 1%", share <= TARGET))

@@ -2,16 +2,18 @@
 
 The real app runs as its own process (`python app.py`). Five synthetic writers (see live_app.py) keep five local
 runs live, each starting from `--history` steps already logged and adding one record every `--interval` seconds.
-A second process starts `--clients` sessions in threads, each speaking Gradio's own HTTP queue protocol like a page
-in a browser (see live_app.HttpSession; gradio_client's per-call overhead in one shared process would otherwise be
-measured instead of the server); client i watches run i % 5 and calls `/detail_poll` (the endpoint of the page's
-timer) once a second for `--duration` seconds, so most answers carry freshly drawn charts.
+Client processes (`--client-procs`, 4) start `--clients` sessions between them in threads, each speaking Gradio's
+own HTTP queue protocol like a page in a browser (see live_app.HttpSession; gradio_client's per-call overhead, or one
+client process's GIL, would otherwise be measured instead of the server); session i watches run i % 5 and calls
+`/detail_poll` (the endpoint of the page's timer) once a second for `--duration` seconds, so most answers carry
+freshly drawn charts.
 
 Reported: per-request latency (p50 / p95 / max, after a warm-up in which every session draws its page once), the
 error count, and the app process's resident memory before and after the viewers (for the reliability issue:
 growth over the run).
 
-    python benchmarks/viewers.py [--clients 20] [--runs 5] [--duration 60] [--history 20000] [--json]
+    python benchmarks/viewers.py [--clients 20] [--runs 5] [--duration 60] [--history 20000] [--client-procs 4]
+                                 [--json]
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between a live run's records")
     parser.add_argument("--history", type=int, default=20_000, help="steps each run has logged before")
+    parser.add_argument("--client-procs", type=int, default=4, help="client processes the sessions are spread over")
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line (last)")
     parser.add_argument("--child", nargs=2, metavar=("URL", "RUN_IDS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -109,14 +112,24 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 time.sleep(0.5)
             store.close()
             rss_start = common.rss_mb(app.pid)
-            child = subprocess.Popen([sys.executable, __file__, "--child", url, ",".join(run_ids), "--clients",
-                                      str(args.clients), "--duration", str(args.duration)],
-                                     stdout=subprocess.PIPE, text=True, cwd=common.ROOT)
+            # The sessions are spread over a few processes, so that no client process's own GIL delays what it
+            # measures; session i still watches run i % runs.
+            procs = max(1, min(args.client_procs, args.clients))
+            children = []
+            for p in range(procs):
+                mine = [run_ids[i % len(run_ids)] for i in range(p, args.clients, procs)]
+                children.append(subprocess.Popen(
+                    [sys.executable, __file__, "--child", url, ",".join(mine), "--clients", str(len(mine)),
+                     "--duration", str(args.duration)], stdout=subprocess.PIPE, text=True, cwd=common.ROOT))
             t0 = time.monotonic()
-            while child.poll() is None:
+            while any(c.poll() is None for c in children):
                 rss.append((time.monotonic() - t0, common.rss_mb(app.pid)))
                 time.sleep(2.0)
-            result = json.loads(child.stdout.read().strip().splitlines()[-1])  # type: ignore[union-attr]
+            result = {"samples": [], "errors": []}
+            for c in children:
+                part = json.loads(c.stdout.read().strip().splitlines()[-1])  # type: ignore[union-attr]
+                result["samples"] += part["samples"]
+                result["errors"] += part["errors"]
             rss_end = common.rss_mb(app.pid)
             steps_end = {r: Store(data / "dashboard.db").get_run(r).last_step for r in run_ids}
         finally:

@@ -92,12 +92,18 @@ def test_submission_rate_limited_for_good_fails_the_run_after_bounded_attempts(h
     assert len(notices()) == 2 and TOKEN not in run.error
 
 
-def test_rate_limited_status_polls_wait_as_asked_say_so_and_lose_nothing(hub: FakeHub, tmp_path: Path) -> None:
+def launch_held(hub: FakeHub, tmp_path: Path) -> tuple[list[str], Store, Any]:
+    """A launched job the fake holds after 10 of its 20 records, once those are ingested: (lines, store, run)."""
     lines = protocol_lines(20)
     hub.plans.append(Plan(lines=lines, hold_at=10))
     store = Store()
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
     wait_for(lambda: refresh(store, store.get_run(run.id)).ingest_offset >= 10, timeout=30)
+    return lines, store, run
+
+
+def test_rate_limited_status_polls_wait_as_asked_say_so_and_lose_nothing(hub: FakeHub, tmp_path: Path) -> None:
+    lines, store, run = launch_held(hub, tmp_path)
     hub.faults["inspect"] = [(429, {"Retry-After": "1"})] * 3
     expected = "rate limited by the Hub (HTTP 429) while checking the job's status; retrying in 1 s"
     wait_for(lambda: expected in hf_job_markdown(store.get_run(run.id)), timeout=30)
@@ -141,11 +147,7 @@ def test_submission_never_answered_in_time_fails_clearly_after_bounded_attempts(
 
 @pytest.mark.usefixtures("short_timeout")
 def test_status_polls_that_time_out_are_retried_and_shown(hub: FakeHub, tmp_path: Path) -> None:
-    lines = protocol_lines(20)
-    hub.plans.append(Plan(lines=lines, hold_at=10))
-    store = Store()
-    run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
-    wait_for(lambda: refresh(store, store.get_run(run.id)).ingest_offset >= 10, timeout=30)
+    lines, store, run = launch_held(hub, tmp_path)
     hub.faults["inspect"] = [f"slow:{SLOW_S}"] * 2
     expected = (f"the Hub did not answer within {CLIENT_TIMEOUT_S} s while checking the job's status "
                 f"(ReadTimeout); retrying in")
