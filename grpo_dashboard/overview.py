@@ -7,7 +7,6 @@ Everything here only reads the store and run files; ingestion is the Monitor thr
 from __future__ import annotations
 
 import functools
-import json
 import shlex
 import threading
 import time
@@ -21,7 +20,7 @@ from . import ingest
 from .completions import recent_samples
 from .memo import SingleFlight
 from .spec import RunSpec
-from .store import ACTIVE, TERMINAL, Run, RunStatus, Store, StoreError
+from .store import ACTIVE, TERMINAL, Run, RunStatus, Store, StoreError, token_text
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
@@ -161,42 +160,14 @@ def findings(store: Store, run: Run) -> list[Any]:
 
 
 def metric_frame(store: Store, run_id: str) -> Any:
-    """The doctor's MetricFrame of a run straight from the store's columns: what `MetricFrame.from_records(
-    store.records(run_id))` builds, without making a dict per logged step (at 100k steps ~1 s per refresh)."""
-    import numpy as np
+    """The doctor's MetricFrame of a run straight from the store's columns (no dict per logged step: at 100k steps
+    `MetricFrame.from_records(store.records(run_id))` took ~1 s per refresh)."""
+    from .health.series import MetricFrame
 
-    from .health.series import _META_KEYS, MetricFrame, Series, normalize_key
-
-    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    steps_of: dict[str, list[np.ndarray]] = {}
-    for (split, key), a in sorted(store.arrays_all(run_id).items(), key=lambda kv: kv[0][0] != "train"):
-        steps_of.setdefault(split, []).append(a.steps)
-        if key not in _META_KEYS:
-            parts.setdefault(normalize_key(key), []).append((a.steps, a.values))
-    columns = {}
-    for key, pieces in parts.items():
-        steps, values = pieces[0] if len(pieces) == 1 else (np.concatenate([p[0] for p in pieces]),
-                                                            np.concatenate([p[1] for p in pieces]))
-        if len(pieces) > 1:  # the same name in train and eval records: sorted, the later (eval) write wins
-            order = np.argsort(steps, kind="stable")
-            steps, values = steps[order], values[order]
-            keep = np.ones(steps.size, dtype=bool)
-            keep[:-1] = steps[1:] != steps[:-1]
-            steps, values = steps[keep], values[keep]
-        columns[key] = Series(key, steps, values)
-    return MetricFrame(columns, sum(_union_size(s) for s in steps_of.values()))
-
-
-def _union_size(arrays: list[Any]) -> int:
-    """How many distinct steps sorted step arrays hold together; most metrics share one step array, so identical
-    ones are dropped before the (sorting) union."""
-    import numpy as np
-
-    distinct: list[Any] = []
-    for a in sorted(arrays, key=len, reverse=True):
-        if not any(a.size == d.size and np.array_equal(a, d) for d in distinct):
-            distinct.append(a)
-    return int(distinct[0].size) if len(distinct) == 1 else int(np.unique(np.concatenate(distinct)).size)
+    by_split: dict[str, dict[str, Any]] = {}
+    for (split, key), a in store.arrays_all(run_id).items():
+        by_split.setdefault(split, {})[key] = (a.steps, a.values)
+    return MetricFrame.from_splits([by_split[s] for s in sorted(by_split, key=lambda s: s != "train")])
 
 
 class _BadThresholds:
@@ -217,7 +188,7 @@ def health_badge(store: Store, run: Run, saved: dict[str, tuple[str, str]] | Non
         return "—"
     token = store.change_token(run.id)
     known = (saved if saved is not None else store.health_badges()).get(run.id)
-    if known is not None and known[0] == json.dumps(list(token)):
+    if known is not None and known[0] == token_text(token):
         return known[1]
     found = findings(store, run)
     if not found:

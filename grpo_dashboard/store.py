@@ -135,6 +135,11 @@ def data_dir() -> Path:
     return Path(os.environ.get(DATA_DIR_ENV) or Path.home() / ".grpo_dashboard").expanduser()
 
 
+def token_text(token: tuple[Any, ...]) -> str:
+    """A change token as saved with a health badge (see `Store.health_badges`)."""
+    return json.dumps(list(token))
+
+
 class Store:
     """Thread-safe access to the SQLite store (one connection per thread)."""
 
@@ -425,7 +430,7 @@ class Store:
         """Keep a run's health badge for its current change token (the runs table then needs no doctor pass)."""
         with self.transaction() as conn:
             conn.execute("INSERT OR REPLACE INTO health (run_id, token, badge) VALUES (?, ?, ?)",
-                         (run_id, json.dumps(list(token)), badge))
+                         (run_id, token_text(token), badge))
 
     def change_token(self, run_id: str) -> tuple[Any, ...]:
         """A cheap value that changes whenever anything visible about the run changes."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +15,15 @@ import pytest
 
 from grpo_dashboard import downsample, series_store
 from grpo_dashboard.ingest import ingest_file
-from grpo_dashboard.store import Run, Store
+from grpo_dashboard.store import Store
+
+from .test_charts import reference_ema as charts_reference_ema
+from .test_ingest import new_run
 
 
 def reference_ema(values: np.ndarray, weight: float) -> np.ndarray:
-    """TensorBoard's loop, verbatim."""
-    out, last, count = [], 0.0, 0
-    for v in values:
-        if not math.isfinite(v):
-            out.append(v)
-            continue
-        last = last * weight + (1 - weight) * v
-        count += 1
-        out.append(last / (1 - weight ** count))
-    return np.array(out)
+    """TensorBoard's loop (tests/test_charts.py), as an array."""
+    return np.array(charts_reference_ema(values, weight))
 
 
 def reference_keep(values: np.ndarray, width: int) -> list[int]:
@@ -44,14 +38,6 @@ def reference_keep(values: np.ndarray, width: int) -> list[int]:
         if not finite.all():
             keep.add(lo + int(np.argmax(~finite)))
     return sorted(keep)
-
-
-def new_run(store: Store, tmp_path: Path, run_id: str = "r1") -> Path:
-    run_dir = tmp_path / run_id
-    run_dir.mkdir()
-    store.insert_run(Run(id=run_id, name=run_id, spec_yaml="name: x\n", backend="local", status="running",
-                         created_at=time.time(), run_dir=str(run_dir)))
-    return run_dir / "metrics.jsonl"
 
 
 def append_log(path: Path, steps: range | list[int], **series: Any) -> None:

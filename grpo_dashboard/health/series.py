@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,6 +162,30 @@ class MetricFrame:
             builder.add(record, record_step(record, i))
         return builder.build()
 
+    @classmethod
+    def from_splits(cls, splits: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]]) -> MetricFrame:
+        """Build from stored columns: one mapping per split (key -> (sorted steps, values)), later splits winning
+        where the same metric name has a value at the same step (train before eval, as they are logged). What
+        ``from_records`` makes of the same records, without a dict per step."""
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for split in splits:
+            for key, pair in split.items():
+                if key not in _META_KEYS:
+                    parts.setdefault(normalize_key(key), []).append(pair)
+        columns = {}
+        for key, pieces in parts.items():
+            steps, values = pieces[0]
+            if len(pieces) > 1:
+                steps = np.concatenate([p[0] for p in pieces])
+                values = np.concatenate([p[1] for p in pieces])
+                order = np.argsort(steps, kind="stable")
+                steps, values = steps[order], values[order]
+                keep = np.ones(steps.size, dtype=bool)
+                keep[:-1] = steps[1:] != steps[:-1]  # of equal steps the last (the later split's) is kept
+                steps, values = steps[keep], values[keep]
+            columns[key] = Series(key, steps, values)
+        return cls(columns, sum(_distinct_steps([p[0] for p in split.values()]) for split in splits if split))
+
     def get(self, *keys: str) -> Series | None:
         """The first of ``keys`` that was logged at least once (aliases across TRL versions)."""
         for key in keys:
@@ -301,3 +325,13 @@ def fmt(x: float | None) -> str:
     if ax != 0 and (ax < 1e-3 or ax >= 1e4):
         return f"{x:.2g}"
     return f"{x:.3g}"
+
+
+def _distinct_steps(arrays: list[np.ndarray]) -> int:
+    """How many distinct steps sorted step arrays hold together; most metrics share one step array, so identical
+    ones are dropped before the (sorting) union."""
+    distinct: list[np.ndarray] = []
+    for a in sorted(arrays, key=len, reverse=True):
+        if not any(a.size == d.size and np.array_equal(a, d) for d in distinct):
+            distinct.append(a)
+    return int(distinct[0].size) if len(distinct) == 1 else int(np.unique(np.concatenate(distinct)).size)

@@ -91,7 +91,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     if state.get("charts") != chart_key:
         # While another viewer builds this state's charts, the newest finished ones (or none) instead of waiting.
         found = chart_json.live_plots(ctx.store, run.id, opts, started_at=run.started_at,
-                                  findings=overview.findings(ctx.store, run), **overview.spec_settings(run))
+                                      findings=overview.findings(ctx.store, run), **overview.spec_settings(run))
     shown_key = None if found is None else (run.id, found[0], opts.smoothing, opts.log_y, opts.xaxis)
     if found is not None and state.get("charts") != shown_key:
         # gr.Plot passes PlotData through as is: the JSON is built once per run state, not once per viewer
