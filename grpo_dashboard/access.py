@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import re
+import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -20,17 +24,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import runs
+from . import runs, sandbox
 from .backends import hf_jobs
 from .backends.hf_jobs_stream import redact as _redact_pattern
 from .errors import BackendError, FieldError, RunNotFound, SpecError
-from .presets import EXAMPLES_DIR
+from .presets import EXAMPLES_DIR, PROJECT_ROOT
 from .space import MOCK_OAUTH_TOKEN, Settings
 from .spec import RunSpec
-from .store import ACTIVE, Run, Store
+from .store import ACTIVE, Run, Store, data_dir
 from .validation import ACCELERATE_CONFIGS
 
 WHOAMI_TTL_S = 300.0
+HUB_DATASET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 SIGN_IN = ("Sign in with Hugging Face (the button at the top of the page) to launch runs: on this Space every run "
            "goes to Hugging Face Jobs on your own account, billed to you, and only you can see it.")
 
@@ -70,6 +75,27 @@ def redact(text: Any, *secrets: str | None) -> Any:
         if secret and len(secret) >= 8:
             text = text.replace(secret, "hf_***")
     return _redact_pattern(text)
+
+
+def _server_roots() -> list[tuple[str, str]]:
+    roots = [(str(data_dir()), "<data dir>"), (str(PROJECT_ROOT), "<app>"), (tempfile.gettempdir(), "<tmp>"),
+             (sys.prefix, "<python>"), (sys.base_prefix, "<python>"), (str(Path.home()), "~")]
+    out: list[tuple[str, str]] = []
+    for root, name in roots:
+        for form in dict.fromkeys((root, os.path.realpath(root))):
+            if len(form) > 1:
+                out.append((form.rstrip("/"), name))
+    return sorted(out, key=lambda pair: len(pair[0]), reverse=True)
+
+
+def scrub_paths(text: Any) -> Any:
+    """Text with the server's absolute directories (data dir, app, temp, Python, home) named instead of spelled out;
+    what a Space shows its visitors says nothing about its file system. Non-strings pass."""
+    if not isinstance(text, str):
+        return text
+    for root, name in _server_roots():
+        text = text.replace(root, name)
+    return text
 
 
 # --- who is asking -----------------------------------------------------------------------------------------------
@@ -251,19 +277,65 @@ def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settin
         if not _inside_examples(_resolve(base, value)):
             errors.append(FieldError(key, value, "is a file on the Space's disk; only the dashboard's own examples/ "
                                      "files may be used here. Use a Hub dataset (dataset.path) instead."))
-    model = spec.model.name_or_path
-    if model and not spec.model.build_tiny and _resolve(base, model).exists() \
-            and not _inside_examples(_resolve(base, model)):
-        errors.append(FieldError("model.name_or_path", model, "is a directory on the Space's disk; give a Hub model "
-                                 "id such as 'Qwen/Qwen2.5-0.5B-Instruct'."))
-    if spec.dataset.path and ("/" in spec.dataset.path or "\\" in spec.dataset.path) \
-            and _resolve(base, spec.dataset.path).exists():
-        errors.append(FieldError("dataset.path", spec.dataset.path, "is a path on the Space's disk; give a Hub "
-                                 "dataset id such as 'openai/gsm8k'."))
+    errors += _model_path_errors(spec, base)
+    errors += _dataset_path_errors(spec, base)
+    if spec.health.webhook_url and kind != "hf_jobs":
+        errors.append(FieldError("health.webhook_url", "(set)", "would be posted from the Space's own machine by a "
+                                 "local job; on this Space alerts are posted only by jobs running on Hugging Face "
+                                 "Jobs. Remove health.webhook_url, or use backend.kind 'hf_jobs'."))
     if for_launch and spec.output_dir:
         errors.append(FieldError("output_dir", spec.output_dir, "cannot be chosen on this Space: the model is "
                                  "written to the run's own bucket folder. Remove output_dir."))
     return errors
+
+
+def _model_path_errors(spec: RunSpec, base: Path) -> list[FieldError]:
+    """The model may name a Hub id, a directory in examples/, or (build_tiny) a fresh relative path under .cache/."""
+    model = spec.model.name_or_path
+    if not model:
+        return []
+    where = _resolve(base, model)
+    if spec.model.build_tiny:
+        raw = Path(model)
+        tiny_root = (PROJECT_ROOT / ".cache").resolve()
+        if raw.is_absolute() or model.startswith("~") or ".." in raw.parts or tiny_root not in where.parents:
+            return [FieldError("model.name_or_path", model, "with build_tiny names where the tiny test model is "
+                               "built; on this Space it must be a relative path under .cache/, such as "
+                               "'.cache/tiny-qwen2-char'.")]
+        return []
+    if where.exists() and not _inside_examples(where):
+        return [FieldError("model.name_or_path", model, "is a path on the Space's disk; give a Hub model id such as "
+                           "'Qwen/Qwen2.5-0.5B-Instruct'.")]
+    return []
+
+
+def _dataset_path_errors(spec: RunSpec, base: Path) -> list[FieldError]:
+    """On a Space `dataset.path` is a Hub id by pattern, never a name that could be looked up on the Space's disk."""
+    path = spec.dataset.path
+    if not path:
+        return []
+    if not HUB_DATASET_ID.match(path) or ".." in path or Path(path).exists() or (base / path).exists():
+        return [FieldError("dataset.path", path, "must be a Hub dataset id 'owner/name' (letters, digits, '-', '_', "
+                           "'.'), such as 'openai/gsm8k'; paths and names on the Space's disk cannot be read here.")]
+    return []
+
+
+def hub_token(user: User, settings: Settings | None = None) -> str | bool | None:
+    """The token for Hub reads made for this user: theirs or none on a Space (never the Space owner's); locally the
+    saved login (None lets huggingface_hub find it)."""
+    settings = settings or Settings.from_env()
+    if not settings.on_space:
+        return user.token
+    return user.token or False
+
+
+def custom_code_refusal(settings: Settings | None = None) -> str | None:
+    """Why custom code may not run here, or None: on a Space it needs a real sandbox boundary (bubblewrap)."""
+    settings = settings or Settings.from_env()
+    if not settings.on_space or sandbox.boundary() is not None:
+        return None
+    return ("custom code cannot run on this Space: no sandbox boundary can be created on its machine (bubblewrap "
+            "with user namespaces is missing or not permitted), and code is never run without one here.")
 
 
 def check_may_run_rewards(spec: RunSpec, user: User, base_dir: str | Path | None = None,
@@ -280,12 +352,17 @@ def check_may_run_rewards(spec: RunSpec, user: User, base_dir: str | Path | None
         raise NotAllowed("Sign in with Hugging Face to run the reward check on this Space (it runs the rewards on "
                          "the Space's machine); or run `python -m grpo_dashboard check-rewards SPEC` locally.")
     problems = spec_policy_errors(spec, base_dir, settings, for_launch=False)
+    refusal = custom_code_refusal(settings)
+    if refusal:
+        problems += [FieldError(f"rewards[{i}]", r.function or r.builtin or r.name, refusal)
+                     for i, r in enumerate(spec.rewards)
+                     if r.function or (r.builtin or r.name) in ("python", "code_tests")]
     if not settings.allow_custom_code:
         problems += [FieldError(f"rewards[{i}]", r.builtin or r.name, "runs program text from the data on this "
                                 "machine; the reward check cannot run it on this Space (run it locally).")
                      for i, r in enumerate(spec.rewards) if (r.builtin or r.name) == "code_tests"]
     if problems:
-        raise NotAllowed("Not on this Space: " + " ".join(f"{e.field} = {e.value!r} {e.message}" for e in problems))
+        raise NotAllowed("Not on this Space: " + " ".join(str(e) for e in problems))
 
 
 def with_user_defaults(spec: RunSpec, user: User, settings: Settings | None = None) -> RunSpec:

@@ -104,9 +104,11 @@ def _resolve(base: Path, value: str) -> Path:
     return p if p.is_absolute() else base / p
 
 
-def load_rows(dataset: DatasetSpec, base: Path, limit: int) -> tuple[list[str], list[dict[str, Any]], int | None,
-                                                                     dict[str, str]]:
+def load_rows(dataset: DatasetSpec, base: Path, limit: int, token: str | bool | None = None
+              ) -> tuple[list[str], list[dict[str, Any]], int | None, dict[str, str]]:
     """Columns, the first `limit` rows, the row count (None if unknown) and declared types of the spec's dataset.
+
+    `token` is the Hub token for a Hub dataset (False: none at all; None: the saved login).
 
     Raises DatasetFileError (local files) or RuntimeError (Hub) with the reason and the fix.
     """
@@ -123,7 +125,8 @@ def load_rows(dataset: DatasetSpec, base: Path, limit: int) -> tuple[list[str], 
         from datasets import load_dataset
 
         path = str(_resolve(base, dataset.path)) if _resolve(base, dataset.path).exists() else dataset.path
-        ds = load_dataset(path, dataset.config, split=dataset.split, revision=dataset.revision, streaming=True)
+        ds = load_dataset(path, dataset.config, split=dataset.split, revision=dataset.revision, streaming=True,
+                          token=token)
         rows = [dict(r) for r in itertools.islice(iter(ds), limit)]
         features = ds.features or {}
         splits = getattr(ds.info, "splits", None) or {}
@@ -223,7 +226,10 @@ def chat_template_state(spec: RunSpec, base: Path) -> bool | None:
 
 
 def load_tokenizer(spec: RunSpec, base: Path) -> Any:
-    """The model's tokenizer when it is on disk (local directory or Hub cache), else None (nothing is downloaded)."""
+    """The model's tokenizer when it is on disk (local directory or Hub cache), else None (nothing is downloaded).
+
+    Never with the model's own code: `trust_remote_code` is the job's business, this process imports none of it.
+    """
     local = _resolve(base, spec.model.name_or_path) if spec.model.name_or_path else None
     names = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
     try:
@@ -232,7 +238,7 @@ def load_tokenizer(spec: RunSpec, base: Path) -> Any:
                 return None
             from transformers import AutoTokenizer
 
-            return AutoTokenizer.from_pretrained(str(local), trust_remote_code=spec.model.trust_remote_code)
+            return AutoTokenizer.from_pretrained(str(local), trust_remote_code=False)
         from huggingface_hub import try_to_load_from_cache
 
         if not isinstance(try_to_load_from_cache(spec.model.name_or_path, "tokenizer_config.json",
@@ -241,7 +247,7 @@ def load_tokenizer(spec: RunSpec, base: Path) -> Any:
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(spec.model.name_or_path, revision=spec.model.revision,
-                                             local_files_only=True, trust_remote_code=spec.model.trust_remote_code)
+                                             local_files_only=True, trust_remote_code=False)
     except Exception:  # noqa: BLE001 - a tokenizer that cannot load only makes the token counts approximate
         return None
 
@@ -264,7 +270,8 @@ def count_tokens(prompt: str | list[dict[str, Any]], tokenizer: Any) -> int:
 
 def inspect_dataset(source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | None = None,
                     n_samples: int = 5, n_measure: int = 200, max_prompt_tokens: int | None = None,
-                    tokenizer: Any = None) -> DatasetReport:
+                    tokenizer: Any = None, token: str | bool | None = None, load_tokenizers: bool = True
+                    ) -> DatasetReport:
     """Inspect the spec's dataset as the trainer will see it; never raises for a bad dataset (see `problems`).
 
     Args:
@@ -273,6 +280,9 @@ def inspect_dataset(source: str | Path | dict[str, Any] | RunSpec, base_dir: str
         n_samples: rows returned in `samples`; n_measure: rows whose prompts are measured in tokens.
         max_prompt_tokens: warn about prompts longer than this (default 512).
         tokenizer: a tokenizer to count with (default: the model's, when on disk; else ~4 characters per token).
+        token: Hub token for a Hub dataset (False: none; None: the saved login).
+        load_tokenizers: False counts ~4 characters per token instead of loading the model's tokenizer (a Space
+            loads no tokenizer of a stranger's spec in its own process).
     """
     spec = load_spec(source)
     base = Path(base_dir) if base_dir else Path.cwd()
@@ -281,7 +291,7 @@ def inspect_dataset(source: str | Path | dict[str, Any] | RunSpec, base_dir: str
     report = DatasetReport(source=str(d.data_files or f"{d.path} ({d.config or 'default'}, {d.split})"))
     add = lambda sev, fld, msg: report.problems.append(Problem(sev, fld, msg))  # noqa: E731
     try:
-        columns, rows, total, declared = load_rows(d, base, max(n_samples, n_measure, 1))
+        columns, rows, total, declared = load_rows(d, base, max(n_samples, n_measure, 1), token)
     except (DatasetFileError, RuntimeError) as exc:
         report.readable = False
         add("error", where, str(exc))
@@ -352,7 +362,11 @@ def inspect_dataset(source: str | Path | dict[str, Any] | RunSpec, base_dir: str
     elif not report.conversational and report.chat_template:
         add("info", "dataset.conversational", "prompts are plain text but the model has a chat template; instruct "
             "models usually do better with chat prompts: set `dataset.conversational: true` (or a system_prompt).")
-    _measure(report, rendered, spec, base, max_prompt_tokens or DEFAULT_MAX_PROMPT_TOKENS, tokenizer, add)
+    if tokenizer is None and not load_tokenizers:
+        add("info", "model.name_or_path", "token counts are approximate (~4 characters per token): tokenizers are not "
+            "loaded on this Space. Run `python -m grpo_dashboard inspect-dataset SPEC` locally for exact counts.")
+    _measure(report, rendered, spec, base, max_prompt_tokens or DEFAULT_MAX_PROMPT_TOKENS, tokenizer, add,
+             load_tokenizers)
     return report
 
 
@@ -385,8 +399,8 @@ def _check_prompt_values(column: str, values: list[Any], add: Any) -> None:
 
 
 def _measure(report: DatasetReport, rendered: list[Any], spec: RunSpec, base: Path, threshold: int, tokenizer: Any,
-             add: Any) -> None:
-    tok = tokenizer if tokenizer is not None else load_tokenizer(spec, base)
+             add: Any, load_tokenizers: bool = True) -> None:
+    tok = tokenizer if tokenizer is not None else load_tokenizer(spec, base) if load_tokenizers else None
     lengths = [count_tokens(p, tok) for p in rendered]
     over = [n for n in lengths if n > threshold]
     report.prompt_tokens = {"max": max(lengths), "mean": sum(lengths) / len(lengths), "over": len(over),

@@ -17,10 +17,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from . import trl_fields
-from .errors import FieldError, SpecError
+from . import safe_yaml, trl_fields
+from .errors import FieldError, SpecError, short_repr
 from .form_layout import CUSTOM_ALLOWED, SPEC_GROUPS, SPEC_HELP, TOP_LEVEL, TRAINING_GROUPS, spec_choices
 from .spec import RewardSpec, RunSpec
 
@@ -273,22 +271,22 @@ def _parse(field: FormField, value: Any) -> Any:
         try:
             return _number(field, value)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"must be a number, got {value!r}.") from exc
+            raise ValueError(f"must be a number, got {short_repr(value)}.") from exc
     text = "" if value is None else str(value).strip()
     if w == "list":
         if not text:
             return None
         if text.startswith("["):
-            parsed = yaml.safe_load(text)
+            parsed = safe_yaml.load(text, what=f"the {field.key} list", field=field.key)
             if not isinstance(parsed, list):
-                raise ValueError(f"must be a list like [a, b], got {text!r}.")
+                raise ValueError(f"must be a list like [a, b], got {short_repr(text)}.")
             return parsed
         parts = [p.strip() for p in text.split(",") if p.strip()]
         if field.item in (int, float):
             try:
                 return [field.item(p) for p in parts]
             except ValueError as exc:
-                raise ValueError(f"must be comma-separated numbers, got {text!r}.") from exc
+                raise ValueError(f"must be comma-separated numbers, got {short_repr(text)}.") from exc
         return parts[0] if len(parts) == 1 else parts
     if not text and (field.nullable or field.default is None):
         return None
@@ -316,13 +314,14 @@ def rewards_from_rows(rows: Any) -> list[RewardSpec]:
             w = default_weight
         parsed: Any = {}
         if params not in (None, ""):
+            why = ""
             try:
-                parsed = yaml.safe_load(str(params))
-            except yaml.YAMLError:
-                parsed = None
+                parsed = safe_yaml.load(str(params), what="reward params", field=f"rewards[{i}].params")
+            except SpecError as exc:
+                parsed, why = None, f" It {exc.errors[0].message}"
             if not isinstance(parsed, dict):
                 errors.append(FieldError(f"rewards[{i}].params", params,
-                                         'must be a JSON object like {"letter": "a"}.'))
+                                         f'must be a JSON object like {{"letter": "a"}}.{why}'))
                 parsed = {}
         out.append(RewardSpec(name=str(name or ""), weight=w, builtin=str(builtin) if builtin else None,
                               function=str(function) if function else None, params=parsed))

@@ -94,7 +94,8 @@ def model_shape(name_or_path: str, revision: str | None = None, base_dir: str | 
         return from_directory(local)
     if build_tiny:
         return TINY
-    return _from_hub(name_or_path, revision, token or None, endpoint) or from_name(name_or_path)
+    return _from_hub(name_or_path, revision, token if token is False else token or None, endpoint) \
+        or from_name(name_or_path)
 
 
 def from_directory(path: Path) -> ModelShape | None:
@@ -156,7 +157,8 @@ def _count_local_safetensors(path: Path) -> int | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _from_hub(repo_id: str, revision: str | None, token: str | None, endpoint: str | None) -> ModelShape | None:
+def _from_hub(repo_id: str, revision: str | None, token: str | bool | None, endpoint: str | None
+              ) -> ModelShape | None:
     # A cached config.json first (instant, works offline); then one metadata request without retries, so that an
     # unreachable Hub costs one failed connection, not hf_hub_download's retry loop.
     if not re.match(r"^[\w.-]+/[\w.-]+$", repo_id):

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
-from . import ingest
+from . import ingest, safe_yaml
 from .completions import recent_samples
 from .memo import SingleFlight
 from .spec import RunSpec
@@ -337,7 +336,7 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _spec_dict(run: Run) -> dict[str, Any]:
-    data = yaml.safe_load(run.spec_yaml) or {}
+    data = safe_yaml.load(run.spec_yaml) or {}
     for path_key in ("output_dir",):
         data.pop(path_key, None)
     return flatten(data)

@@ -22,7 +22,7 @@ from .dataset_files import DatasetFileError
 from .dataset_inspect import load_rows, render_prompt
 from .jobfiles import rewards_module
 from .reward_worker import MARKER
-from .sandbox import isolation, run_module
+from .sandbox import isolation, reward_paths, run_module
 from .spec import RewardSpec, RunSpec, load_spec
 
 CASES = ("ideal", "wrong_format", "empty", "garbage")
@@ -218,7 +218,8 @@ def _run_reward(r: RewardSpec, kind: str, batches: list[dict[str, Any]], base: P
                 memory_mb: int) -> tuple[list[dict[str, Any]], bool, str]:
     request = {"reward": asdict(r), "base_dir": str(base), "batches": batches}
     res = run_module("grpo_dashboard.reward_worker", json.dumps(request, default=str), timeout_s=timeout_s,
-                     memory_mb=memory_mb, allow_subprocess=kind == "code", extra_path=[str(base)])
+                     memory_mb=memory_mb, allow_subprocess=kind == "code", extra_path=[str(base)],
+                     read_only=reward_paths(r.function, base))
     records = [json.loads(line[len(MARKER):]) for line in res.stdout.splitlines() if line.startswith(MARKER)]
     if not records and not res.timed_out and not res.ok:
         why = "ran out of memory" if res.memory_exceeded else f"exited with status {res.returncode}"
@@ -228,7 +229,8 @@ def _run_reward(r: RewardSpec, kind: str, batches: list[dict[str, Any]], base: P
 
 def check_rewards(source: str | Path | dict[str, Any] | RunSpec, n_rows: int = 8, budget_ms: float | None = None,
                   base_dir: str | Path | None = None, timeout_s: float = 120.0, memory_mb: int = 4096,
-                  reference_column: str | None = None, ideal_template: str = IDEAL_TEMPLATE) -> CheckReport:
+                  reference_column: str | None = None, ideal_template: str = IDEAL_TEMPLATE,
+                  token: str | bool | None = None) -> CheckReport:
     """Run the contract check on the first `n_rows` rows of the spec's dataset.
 
     Args:
@@ -240,12 +242,13 @@ def check_rewards(source: str | Path | dict[str, Any] | RunSpec, n_rows: int = 8
         memory_mb: memory limit for each worker.
         reference_column: column with the reference answers (default: the column an accuracy reward reads).
         ideal_template: how a reference answer becomes an ideal completion (`{answer}` is replaced).
+        token: Hub token for reading a Hub dataset (False: none; None: the saved login).
 
     Raises DatasetFileError or RuntimeError when the dataset cannot be read, ValueError for a bad reference column.
     """
     spec = load_spec(source)
     base = Path(base_dir) if base_dir else Path.cwd()
-    columns, rows, _, _ = load_rows(spec.dataset, base, max(1, n_rows))
+    columns, rows, _, _ = load_rows(spec.dataset, base, max(1, n_rows), token)
     if not rows:
         raise DatasetFileError("the dataset holds no rows; the check needs at least one.")
     if reference_column is not None and reference_column not in columns:

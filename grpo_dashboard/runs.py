@@ -28,6 +28,9 @@ LINGER_S = 30.0  # a job that reported its end but has not exited by then is kil
 _children: dict[str, Any] = {}
 _children_lock = threading.Lock()
 _stall_limits: dict[str, float | None] = {}
+# Runs whose job this process saw alive (as the very process that was started) at its latest check: when such a
+# job's leader has vanished, what is left of its process group is still the run's (`local.signal_group`).
+_seen_alive: set[str] = set()
 
 
 def make_run_id(name: str) -> str:
@@ -76,13 +79,17 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
            base_dir: str | Path | None = None, owner: str | None = None, token: str | None = None) -> Run:
     """Validate the spec and start it on its backend; raises SpecError (and writes nothing) if invalid.
 
-    `token`: the Hugging Face token of an hf_jobs run (default: the saved login), used only as the job's secret and
-    never stored; BackendError (nothing written) when there is none. A refused submission is a failed run.
+    `token`: the launching user's Hugging Face token (default: the saved login, never on a Space). An hf_jobs run
+    gets it as the job's secret (BackendError, nothing written, when there is none); a local job as its HF_TOKEN,
+    the only token it gets (its environment is allow-listed: `local.job_environment`). Never stored. A refused
+    submission is a failed run.
     """
     spec, report = check(source, base_dir)
     report.raise_if_errors()
     if spec.backend.kind == "hf_jobs":
         token = hf_jobs.require_token(token)
+    else:
+        token = token or hf_jobs.saved_token()
     store = store or Store()
     base = Path(base_dir) if base_dir else Path.cwd()
     run_id = make_run_id(spec.name)
@@ -106,12 +113,13 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
     if spec.backend.kind == "hf_jobs":
         return hf_jobs.submit(store, run, resolved, str(token), base)
     try:
-        proc = local.start(resolved, run_dir, config_path, metrics_path)
+        proc = local.start(resolved, run_dir, config_path, metrics_path, token=token)
     except OSError as exc:
         store.finish_run(run_id, RunStatus.FAILED.value, error=f"could not start the job: {exc}")
         return store.get_run(run_id)
     with _children_lock:
         _children[run_id] = proc.popen
+        _seen_alive.add(run_id)
     store.update_run(run_id, pid=proc.pid, pid_start=proc.start_time)
     return store.get_run(run_id)
 
@@ -139,12 +147,11 @@ def refresh(store: Store, run: Run) -> Run:
     exit_code, alive = _poll(run)
     if alive:
         if run.cancel_requested_at and time.time() - run.cancel_requested_at > CANCEL_GRACE_S and run.pid:
-            local.signal_group(run.pid, signal.SIGKILL)
+            local.signal_group(run.pid, run.pid_start, signal.SIGKILL)
         elif not run.cancel_requested_at:
             _kill_if_stalled(store, run)
         return run
-    if run.pid and local.group_alive(run.pid):
-        local.signal_group(run.pid, signal.SIGKILL)  # leader gone, workers left: no orphans
+    _kill_leftovers(run)  # leader gone, workers left: no orphans
     ingest_file(store, run.id, metrics_path(run))
     run = store.get_run(run.id)
     if run.status in TERMINAL:
@@ -166,6 +173,8 @@ def refresh(store: Store, run: Run) -> Run:
         else:
             reason = f"job process {run.pid} vanished"
         reason += " without reporting an end"
+        if local.pid_reused(run.pid, run.pid_start):
+            reason += f" (pid {run.pid} now belongs to another process, which was not signalled)"
         last = last_error_line(log_path(run))
         store.finish_run(run.id, RunStatus.FAILED.value, error=f"{reason}. Last log line: {last}" if last else reason,
                          exit_code=exit_code)
@@ -192,10 +201,12 @@ def _kill_if_stalled(store: Store, run: Run) -> None:
     silent = time.time() - last
     if silent <= limit:
         return
+    if not local.is_ours(run.pid, run.pid_start):
+        return  # not provably the job (a reused pid is found vanished by the next refresh): never signalled
     reason = (f"{STALLED}: no output for {silent:.0f} s (backend.stall_timeout_s = {limit:g}); the job was killed. "
               f"Last log line: {last_error_line(log_path(run)) or '(none)'}")
     store.update_run(run.id, error=reason, cancel_requested_at=time.time())
-    local.signal_group(run.pid, signal.SIGKILL)
+    local.signal_group(run.pid, run.pid_start, signal.SIGKILL)
 
 
 def _poll(run: Run) -> tuple[int | None, bool]:
@@ -203,8 +214,26 @@ def _poll(run: Run) -> tuple[int | None, bool]:
         popen = _children.get(run.id)
     if popen is not None:
         code = popen.poll()
-        return code, code is None
-    return None, local.is_alive(run.pid, run.pid_start)
+        alive = code is None
+    else:
+        code, alive = None, local.is_alive(run.pid, run.pid_start)
+    if alive:
+        with _children_lock:
+            _seen_alive.add(run.id)
+    return code, alive
+
+
+def _kill_leftovers(run: Run) -> None:
+    """SIGKILL what is left of the group of a job whose leader has exited, if the group is provably still the run's.
+
+    It is when this process saw the leader alive at its previous check (`_seen_alive`); a dashboard that finds the
+    leader long gone leaves the group alone, as its pid may since belong to an unrelated process group.
+    """
+    with _children_lock:
+        seen = run.id in _seen_alive
+        _seen_alive.discard(run.id)
+    if run.pid and local.group_alive(run.pid, run.pid_start):
+        local.signal_group(run.pid, run.pid_start, signal.SIGKILL, leftovers=seen)
 
 
 def _reap(store: Store, run: Run) -> Run:
@@ -215,13 +244,14 @@ def _reap(store: Store, run: Run) -> Run:
         return run
     code = popen.poll()
     if code is None:
+        with _children_lock:
+            _seen_alive.add(run.id)
         if run.ended_at and time.time() - run.ended_at > LINGER_S and run.pid:
-            local.signal_group(run.pid, signal.SIGKILL)  # reported its end but hangs in teardown
+            local.signal_group(run.pid, run.pid_start, signal.SIGKILL)  # reported its end but hangs in teardown
         return run
     with _children_lock:
         _children.pop(run.id, None)
-    if run.pid and local.group_alive(run.pid):
-        local.signal_group(run.pid, signal.SIGKILL)
+    _kill_leftovers(run)
     if run.exit_code is None:
         store.update_run(run.id, exit_code=code)
     return store.get_run(run.id)
@@ -259,19 +289,24 @@ def cancel(store: Store, run: Run, wait: bool = False, grace_s: float = CANCEL_G
     if run.backend == "hf_jobs":
         return hf_jobs.cancel(store, run, wait=wait)
     store.update_run(run.id, cancel_requested_at=time.time())
-    if not (run.pid and local.is_alive(run.pid, run.pid_start)):
-        store.finish_run(run.id, RunStatus.CANCELED.value, error="canceled by user")
+    alive = local.is_alive(run.pid, run.pid_start)
+    if not (alive and local.signal_group(run.pid, run.pid_start, signal.SIGTERM)):
+        error = "canceled by user"
+        if local.pid_reused(run.pid, run.pid_start):
+            error += f" (its job had already ended; pid {run.pid} now belongs to another process, not signalled)"
+        elif alive:
+            error += f" (process {run.pid} could not be verified as the job's start, so it was not signalled)"
+        store.finish_run(run.id, RunStatus.CANCELED.value, error=error)
         return store.get_run(run.id)
-    local.signal_group(run.pid, signal.SIGTERM)
     if not wait:
         return store.get_run(run.id)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         run = refresh(store, store.get_run(run.id))
-        if run.status in TERMINAL and not local.group_alive(run.pid or 0):
+        if run.status in TERMINAL and not local.group_alive(run.pid or 0, run.pid_start):
             return _await_exit(store, run)
         time.sleep(0.2)
-    local.signal_group(run.pid, signal.SIGKILL)
+    local.signal_group(run.pid, run.pid_start, signal.SIGKILL, leftovers=True)
     for _ in range(50):
         run = refresh(store, store.get_run(run.id))
         if run.status in TERMINAL:

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from . import safe_yaml
 from .errors import FieldError, SpecError
 
 
@@ -132,7 +133,8 @@ class RunSpec:
 
     def to_yaml(self) -> str:
         """Canonical YAML text; `RunSpec.from_yaml(s.to_yaml()) == s`."""
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True, default_flow_style=False)
+        return yaml.dump(self.to_dict(), Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True,
+                         default_flow_style=False)
 
     @classmethod
     def from_dict(cls, data: Any) -> RunSpec:
@@ -145,12 +147,8 @@ class RunSpec:
 
     @classmethod
     def from_yaml(cls, text: str) -> RunSpec:
-        """Parse YAML text into a spec."""
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            problem = FieldError("(yaml)", _short(text), f"is not valid YAML: {exc}. Fix the syntax.")
-            raise SpecError([problem]) from exc
+        """Parse YAML text into a spec (through `safe_yaml.load`: no aliases, bounded size and depth)."""
+        data = safe_yaml.load(text)
         if data is None:
             data = {}
         return cls.from_dict(data)
@@ -172,8 +170,11 @@ class RunSpec:
         return [r.weight for r in self.rewards]
 
 
-def _short(text: str, n: int = 60) -> str:
-    return text if len(text) <= n else text[:n] + "..."
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes a value shared by two fields out twice: safe_yaml refuses the anchors and aliases it would get."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _to_dict(obj: Any) -> Any:

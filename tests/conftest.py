@@ -112,3 +112,87 @@ def reward_quarters(store: Any, run_id: str) -> tuple[float, float]:
     rewards = [v for _, v, _ in store.series(run_id, "reward") if v is not None]
     q = max(1, len(rewards) // 4)
     return sum(rewards[:q]) / q, sum(rewards[-q:]) / q
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_port_app(demo: Any) -> str:
+    """Serve a built app on a free 127.0.0.1 port (in this process, not blocking); returns its URL."""
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True)
+    return str(url)
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host pids whose command line contains `marker`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+class WebhookReceiver:
+    """A local HTTP server recording every POST as {"path", "json", "content_type"}; answers `status`, or with
+    `redirect` a 302 from /hook to /elsewhere."""
+
+    def __init__(self, status: int = 200, redirect: bool = False) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.posts: list[dict[str, Any]] = []
+        received = self.posts
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                try:
+                    parsed = json.loads(body) if body else None
+                except ValueError:
+                    parsed = None
+                received.append({"path": self.path, "json": parsed, "content_type": self.headers.get("Content-Type")})
+                if redirect and self.path == "/hook":
+                    self.send_response(302)
+                    self.send_header("Location", "/elsewhere")
+                else:
+                    self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST  # noqa: N815 - urllib follows a 302 to a POST with a GET
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def paths(self) -> list[str]:
+        """The paths posted to, in order."""
+        return [p["path"] for p in self.posts]
+
+    def close(self) -> None:
+        """Stop the server."""
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Any:
+    """A running WebhookReceiver, closed after the test."""
+    r = WebhookReceiver()
+    yield r
+    r.close()

@@ -7,9 +7,6 @@ import ast
 import json
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,42 +20,13 @@ from grpo_dashboard.spec import RunSpec
 from grpo_dashboard.store import Run, RunStatus, Store
 from grpo_dashboard.validation import validate
 
-from .conftest import SMOKE_SPEC
+from .conftest import SMOKE_SPEC, WebhookReceiver
 
 # ---- a real webhook receiver --------------------------------------------------------------------------------------
 
 
-class Receiver:
-    """A local HTTP server recording every JSON POST (status 200, or ``status`` to simulate a failing webhook)."""
-
-    def __init__(self, status: int = 200) -> None:
-        self.posts: list[dict[str, Any]] = []
-        received = self.posts
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                received.append({"json": json.loads(body), "content_type": self.headers.get("Content-Type")})
-                self.send_response(status)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 # ---- monitor ------------------------------------------------------------------------------------------------------
@@ -176,7 +144,7 @@ def test_payload_works_for_slack_and_discord_and_carries_the_finding() -> None:
     assert "stopped by the health guard" in alert_payload(FINDING, stopped=True)["text"]
 
 
-def test_sender_posts_json_to_a_real_http_server(receiver: Receiver) -> None:
+def test_sender_posts_json_to_a_real_http_server(receiver: WebhookReceiver) -> None:
     sender = AlertSender(receiver.url, run_name="r1")
     sender.send(FINDING)
     sender.send(FINDING, stopped=True)
@@ -186,7 +154,7 @@ def test_sender_posts_json_to_a_real_http_server(receiver: Receiver) -> None:
 
 
 def test_failing_or_unreachable_webhooks_never_raise(capsys: pytest.CaptureFixture[str]) -> None:
-    bad = Receiver(status=500)
+    bad = WebhookReceiver(status=500)
     try:
         assert post_json(bad.url, {"text": "x"}) == "HTTP 500 Internal Server Error"
     finally:
@@ -322,7 +290,7 @@ def test_every_process_adopts_the_main_process_guard_decision(tmp_path: Path) ->
 
 
 def test_job_health_stops_alerts_a_webhook_from_the_environment_and_sums_up(
-    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+    receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GRPO_TEST_HOOK", receiver.url)
     settings = {"guard": True, "guard_persist": 2, "webhook_url": "${GRPO_TEST_HOOK}"}

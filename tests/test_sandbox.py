@@ -14,20 +14,29 @@ import pytest
 from grpo_dashboard import sandbox
 from grpo_dashboard.jobfiles import rewards_module
 
+from .conftest import processes_with
+
 R = rewards_module()
 
 
-@pytest.fixture(params=["namespaces", "audit-hook"])
+@pytest.fixture(params=["bwrap", "unshare", "audit-hook"])
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Run each test with `unshare` isolation (when this machine allows it) and with the audit hook alone."""
+    """Run each test under bubblewrap, with the `unshare` fallback and with the audit hook alone (where available)."""
+    if request.param != "bwrap":
+        monkeypatch.setenv("GRPO_SANDBOX_NO_BWRAP", "1")
     if request.param == "audit-hook":
         monkeypatch.setenv("GRPO_SANDBOX_NO_UNSHARE", "1")
     R.isolation_prefix.cache_clear()
-    if request.param == "namespaces" and not R.isolation_prefix():
+    if request.param == "bwrap" and sandbox.boundary() is None:
+        pytest.skip("bubblewrap cannot create a sandbox here")
+    if request.param == "unshare" and not R.isolation_prefix():
         pytest.skip("unshare namespaces are not available here")
     yield request.param
+    monkeypatch.delenv("GRPO_SANDBOX_NO_BWRAP", raising=False)
     monkeypatch.delenv("GRPO_SANDBOX_NO_UNSHARE", raising=False)
     R.isolation_prefix.cache_clear()
+
+
 
 
 def test_runs_code_with_stdin_files_and_a_temporary_working_dir(mode: str) -> None:
@@ -36,8 +45,11 @@ def test_runs_code_with_stdin_files_and_a_temporary_working_dir(mode: str) -> No
     assert res.ok, res.stderr
     text, cwd = res.stdout.rsplit(" ", 1)
     assert text == "from file from stdin"
-    assert "grpo-sandbox-" in cwd and not Path(cwd.strip()).exists()  # removed afterwards
-    assert res.isolation.startswith("unshare" if mode == "namespaces" else "audit")
+    if mode == "bwrap":
+        assert cwd.strip() == "/sandbox/work"
+    else:
+        assert "grpo-sandbox-" in cwd and not Path(cwd.strip()).exists()  # removed afterwards
+    assert res.isolation.startswith({"bwrap": "bubblewrap (", "unshare": "unshare --", "audit-hook": "audit"}[mode])
 
 
 def test_infinite_loop_is_killed_at_the_time_limit(mode: str) -> None:
@@ -48,12 +60,17 @@ def test_infinite_loop_is_killed_at_the_time_limit(mode: str) -> None:
 
 
 def test_sleeping_child_processes_die_with_it(mode: str, tmp_path: Path) -> None:
-    flag = tmp_path / "survived"
+    flag, marker = tmp_path / "survived", f"grpo-child-{os.getpid()}-{mode}"
     child = f"import time\ntime.sleep(3)\nopen({str(flag)!r}, 'w').write('x')\n"
-    code = "import subprocess, sys\nsubprocess.Popen([sys.executable, 'child.py'])\nwhile True:\n    pass\n"
+    code = (f"import subprocess, sys\nsubprocess.Popen([sys.executable, 'child.py', {marker!r}])\n"
+            f"while True:\n    pass\n")
     res = sandbox.run_sandboxed(code, timeout_s=1.0, allow_subprocess=True, files={"child.py": child})
     assert res.timed_out
-    time.sleep(3.5)
+    deadline = time.monotonic() + 2
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(marker) == []
+    time.sleep(3.5 - 1.0)
     assert not flag.exists()
 
 
@@ -82,7 +99,8 @@ print(json.dumps(seen))
     assert res.ok, res.stderr
     assert "hf_fake" not in res.stdout and "proxy.example" not in res.stdout
     seen = json.loads(res.stdout)
-    assert set(seen["env"]) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONDONTWRITEBYTECODE"}
+    allowed = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONDONTWRITEBYTECODE"}
+    assert set(seen["env"]) <= allowed | ({"PWD", "GRPO_SANDBOX_INSIDE"} if mode == "bwrap" else set())
 
 
 def test_token_files_in_home_cannot_be_read(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,11 +113,14 @@ def test_token_files_in_home_cannot_be_read(mode: str, tmp_path: Path, monkeypat
 for p in ({str(home / '.cache/huggingface/token')!r}, {str(home / '.netrc')!r}):
     try:
         print(open(p).read())
-    except PermissionError as exc:
+    except (PermissionError, FileNotFoundError) as exc:
         print("denied", exc)
+import os
+print("home visible:", os.path.isdir({str(home)!r}))
 """
     res = sandbox.run_sandboxed(code)
     assert "hf_fake" not in res.stdout and res.stdout.count("denied") == 2
+    assert f"home visible: {mode != 'bwrap'}" in res.stdout  # under bubblewrap it is not even there
 
 
 def test_network_is_unreachable(mode: str) -> None:
@@ -137,6 +158,15 @@ def test_code_reward_cannot_fake_its_score_by_printing(mode: str) -> None:
     assert fn(completions=[cheat], tests=[["assert False"]]) == [0.0]
 
 
-def test_isolation_is_reported() -> None:
-    assert sandbox.isolation() in ("audit hook only",) or sandbox.isolation().startswith("unshare --")
-    assert os.environ.get("GRPO_SANDBOX_NO_UNSHARE") is None
+def test_isolation_is_reported_as_it_is(mode: str) -> None:
+    """`isolation()` says what a run really got, and `boundary()` is set exactly when bubblewrap is used."""
+    res = sandbox.run_sandboxed("pass")
+    assert res.ok, res.stderr
+    assert res.isolation == sandbox.isolation()
+    if mode == "bwrap":
+        assert sandbox.boundary() == res.isolation and res.isolation.startswith("bubblewrap (")
+        assert "uid 65534" in res.isolation and "net" in res.isolation and "pid" in res.isolation
+    else:
+        assert sandbox.boundary() is None
+        assert res.isolation == ("audit hook only" if mode == "audit-hook" else
+                                 "unshare " + " ".join(R.isolation_prefix()[1:]))

@@ -50,3 +50,17 @@ def test_nothing_is_executed_through_a_shell() -> None:
                         offenders.append(f"{path}:{node.lineno} shell=...")
     assert offenders == []
     assert len(python_files()) > 20  # the scan really covered the code
+
+
+def test_the_dashboard_never_passes_trust_remote_code() -> None:
+    """In the dashboard's own process every `trust_remote_code=` is the literal False (the job alone may trust)."""
+    calls = []
+    for path in (REPO / "grpo_dashboard").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                for kw in node.keywords:
+                    if kw.arg == "trust_remote_code":
+                        literal_false = isinstance(kw.value, ast.Constant) and kw.value.value is False
+                        calls.append((f"{path.name}:{node.lineno}", literal_false))
+    assert calls, "the scan found no tokenizer loads at all"
+    assert [where for where, ok in calls if not ok] == []

@@ -10,10 +10,7 @@ called directly with constructed gr.OAuthProfile / gr.OAuthToken objects. Jobs r
 
 from __future__ import annotations
 
-import io
 import json
-import logging
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,24 +26,10 @@ from grpo_dashboard.backends import hf_jobs
 from grpo_dashboard.errors import SpecError
 from grpo_dashboard.spec import RunSpec
 from grpo_dashboard.store import ACTIVE, Store
-from grpo_dashboard.ui import build_app
 
 from .conftest import wait_for
-from .fake_hub import FakeHub, Plan
-
-ALICE = "hf_AliceSecretToken0123456789abcdef"
-BOB = "hf_oauth_BobSecretToken0123456789abcdef"
-SECRETS = [ALICE, BOB]
-MARK = "@@GRPO_DASHBOARD@@ "
-SPACE_ENV = {"SYSTEM": "spaces", "SPACE_ID": "owner/grpo-dashboard", "OAUTH_CLIENT_ID": "fake-client-id",
-             "OAUTH_CLIENT_SECRET": "fake-client-secret", "OAUTH_SCOPES": "openid profile jobs write-repos"}
-
-
-def _lines(steps: int = 6) -> list[str]:
-    recs: list[dict[str, Any]] = [{"v": 1, "type": "event", "event": "started", "time": 1.0, "max_steps": 100}]
-    recs += [{"v": 1, "type": "log", "split": "train", "step": s, "time": 1.0 + s, "max_steps": 100,
-              "metrics": {"reward": s / 10, "kl": 0.01}} for s in range(1, steps + 1)]
-    return ["Installed 87 packages", *(MARK + json.dumps(r) for r in recs), "still training"]
+from .fake_hub import Plan
+from .space_harness import ALICE, BOB, MARK, SECRETS, SPACE_ENV, serve_space, space_clients
 
 
 @pytest.fixture(scope="module")
@@ -64,67 +47,21 @@ def data_dir(module_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture(scope="module")
 def space_app(module_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The app served in Space mode against a fake Hub with two users, alice and bob."""
-    import gradio.http_server
-    import gradio.oauth
-    from huggingface_hub import constants
-    from huggingface_hub.utils import disable_progress_bars
-
-    hub = FakeHub(tmp_path_factory.mktemp("hub"), ALICE, "alice").start()
-    hub.add_user(BOB, "bob")
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in {**SPACE_ENV, "GRPO_DASHBOARD_DATA_DIR": str(module_data), "HF_ENDPOINT": hub.url,
-                           "GRPO_DASHBOARD_HF_POLL_S": "0.2", "GRPO_DASHBOARD_LAUNCH_LIMIT": "0"}.items():
-            mp.setenv(key, value)
-        mp.delenv("HF_TOKEN", raising=False)
-        for key in ("OAUTH_CLIENT_ID", "OAUTH_CLIENT_SECRET", "OAUTH_SCOPES"):  # gradio.oauth read them at import
-            mp.setattr(gradio.oauth, key, SPACE_ENV[key])
-        mp.setattr(gradio.oauth, "OPENID_PROVIDER_URL", hub.url)
-        mp.setattr(gradio.http_server, "watchfn_spaces", lambda reloader: None)  # Spaces hot reload needs `spaces`
-        mp.setattr(constants, "HF_HUB_OFFLINE", False)
-        mp.setattr(constants, "ENDPOINT", hub.url)
-        mp.setattr(constants, "HF_TOKEN_PATH", str(module_data / "no-saved-token"))
-        disable_progress_bars()
-        log = io.StringIO()  # every library's log records at DEBUG, scanned for tokens at the end
-        log_handler = logging.StreamHandler(log)
-        root = logging.getLogger()
-        root.addHandler(log_handler)
-        mp.setattr(root, "level", logging.DEBUG)
-        store = Store()
-        demo = build_app(store, monitor=False)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-        try:
-            yield {"url": url, "hub": hub, "store": store, "demo": demo, "log": log}
-        finally:
-            root.removeHandler(log_handler)
-            hf_jobs.stop_all()
-            demo.close()
-            hub.stop()
-
-
-def sign_in(url: str, user: str) -> str:
-    """Sign in through gradio's real OAuth routes and the fake provider; returns the session cookie header."""
-    with httpx.Client(follow_redirects=False, timeout=30) as http:
-        start = http.get(url + "login/huggingface")
-        assert start.status_code in (302, 307), start.text
-        state_cookie = start.headers["set-cookie"].split(";")[0]
-        authorize = http.get(start.headers["location"] + f"&login_as={user}")
-        assert authorize.status_code == 302, authorize.text
-        done = http.get(authorize.headers["location"], headers={"Cookie": state_cookie})
-        assert done.status_code in (302, 307), done.text
-        return done.headers["set-cookie"].split(";")[0]
+    with serve_space(module_data, tmp_path_factory.mktemp("hub")) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
 def clients(space_app: dict[str, Any]) -> dict[str, Client]:
     """alice and bob signed in (session cookies), an anonymous visitor, and an API client with bob's token only."""
-    url = space_app["url"]
-    return {"alice": Client(url, verbose=False, headers={"Cookie": sign_in(url, "alice")}),
-            "bob": Client(url, verbose=False, headers={"Cookie": sign_in(url, "bob")}),
-            "anonymous": Client(url, verbose=False),
-            "bob-api": Client(url, verbose=False, oauth_token=BOB)}
+    return space_clients(space_app["url"])
+
+
+def _lines(steps: int = 6) -> list[str]:
+    recs: list[dict[str, Any]] = [{"v": 1, "type": "event", "event": "started", "time": 1.0, "max_steps": 100}]
+    recs += [{"v": 1, "type": "log", "split": "train", "step": s, "time": 1.0 + s, "max_steps": 100,
+              "metrics": {"reward": s / 10, "kl": 0.01}} for s in range(1, steps + 1)]
+    return ["Installed 87 packages", *(MARK + json.dumps(r) for r in recs), "still training"]
 
 
 def jobs_yaml(name: str) -> str:
@@ -318,9 +255,10 @@ def test_local_backend_is_refused_on_a_space(space_app: dict[str, Any], clients:
 
 def test_preflight_checks_obey_the_space_rules(clients: dict[str, Client]) -> None:
     smoke = presets.preset_yaml(presets.DEFAULT_PRESET)  # local backend: fine for checks that start nothing
-    assert "prompt" in clients["anonymous"].predict(smoke, api_name="/inspect_dataset")
-    with pytest.raises(Exception, match="Sign in with Hugging Face to run the reward check"):
-        clients["anonymous"].predict(smoke, 2, api_name="/check_rewards")
+    for api, args in (("/inspect_dataset", [smoke]), ("/estimate_hardware", [smoke]), ("/check_rewards", [smoke, 2])):
+        with pytest.raises(Exception, match="Sign in with Hugging Face"):
+            clients["anonymous"].predict(*args, api_name=api)
+    assert "prompt" in clients["alice"].predict(smoke, api_name="/inspect_dataset")
     leaky = smoke.replace("examples/data/smoke.jsonl", "/proc/self/environ")
     for api, args in (("/inspect_dataset", [leaky]), ("/estimate_hardware", [leaky]), ("/check_rewards", [leaky, 2])):
         with pytest.raises(Exception, match="Not on this Space: dataset.data_files") as err:

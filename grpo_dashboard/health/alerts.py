@@ -2,15 +2,25 @@
 
 Posting never breaks training: requests go out from one background thread with a timeout, and a failure is only
 written to stderr. Standard library only (``urllib``); trackio is imported lazily and is optional.
+
+With ``GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE=1`` in the job's environment (the dashboard sets it for local jobs it
+starts on a Space, which run on the Space's host) a webhook may only reach a public address: no loopback, private,
+link-local or cloud-metadata address, checked on the address actually connected to, without proxies or redirects
+(``webhook_url_problem`` is the same rule for the URL as written).
 """
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
+import os
 import queue
+import socket
 import sys
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +30,131 @@ from .findings import ERROR, Finding
 TIMEOUT_S = 5.0
 _ICON = {"warning": "⚠️", "error": "🛑"}
 _DISCORD_LIMIT = 2000  # Discord rejects a `content` longer than this
+BLOCK_PRIVATE_ENV = "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE"
+# Names that only resolve inside a network (or to this host): `metadata`, `metadata.google.internal`, `*.local`, ...
+_INTERNAL_SUFFIXES = (".localhost", ".internal", ".local", ".localdomain", ".home.arpa")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # embeds an IPv4 address that a NAT64 gateway would connect to
+
+
+def address_problem(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why a webhook must not reach this address (loopback, private, link-local/metadata, ...); None if public."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif ip in _NAT64:
+            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    for kind, flag in (("a loopback", ip.is_loopback), ("a link-local (cloud metadata range)", ip.is_link_local),
+                       ("an unspecified", ip.is_unspecified), ("a multicast", ip.is_multicast),
+                       ("a private", ip.is_private), ("a non-public", not ip.is_global)):
+        if flag:
+            return f"{ip} is {kind} address"
+    return None
+
+
+def _literal_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    try:  # the forms the resolver also takes as an IPv4 address: 2130706433, 0x7f.1, 127.1, ...
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, ValueError):
+        return None
+
+
+def webhook_url_problem(url: str) -> str | None:
+    """Why a webhook URL must not be posted to from a shared host (None: fine).
+
+    Refused: schemes other than http(s), a missing host, ``localhost`` and names that only resolve inside a network
+    (single-label names, ``*.internal``, ``*.local``, ...), and literal loopback, private, link-local (cloud metadata)
+    and other non-public IP addresses in any spelling. A public name may still resolve to a private address: the job
+    also checks the address it connects to (``post_json`` with ``block_private``). The message names the host only,
+    never the URL's path, which often is the webhook's secret.
+    """
+    if not isinstance(url, str) or any(c.isspace() or c == "\\" or ord(c) < 32 for c in url):
+        return "the webhook URL must be a plain http(s):// URL (no spaces, backslashes or control characters)"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError as exc:
+        return f"the webhook URL does not parse: {exc}"
+    if parts.scheme.lower() not in ("http", "https"):
+        scheme = f", not {parts.scheme}:" if parts.scheme else ""
+        return f"the webhook URL must start with http:// or https://{scheme}"
+    if not host:
+        return "the webhook URL has no host"
+    name = host.rstrip(".").lower()
+    ip = _literal_ip(name.split("%", 1)[0])
+    if ip is not None:
+        problem = address_problem(ip)
+        return f"the webhook host {problem}; it must be a public address" if problem else None
+    if name == "localhost" or name.endswith(_INTERNAL_SUFFIXES) or "." not in name:
+        return f"the webhook host {host} is a local or internal name; it must be a public host name"
+    return None
+
+
+def block_private() -> bool:
+    """True when ``GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE`` tells this process to refuse non-public webhook addresses."""
+    return os.environ.get(BLOCK_PRIVATE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _connect_public(address: tuple[str, int], timeout: Any = None, source_address: Any = None, *args: Any
+                    ) -> socket.socket:
+    """``socket.create_connection`` that only connects to public addresses (the very address checked is used)."""
+    host, port = address
+    error: OSError | None = None
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        problem = address_problem(ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]))
+        if problem:
+            error = OSError(f"refused to connect to {host}: {problem} (private addresses are blocked)")
+            continue
+        sock = socket.socket(family, kind, proto)
+        try:
+            if isinstance(timeout, (int, float)):
+                sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            error = exc
+            sock.close()
+    raise error or OSError(f"{host} has no address")
+
+
+class _PublicHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _connect_public
+
+
+class _PublicHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _connect_public
+
+
+class _PublicHTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_PublicHTTPConnection, req)
+
+
+class _PublicHTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_PublicHTTPSConnection, req, context=getattr(self, "_context", None))
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        raise urllib.error.HTTPError(req.full_url, code, f"{msg}; redirects are refused (private addresses are "
+                                     "blocked)", headers, fp)
+
+
+def _public_opener() -> urllib.request.OpenerDirector:
+    # No proxy: the address checked must be the one connected to. No redirect: a public URL must not bounce there.
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect(), _PublicHTTPHandler(),
+                                       _PublicHTTPSHandler())
 
 
 def alert_text(finding: Finding, run_name: str | None = None, stopped: bool = False) -> str:
@@ -46,13 +181,22 @@ def alert_payload(finding: Finding, run_name: str | None = None, stopped: bool =
     }
 
 
-def post_json(url: str, payload: Mapping[str, Any], timeout: float = TIMEOUT_S) -> str | None:
-    """POST ``payload`` as JSON; returns None on a 2xx answer, else a one-line reason (never raises)."""
+def post_json(url: str, payload: Mapping[str, Any], timeout: float = TIMEOUT_S, block: bool | None = None
+              ) -> str | None:
+    """POST ``payload`` as JSON; returns None on a 2xx answer, else a one-line reason (never raises).
+
+    ``block`` (default: ``block_private()``): refuse non-public addresses (``webhook_url_problem``, then the
+    address connected to), without proxies or redirects.
+    """
+    blocking = block_private() if block is None else block
+    if blocking and (problem := webhook_url_problem(url)):
+        return f"refused: {problem}"
     try:
         body = json.dumps(payload, allow_nan=False, default=str).encode("utf-8")
         headers = {"Content-Type": "application/json", "User-Agent": "grpo-dashboard"}
         request = urllib.request.Request(url, data=body, method="POST", headers=headers)
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the user's own URL
+        opened = _public_opener().open if blocking else urllib.request.urlopen
+        with opened(request, timeout=timeout) as response:  # noqa: S310 - the user's own URL
             status = getattr(response, "status", 200)
             return None if 200 <= status < 300 else f"HTTP {status}"
     except urllib.error.HTTPError as exc:
@@ -93,6 +237,10 @@ class AlertSender:
         self.webhook_url, self.trackio, self.run_name, self.timeout = webhook_url, trackio, run_name, timeout
         self.sent: list[dict[str, Any]] = []
         self.failures: list[str] = []
+        self.block = block_private()
+        if webhook_url and self.block and (problem := webhook_url_problem(webhook_url)):
+            self._failed(f"webhook refused, no alerts will be posted: {problem}")
+            self.webhook_url = webhook_url = None
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         if webhook_url:
@@ -122,7 +270,7 @@ class AlertSender:
             if payload is None:
                 return
             assert self.webhook_url is not None
-            reason = post_json(self.webhook_url, payload, self.timeout)
+            reason = post_json(self.webhook_url, payload, self.timeout, self.block)
             if reason:
                 self._failed(f"webhook POST for {payload['finding']['rule']} failed: {reason}")
             else:

@@ -8,11 +8,12 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from .. import access, overview, presets, runs
+from .. import access, overview, presets, runs, space
 from ..errors import BackendError, SpecError
 from ..store import Store
 from . import auth, compare, detail, new_run, preflight, runs_tab
 from .context import UiContext
+from .guard import guarded
 from .serving import DashboardBlocks
 
 CSS = """
@@ -37,6 +38,8 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
         monitor: start the background thread that ingests active runs' metrics.
     """
     store = store or Store()
+    if space.on_space():
+        space.forbid_implicit_hub_token()
     ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT,
                     runs.Monitor(store) if monitor else None)
     with DashboardBlocks(title="GRPO Dashboard") as demo:
@@ -66,8 +69,7 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
 
 
 def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, tabs: gr.Tabs) -> None:
-    def launch(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
-        user = auth.user_of(ctx, profile, oauth)
+    def launch(user: access.User, *args: Any) -> list[Any]:
         try:
             access.check_user_may_launch(ctx.store, user, ctx.settings)
         except access.NotAllowed as exc:
@@ -90,7 +92,7 @@ def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, 
         return [*outputs, gr.update(choices=choices, value=run.id), gr.Tabs(selected="detail"), run.id]
 
     launched = gr.Textbox(visible=False, elem_id="launched-run-id")
-    new.launch.click(launch, [*new.inputs, new.yaml],
+    new.launch.click(guarded(ctx, launch, what="launch", sign_in=False, pass_user=True), [*new.inputs, new.yaml],
                      [new.summary, *new.group_errors.values(), *new.inputs, det.run, tabs, launched],
                      api_name="launch")
 

@@ -8,11 +8,13 @@ from typing import Any
 import gradio as gr
 
 from .. import access, forms, overview, presets, runs
-from ..errors import FieldError, SpecError
+from ..errors import MAX_FIELD_CHARS, MAX_LISTED_ERRORS, FieldError, SpecError, short_repr, shorten
 from ..jobfiles import rewards_module
 from ..spec import RunSpec
-from .auth import user_of
 from .context import UiContext
+from .guard import guarded
+
+VALIDATE_LIMIT_S = 120.0
 
 FORM_GROUPS = [g for g in forms.GROUPS if g != "Run"]
 
@@ -136,7 +138,7 @@ def _form_updates(tab: NewRunTab, values: dict[str, Any], errors: dict[str, list
             kwargs["value"] = values[f.key]
         if f.widget != "rewards":
             msgs = errors.get(f.key)
-            kwargs["info"] = ("✖ " + " / ".join(msgs)) if msgs else (f.help or None)
+            kwargs["info"] = ("✖ " + " / ".join(_capped(msgs, 5))) if msgs else (f.help or None)
         out.append(gr.update(**kwargs))
     return out
 
@@ -147,19 +149,27 @@ def _group_error_updates(tab: NewRunTab, placed: dict[str, list[str]]) -> list[A
         for msg in placed.get(f.key, []):
             group = f.group if f.group in by_group else FORM_GROUPS[0]
             by_group[group].append(f"- ✖ **{f.key}**: {msg}")
-    return [gr.update(value="\n".join(by_group[g])) for g in tab.group_errors]
+    return [gr.update(value="\n".join(_capped(by_group[g]))) for g in tab.group_errors]
+
+
+def _capped(lines: list[str], most: int = MAX_LISTED_ERRORS) -> list[str]:
+    """At most `most` lines, then one saying how many more there are (a spec with thousands of rewards)."""
+    return lines if len(lines) <= most else [*lines[:most], f"- ... and {len(lines) - most} more"]
 
 
 def _summary(errors: list[FieldError], warnings: list[FieldError], ok_text: str) -> str:
     lines = []
     if errors:
         lines.append(f"### ✖ {len(errors)} problem{'s' if len(errors) != 1 else ''} block the launch")
-        lines += [f"- **{e.field}** = `{e.value!r}`: {e.message}" for e in errors]
+        lines += [f"- **{shorten(e.field, MAX_FIELD_CHARS)}** = `{short_repr(e.value)}`: {e.message}"
+                  for e in errors[:MAX_LISTED_ERRORS]]
+        if len(errors) > MAX_LISTED_ERRORS:
+            lines.append(f"- ... and {len(errors) - MAX_LISTED_ERRORS} more")
     else:
         lines.append(ok_text)
     if warnings:
         lines.append(f"#### ▲ {len(warnings)} warning{'s' if len(warnings) != 1 else ''}")
-        lines += [f"- **{w.field}**: {w.message}" for w in warnings]
+        lines += _capped([f"- **{w.field}**: {w.message}" for w in warnings])
     return "\n".join(lines)
 
 
@@ -187,13 +197,13 @@ def check_form(values: dict[str, Any], yaml_text: str, base_dir: Any, user: acce
 def _wire(tab: NewRunTab, ctx: UiContext) -> None:
     n_groups = len(tab.group_errors)
 
-    def validate(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
+    def validate(user: access.User, *args: Any) -> list[Any]:
         *vals, yaml_text = args
-        user = user_of(ctx, profile, oauth)
         _, errors, warnings = check_form(_values(tab, tuple(vals)), yaml_text, ctx.base_dir, user, ctx.settings)
         return validate_outputs(tab, errors, warnings, "### ✔ Valid: ready to launch.")
 
-    tab.validate.click(validate, [*tab.inputs, tab.yaml], [tab.summary, *tab.group_errors.values(), *tab.inputs],
+    tab.validate.click(guarded(ctx, validate, what="validation", limit_s=VALIDATE_LIMIT_S, pass_user=True),
+                       [*tab.inputs, tab.yaml], [tab.summary, *tab.group_errors.values(), *tab.inputs],
                        api_name="validate", concurrency_limit=4)  # may read the Hub: a few at once
 
     def load_preset(name: str) -> list[Any]:
@@ -214,7 +224,8 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
             return [gr.skip(), gr.skip(), _summary(exc.errors, [], "")]
         return [text, _command(text), gr.skip()]
 
-    gr.on([c.input for c in tab.inputs], form_to_yaml, [*tab.inputs, tab.yaml], [tab.yaml, tab.command, tab.summary],
+    gr.on([c.input for c in tab.inputs], guarded(ctx, form_to_yaml, what="YAML update", scrub=False),
+          [*tab.inputs, tab.yaml], [tab.yaml, tab.command, tab.summary],
           api_name="form_to_yaml", trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)
 
     def yaml_to_form(yaml_text: str) -> list[Any]:
@@ -224,7 +235,8 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
             return [gr.skip(), _summary(exc.errors, [], ""), *([gr.skip()] * len(tab.inputs))]
         return [_command(yaml_text), "YAML applied to the form.", *_form_updates(tab, values)]
 
-    tab.yaml.input(yaml_to_form, [tab.yaml], [tab.command, tab.summary, *tab.inputs], api_name="yaml_to_form",
+    tab.yaml.input(guarded(ctx, yaml_to_form, what="form update", scrub=False), [tab.yaml],
+                   [tab.command, tab.summary, *tab.inputs], api_name="yaml_to_form",
                    trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)
 
 

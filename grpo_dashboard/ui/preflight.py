@@ -1,7 +1,8 @@
 """Pre-flight tab: before paying for GPUs, inspect the dataset, run the reward contract check (sandboxed) and estimate
 memory, flavor, time and cost, all from the spec in the New run tab's YAML view.
 
-On a Space the spec's code and file rules (access.py) hold here too, and the reward check needs a signed-in user."""
+On a Space every check needs a signed-in user and runs under a time limit (guard.py), the spec's code and file rules
+(access.py) hold, Hub reads use the user's own token or none, and no tokenizer of the spec is loaded here."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ import gradio as gr
 from .. import access
 from ..errors import SpecError
 from ..spec import RunSpec
-from .auth import user_of
 from .context import UiContext
+from .guard import guarded
+
+INSPECT_LIMIT_S = 120.0
+REWARDS_LIMIT_S = 300.0
+HARDWARE_LIMIT_S = 60.0
 
 
 def _spec(yaml_text: str, ctx: UiContext | None = None) -> RunSpec:
@@ -23,17 +28,20 @@ def _spec(yaml_text: str, ctx: UiContext | None = None) -> RunSpec:
         raise gr.Error(f"The spec in the New run tab cannot be read: {exc}") from exc
     problems = access.spec_policy_errors(spec, ctx.base_dir, ctx.settings, for_launch=False) if ctx else []
     if problems:
-        raise gr.Error("Not on this Space: " + " ".join(f"{e.field} = {e.value!r} {e.message}" for e in problems))
+        raise gr.Error("Not on this Space: " + " ".join(str(e) for e in problems))
     return spec
 
 
-def inspect_text(ctx: UiContext, yaml_text: str) -> str:
+def inspect_text(ctx: UiContext, yaml_text: str, user: access.User | None = None) -> str:
     """Markdown report of the dataset inspector."""
     from ..dataset_inspect import inspect_dataset
 
     spec = _spec(yaml_text, ctx)
+    user = user or access.ANONYMOUS
     try:
-        return "```\n" + inspect_dataset(spec, base_dir=ctx.base_dir).to_text() + "\n```"
+        report = inspect_dataset(spec, base_dir=ctx.base_dir, token=access.hub_token(user, ctx.settings),
+                                 load_tokenizers=not ctx.settings.on_space)
+        return "```\n" + report.to_text() + "\n```"
     except (SpecError, ValueError, OSError) as exc:
         return f"**Dataset problem:** {exc}"
 
@@ -43,25 +51,28 @@ def rewards_text(ctx: UiContext, yaml_text: str, rows: float, user: access.User 
     from ..reward_check import check_rewards
 
     spec = _spec(yaml_text)
+    user = user or access.ANONYMOUS
     try:
-        access.check_may_run_rewards(spec, user or access.ANONYMOUS, ctx.base_dir, ctx.settings)
+        access.check_may_run_rewards(spec, user, ctx.base_dir, ctx.settings)
     except access.NotAllowed as exc:
         raise gr.Error(str(exc)) from None
     try:
-        report = check_rewards(spec, n_rows=max(1, int(rows or 8)), base_dir=ctx.base_dir)
+        report = check_rewards(spec, n_rows=min(64, max(1, int(rows or 8))), base_dir=ctx.base_dir,
+                               token=access.hub_token(user, ctx.settings))
     except (SpecError, ValueError, OSError) as exc:
         return f"**Reward check could not run:** {exc}"
     verdict = "✅ no problem found" if report.ok else "⚠️ problems found"
     return f"**{verdict}**\n\n```\n{report.to_text()}\n```"
 
 
-def hardware_text(ctx: UiContext, yaml_text: str) -> str:
+def hardware_text(ctx: UiContext, yaml_text: str, user: access.User | None = None) -> str:
     """Markdown report of the memory / flavor / time / cost estimate."""
     from ..hardware import estimate_for_spec
 
     spec = _spec(yaml_text, ctx)
+    user = user or access.ANONYMOUS
     try:
-        return estimate_for_spec(spec, base_dir=ctx.base_dir).to_text()
+        return estimate_for_spec(spec, base_dir=ctx.base_dir, token=access.hub_token(user, ctx.settings)).to_text()
     except (SpecError, ValueError, OSError) as exc:
         return f"**Estimate not possible:** {exc}"
 
@@ -76,9 +87,19 @@ def build(ctx: UiContext, spec_yaml: Any) -> None:
         rewards_btn = gr.Button("Check rewards")
         hardware_btn = gr.Button("Estimate hardware and cost")
     out = gr.Markdown(elem_id="preflight-report")
-    inspect_btn.click(lambda y: inspect_text(ctx, y), [spec_yaml], [out], api_name="inspect_dataset")
-    def check(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, yaml_text: str, n: float) -> str:
-        return rewards_text(ctx, yaml_text, n, user_of(ctx, profile, oauth))
 
-    rewards_btn.click(check, [spec_yaml, rows], [out], api_name="check_rewards", concurrency_limit=2)
-    hardware_btn.click(lambda y: hardware_text(ctx, y), [spec_yaml], [out], api_name="estimate_hardware")
+    def inspect(user: access.User, yaml_text: str) -> str:
+        return inspect_text(ctx, yaml_text, user)
+
+    def check(user: access.User, yaml_text: str, n: float) -> str:
+        return rewards_text(ctx, yaml_text, n, user)
+
+    def hardware(user: access.User, yaml_text: str) -> str:
+        return hardware_text(ctx, yaml_text, user)
+
+    inspect_btn.click(guarded(ctx, inspect, what="dataset inspection", limit_s=INSPECT_LIMIT_S, pass_user=True),
+                      [spec_yaml], [out], api_name="inspect_dataset", concurrency_limit=2)
+    rewards_btn.click(guarded(ctx, check, what="reward check", limit_s=REWARDS_LIMIT_S, pass_user=True),
+                      [spec_yaml, rows], [out], api_name="check_rewards", concurrency_limit=2)
+    hardware_btn.click(guarded(ctx, hardware, what="hardware estimate", limit_s=HARDWARE_LIMIT_S, pass_user=True),
+                       [spec_yaml], [out], api_name="estimate_hardware", concurrency_limit=2)

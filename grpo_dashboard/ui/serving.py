@@ -42,8 +42,60 @@ def postprocessed(components: list[Any], values: list[Any]) -> list[Any]:
     return out
 
 
+MAX_BODY_BYTES = 2 * 2**20  # a request carries a spec and form values: kilobytes
+MAX_UPLOAD = "1mb"  # no component takes files; gradio's upload route is open to anyone, so keep it small
+UPLOAD_CACHE = (600, 600)  # every 10 minutes, delete uploads older than 10 minutes
+
+
+class BodyLimit:
+    """ASGI middleware: HTTP requests whose body is over `limit` bytes get 413 before anything reads them whole."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:  # noqa: D102
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await _too_large(send, self.limit)
+        seen = 0
+
+        async def limited() -> dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise ValueError(f"request body over {self.limit} bytes")
+            return message
+
+        return await self.app(scope, limited, send)
+
+
+async def _too_large(send: Any, limit: int) -> None:
+    body = f'{{"error": "request body over the limit of {limit} bytes"}}'.encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class DashboardBlocks(gr.Blocks):
-    """gr.Blocks whose handlers' gr.skip() outputs cost nothing to post-process."""
+    """gr.Blocks whose handlers' gr.skip() outputs cost nothing to post-process, with bounded uploads and bodies."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("delete_cache", UPLOAD_CACHE)
+        super().__init__(*args, **kwargs)
+
+    def launch(self, *args: Any, **kwargs: Any) -> Any:
+        """gr.Blocks.launch with an upload size limit and a request body limit unless the caller sets its own."""
+        from starlette.middleware import Middleware
+
+        kwargs.setdefault("max_file_size", MAX_UPLOAD)
+        app_kwargs = dict(kwargs.get("app_kwargs") or {})
+        app_kwargs.setdefault("middleware", [Middleware(BodyLimit)])
+        kwargs["app_kwargs"] = app_kwargs
+        return super().launch(*args, **kwargs)
 
     async def postprocess_data(self, block_fn: Any, predictions: Any, state: Any) -> list[Any]:  # noqa: D102
         outputs = list(block_fn.outputs)
