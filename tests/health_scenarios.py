@@ -227,9 +227,9 @@ def main() -> int:
 
 def guard_demo(model: Path) -> str:
     """The collapsing run with the guard and a local webhook: where it stopped, on what, and what was POSTed."""
-    from .test_health_guard import Receiver
+    from .conftest import WebhookReceiver
 
-    receiver = Receiver()
+    receiver = WebhookReceiver()
     try:
         spec = smoke_dict(model, learning_rate=5e-2, max_steps=40)
         spec["health"] = {"guard": True, "guard_persist": 3, "webhook_url": receiver.url}

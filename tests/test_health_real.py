@@ -13,9 +13,8 @@ import pytest
 
 from grpo_dashboard.health import load_log_records
 
-from .conftest import reward_quarters, smoke_dict
+from .conftest import WebhookReceiver, reward_quarters, smoke_dict
 from .health_scenarios import SCENARIOS, alarms, analyse, live_timeline, run_spec, train_records
-from .test_health_guard import Receiver
 
 pytestmark = pytest.mark.training
 
@@ -55,7 +54,7 @@ def test_healthy_smoke_run_raises_no_warning_or_error_live_and_sends_no_alert(ti
     """examples/smoke.yaml as shipped, with alerts on: the doctor replayed after every record finds nothing above
     info, no alert is POSTed, and the run learns. (The in-job checks' cost is a figure, printed by
     `python -m tests.health_scenarios`, not asserted here.)"""
-    receiver = Receiver()
+    receiver = WebhookReceiver()
     try:
         spec = smoke_dict(tiny_model)
         spec["health"] = {"webhook_url": receiver.url}
@@ -75,7 +74,7 @@ def test_healthy_smoke_run_raises_no_warning_or_error_live_and_sends_no_alert(ti
 
 
 def test_guard_stops_a_collapsing_run_with_a_checkpoint_and_alerts_a_real_webhook(tiny_model: Path) -> None:
-    receiver = Receiver()
+    receiver = WebhookReceiver()
     try:
         spec = smoke_dict(tiny_model, learning_rate=5e-2, max_steps=60)
         spec["health"] = {"guard": True, "guard_persist": 3, "webhook_url": receiver.url}
