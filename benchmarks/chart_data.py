@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--repeat", type=int, default=3, help="cold reads per side (best kept)")
     args = parser.parse_args(argv)
 
-    from grpo_dashboard import chart_json, charts
-    from grpo_dashboard.ingest import ingest_file
-    from grpo_dashboard.store import Store
+    from grpo_dashboard.store.db import Store
+    from grpo_dashboard.store.ingest import ingest_file
+    from grpo_dashboard.views import chart_json, charts
 
     common.print_machine()
     out: dict[str, float] = {}

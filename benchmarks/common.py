@@ -221,7 +221,7 @@ PROJECT = "bench"
 
 def new_store(data: Path, run_id: str = RUN_ID, run_dir: Path | None = None) -> Any:
     """A fresh Store under `data` with one running run row (run_dir defaults to `data`)."""
-    from grpo_dashboard.store import Run, Store
+    from grpo_dashboard.store.db import Run, Store
 
     store = Store(data / "dashboard.db")
     store.insert_run(Run(id=run_id, name=run_id, spec_yaml="name: bench\n", backend="local", status="running",

@@ -36,7 +36,7 @@ KINDS = ("ours_e2e", "ours_write", "trackio_write", "trackio_e2e")
 def measure_one(kind: str, jsonl: Path, work: Path) -> float:
     """One timed ingestion of `jsonl` into a fresh database under `work` (run in a child process)."""
     if kind.startswith("ours"):
-        from grpo_dashboard.ingest import _parse_lines, apply_records, ingest_file
+        from grpo_dashboard.store.ingest import _parse_lines, apply_records, ingest_file
 
         store = common.new_store(work)
         n_values = common.count_values(jsonl)

@@ -63,8 +63,8 @@ def write_log(path: Path, steps: int) -> Path:
 
 def fill_ours(data: Path, jsonl: Path, runs: int) -> tuple[Any, float]:
     """`runs` run rows, each ingested from `jsonl` by ingest_file; (store, seconds)."""
-    from grpo_dashboard.ingest import ingest_file
-    from grpo_dashboard.store import Run, Store
+    from grpo_dashboard.store.db import Run, Store
+    from grpo_dashboard.store.ingest import ingest_file
 
     store = Store(data / "dashboard.db")
     t = time.perf_counter()
@@ -97,8 +97,8 @@ def fill_trackio(jsonl: Path, runs: int) -> float:
 
 def time_tables(db: Path, trackio_dir: Path | None, repeat: int) -> dict[str, Any]:
     """(child process) First and later runs-table loads, ours and the peer's run list."""
-    from grpo_dashboard import overview
-    from grpo_dashboard.store import Store
+    from grpo_dashboard.store.db import Store
+    from grpo_dashboard.views import overview
 
     store = Store(db)
     overview.health_available()  # imports the doctor: part of the dashboard's start, not of loading the table

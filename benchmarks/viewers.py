@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             for run_id in run_ids:
                 writers.append(live_app.add_live_run(data, run_id, args.interval, n_steps, history=args.history))
             # Let the monitor ingest every run's history before the viewers arrive.
-            from grpo_dashboard.store import Store
+            from grpo_dashboard.store.db import Store
 
             store = Store(data / "dashboard.db")
             deadline = time.monotonic() + 300

@@ -74,29 +74,31 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     i = 2 if argv[:1] == ["--data-dir"] else 1 if argv[:1] and argv[0].startswith("--data-dir=") else 0
     if argv[i:i + 1] == ["doctor"]:
-        from .health import doctor_main  # its own parser: PATH [--json] [--threshold K=V]
+        from grpo_dashboard.health import doctor_main  # its own parser: PATH [--json] [--threshold K=V]
 
         return doctor_main(argv[i + 1:])
     if argv[i:i + 1] == ["check-rewards"]:
-        from .reward_check import check_rewards_main  # its own parser: SPEC [--rows N] [--json]
+        from grpo_dashboard.checks.reward_check import check_rewards_main  # its own parser: SPEC [--rows N] [--json]
 
         return check_rewards_main(argv[i + 1:])
     if argv[i:i + 1] == ["inspect-dataset"]:
-        from .dataset_inspect import inspect_main  # its own parser: SPEC [--json]
+        from grpo_dashboard.checks.dataset_inspect import inspect_main  # its own parser: SPEC [--json]
 
         return inspect_main(argv[i + 1:])
     if argv[i:i + 1] == ["deploy-space"]:
-        from .deploy import deploy_main  # its own parser: OWNER/NAME [--private] [--bucket B] [--dry-run]
+        from grpo_dashboard.space.deploy import (
+            deploy_main,  # its own parser: OWNER/NAME [--private] [--bucket B] [--dry-run]
+        )
 
         return deploy_main(argv[i + 1:])
     if argv[i:i + 1] == ["hardware"]:
-        from .hardware import hardware_main  # its own parser: SPEC [--json] [--live] [--all]
+        from grpo_dashboard.checks.hardware import hardware_main  # its own parser: SPEC [--json] [--live] [--all]
 
         return hardware_main(argv[i + 1:])
     args = _parser().parse_args(argv)
     if args.data_dir:
         os.environ["GRPO_DASHBOARD_DATA_DIR"] = args.data_dir
-    from .errors import BackendError, RunNotFound, SpecError, StoreError
+    from grpo_dashboard.errors import BackendError, RunNotFound, SpecError, StoreError
 
     try:
         return COMMANDS[args.command](args)
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from .runs import check
+    from grpo_dashboard.launch.runs import check
 
     if not Path(args.spec).is_file():
         print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)
@@ -132,8 +134,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
-    from .runs import launch, wait
-    from .store import RunStatus, Store
+    from grpo_dashboard.launch.runs import launch, wait
+    from grpo_dashboard.store.db import RunStatus, Store
 
     if not Path(args.spec).is_file():
         print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)
@@ -157,7 +159,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     try:
         run = wait(store, run, on_update=progress)
     except KeyboardInterrupt:
-        from .runs import cancel
+        from grpo_dashboard.launch.runs import cancel
 
         print("interrupted: canceling the run...", file=sys.stderr)
         run = cancel(store, store.get_run(run.id), wait=True)
@@ -170,8 +172,8 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 def _print_job(run: Any) -> None:
     """Where a remote run went (job URL, flavor, timeout and why), and why it could not start."""
     if run.backend == "hf_jobs":
-        from .backends.hf_jobs import job_details
-        from .hardware import format_duration
+        from grpo_dashboard.checks.hardware import format_duration
+        from grpo_dashboard.launch.hf_jobs import job_details
 
         d = job_details(run)
         if d:
@@ -199,8 +201,8 @@ def _run_dict(run: Any) -> dict[str, Any]:
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from .runs import refresh_active
-    from .store import Store
+    from grpo_dashboard.launch.runs import refresh_active
+    from grpo_dashboard.store.db import Store
 
     store = Store()
     refresh_active(store)
@@ -219,8 +221,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from .runs import refresh
-    from .store import Store
+    from grpo_dashboard.launch.runs import refresh
+    from grpo_dashboard.store.db import Store
 
     store = Store()
     run = refresh(store, store.find_run(args.run))
@@ -246,8 +248,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_logs(args: argparse.Namespace) -> int:
-    from .runs import log_path, refresh, tail
-    from .store import TERMINAL, Store
+    from grpo_dashboard.launch.logs import tail
+    from grpo_dashboard.launch.runs import log_path, refresh
+    from grpo_dashboard.store.db import TERMINAL, Store
 
     store = Store()
     run = store.find_run(args.run)
@@ -269,8 +272,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    from .runs import cancel
-    from .store import Store
+    from grpo_dashboard.launch.runs import cancel
+    from grpo_dashboard.store.db import Store
 
     store = Store()
     run = cancel(store, store.find_run(args.run), wait=not args.no_wait)
@@ -279,8 +282,8 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
-    from .runs import refresh_active
-    from .store import Store
+    from grpo_dashboard.launch.runs import refresh_active
+    from grpo_dashboard.store.db import Store
 
     store = Store()
     try:
@@ -296,7 +299,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 def _cmd_build_tiny(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from .jobfiles import JOB_SCRIPT
+    from grpo_dashboard.spec.jobfiles import JOB_SCRIPT
 
     spec = importlib.util.spec_from_file_location("grpo_job", JOB_SCRIPT)
     assert spec is not None and spec.loader is not None

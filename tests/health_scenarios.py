@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.health import diagnose
-from grpo_dashboard.overview import run_config
-from grpo_dashboard.runs import launch, wait
-from grpo_dashboard.store import Run, Store
+from grpo_dashboard.launch.runs import launch, wait
+from grpo_dashboard.store.db import Run, Store
+from grpo_dashboard.views.overview import run_config
 
 from .conftest import SMOKE_DATA, smoke_dict
 

@@ -41,8 +41,8 @@ def serve_space(data_dir: Path, hub_dir: Path, env: dict[str, str] | None = None
     from huggingface_hub import constants
     from huggingface_hub.utils import disable_progress_bars
 
-    from grpo_dashboard.backends import hf_jobs
-    from grpo_dashboard.store import Store
+    from grpo_dashboard.launch import hf_jobs
+    from grpo_dashboard.store.db import Store
     from grpo_dashboard.ui import build_app
 
     hub = FakeHub(hub_dir, ALICE, "alice").start()

@@ -7,9 +7,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_dashboard import charts
-from grpo_dashboard.ingest import ingest_file
-from grpo_dashboard.store import Run, Store
+from grpo_dashboard.store.db import Run, Store
+from grpo_dashboard.store.ingest import ingest_file
+from grpo_dashboard.views import charts
 
 
 @dataclass

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_dashboard import charts
-from grpo_dashboard.ingest import ingest_file
-from grpo_dashboard.store import Run, RunStatus, Store
+from grpo_dashboard.store.db import Run, RunStatus, Store
+from grpo_dashboard.store.ingest import ingest_file
+from grpo_dashboard.views import charts
 
 # One real CPU step's metrics (trl_grpo.md §2.3) plus kl and an eval record's keys.
 TRL_KEYS = [

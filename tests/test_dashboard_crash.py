@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard.runs import launch, metrics_path
-from grpo_dashboard.store import Store
+from grpo_dashboard.launch.runs import launch, metrics_path
+from grpo_dashboard.store.db import Store
 
 from .conftest import REPO, jsonl_records, same_values, smoke_dict, store_records, wait_for
 

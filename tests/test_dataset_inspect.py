@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from grpo_dashboard.checks.dataset_inspect import apply_mapping, inspect_dataset, value_type
 from grpo_dashboard.cli import main as cli_main
-from grpo_dashboard.dataset_inspect import apply_mapping, inspect_dataset, value_type
-from grpo_dashboard.spec import RunSpec
+from grpo_dashboard.spec.run_spec import RunSpec
 
 ROWS = [{"question": f"What is {i} + {i}?", "answer": str(2 * i), "level": i % 3} for i in range(6)]
 

@@ -11,7 +11,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from grpo_dashboard import cli, deploy
+from grpo_dashboard import cli
+from grpo_dashboard.space import deploy
 
 from .conftest import REPO
 from .fake_hub import FakeHub
@@ -55,8 +56,8 @@ def test_requirement_spec_reads_extras_and_comments() -> None:
 
 def test_deployed_files_are_the_app_without_tests_or_data() -> None:
     files = deploy.deploy_files(REPO)
-    for needed in ("app.py", "README.md", "requirements.txt", "grpo_dashboard/access.py", "grpo_dashboard/ui/app.py",
-                   "jobs/grpo_job.py", "examples/smoke.yaml", "examples/data/smoke.jsonl"):
+    for needed in ("app.py", "README.md", "requirements.txt", "grpo_dashboard/space/access.py",
+                   "grpo_dashboard/ui/app.py", "jobs/grpo_job.py", "examples/smoke.yaml", "examples/data/smoke.jsonl"):
         assert needed in files
     assert not [f for f in files if f.startswith(("tests/", ".git", "test-artifacts/", "benchmarks/", ".cache/"))
                 or "__pycache__" in f or f.endswith(".pyc")]

@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
-from grpo_dashboard import forms, presets, runs, trl_fields
 from grpo_dashboard.errors import FieldError, SpecError
-from grpo_dashboard.spec import BackendSpec, DatasetSpec, ModelSpec, RunSpec
+from grpo_dashboard.launch import runs
+from grpo_dashboard.spec import forms, presets, trl_fields
+from grpo_dashboard.spec.run_spec import BackendSpec, DatasetSpec, ModelSpec, RunSpec
 
 from .conftest import REPO
 

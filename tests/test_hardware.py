@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard import hardware
-from grpo_dashboard.model_shape import KNOWN, from_config, from_directory, from_name, model_shape
-from grpo_dashboard.spec import LoraSpec, RunSpec
-from grpo_dashboard.validation import validate
+from grpo_dashboard.checks import hardware
+from grpo_dashboard.checks.model_shape import KNOWN, from_config, from_directory, from_name, model_shape
+from grpo_dashboard.checks.validation import validate
+from grpo_dashboard.spec.run_spec import LoraSpec, RunSpec
 
 from .conftest import REPO, SMOKE_DATA, smoke_dict, write_spec
 

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.health import AlertSender, Finding, HealthMonitor, JobHealth, wants_job_health
 from grpo_dashboard.health.alerts import alert_payload, post_json, trackio_alert
 from grpo_dashboard.health.ship import PACKAGE_DIR, package_files, ship
-from grpo_dashboard.ingest import ingest_file
-from grpo_dashboard.spec import RunSpec
-from grpo_dashboard.store import Run, RunStatus, Store
-from grpo_dashboard.validation import validate
+from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.store.db import Run, RunStatus, Store
+from grpo_dashboard.store.ingest import ingest_file
 
 from .conftest import SMOKE_SPEC, WebhookReceiver
 

@@ -122,7 +122,7 @@ def test_alerts_are_mirrored_to_trackio_in_a_real_run(tiny_model: Path, tmp_path
 
 
 def _config(run) -> tuple[dict, dict | None]:
-    from grpo_dashboard.overview import run_config
+    from grpo_dashboard.views.overview import run_config
 
     config, thresholds = run_config(run)
     return config, thresholds or None

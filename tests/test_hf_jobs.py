@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import yaml
 
-from grpo_dashboard import hardware
-from grpo_dashboard.backends import hf_jobs
+from grpo_dashboard.checks import hardware
 from grpo_dashboard.errors import BackendError
-from grpo_dashboard.jobfiles import job_files
-from grpo_dashboard.runs import cancel, launch, reattach, refresh
-from grpo_dashboard.store import TERMINAL, Store, data_dir
+from grpo_dashboard.launch import hf_jobs
+from grpo_dashboard.launch.runs import cancel, launch, reattach, refresh
+from grpo_dashboard.spec.jobfiles import job_files
+from grpo_dashboard.store.db import TERMINAL, Store, data_dir
 
 from .conftest import (
     REPO,

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard.backends import hf_jobs
-from grpo_dashboard.remote_status import hf_job_markdown
-from grpo_dashboard.runs import launch, reattach, refresh
-from grpo_dashboard.store import Store
+from grpo_dashboard.launch import hf_jobs
+from grpo_dashboard.launch.runs import launch, reattach, refresh
+from grpo_dashboard.store.db import Store
+from grpo_dashboard.views.remote_status import hf_job_markdown
 
 from . import test_hf_jobs
 from .conftest import REPO, same_values, store_records, wait_for

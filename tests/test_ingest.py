@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard.ingest import MARKER, ingest_file, parse_line
-from grpo_dashboard.store import Run, Store
+from grpo_dashboard.store.db import Run, Store
+from grpo_dashboard.store.ingest import MARKER, ingest_file, parse_line
 
 
 def new_run(store: Store, tmp_path: Path, run_id: str = "r1") -> Path:
@@ -129,7 +129,7 @@ def test_events_set_status_and_error(tmp_path: Path) -> None:
 
 
 def test_giant_line_is_skipped_without_stopping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import grpo_dashboard.ingest as ingest
+    import grpo_dashboard.store.ingest as ingest
 
     monkeypatch.setattr(ingest, "CHUNK_BYTES", 1024)
     store = Store()

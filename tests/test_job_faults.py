@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard.backends import local
-from grpo_dashboard.runs import Monitor, launch, refresh
-from grpo_dashboard.store import Store
+from grpo_dashboard.launch import local
+from grpo_dashboard.launch.runs import Monitor, launch, refresh
+from grpo_dashboard.store.db import Store
 
 from .conftest import smoke_dict, wait_for
 
@@ -68,7 +68,7 @@ def test_silent_hung_job_is_killed_after_the_stall_timeout(tiny_model: Path, tmp
 
 
 def test_stall_timeout_must_be_positive(tiny_model: Path) -> None:
-    from grpo_dashboard.runs import check
+    from grpo_dashboard.launch.runs import check
 
     spec = smoke_dict(tiny_model)
     spec["backend"]["stall_timeout_s"] = 0

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard import chart_json, charts
-from grpo_dashboard.ingest import ingest_file
-from grpo_dashboard.memo import SingleFlight
-from grpo_dashboard.store import Store
+from grpo_dashboard.store.db import Store
+from grpo_dashboard.store.ingest import ingest_file
+from grpo_dashboard.views import chart_json, charts
+from grpo_dashboard.views.memo import SingleFlight
 
 from .test_store_perf_paths import append_log, new_run
 
@@ -134,7 +134,7 @@ def test_nobody_building_means_the_caller_builds_the_current_state(tmp_path: Pat
 
 
 def test_a_finished_runs_health_badge_is_saved_and_read_back_without_a_doctor_pass(tmp_path: Path) -> None:
-    from grpo_dashboard import overview
+    from grpo_dashboard.views import overview
 
     store = Store()
     path = new_run(store, tmp_path)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import trl
 
-from grpo_dashboard.backends import local
-from grpo_dashboard.jobfiles import JOB_SCRIPT
-from grpo_dashboard.spec import RunSpec
+from grpo_dashboard.launch import local
+from grpo_dashboard.spec.jobfiles import JOB_SCRIPT
+from grpo_dashboard.spec.run_spec import RunSpec
 
 
 def spec_with(**backend: object) -> RunSpec:

@@ -17,13 +17,12 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard import runs
-from grpo_dashboard.backends import local
 from grpo_dashboard.health import alerts
 from grpo_dashboard.health.alerts import AlertSender, post_json, webhook_url_problem
 from grpo_dashboard.health.job import JobHealth
-from grpo_dashboard.spec import RunSpec
-from grpo_dashboard.store import Run, Store
+from grpo_dashboard.launch import local, runs
+from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.store.db import Run, Store
 
 from .conftest import WebhookReceiver, smoke_dict, wait_for
 

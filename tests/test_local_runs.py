@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard.backends import local
-from grpo_dashboard.runs import cancel, launch, metrics_path, refresh, wait
-from grpo_dashboard.store import Run, Store
+from grpo_dashboard.launch import local
+from grpo_dashboard.launch.runs import cancel, launch, metrics_path, refresh, wait
+from grpo_dashboard.store.db import Run, Store
 
 from .conftest import (
     REPO,

@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from grpo_dashboard.remote_status import hf_job_markdown
-from grpo_dashboard.store import Run
+from grpo_dashboard.store.db import Run
+from grpo_dashboard.views.remote_status import hf_job_markdown
 
 
 def test_job_link_timeout_and_gpu_use(tmp_path: Path) -> None:

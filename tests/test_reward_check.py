@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from grpo_dashboard.checks.reward_check import check_rewards
 from grpo_dashboard.cli import main as cli_main
-from grpo_dashboard.reward_check import check_rewards
 
 REPO = Path(__file__).resolve().parent.parent
 MATH = REPO / "examples" / "data" / "math_tiny.jsonl"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard.jobfiles import rewards_module
+from grpo_dashboard.spec.jobfiles import rewards_module
 
 R = rewards_module()
 

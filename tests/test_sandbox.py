@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard import sandbox
-from grpo_dashboard.jobfiles import rewards_module
+from grpo_dashboard.checks import sandbox
+from grpo_dashboard.spec.jobfiles import rewards_module
 
 from .conftest import processes_with
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard import sandbox
-from grpo_dashboard.reward_check import CheckReport, check_rewards
-from grpo_dashboard.store import Store
+from grpo_dashboard.checks import sandbox
+from grpo_dashboard.checks.reward_check import CheckReport, check_rewards
+from grpo_dashboard.store.db import Store
 
 from .conftest import processes_with
 
@@ -214,7 +214,7 @@ def run(result):
     result["hook_off"] = kill_hook()
     result["open"] = [attempt(lambda t=t: open(t, "x").write("import os")) for t in targets]
     result["libc"] = [attempt(libc_create, t) for t in targets]
-    result["sees_package"] = os.path.isfile({str(pkg / "sandbox.py")!r})
+    result["sees_package"] = os.path.isfile({str(pkg / "checks" / "sandbox.py")!r})
     result["sees_repo_root"] = attempt(os.listdir, {str(REPO)!r})
 '''
     try:

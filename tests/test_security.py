@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard.runs import make_run_id, resolve_paths
-from grpo_dashboard.spec import RunSpec
+from grpo_dashboard.launch.runs import make_run_id, resolve_paths
+from grpo_dashboard.spec.run_spec import RunSpec
 
 from .conftest import REPO
 

@@ -21,11 +21,13 @@ import pytest
 import yaml
 from gradio_client import Client
 
-from grpo_dashboard import access, forms, presets, space
-from grpo_dashboard.backends import hf_jobs
+from grpo_dashboard import settings
 from grpo_dashboard.errors import SpecError
-from grpo_dashboard.spec import RunSpec
-from grpo_dashboard.store import ACTIVE, Store
+from grpo_dashboard.launch import hf_jobs
+from grpo_dashboard.space import access
+from grpo_dashboard.spec import forms, presets
+from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.store.db import ACTIVE, Store
 
 from .conftest import wait_for
 from .fake_hub import Plan
@@ -274,7 +276,7 @@ def test_preflight_checks_obey_the_space_rules(clients: dict[str, Client]) -> No
 def on_space(monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in SPACE_ENV.items():
         monkeypatch.setenv(key, value)
-    for key in (space.ALLOW_LOCAL_ENV, space.ALLOW_CODE_ENV, space.MAX_ACTIVE_ENV, space.LAUNCH_LIMIT_ENV):
+    for key in (settings.ALLOW_LOCAL_ENV, settings.ALLOW_CODE_ENV, settings.MAX_ACTIVE_ENV, settings.LAUNCH_LIMIT_ENV):
         monkeypatch.delenv(key, raising=False)
 
 
@@ -291,11 +293,11 @@ def test_spec_policy(on_space: None, monkeypatch: pytest.MonkeyPatch, tmp_path: 
     inline = RunSpec.from_yaml(jobs_yaml("p"))
     inline.rewards[0].builtin = "python"
     assert [e.field for e in access.spec_policy_errors(inline)] == ["rewards[0].builtin"]
-    monkeypatch.setenv(space.ALLOW_CODE_ENV, "1")
+    monkeypatch.setenv(settings.ALLOW_CODE_ENV, "1")
     assert access.spec_policy_errors(inline) == []
     local = RunSpec.from_yaml(presets.preset_yaml(presets.DEFAULT_PRESET))
     assert [e.field for e in access.spec_policy_errors(local)] == ["backend.kind"]
-    monkeypatch.setenv(space.ALLOW_LOCAL_ENV, "yes")
+    monkeypatch.setenv(settings.ALLOW_LOCAL_ENV, "yes")
     assert access.spec_policy_errors(local) == []
     for key in SPACE_ENV:
         monkeypatch.delenv(key)
@@ -304,16 +306,16 @@ def test_spec_policy(on_space: None, monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 def test_active_run_cap_and_launch_rate_limit(on_space: None, monkeypatch: pytest.MonkeyPatch,
                                               tmp_path: Path) -> None:
-    monkeypatch.setenv(space.MAX_ACTIVE_ENV, "1")
-    monkeypatch.setenv(space.LAUNCH_LIMIT_ENV, "2")
-    monkeypatch.setenv(space.LAUNCH_WINDOW_ENV, "60")
+    monkeypatch.setenv(settings.MAX_ACTIVE_ENV, "1")
+    monkeypatch.setenv(settings.LAUNCH_LIMIT_ENV, "2")
+    monkeypatch.setenv(settings.LAUNCH_WINDOW_ENV, "60")
     store = Store(tmp_path / "cap.db")
     alice = access.User("alice", ALICE, True, "session")
     launched: list[str] = []
 
     def fake_launch(spec: RunSpec, store: Store, base_dir: Any = None, owner: Any = None, token: Any = None) -> Any:
-        from grpo_dashboard.runs import make_run_id
-        from grpo_dashboard.store import Run
+        from grpo_dashboard.launch.runs import make_run_id
+        from grpo_dashboard.store.db import Run
 
         run = Run(id=make_run_id(spec.name), name=spec.name, spec_yaml="", backend="hf_jobs", status="failed",
                   created_at=len(launched), run_dir=str(tmp_path), owner=owner)
@@ -339,27 +341,27 @@ def test_active_run_cap_and_launch_rate_limit(on_space: None, monkeypatch: pytes
 
 
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("SPACE_ID", "SYSTEM", space.ALLOW_LOCAL_ENV, space.ALLOW_CODE_ENV, space.MAX_ACTIVE_ENV,
-                space.LAUNCH_LIMIT_ENV, space.LAUNCH_WINDOW_ENV):
+    for key in ("SPACE_ID", "SYSTEM", settings.ALLOW_LOCAL_ENV, settings.ALLOW_CODE_ENV, settings.MAX_ACTIVE_ENV,
+                settings.LAUNCH_LIMIT_ENV, settings.LAUNCH_WINDOW_ENV):
         monkeypatch.delenv(key, raising=False)
-    local = space.Settings.from_env()
+    local = settings.Settings.from_env()
     assert not local.on_space and local.allow_local_backend and local.max_active_runs is None
     monkeypatch.setenv("SPACE_ID", "me/dash")
-    hosted = space.Settings.from_env()
+    hosted = settings.Settings.from_env()
     assert hosted.on_space and not hosted.allow_local_backend and not hosted.allow_custom_code
     assert (hosted.max_active_runs, hosted.launch_limit, hosted.launch_window_s) == (2, 5, 600)
-    monkeypatch.setenv(space.MAX_ACTIVE_ENV, "0")
-    assert space.Settings.from_env().max_active_runs is None
-    monkeypatch.setenv(space.ALLOW_LOCAL_ENV, "maybe")
+    monkeypatch.setenv(settings.MAX_ACTIVE_ENV, "0")
+    assert settings.Settings.from_env().max_active_runs is None
+    monkeypatch.setenv(settings.ALLOW_LOCAL_ENV, "maybe")
     with pytest.raises(ValueError, match="GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND='maybe' is not a yes/no value"):
-        space.Settings.from_env()
+        settings.Settings.from_env()
 
 
 def test_local_mode_uses_the_saved_token_not_gradios_mock(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("SPACE_ID", "SYSTEM"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HF_TOKEN", ALICE)
-    mock = gr.OAuthToken(token=space.MOCK_OAUTH_TOKEN, scope="openid profile", expires_at=0)
+    mock = gr.OAuthToken(token=settings.MOCK_OAUTH_TOKEN, scope="openid profile", expires_at=0)
     profile = gr.OAuthProfile({"name": "A", "preferred_username": "alice", "profile": "", "picture": ""})
     user = access.current_user(profile, mock)
     assert (user.username, user.token) == ("alice", ALICE)
@@ -382,7 +384,7 @@ def test_launch_with_a_spec_error_is_refused_before_reading_files(on_space: None
 
 
 def test_lookup_by_name_or_prefix_sees_only_own_runs(on_space: None, tmp_path: Path) -> None:
-    from grpo_dashboard.store import Run
+    from grpo_dashboard.store.db import Run
 
     store = Store(tmp_path / "names.db")
     for i, owner in enumerate(("alice", "bob", None)):  # bob's and the admin's are newer, with the same name

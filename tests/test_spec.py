@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_dashboard.errors import SpecError
-from grpo_dashboard.spec import LoraSpec, RewardSpec, RunSpec
+from grpo_dashboard.spec.run_spec import LoraSpec, RewardSpec, RunSpec
 
 from .conftest import SMOKE_SPEC
 

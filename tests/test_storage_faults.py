@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard.store import Run, Store
+from grpo_dashboard.store.db import Run, Store
 
 from .conftest import REPO
 
@@ -70,8 +70,8 @@ def test_full_disk_during_ingestion_fails_cleanly_and_loses_nothing(tmp_path: Pa
     child = textwrap.dedent(f"""
         import json, sys
         from grpo_dashboard.errors import StoreError
-        from grpo_dashboard.ingest import ingest_file
-        from grpo_dashboard.store import Run, Store
+        from grpo_dashboard.store.ingest import ingest_file
+        from grpo_dashboard.store.db import Run, Store
         st = Store()
         st.insert_run(Run(id="r", name="r", spec_yaml="", backend="local", status="running", created_at=0.0,
                           run_dir="/"))

@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grpo_dashboard import downsample, series_store
-from grpo_dashboard.ingest import ingest_file
-from grpo_dashboard.store import Store
+from grpo_dashboard.store import downsample
+from grpo_dashboard.store import series as series_store
+from grpo_dashboard.store.db import Store
+from grpo_dashboard.store.ingest import ingest_file
 
 from .test_charts import reference_ema as charts_reference_ema
 from .test_ingest import new_run
@@ -258,7 +259,7 @@ def test_companion_missing_steps_give_nan(tmp_path: Path) -> None:
 
 
 def test_reward_band_from_the_store_equals_the_std_ema_at_the_mean_points(tmp_path: Path) -> None:
-    from grpo_dashboard import charts
+    from grpo_dashboard.views import charts
 
     store = Store()
     path = new_run(store, tmp_path)
@@ -276,8 +277,8 @@ def test_reward_band_from_the_store_equals_the_std_ema_at_the_mean_points(tmp_pa
 
 
 def test_doctor_frame_from_store_columns_equals_the_one_from_records(tmp_path: Path) -> None:
-    from grpo_dashboard import overview
     from grpo_dashboard.health.series import MetricFrame
+    from grpo_dashboard.views import overview
 
     store = Store()
     path = new_run(store, tmp_path)
@@ -303,7 +304,7 @@ def test_doctor_frame_from_store_columns_equals_the_one_from_records(tmp_path: P
 
 
 def test_plot_json_equals_plotly_own_and_is_shared_per_run_state(tmp_path: Path) -> None:
-    from grpo_dashboard import chart_json, charts
+    from grpo_dashboard.views import chart_json, charts
 
     store = Store()
     path = new_run(store, tmp_path)

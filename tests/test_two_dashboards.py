@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard.backends import local
-from grpo_dashboard.runs import metrics_path
-from grpo_dashboard.store import Run, Store
+from grpo_dashboard.launch import local
+from grpo_dashboard.launch.runs import metrics_path
+from grpo_dashboard.store.db import Run, Store
 
 from .conftest import jsonl_records, same_values, store_records, wait_for
 from .test_dashboard_crash import free_port, serving, start_dashboard

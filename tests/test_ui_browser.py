@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard import runs
-from grpo_dashboard.store import ACTIVE, TERMINAL, Store
+from grpo_dashboard.launch import logs, runs
+from grpo_dashboard.store.db import ACTIVE, TERMINAL, Store
 from grpo_dashboard.ui import build_app, launch_options
 
 from .conftest import REPO, wait_for
@@ -115,7 +115,7 @@ def test_launch_watch_completions_and_cancel(page: Any, app_url: tuple[str, Stor
         run = store.get_run(run_id)
         assert time.monotonic() < deadline and run.status not in TERMINAL, (
             f"run {run.status} with {run.n_records} records; monitor passes={demo.monitor.passes} "
-            f"last_error={demo.monitor.last_error}; log: {runs.tail(runs.log_path(run), 5)}")
+            f"last_error={demo.monitor.last_error}; log: {logs.tail(runs.log_path(run), 5)}")
         time.sleep(1)
     # Live curves: the reward chart gains points while we watch, without reloading the page.
     page.wait_for_function(f"() => ({POINTS_JS})('#plot-reward') >= 3", timeout=240_000)

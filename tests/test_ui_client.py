@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from gradio_client import Client
 
-from grpo_dashboard import charts, forms, presets
-from grpo_dashboard.store import TERMINAL, Store
+from grpo_dashboard.spec import forms, presets
+from grpo_dashboard.store.db import TERMINAL, Store
 from grpo_dashboard.ui import build_app
+from grpo_dashboard.views import charts
 
 from .conftest import wait_for
 
@@ -57,7 +58,7 @@ def served(module_data: Path) -> Iterator[tuple[Any, Client, Store]]:
         try:
             yield demo, client, store
         finally:
-            from grpo_dashboard import runs
+            from grpo_dashboard.launch import runs
 
             for run in store.list_runs(status=["queued", "running"]):
                 runs.cancel(store, run, wait=True)

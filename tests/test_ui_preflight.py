@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from grpo_dashboard import presets
-from grpo_dashboard.spec import RewardSpec, RunSpec
-from grpo_dashboard.store import Store
+from grpo_dashboard.spec import presets
+from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec
+from grpo_dashboard.store.db import Store
 from grpo_dashboard.ui import build_app
 
 

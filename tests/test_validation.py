@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from grpo_dashboard.errors import FieldError, SpecError
-from grpo_dashboard.runs import check, launch
+from grpo_dashboard.launch.runs import check, launch
 
 from .conftest import smoke_dict
 

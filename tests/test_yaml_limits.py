@@ -13,10 +13,11 @@ import yaml
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from grpo_dashboard import forms, presets, runs, safe_yaml
 from grpo_dashboard.errors import MAX_LISTED_ERRORS, FieldError, SpecError
-from grpo_dashboard.spec import RewardSpec, RunSpec
-from grpo_dashboard.store import Store
+from grpo_dashboard.launch import runs
+from grpo_dashboard.spec import forms, presets, safe_yaml
+from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec
+from grpo_dashboard.store.db import Store
 from grpo_dashboard.ui import build_app
 
 SHORT = 2000

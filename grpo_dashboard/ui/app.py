@@ -8,13 +8,17 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from .. import access, overview, presets, runs, space
-from ..errors import BackendError, SpecError
-from ..store import Store
-from . import auth, compare, detail, new_run, preflight, runs_tab
-from .context import UiContext
-from .guard import guarded
-from .serving import DashboardBlocks
+from grpo_dashboard import settings
+from grpo_dashboard.errors import BackendError, SpecError
+from grpo_dashboard.launch import runs
+from grpo_dashboard.space import access
+from grpo_dashboard.spec import presets
+from grpo_dashboard.store.db import Store
+from grpo_dashboard.ui import auth, compare, detail, new_run, preflight, runs_tab
+from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.ui.guard import guarded
+from grpo_dashboard.ui.serving import DashboardBlocks
+from grpo_dashboard.views import overview
 
 CSS = """
 .field-errors { color: #b42318; }
@@ -38,10 +42,10 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
         monitor: start the background thread that ingests active runs' metrics.
     """
     store = store or Store()
-    if space.on_space():
-        space.forbid_implicit_hub_token()
+    if settings.on_space():
+        settings.forbid_implicit_hub_token()
     ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT,
-                    runs.Monitor(store) if monitor else None)
+                    runs.Monitor(store, on_end=overview.health_badge) if monitor else None)
     with DashboardBlocks(title="GRPO Dashboard") as demo:
         gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs")
         who = auth.header(ctx)

@@ -11,8 +11,8 @@ from typing import Any
 
 import gradio as gr
 
-from .. import access
-from .context import UiContext
+from grpo_dashboard.space import access
+from grpo_dashboard.ui.context import UiContext
 
 
 def user_of(ctx: UiContext, profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None) -> access.User:

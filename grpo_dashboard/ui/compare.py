@@ -6,10 +6,11 @@ from typing import Any
 
 import gradio as gr
 
-from .. import access, charts, overview
-from ..errors import RunNotFound
-from .auth import user_of
-from .context import UiContext
+from grpo_dashboard.errors import RunNotFound
+from grpo_dashboard.space import access
+from grpo_dashboard.ui.auth import user_of
+from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.views import charts, overview
 
 
 def metric_options(ctx: UiContext, run_ids: list[str]) -> list[str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runs import Monitor
-from ..space import Settings
-from ..store import Store
+from grpo_dashboard.launch.runs import Monitor
+from grpo_dashboard.settings import Settings
+from grpo_dashboard.store.db import Store
 
 
 @dataclass

@@ -14,12 +14,14 @@ from typing import Any
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from .. import access, chart_json, charts, completions, overview, remote_status, runs
-from ..errors import BackendError, RunNotFound
-from ..store import Run
-from .auth import user_of
-from .context import UiContext
-from .serving import postprocessed
+from grpo_dashboard.errors import BackendError, RunNotFound
+from grpo_dashboard.launch import runs
+from grpo_dashboard.space import access
+from grpo_dashboard.store.db import Run
+from grpo_dashboard.ui.auth import user_of
+from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.ui.serving import postprocessed
+from grpo_dashboard.views import chart_json, charts, completions, overview, remote_status
 
 POLL_S = 1.5
 LOG_LINES = 200

@@ -19,9 +19,9 @@ from typing import Any
 
 import gradio as gr
 
-from .. import access
-from .auth import user_of
-from .context import UiContext
+from grpo_dashboard.space import access
+from grpo_dashboard.ui.auth import user_of
+from grpo_dashboard.ui.context import UiContext
 
 MAX_TEXT_CHARS = 256 * 1024
 WORKERS = 4

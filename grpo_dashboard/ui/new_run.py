@@ -7,12 +7,15 @@ from typing import Any
 
 import gradio as gr
 
-from .. import access, forms, overview, presets, runs
-from ..errors import MAX_FIELD_CHARS, MAX_LISTED_ERRORS, FieldError, SpecError, short_repr, shorten
-from ..jobfiles import rewards_module
-from ..spec import RunSpec
-from .context import UiContext
-from .guard import guarded
+from grpo_dashboard.errors import MAX_FIELD_CHARS, MAX_LISTED_ERRORS, FieldError, SpecError, short_repr, shorten
+from grpo_dashboard.launch import runs
+from grpo_dashboard.space import access
+from grpo_dashboard.spec import forms, presets
+from grpo_dashboard.spec.jobfiles import rewards_module
+from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.ui.guard import guarded
+from grpo_dashboard.views import overview
 
 VALIDATE_LIMIT_S = 120.0
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import gradio as gr
 
-from .. import access
-from ..errors import SpecError
-from ..spec import RunSpec
-from .context import UiContext
-from .guard import guarded
+from grpo_dashboard.errors import SpecError
+from grpo_dashboard.space import access
+from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.ui.guard import guarded
 
 INSPECT_LIMIT_S = 120.0
 REWARDS_LIMIT_S = 300.0
@@ -34,7 +34,7 @@ def _spec(yaml_text: str, ctx: UiContext | None = None) -> RunSpec:
 
 def inspect_text(ctx: UiContext, yaml_text: str, user: access.User | None = None) -> str:
     """Markdown report of the dataset inspector."""
-    from ..dataset_inspect import inspect_dataset
+    from grpo_dashboard.checks.dataset_inspect import inspect_dataset
 
     spec = _spec(yaml_text, ctx)
     user = user or access.ANONYMOUS
@@ -48,7 +48,7 @@ def inspect_text(ctx: UiContext, yaml_text: str, user: access.User | None = None
 
 def rewards_text(ctx: UiContext, yaml_text: str, rows: float, user: access.User | None = None) -> str:
     """Markdown report of the reward contract check (rewards run in a sandboxed subprocess, never in this process)."""
-    from ..reward_check import check_rewards
+    from grpo_dashboard.checks.reward_check import check_rewards
 
     spec = _spec(yaml_text)
     user = user or access.ANONYMOUS
@@ -67,7 +67,7 @@ def rewards_text(ctx: UiContext, yaml_text: str, rows: float, user: access.User 
 
 def hardware_text(ctx: UiContext, yaml_text: str, user: access.User | None = None) -> str:
     """Markdown report of the memory / flavor / time / cost estimate."""
-    from ..hardware import estimate_for_spec
+    from grpo_dashboard.checks.hardware import estimate_for_spec
 
     spec = _spec(yaml_text, ctx)
     user = user or access.ANONYMOUS

@@ -10,9 +10,10 @@ from typing import Any
 
 import gradio as gr
 
-from .. import access, overview
-from .auth import user_of
-from .context import UiContext
+from grpo_dashboard.space import access
+from grpo_dashboard.ui.auth import user_of
+from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.views import overview
 
 POLL_S = 2.0
 

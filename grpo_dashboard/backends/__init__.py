@@ -1,1 +1,0 @@
-"""Backends: sibling modules exposing the same few functions (start, liveness, cancel)."""

@@ -1,0 +1,1 @@
+"""Checks before launch: validation, dataset inspection, reward contract check, sandbox, hardware."""

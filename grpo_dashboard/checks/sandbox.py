@@ -1,0 +1,77 @@
+"""Sandboxed subprocesses for the dashboard: the same sandbox the code reward uses inside jobs.
+
+The implementation lives in `jobs/grpo_sandbox.py` (jobs cannot import this package); this module reaches it through
+`jobfiles.rewards_module()` and adds what the dashboard needs: running one of our own modules (the reward worker)
+inside the sandbox, where only this package and `jobs/` are importable. Custom reward code is only ever executed
+this way.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from grpo_dashboard.spec.jobfiles import JOBS_DIR, rewards_module
+
+REPO_ROOT = JOBS_DIR.parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def sandbox_module() -> ModuleType:
+    """The job's `grpo_sandbox` module (imported beside `grpo_rewards`, from `jobs/`)."""
+    rewards_module()
+    return importlib.import_module("grpo_sandbox")
+
+
+def run_sandboxed(code: str, **kwargs: Any) -> Any:
+    """Run Python `code` in the sandbox; see `run_sandboxed` in jobs/grpo_sandbox.py for the arguments."""
+    return sandbox_module().run_sandboxed(code, **kwargs)
+
+
+def run_module(module: str, stdin: str = "", *, timeout_s: float = 60.0, memory_mb: int | None = 4096,
+               allow_subprocess: bool = False, extra_path: list[str] | None = None,
+               read_only: list[str] | None = None) -> Any:
+    """Run `python -m module` in the sandbox with this package and `jobs/` (and `extra_path`) on sys.path.
+
+    Of this repository the sandbox sees only `grpo_dashboard/` and `jobs/`, read-only at their own paths. Beside
+    them it sees `read_only` (host paths, read-only); None shows the `extra_path` entries themselves.
+    """
+    code = f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+    extra = list(extra_path or [])
+    visible = [str(PACKAGE_DIR), str(JOBS_DIR), *(extra if read_only is None else read_only)]
+    return run_sandboxed(code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb,
+                         allow_subprocess=allow_subprocess, sys_path=[str(REPO_ROOT), *extra], read_only=visible)
+
+
+def reward_paths(function: str | None, base_dir: str | Path) -> list[str]:
+    """What the reward worker must see of the host for a spec's `function` (resolved like `load_custom` does).
+
+    `file.py:fn`: that file alone (not its directory, which may hold data). `package.module:fn`: the package (or
+    module file) under `base_dir`; one installed in the Python environment is visible anyway.
+    """
+    if not function:
+        return []
+    target = function.rsplit(":", 1)[0] if ":" in function else function.rpartition(".")[0]
+    base = Path(base_dir)
+    if target.endswith(".py"):
+        path = Path(target)
+        path = path if path.is_absolute() else base / path
+        return [str(path)] if path.is_file() else []
+    top = target.split(".", 1)[0]
+    return [str(p) for p in (base / top, base / f"{top}.py") if top and p.exists()]
+
+
+def boundary() -> str | None:
+    """The real isolation boundary on this machine (bubblewrap's namespaces, uid 65534, seccomp), or None.
+
+    None means only the weak fallback (`unshare` namespaces or the audit hook alone) is available, which does not stop
+    code that means harm.
+    """
+    return sandbox_module().bwrap_boundary()
+
+
+def isolation() -> str:
+    """How the sandbox isolates children on this machine: the bubblewrap boundary, else the fallback's description."""
+    return sandbox_module().current_isolation()

@@ -1,0 +1,103 @@
+"""What a Hugging Face Jobs job of this dashboard gets: its files, its container-side spec, its command and labels.
+
+The job script, its reward module, the container-side run spec and the run's local data / reward / accelerate files
+(and the health package when the spec runs the health guard in the job) go to the bucket folder mounted at /data;
+paths in the spec are rewritten to it; the model is written to /data/output, which stays in the bucket.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+import shlex
+from pathlib import Path
+
+from grpo_dashboard.spec.jobfiles import JOB_SCRIPT, job_files
+from grpo_dashboard.spec.run_spec import RunSpec
+
+APP = "grpo-dashboard"
+LABEL_APP, LABEL_RUN = "app", "grpo-dashboard-run"
+MOUNT = "/data"
+BUCKET_NAME = "jobs-artifacts"
+JOB_TMP = "/tmp/grpo-dashboard"
+JOB_METRICS = "/tmp/grpo_dashboard_metrics.jsonl"  # in an existing directory: the job does not create its parent
+IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
+
+
+def script_dependencies(script: Path = JOB_SCRIPT) -> list[str]:
+    """The PEP 723 `dependencies` of the job script (the single source of the job's requirements)."""
+    match = re.search(r"^# /// script\s*$(.*?)^# ///\s*$", script.read_text(encoding="utf-8"), re.S | re.M)
+    body = "\n".join(line.lstrip("#") for line in match.group(1).splitlines()) if match else ""
+    deps = re.search(r"dependencies\s*=\s*(\[.*?\])", body, re.S)
+    return [str(d) for d in ast.literal_eval(deps.group(1))] if deps else []
+
+
+def container_spec(spec: RunSpec) -> tuple[RunSpec, dict[str, Path]]:
+    """The run spec as the container sees it (paths under /data) and the local files to upload, by bucket name."""
+    s = copy.deepcopy(spec)
+    files: dict[str, Path] = {path.name: path for path in job_files()}
+    if getattr(s.health, "in_job", False):  # the job imports the health package from beside its run.yaml
+        from grpo_dashboard.health.ship import package_files
+
+        files.update(package_files())
+
+    def ship(local: str, folder: str) -> str:
+        path = Path(local)
+        name, i = f"{folder}/{path.name}", 1
+        while name in files and files[name] != path:
+            name, i = f"{folder}/{i}-{path.name}", i + 1
+        files[name] = path
+        return f"{MOUNT}/{name}"
+
+    if s.model.build_tiny:
+        s.model.name_or_path = f"{JOB_TMP}/tiny-model"
+    d = s.dataset
+    if d.data_files:
+        d.data_files = ship(d.data_files, "data") if isinstance(d.data_files, str) else [
+            ship(f, "data") for f in d.data_files]
+    if d.eval_data_files:
+        d.eval_data_files = ship(d.eval_data_files, "data") if isinstance(d.eval_data_files, str) else [
+            ship(f, "data") for f in d.eval_data_files]
+    for r in s.rewards:
+        if r.function and ":" in r.function and r.function.rsplit(":", 1)[0].endswith(".py"):
+            target, attr = r.function.rsplit(":", 1)
+            r.function = f"{ship(target, 'rewards')}:{attr}"
+    b = s.backend
+    if b.accelerate_config:
+        from grpo_dashboard.launch.local import accelerate_config_path
+
+        b.accelerate_config = ship(accelerate_config_path(b.accelerate_config), "accelerate")
+    s.output_dir = f"{MOUNT}/output"
+    return s, files
+
+
+def job_command(spec: RunSpec) -> list[str]:
+    """The container command: `uv run` of the script (PEP 723), or `accelerate launch` for several processes."""
+    t = spec.training
+    extras = [e for e, on in (("peft", spec.model.lora is not None), ("vllm", bool(t.get("use_vllm")))) if on]
+    args = [f"{MOUNT}/grpo_job.py", "--config", f"{MOUNT}/run.yaml", "--metrics", JOB_METRICS]
+    trl = next((d for d in script_dependencies() if d.startswith("trl")), "trl>=1.16,<2")
+    with_trl = [f"trl[{','.join(extras)}]{trl[3:]}"] if extras else []
+    b = spec.backend
+    if b.num_processes <= 1 and not b.accelerate_config:
+        return ["uv", "run", *[x for d in with_trl for x in ("--with", d)], *args]
+    deps = [d for d in script_dependencies() if not d.startswith("trl")] + (with_trl or [trl])
+    launch = ["accelerate", "launch", "--num_processes", str(b.num_processes)]
+    if b.accelerate_config:
+        launch += ["--config_file", b.accelerate_config]
+    return ["uv", "run", *[x for d in deps for x in ("--with", d)], *launch, *args]
+
+
+def labels(run_id: str) -> dict[str, str]:
+    """The labels every job of this dashboard carries."""
+    return {LABEL_APP: APP, LABEL_RUN: run_id}
+
+
+def equivalent_command(spec: RunSpec, run_id: str, timeout_s: int) -> str:
+    """The `hf jobs run` command line that submits the same job (shown to users; the token is a bare secret name)."""
+    b = spec.backend
+    volume = f"hf://buckets/{b.namespace}/{BUCKET_NAME}/{run_id}:{MOUNT}:rw"
+    label_args = " ".join(f"--label {k}={v}" for k, v in labels(run_id).items())
+    return (f"hf jobs run --namespace {b.namespace} --flavor {b.flavor} --timeout {timeout_s}s --secrets HF_TOKEN "
+            f"--env PYTHONUNBUFFERED=1 {label_args} -v {volume} {IMAGE} {shlex.join(job_command(spec))}")

@@ -1,0 +1,38 @@
+"""Reading a job's log: its tail, and the line that best says why it ended (shared by the backends)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+
+def last_error_line(path: Path, max_bytes: int = 65536) -> str | None:
+    """The most informative last line of a job log: the last exception line, else the last non-empty line."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("@@GRPO_DASHBOARD@@")]
+    for ln in reversed(lines):
+        if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", ln) or ln.startswith("Killed"):
+            return ln[:500]
+    return lines[-1][:500] if lines else None
+
+
+def tail(path: Path, n: int = 50, max_bytes: int = 262144) -> str:
+    """The last n lines of a log file (empty string if absent)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    text = text.replace("\r", "\n")
+    return "\n".join([ln for ln in text.splitlines() if ln.strip()][-n:])

@@ -1,0 +1,1 @@
+"""A public Hugging Face Space: who may see and do what (access), and deploying the Space."""

@@ -1,0 +1,478 @@
+"""Who is asking and what they may see and do: the access layer every UI handler goes through (no gradio here).
+
+On a Space (space.py) a request's user comes from the signed-in session (gradio's OAuth profile and token) or, for
+API callers, from a Hugging Face token that the Hub itself vouches for (`whoami`). A user sees and controls only the
+runs whose `owner` is their username; runs go to Hugging Face Jobs with their own token in their own namespace.
+Locally there is one user: the machine's saved login, who sees every run.
+
+Tokens live in memory only: `User.token` is never printed (`repr=False`), stored, written to a run's files or put in
+a message, and `redact` removes anything token-shaped from text shown to users.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from grpo_dashboard.checks import sandbox
+from grpo_dashboard.errors import BackendError, FieldError, RunNotFound, SpecError
+from grpo_dashboard.launch import hf_jobs, runs
+from grpo_dashboard.launch.hf_jobs_stream import redact as _redact_pattern
+from grpo_dashboard.settings import MOCK_OAUTH_TOKEN, Settings
+from grpo_dashboard.spec.presets import EXAMPLES_DIR, PROJECT_ROOT
+from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS, RunSpec
+from grpo_dashboard.store.db import ACTIVE, Run, Store, data_dir
+
+WHOAMI_TTL_S = 300.0
+HUB_DATASET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+SIGN_IN = ("Sign in with Hugging Face (the button at the top of the page) to launch runs: on this Space every run "
+           "goes to Hugging Face Jobs on your own account, billed to you, and only you can see it.")
+
+
+@dataclass(frozen=True)
+class User:
+    """The person behind a request. `username` None: anonymous (Space) or the local machine's user."""
+
+    username: str | None
+    token: str | None = field(default=None, repr=False, compare=False)
+    signed_in: bool = False
+    source: str = "anonymous"  # session | token | local | anonymous
+
+    def label(self) -> str:
+        """How the UI names this user."""
+        if self.username:
+            return f"signed in as **{self.username}**"
+        return "not signed in" if self.source == "anonymous" else "local user"
+
+
+ANONYMOUS = User(None)
+
+
+class AccessDenied(RunNotFound):
+    """The run is not the caller's (or does not exist: the two are answered alike, so nothing leaks)."""
+
+
+class NotAllowed(PermissionError):
+    """A refused action (not signed in, too many active runs, too many launches); the message says what to do."""
+
+
+def redact(text: Any, *secrets: str | None) -> Any:
+    """Text with every `hf_...` token (and each given secret, whatever its shape) replaced; non-strings pass."""
+    if not isinstance(text, str):
+        return text
+    for secret in secrets:
+        if secret and len(secret) >= 8:
+            text = text.replace(secret, "hf_***")
+    return _redact_pattern(text)
+
+
+def _server_roots() -> list[tuple[str, str]]:
+    roots = [(str(data_dir()), "<data dir>"), (str(PROJECT_ROOT), "<app>"), (tempfile.gettempdir(), "<tmp>"),
+             (sys.prefix, "<python>"), (sys.base_prefix, "<python>"), (str(Path.home()), "~")]
+    out: list[tuple[str, str]] = []
+    for root, name in roots:
+        for form in dict.fromkeys((root, os.path.realpath(root))):
+            if len(form) > 1:
+                out.append((form.rstrip("/"), name))
+    return sorted(out, key=lambda pair: len(pair[0]), reverse=True)
+
+
+def scrub_paths(text: Any) -> Any:
+    """Text with the server's absolute directories (data dir, app, temp, Python, home) named instead of spelled out;
+    what a Space shows its visitors says nothing about its file system. Non-strings pass."""
+    if not isinstance(text, str):
+        return text
+    for root, name in _server_roots():
+        text = text.replace(root, name)
+    return text
+
+
+# --- who is asking -----------------------------------------------------------------------------------------------
+def _token_text(token: Any) -> str | None:
+    value = getattr(token, "token", token)
+    return value if isinstance(value, str) and value else None
+
+
+def _profile_name(profile: Any) -> str | None:
+    name = getattr(profile, "username", None)
+    if name is None and isinstance(profile, dict):
+        name = profile.get("preferred_username")
+    return str(name) if name else None
+
+
+_whoami: dict[str, tuple[str, float]] = {}
+_whoami_lock = threading.Lock()
+
+
+def whoami_name(token: str) -> str:
+    """The username a token belongs to, as the Hub says (cached by the token's hash for a few minutes)."""
+    key = hashlib.sha256(token.encode()).hexdigest()
+    now = time.monotonic()
+    with _whoami_lock:
+        hit = _whoami.get(key)
+    if hit is not None and now - hit[1] < WHOAMI_TTL_S:
+        return hit[0]
+    try:
+        info = hf_jobs.make_api(token).whoami()
+    except Exception as exc:  # noqa: BLE001 - any failure means: this token does not identify anyone
+        raise NotAllowed(hf_jobs.describe_error(exc, "check who you are")) from None
+    if info.get("type", "user") != "user" or not info.get("name"):
+        raise NotAllowed("This token does not belong to a personal Hugging Face account; sign in as a user.")
+    with _whoami_lock:
+        _whoami[key] = (str(info["name"]), now)
+    return str(info["name"])
+
+
+def _saved_token() -> str | None:
+    from huggingface_hub import get_token
+
+    return get_token()
+
+
+def current_user(profile: Any = None, oauth_token: Any = None, settings: Settings | None = None) -> User:
+    """The request's user from gradio's `OAuthProfile` / `OAuthToken` (either may be None).
+
+    On a Space: the signed-in profile; else a token passed by an API client, checked with the Hub; else anonymous.
+    Locally: the saved login's token (gradio's mocked sign-in gives a placeholder token, which is never used).
+    """
+    settings = settings or Settings.from_env()
+    token = _token_text(oauth_token)
+    if token == MOCK_OAUTH_TOKEN:
+        token = None
+    name = _profile_name(profile)
+    if settings.on_space:
+        if name:
+            return User(name, token, True, "session")
+        if token:
+            return User(whoami_name(token), token, True, "token")
+        return ANONYMOUS
+    return User(name, token or _saved_token(), bool(name), "session" if name else "local")
+
+
+# --- what they may see ---------------------------------------------------------------------------------------------
+def can_see(run: Run, user: User, settings: Settings | None = None) -> bool:
+    """Locally every run; on a Space only the user's own."""
+    settings = settings or Settings.from_env()
+    return not settings.on_space or (user.username is not None and run.owner == user.username)
+
+
+def visible_runs(store: Store, user: User, status: str | list[str] | None = None,
+                 settings: Settings | None = None) -> list[Run]:
+    """The runs this user may see, newest first (none for an anonymous visitor of a Space)."""
+    settings = settings or Settings.from_env()
+    if not settings.on_space:
+        return store.list_runs(status=status)
+    if user.username is None:
+        return []
+    return store.list_runs(status=status, owner=user.username)
+
+
+def _denied(ref: str, user: User) -> AccessDenied:
+    who = f"signed in as {user.username}" if user.username else "not signed in"
+    return AccessDenied(f"No run {ref!r} among your runs ({who}): on this Space you can only see and control the "
+                        f"runs you launched yourself.")
+
+
+def authorize(run: Run, user: User, settings: Settings | None = None) -> Run:
+    """The run if the user may see it; AccessDenied otherwise."""
+    if not can_see(run, user, settings):
+        raise _denied(run.id, user)
+    return run
+
+
+def get_run(store: Store, run_id: str, user: User, settings: Settings | None = None) -> Run:
+    """One of the user's runs by exact id (AccessDenied for another user's run, alike to a missing one)."""
+    settings = settings or Settings.from_env()
+    try:
+        run = store.get_run(run_id)
+    except RunNotFound:
+        if settings.on_space:
+            raise _denied(run_id, user) from None
+        raise
+    return authorize(run, user, settings)
+
+
+def find_run(store: Store, ref: str, user: User, settings: Settings | None = None) -> Run:
+    """A run by id, unique id prefix or name, looked up among the user's runs only."""
+    settings = settings or Settings.from_env()
+    if not settings.on_space:
+        return store.find_run(ref)
+    mine = visible_runs(store, user, settings=settings)
+    exact = [r for r in mine if r.id == ref]
+    prefixed = [r for r in mine if r.id.startswith(ref)] if ref else []
+    named = [r for r in mine if r.name == ref]
+    if exact:
+        return exact[0]
+    if len(prefixed) > 1:
+        raise RunNotFound(f"{ref!r} matches {len(prefixed)} of your runs; give more of the id.")
+    if prefixed:
+        return prefixed[0]
+    if named:
+        return named[0]
+    raise _denied(ref, user)
+
+
+# --- what they may launch ------------------------------------------------------------------------------------------
+def _resolve(base: Path, value: str) -> Path:
+    p = Path(value).expanduser()
+    return (p if p.is_absolute() else base / p).resolve()
+
+
+def _inside_examples(path: Path) -> bool:
+    return EXAMPLES_DIR.resolve() in path.parents
+
+
+def local_paths(spec: RunSpec) -> list[tuple[str, str]]:
+    """(field, value) of every spec value that names a file on the dashboard's machine."""
+    out: list[tuple[str, str]] = []
+    d = spec.dataset
+    for key, value in (("dataset.data_files", d.data_files), ("dataset.eval_data_files", d.eval_data_files)):
+        for item in [value] if isinstance(value, str) else (value or []):
+            out.append((key, str(item)))
+    for i, r in enumerate(spec.rewards):
+        if r.function and ":" in r.function and r.function.rsplit(":", 1)[0].endswith(".py"):
+            out.append((f"rewards[{i}].function", r.function.rsplit(":", 1)[0]))
+    if spec.backend.accelerate_config and spec.backend.accelerate_config not in ACCELERATE_CONFIGS:
+        out.append(("backend.accelerate_config", spec.backend.accelerate_config))
+    return out
+
+
+def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settings: Settings | None = None,
+                       for_launch: bool = True) -> list[FieldError]:
+    """What this Space does not allow in a spec (nothing locally). Checked before validation reads any file.
+
+    `for_launch=False` (pre-flight checks that start nothing): only the rules on code and files.
+    """
+    settings = settings or Settings.from_env()
+    if not settings.on_space:
+        return []
+    base = Path(base_dir) if base_dir else EXAMPLES_DIR.parent
+    errors: list[FieldError] = []
+    kind = spec.backend.kind
+    if for_launch and kind != "hf_jobs" and not settings.allow_local_backend:
+        errors.append(FieldError("backend.kind", kind, "is disabled on this Space: runs go to Hugging Face Jobs on "
+                                 "your own account. Set backend.kind to 'hf_jobs' (the Space owner can enable the "
+                                 "local backend with GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND=1)."))
+    if not settings.allow_custom_code:
+        for i, r in enumerate(spec.rewards):
+            key = r.builtin or r.name
+            if r.function or key == "python":
+                part = "function" if r.function else "builtin" if r.builtin else "name"
+                where = f"rewards[{i}].{part}"
+                errors.append(FieldError(where, r.function or key, "runs your own Python code, which is disabled on "
+                                         "this Space; use a built-in reward, or run the dashboard on your machine "
+                                         "(the Space owner can enable it with GRPO_DASHBOARD_ALLOW_CUSTOM_CODE=1)."))
+    for key, value in local_paths(spec):
+        if not _inside_examples(_resolve(base, value)):
+            errors.append(FieldError(key, value, "is a file on the Space's disk; only the dashboard's own examples/ "
+                                     "files may be used here. Use a Hub dataset (dataset.path) instead."))
+    errors += _model_path_errors(spec, base)
+    errors += _dataset_path_errors(spec, base)
+    if spec.health.webhook_url and kind != "hf_jobs":
+        errors.append(FieldError("health.webhook_url", "(set)", "would be posted from the Space's own machine by a "
+                                 "local job; on this Space alerts are posted only by jobs running on Hugging Face "
+                                 "Jobs. Remove health.webhook_url, or use backend.kind 'hf_jobs'."))
+    if for_launch and spec.output_dir:
+        errors.append(FieldError("output_dir", spec.output_dir, "cannot be chosen on this Space: the model is "
+                                 "written to the run's own bucket folder. Remove output_dir."))
+    return errors
+
+
+def _model_path_errors(spec: RunSpec, base: Path) -> list[FieldError]:
+    """The model may name a Hub id, a directory in examples/, or (build_tiny) a fresh relative path under .cache/."""
+    model = spec.model.name_or_path
+    if not model:
+        return []
+    where = _resolve(base, model)
+    if spec.model.build_tiny:
+        raw = Path(model)
+        tiny_root = (PROJECT_ROOT / ".cache").resolve()
+        if raw.is_absolute() or model.startswith("~") or ".." in raw.parts or tiny_root not in where.parents:
+            return [FieldError("model.name_or_path", model, "with build_tiny names where the tiny test model is "
+                               "built; on this Space it must be a relative path under .cache/, such as "
+                               "'.cache/tiny-qwen2-char'.")]
+        return []
+    if where.exists() and not _inside_examples(where):
+        return [FieldError("model.name_or_path", model, "is a path on the Space's disk; give a Hub model id such as "
+                           "'Qwen/Qwen2.5-0.5B-Instruct'.")]
+    return []
+
+
+def _dataset_path_errors(spec: RunSpec, base: Path) -> list[FieldError]:
+    """On a Space `dataset.path` is a Hub id by pattern, never a name that could be looked up on the Space's disk."""
+    path = spec.dataset.path
+    if not path:
+        return []
+    if not HUB_DATASET_ID.match(path) or ".." in path or Path(path).exists() or (base / path).exists():
+        return [FieldError("dataset.path", path, "must be a Hub dataset id 'owner/name' (letters, digits, '-', '_', "
+                           "'.'), such as 'openai/gsm8k'; paths and names on the Space's disk cannot be read here.")]
+    return []
+
+
+def hub_token(user: User, settings: Settings | None = None) -> str | bool | None:
+    """The token for Hub reads made for this user: theirs or none on a Space (never the Space owner's); locally the
+    saved login (None lets huggingface_hub find it)."""
+    settings = settings or Settings.from_env()
+    if not settings.on_space:
+        return user.token
+    return user.token or False
+
+
+def custom_code_refusal(settings: Settings | None = None) -> str | None:
+    """Why custom code may not run here, or None: on a Space it needs a real sandbox boundary (bubblewrap)."""
+    settings = settings or Settings.from_env()
+    if not settings.on_space or sandbox.boundary() is not None:
+        return None
+    return ("custom code cannot run on this Space: no sandbox boundary can be created on its machine (bubblewrap "
+            "with user namespaces is missing or not permitted), and code is never run without one here.")
+
+
+def check_may_run_rewards(spec: RunSpec, user: User, base_dir: str | Path | None = None,
+                          settings: Settings | None = None) -> None:
+    """NotAllowed when the reward contract check (reward code run on this machine, sandboxed) may not run here.
+
+    On a Space: signed-in users only, the spec's code and file rules hold, and `code_tests` (which executes program
+    text from the data and completions) counts as custom code.
+    """
+    settings = settings or Settings.from_env()
+    if not settings.on_space:
+        return
+    if not user.signed_in:
+        raise NotAllowed("Sign in with Hugging Face to run the reward check on this Space (it runs the rewards on "
+                         "the Space's machine); or run `python -m grpo_dashboard check-rewards SPEC` locally.")
+    problems = spec_policy_errors(spec, base_dir, settings, for_launch=False)
+    refusal = custom_code_refusal(settings)
+    if refusal:
+        problems += [FieldError(f"rewards[{i}]", r.function or r.builtin or r.name, refusal)
+                     for i, r in enumerate(spec.rewards)
+                     if r.function or (r.builtin or r.name) in ("python", "code_tests")]
+    if not settings.allow_custom_code:
+        problems += [FieldError(f"rewards[{i}]", r.builtin or r.name, "runs program text from the data on this "
+                                "machine; the reward check cannot run it on this Space (run it locally).")
+                     for i, r in enumerate(spec.rewards) if (r.builtin or r.name) == "code_tests"]
+    if problems:
+        raise NotAllowed("Not on this Space: " + " ".join(str(e) for e in problems))
+
+
+def with_user_defaults(spec: RunSpec, user: User, settings: Settings | None = None) -> RunSpec:
+    """A copy of the spec whose Jobs namespace defaults to the user's own username (on a Space)."""
+    settings = settings or Settings.from_env()
+    if settings.on_space and user.username and spec.backend.kind == "hf_jobs" and not spec.backend.namespace:
+        return replace(spec, backend=replace(spec.backend, namespace=user.username))
+    return spec
+
+
+class LaunchLimiter:
+    """Launches per user in a sliding window (in memory: a restart forgets, which only errs on the lenient side)."""
+
+    def __init__(self) -> None:
+        self._times: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, key: str, limit: int | None, window_s: float, now: float | None = None) -> None:
+        """Count one launch for `key`; NotAllowed with the wait when `limit` launches happened within the window."""
+        if not limit:
+            return
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            times = self._times.setdefault(key, deque())
+            while times and now - times[0] >= window_s:
+                times.popleft()
+            if len(times) >= limit:
+                wait = max(1, math.ceil(times[0] + window_s - now))
+                raise NotAllowed(f"Too many launches: at most {limit} per {window_s:g} s per user on this Space. "
+                                 f"Try again in {wait} s.")
+            times.append(now)
+
+    def reset(self) -> None:
+        """Forget every count (tests)."""
+        with self._lock:
+            self._times.clear()
+
+
+LIMITER = LaunchLimiter()
+_user_locks: dict[str, threading.Lock] = {}
+_user_locks_guard = threading.Lock()
+
+
+def _user_lock(key: str) -> threading.Lock:
+    with _user_locks_guard:
+        return _user_locks.setdefault(key, threading.Lock())
+
+
+def check_user_may_launch(store: Store, user: User, settings: Settings | None = None) -> None:
+    """NotAllowed when this user may not launch now: anonymous on a Space, or at the active-run cap."""
+    settings = settings or Settings.from_env()
+    if not settings.on_space:
+        return
+    if not user.signed_in or not user.username:
+        raise NotAllowed(SIGN_IN)
+    if settings.max_active_runs:
+        active = visible_runs(store, user, status=list(ACTIVE), settings=settings)
+        if len(active) >= settings.max_active_runs:
+            names = ", ".join(r.id for r in active[:5])
+            raise NotAllowed(f"You already have {len(active)} queued or running runs ({names}); this Space allows "
+                             f"{settings.max_active_runs} at a time per user. Wait for one to end or cancel one, "
+                             f"then launch again.")
+
+
+def launch(spec: RunSpec, store: Store, user: User, base_dir: str | Path | None = None,
+           settings: Settings | None = None) -> Run:
+    """Launch on the user's behalf: sign-in, spec policy, cap and rate checks, then `runs.launch` with their token.
+
+    Raises NotAllowed (the user may not launch now), SpecError (the spec breaks this Space's rules or is invalid).
+    """
+    settings = settings or Settings.from_env()
+    check_user_may_launch(store, user, settings)
+    spec = with_user_defaults(spec, user, settings)
+    problems = spec_policy_errors(spec, base_dir, settings)
+    if problems:
+        raise SpecError(problems)
+    if not settings.on_space:
+        return runs.launch(spec, store, base_dir=base_dir, owner=user.username, token=user.token)
+    with _user_lock(str(user.username)):
+        check_user_may_launch(store, user, settings)  # again, now that this user's other launches are done
+        LIMITER.acquire(str(user.username), settings.launch_limit, settings.launch_window_s)
+        try:
+            return runs.launch(spec, store, base_dir=base_dir, owner=user.username, token=user.token)
+        except BackendError as exc:
+            raise BackendError(redact(str(exc), user.token)) from None
+
+
+def cancel(store: Store, run_id: str, user: User, settings: Settings | None = None) -> Run:
+    """Cancel one of the user's runs; a Jobs run is canceled with the user's own token."""
+    settings = settings or Settings.from_env()
+    run = get_run(store, run_id, user, settings)
+    if settings.on_space and not user.signed_in:
+        raise NotAllowed(SIGN_IN)
+    try:
+        if run.backend == "hf_jobs" and user.token:
+            return hf_jobs.cancel(store, run, token=user.token)
+        return runs.cancel(store, run)
+    except BackendError as exc:
+        raise BackendError(redact(str(exc), user.token)) from None
+
+
+def resume_following(store: Store, user: User, settings: Settings | None = None) -> int:
+    """After a restart, follow the user's active Jobs runs again with their token; returns how many were started.
+
+    Cheap and non-blocking (the followers run in background threads), so list polls may call it every time.
+    """
+    settings = settings or Settings.from_env()
+    if not settings.on_space or not user.token or not user.username:
+        return 0
+    started = 0
+    for run in visible_runs(store, user, status=list(ACTIVE), settings=settings):
+        if run.backend == "hf_jobs" and hf_jobs.follower(run.id) is None:
+            started += hf_jobs.ensure_following(store, run, token=user.token) is not None
+    return started

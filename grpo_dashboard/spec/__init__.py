@@ -1,0 +1,1 @@
+"""The run spec: its dataclasses, TRL's fields, presets, the form model, safe YAML, the job's files."""

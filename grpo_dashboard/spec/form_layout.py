@@ -1,0 +1,97 @@
+"""Layout of the new-run form: which spec and GRPOConfig fields each group shows, choices, and help for our own
+spec fields (TRL's fields bring their own help text). Data only; `forms.py` builds the fields from it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS, BACKENDS, DTYPES, BackendSpec, DatasetSpec, ModelSpec
+
+# Which TRL GRPOConfig fields each group shows (TRL names; fields missing from the installed TRL are skipped).
+TRAINING_GROUPS: dict[str, tuple[str, ...]] = {
+    "GRPO core": (
+        "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "max_steps",
+        "num_train_epochs", "num_iterations", "epsilon", "epsilon_high", "beta", "loss_type", "scale_rewards",
+        "mask_truncated_completions", "max_completion_length", "temperature", "importance_sampling_level",
+        "top_entropy_quantile", "multi_objective_aggregation", "lr_scheduler_type", "warmup_steps", "max_grad_norm",
+        "seed",
+    ),
+    "Generation / vLLM": (
+        "top_p", "top_k", "min_p", "repetition_penalty", "generation_batch_size", "steps_per_generation", "use_vllm",
+        "vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_server_base_url",
+        "vllm_importance_sampling_correction", "vllm_enable_sleep_mode",
+    ),
+    "Logging & eval": (
+        "logging_steps", "log_completions", "num_completions_to_print", "report_to", "run_name", "eval_strategy",
+        "eval_steps", "per_device_eval_batch_size", "num_generations_eval", "save_strategy", "save_steps",
+        "save_total_limit", "push_to_hub", "hub_model_id",
+    ),
+    "Backend & hardware": ("use_cpu", "bf16", "fp16", "gradient_checkpointing"),
+}
+
+# Spec dataclasses shown in each group, with the key prefix they live under.
+SPEC_GROUPS: dict[str, tuple[tuple[str, type], ...]] = {
+    "Model": (("model", ModelSpec),),
+    "Data": (("dataset", DatasetSpec),),
+    "Backend & hardware": (("backend", BackendSpec),),
+}
+TOP_LEVEL: dict[str, tuple[str, ...]] = {
+    "Run": ("name", "description"),
+    "Logging & eval": ("output_dir", "save_model"),
+}
+
+SPEC_CHOICES: dict[str, tuple[Any, ...]] = {
+    "model.dtype": DTYPES,
+    "backend.kind": BACKENDS,
+    "backend.accelerate_config": (None, *ACCELERATE_CONFIGS),
+}
+CUSTOM_ALLOWED = frozenset({"backend.accelerate_config", "backend.flavor"})
+
+
+def spec_choices(key: str) -> tuple[Any, ...] | None:
+    """Allowed values of a spec field shown as a dropdown (None: free input)."""
+    if key == "backend.flavor":
+        try:
+            from grpo_dashboard.spec.flavors import BUILTIN_FLAVORS
+        except ImportError:
+            return None
+        return (None, *BUILTIN_FLAVORS)
+    return SPEC_CHOICES.get(key)
+
+SPEC_HELP: dict[str, str] = {
+    "name": "Run name, shown in the runs table and used in the run id.",
+    "description": "Free-text note about what this run tries.",
+    "output_dir": "Where checkpoints and the final model go (default: the run's directory).",
+    "save_model": "Save the final model to output_dir when training ends.",
+    "model.name_or_path": "Hub model id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or a local directory.",
+    "model.dtype": "Weights dtype when loading the model.",
+    "model.revision": "Hub revision (branch, tag or commit) of the model.",
+    "model.trust_remote_code": "Allow the model repository's own modelling code to run.",
+    "model.attn_implementation": "Attention kernel, e.g. sdpa, eager or flash_attention_2.",
+    "model.build_tiny": "Build the tiny random offline test model at name_or_path on first use.",
+    "model.lora": "Train a LoRA adapter instead of the full model.",
+    "dataset.path": "Hub dataset id (e.g. openai/gsm8k). Give either this or data_files.",
+    "dataset.config": "Dataset configuration name (e.g. main).",
+    "dataset.split": "Training split.",
+    "dataset.revision": "Hub revision of the dataset.",
+    "dataset.data_files": "Local .json/.jsonl/.csv/.parquet file(s), comma-separated.",
+    "dataset.eval_split": "Evaluation split of a Hub dataset.",
+    "dataset.eval_data_files": "Local evaluation file(s), comma-separated.",
+    "dataset.prompt_column": "Column holding the prompts.",
+    "dataset.prompt_template": "Python format string building the prompt from columns, e.g. 'Solve: {question}'.",
+    "dataset.system_prompt": "System message; makes prompts conversational (the model needs a chat template).",
+    "dataset.conversational": "Send prompts through the chat template as a user message.",
+    "backend.kind": "Where the run executes.",
+    "backend.gpus": "GPU indices to use, comma-separated (sets CUDA_VISIBLE_DEVICES).",
+    "backend.num_processes": "Processes (one per GPU) started by accelerate.",
+    "backend.accelerate_config": "TRL accelerate preset (zero2, fsdp2, ...) or a config file path.",
+    "backend.flavor": "hf_jobs: the Hugging Face Jobs hardware flavor (e.g. a10g-large, h200).",
+    "backend.timeout": "hf_jobs: kill the job after this long (90m, 2h or seconds); empty: estimated time × 1.5.",
+    "backend.namespace": "hf_jobs: user or organisation the job runs under (empty: you).",
+    "backend.stall_timeout_s": "local: kill a job silent for this many seconds and mark it failed (empty: never).",
+    "model.lora.r": "LoRA rank.",
+    "model.lora.lora_alpha": "LoRA scaling numerator (alpha / r scales the update).",
+    "model.lora.lora_dropout": "Dropout on the LoRA input.",
+    "model.lora.target_modules": "Modules to adapt: all-linear, or names comma-separated (q_proj, v_proj).",
+}

@@ -1,0 +1,37 @@
+"""Presets of the new-run form: YAML run specs shipped in `examples/` (the smoke test is the default)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo_dashboard.spec.run_spec import RunSpec
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+EXAMPLES_DIR = PROJECT_ROOT / "examples"
+
+PRESETS: dict[str, str] = {
+    "smoke (offline CPU test)": "smoke.yaml",
+    "math reasoning (Qwen2.5-0.5B-Instruct, GSM8K)": "math.yaml",
+    "DAPO-style (clip-higher, no KL, on the smoke task)": "dapo.yaml",
+}
+BLANK = "blank form"
+DEFAULT_PRESET = next(iter(PRESETS))
+
+
+def preset_names() -> list[str]:
+    """Preset names in menu order, the blank form last."""
+    return [*PRESETS, BLANK]
+
+
+def preset_yaml(name: str) -> str:
+    """The YAML text of a preset (comments kept), or of a blank spec; KeyError for unknown names."""
+    if name == BLANK:
+        return RunSpec(name="my-run").to_yaml()
+    if name not in PRESETS:
+        raise KeyError(f"Unknown preset {name!r}; choose one of {preset_names()}.")
+    return (EXAMPLES_DIR / PRESETS[name]).read_text(encoding="utf-8")
+
+
+def preset_spec(name: str) -> RunSpec:
+    """A preset parsed into a RunSpec."""
+    return RunSpec.from_yaml(preset_yaml(name))

@@ -1,0 +1,298 @@
+"""The run spec: one YAML file that describes a GRPO run, the single source of truth for form, CLI and jobs.
+
+GRPOConfig fields live under `training:` with TRL's own names and only the values the user set; TRL's defaults are
+never re-typed here (see `trl_fields.py` for the field list, types, defaults and help text).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpo_dashboard.errors import FieldError, SpecError
+from grpo_dashboard.spec import safe_yaml
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+BACKENDS = ("local", "hf_jobs")
+ACCELERATE_CONFIGS = ("multi_gpu", "single_gpu", "zero1", "zero2", "zero3", "fsdp1", "fsdp2")  # TRL presets
+
+
+@dataclass
+class LoraSpec:
+    """LoRA adapter settings (peft.LoraConfig names)."""
+
+    r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    target_modules: str | list[str] = "all-linear"
+
+
+@dataclass
+class ModelSpec:
+    """The policy model: a Hub id or a local directory."""
+
+    name_or_path: str = ""
+    dtype: str = "auto"
+    revision: str | None = None
+    trust_remote_code: bool = False
+    attn_implementation: str | None = None
+    build_tiny: bool = False
+    lora: LoraSpec | None = None
+
+
+@dataclass
+class DatasetSpec:
+    """Training (and optional eval) data: a Hub dataset or local JSON/JSONL/CSV/Parquet files."""
+
+    path: str | None = None
+    config: str | None = None
+    split: str = "train"
+    revision: str | None = None
+    data_files: str | list[str] | None = None
+    eval_split: str | None = None
+    eval_data_files: str | list[str] | None = None
+    prompt_column: str = "prompt"
+    prompt_template: str | None = None
+    system_prompt: str | None = None
+    conversational: bool = False
+
+
+@dataclass
+class RewardSpec:
+    """One reward function: a built-in (by `name` or `builtin`) or user code (`function`), with its weight."""
+
+    name: str = ""
+    weight: float = 1.0
+    builtin: str | None = None
+    function: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BackendSpec:
+    """Where the run executes. `local`: this machine, optionally on chosen GPUs and several processes.
+    `hf_jobs`: a Hugging Face Jobs container of `flavor` in `namespace`, killed after `timeout` ("90m", "2h", seconds;
+    unset: the estimated run time × 1.5, see hardware.py). The token is never part of the spec.
+    `stall_timeout_s`: a local job silent (no log line, no record) that long is killed and marked failed (null: never).
+    """
+
+    kind: str = "local"
+    gpus: list[int] | None = None
+    num_processes: int = 1
+    accelerate_config: str | None = None
+    flavor: str | None = None
+    timeout: str | int | None = None
+    namespace: str | None = None
+    stall_timeout_s: float | None = 1800.0
+
+
+@dataclass
+class HealthSpec:
+    """Training-health settings: per-run threshold overrides for the doctor's rules, the in-job guard and alerts.
+
+    `guard`: the job evaluates the rules as it trains and, once an error-level finding has persisted `guard_persist`
+    logged steps, stops training cleanly and saves a checkpoint; the reason becomes the run's error.
+    `webhook_url`: each new warning/error finding is POSTed there as JSON (Slack `text`, Discord `content`, plus the
+    finding); `$NAME` reads the URL from that environment variable of the job. `alerts`: send alerts without a
+    webhook, e.g. only to trackio. Alerts are mirrored with `trackio.alert` when `report_to` includes trackio.
+    """
+
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    guard: bool = False
+    guard_persist: int = 3
+    webhook_url: str | None = None
+    alerts: bool = False
+
+    @property
+    def in_job(self) -> bool:
+        """True when the job itself must evaluate the rules (guard or alerts), so it needs the shipped package."""
+        return self.guard or self.alerts or bool(self.webhook_url)
+
+
+@dataclass
+class RunSpec:
+    """A whole GRPO run."""
+
+    name: str = ""
+    model: ModelSpec = field(default_factory=ModelSpec)
+    dataset: DatasetSpec = field(default_factory=DatasetSpec)
+    rewards: list[RewardSpec] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)
+    backend: BackendSpec = field(default_factory=BackendSpec)
+    output_dir: str | None = None
+    save_model: bool = True
+    description: str | None = None
+    health: HealthSpec = field(default_factory=HealthSpec)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict in field order, leaving out values equal to their defaults (so YAML stays short)."""
+        return _to_dict(self)
+
+    def to_yaml(self) -> str:
+        """Canonical YAML text; `RunSpec.from_yaml(s.to_yaml()) == s`."""
+        return yaml.dump(self.to_dict(), Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True,
+                         default_flow_style=False)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunSpec:
+        """Parse a mapping, raising SpecError with every structural problem (unknown keys, wrong types)."""
+        errors: list[FieldError] = []
+        spec = _from_dict(cls, data, "", errors)
+        if errors:
+            raise SpecError(errors)
+        return spec
+
+    @classmethod
+    def from_yaml(cls, text: str) -> RunSpec:
+        """Parse YAML text into a spec (through `safe_yaml.load`: no aliases, bounded size and depth)."""
+        data = safe_yaml.load(text)
+        if data is None:
+            data = {}
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> RunSpec:
+        """Read a spec from a YAML file."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problem = FieldError("(file)", str(path), f"cannot be read: {exc}. Give a readable YAML file.")
+            raise SpecError([problem]) from exc
+        return cls.from_yaml(text)
+
+    @property
+    def reward_weights(self) -> list[float]:
+        """Weights in reward order, as TRL's `reward_weights` expects."""
+        return [r.weight for r in self.rewards]
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes a value shared by two fields out twice: safe_yaml refuses the anchors and aliases it would get."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _to_dict(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+            if value == default and f.name not in ("name",):
+                continue
+            out[f.name] = _to_dict(value)
+        return out
+    if isinstance(obj, list):
+        return [_to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def _allowed_types(annotation: Any) -> list[Any]:
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        out: list[Any] = []
+        for arg in typing.get_args(annotation):
+            out.extend(_allowed_types(arg))
+        return out
+    return [annotation]
+
+
+def _type_name(t: Any) -> str:
+    if t is type(None):
+        return "null"
+    origin = typing.get_origin(t)
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(t)[0])}"
+    if origin is dict:
+        return "mapping"
+    return getattr(t, "__name__", str(t))
+
+
+def _coerce(value: Any, annotation: Any, path: str, errors: list[FieldError]) -> Any:
+    allowed = _allowed_types(annotation)
+    for t in allowed:
+        if t is type(None) and value is None:
+            return None
+    for t in allowed:
+        if dataclasses.is_dataclass(t) and isinstance(value, dict):
+            return _from_dict(t, value, path, errors)
+        origin = typing.get_origin(t)
+        if origin is list and isinstance(value, list):
+            (item_t,) = typing.get_args(t)
+            return [_coerce(v, item_t, f"{path}[{i}]", errors) for i, v in enumerate(value)]
+        if origin is dict and isinstance(value, dict):
+            return dict(value)
+        if t is bool and isinstance(value, bool):
+            return value
+        if t is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if t is str and isinstance(value, str):
+            return value
+    for t in allowed:
+        # YAML 1.1 reads `1e-3` as a string; accept numeric strings for numeric fields.
+        if t in (int, float) and isinstance(value, str):
+            try:
+                num = float(value)
+            except ValueError:
+                continue
+            if t is int and num.is_integer():
+                return int(num)
+            if t is float:
+                return num
+    expected = " or ".join(_type_name(t) for t in allowed)
+    errors.append(FieldError(path, value, f"must be {expected}, not {type(value).__name__}. Change the value's type."))
+    return None
+
+
+def _from_dict(cls: Any, data: Any, prefix: str, errors: list[FieldError]) -> Any:
+    where = prefix or "(top level)"
+    if not isinstance(data, dict):
+        got = type(data).__name__
+        errors.append(FieldError(where, data, f"must be a mapping of {cls.__name__} fields, got {got}."))
+        return cls()
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        shown = key if isinstance(key, str) and key.strip() else repr(key)
+        path = f"{prefix}.{shown}" if prefix else shown
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            errors.append(FieldError(path, value, f"is not a field of {where}; allowed: {', '.join(names)}.{hint}"))
+            continue
+        kwargs[key] = _coerce(value, hints[key], path, errors)
+    try:
+        return cls(**{k: v for k, v in kwargs.items() if v is not None or _allows_none(hints[k])})
+    except TypeError as exc:
+        errors.append(FieldError(where, data, f"cannot be built: {exc}."))
+        return cls()
+
+
+def _allows_none(annotation: Any) -> bool:
+    return type(None) in _allowed_types(annotation)
+
+
+def load_spec(source: str | Path | dict[str, Any] | RunSpec) -> RunSpec:
+    """Accept a spec object, a mapping, a YAML file path, or YAML text."""
+    if isinstance(source, RunSpec):
+        return source
+    if isinstance(source, dict):
+        return RunSpec.from_dict(source)
+    text = str(source)
+    if "\n" not in text and Path(text).suffix in (".yaml", ".yml"):
+        return RunSpec.from_file(text)
+    return RunSpec.from_yaml(text)

@@ -1,0 +1,144 @@
+"""The one YAML loader for text a user sends (run specs, form fields): it cannot be made to explode.
+
+On top of PyYAML's safe loader (no tags beyond plain data), it refuses what lets a few hundred bytes cost seconds
+of CPU and gigabytes of memory or crash the parser:
+
+- aliases and anchors (`*name`, `&name`): a "billion laughs" bomb of ~400 bytes expands to a billion nodes as soon
+  as anything walks the result; the loader stops at the first alias or anchor, before any expansion;
+- text over MAX_BYTES: even with libyaml's parser, composing and constructing costs up to ~2 µs a byte (~8 µs in
+  pure Python), and a run spec is normally a few KiB;
+- nesting deeper than MAX_DEPTH, checked while composing (the composer recurses, so `[[[[...` would otherwise raise
+  RecursionError).
+
+Every failure, a syntax error included, is a SpecError whose FieldError names the field, a shortened value, what is
+allowed and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent
+from yaml.resolver import Resolver
+
+from grpo_dashboard.errors import FieldError, SpecError, shorten
+
+MAX_BYTES = 128 * 1024
+MAX_DEPTH = 50
+
+
+def _line(event: Any) -> str:
+    mark = getattr(event, "start_mark", None)
+    return f" (line {mark.line + 1})" if mark is not None else ""
+
+
+class _Guard:
+    """Composer hooks shared by both loaders: no alias, no anchor, no node deeper than MAX_DEPTH.
+
+    `load` sets `what` and `field` on the loader so the SpecError raised here names the caller's field.
+    """
+
+    what = "the run spec"
+    field = "(yaml)"
+    head = ""
+    _depth = 0
+
+    def _refuse(self, value: str, message: str) -> SpecError:
+        return SpecError([FieldError(self.field, value, message)])
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[attr-defined]
+        no_refs = f"aliases (`*name`) and anchors (`&name`) are not supported in {self.what}; write the value out."
+        if isinstance(event, AliasEvent):
+            name = shorten(str(event.anchor), 40)
+            raise self._refuse(f"*{name}", f"uses the alias `*{name}`{_line(event)}; {no_refs}")
+        if getattr(event, "anchor", None) is not None:
+            name = shorten(str(event.anchor), 40)
+            raise self._refuse(f"&{name}", f"defines the anchor `&{name}`{_line(event)}; {no_refs}")
+        if self._depth >= MAX_DEPTH:
+            raise self._refuse(self.head, f"nests deeper than {MAX_DEPTH} levels{_line(event)}; at most "
+                                f"{MAX_DEPTH} levels are allowed in {self.what} (a normal spec uses 3 or 4). "
+                                "Flatten the structure.")
+        self._depth += 1
+        try:
+            return Composer.compose_node(self, parent, index)  # type: ignore[arg-type]
+        finally:
+            self._depth -= 1
+
+
+class PySafeLoader(_Guard, yaml.SafeLoader):
+    """Pure-Python safe loader with the guards (used where libyaml is missing, and in tests)."""
+
+
+if yaml.__with_libyaml__:
+    from yaml._yaml import CParser  # type: ignore[import-not-found]
+
+    class CSafeLoader(_Guard, CParser, Composer, SafeConstructor, Resolver):  # type: ignore[misc]
+        """libyaml's parser (about 4x faster) under PyYAML's Python composer, so the guards see every node.
+
+        CSafeLoader composes in C, out of reach of the guards; here CParser only supplies the events and the
+        composer methods it also defines are pointed back at the Python ones.
+        """
+
+        def __init__(self, stream: str | bytes) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+        get_single_node = Composer.get_single_node
+        get_node = Composer.get_node
+        check_node = Composer.check_node
+        compose_document = Composer.compose_document
+
+    Loader: type = CSafeLoader
+else:  # pragma: no cover - PyYAML wheels ship libyaml
+    Loader = PySafeLoader
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024 / 1024:.1f} MiB" if n >= 1024 * 1024 else f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} bytes"
+
+
+def load(text: str, *, what: str = "the run spec", field: str = "(yaml)", loader: type | None = None) -> Any:
+    """Parse YAML `text` (plain data only), raising SpecError on bad syntax and on anything that could explode.
+
+    Args:
+        text: the YAML text, as the user sent it.
+        what: what the text is, for messages ("the run spec", "reward params").
+        field: the field the FieldError names ("(yaml)" for a whole spec, or e.g. "rewards[0].params").
+        loader: the loader class (default: the libyaml-backed one where available); for tests.
+    """
+
+    head = shorten(text[:80], 60)
+
+    def refuse(message: str) -> SpecError:
+        return SpecError([FieldError(field, head, message)])
+
+    size = len(text)
+    if size <= MAX_BYTES:  # a character is at least one byte: only short texts need encoding to be measured
+        size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_BYTES:
+        raise refuse(f"is {_size(size)} of YAML; {what} may be at most {_size(MAX_BYTES)} ({MAX_BYTES} bytes). "
+                     "A spec is normally a few KiB: shorten it (long prompts or data belong in files the spec names).")
+    ldr: Any = None
+    try:
+        ldr = (loader or Loader)(text)
+        ldr.what, ldr.field, ldr.head = what, field, head
+        return ldr.get_single_data()
+    except SpecError:
+        raise
+    except RecursionError:
+        raise refuse(f"nests too deeply to parse; at most {MAX_DEPTH} levels are allowed in {what}. "
+                     "Flatten the structure.") from None
+    except yaml.YAMLError as exc:
+        raise refuse(f"is not valid YAML: {shorten(str(exc), 400)}. Fix the syntax.") from exc
+    except (ValueError, OverflowError) as exc:  # e.g. `2001-13-45` as a date, an int past Python's digit limit
+        raise refuse(f"holds a value YAML cannot convert: {shorten(str(exc), 200)}. "
+                     "Quote it to keep it as text, or fix it.") from None
+    finally:
+        if ldr is not None:
+            ldr.dispose()

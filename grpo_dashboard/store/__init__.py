@@ -1,0 +1,1 @@
+"""The embedded SQLite store: runs, events, metrics in columns, ingestion, display summaries."""

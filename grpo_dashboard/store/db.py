@@ -1,0 +1,479 @@
+"""The embedded store: SQLite in WAL mode holding runs, every metric value of every log record, and job events.
+
+All SQL lives here. The data directory comes from `GRPO_DASHBOARD_DATA_DIR` (read at call time), default
+`~/.grpo_dashboard`. Metrics are columnar (see `series.py`): values keep their nature (finite, ±Inf, NaN, None).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grpo_dashboard.errors import RunNotFound, StoreError
+from grpo_dashboard.store import series
+from grpo_dashboard.store.downsample import Points, SeriesSummary, ema
+from grpo_dashboard.store.series import SeriesArrays
+
+DATA_DIR_ENV = "GRPO_DASHBOARD_DATA_DIR"
+SUMMARY_CACHE_ENTRIES = 8  # (run, display options) summaries kept in memory, least recently used dropped
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    spec_yaml TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    external_id TEXT,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL,
+    run_dir TEXT NOT NULL,
+    output_dir TEXT,
+    error TEXT,
+    exit_code INTEGER,
+    pid INTEGER,
+    pid_start TEXT,
+    cancel_requested_at REAL,
+    ingest_offset INTEGER NOT NULL DEFAULT 0,
+    last_step INTEGER,
+    max_steps INTEGER,
+    last_time REAL,
+    n_records INTEGER NOT NULL DEFAULT 0,
+    n_skipped INTEGER NOT NULL DEFAULT 0,
+    owner TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
+CREATE TABLE IF NOT EXISTS health (
+    run_id TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    badge TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    time REAL,
+    event TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+"""
+
+
+class RunStatus(str, Enum):
+    """Lifecycle of a run; a failed run is a state, not an exception."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+TERMINAL = (RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.CANCELED.value)
+ACTIVE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+
+
+@dataclass
+class Run:
+    """One row of the runs table."""
+
+    id: str
+    name: str
+    spec_yaml: str
+    backend: str
+    status: str
+    created_at: float
+    run_dir: str
+    external_id: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    output_dir: str | None = None
+    error: str | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    pid_start: str | None = None
+    cancel_requested_at: float | None = None
+    ingest_offset: int = 0
+    last_step: int | None = None
+    max_steps: int | None = None
+    last_time: float | None = None
+    n_records: int = 0
+    n_skipped: int = 0
+    owner: str | None = None
+
+    @property
+    def is_active(self) -> bool:
+        """Queued or running."""
+        return self.status in ACTIVE
+
+    @property
+    def progress(self) -> float | None:
+        """Fraction of max_steps done, when known."""
+        if not self.max_steps or self.max_steps <= 0 or self.last_step is None:
+            return None
+        return min(1.0, self.last_step / self.max_steps)
+
+
+RUN_COLUMNS = [f.name for f in fields(Run)]
+
+
+def data_dir() -> Path:
+    """The data directory, resolved from the environment at call time."""
+    return Path(os.environ.get(DATA_DIR_ENV) or Path.home() / ".grpo_dashboard").expanduser()
+
+
+def token_text(token: tuple[Any, ...]) -> str:
+    """A change token as saved with a health badge (see `Store.health_badges`)."""
+    return json.dumps(list(token))
+
+
+class Store:
+    """Thread-safe access to the SQLite store (one connection per thread)."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else data_dir() / "dashboard.db"
+        self._local = threading.local()
+        self._summaries: OrderedDict[tuple[Any, ...], _SummaryEntry] = OrderedDict()
+        self._summaries_lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(_explain(self.path, exc)) from exc
+        with _translated(self.path):
+            self.connection().executescript(SCHEMA + series.SCHEMA)
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (WAL, busy timeout 30 s, autocommit with explicit transactions)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            with _translated(self.path):
+                conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+                conn.row_factory = sqlite3.Row
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """An IMMEDIATE transaction: writers serialise, readers keep reading. SQLite failures become StoreError."""
+        conn = self.connection()
+        with _translated(self.path):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # --- runs -------------------------------------------------------------------------------------------------
+    def insert_run(self, run: Run) -> None:
+        """Insert a new run row."""
+        cols = ", ".join(RUN_COLUMNS)
+        marks = ", ".join("?" for _ in RUN_COLUMNS)
+        with self.transaction() as conn:
+            conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", [getattr(run, c) for c in RUN_COLUMNS])
+
+    def update_run(self, run_id: str, conn: sqlite3.Connection | None = None, **values: Any) -> None:
+        """Set some columns of one run."""
+        bad = [k for k in values if k not in RUN_COLUMNS or k == "id"]
+        if bad:
+            raise KeyError(f"unknown run column(s) {bad}")
+        sql = f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?"
+        if conn is not None:
+            conn.execute(sql, [*values.values(), run_id])
+            return
+        with self.transaction() as c:
+            c.execute(sql, [*values.values(), run_id])
+
+    def finish_run(self, run_id: str, status: str, error: str | None = None, exit_code: int | None = None,
+                   conn: sqlite3.Connection | None = None) -> bool:
+        """Move an active run to a terminal status; no-op (False) if it already ended."""
+        sql = ("UPDATE runs SET status = ?, error = COALESCE(?, error), exit_code = COALESCE(?, exit_code), "
+               "ended_at = COALESCE(ended_at, ?) WHERE id = ? AND status IN (?, ?)")
+        args = [status, error, exit_code, time.time(), run_id, *ACTIVE]
+        if conn is not None:
+            return conn.execute(sql, args).rowcount > 0
+        with self.transaction() as c:
+            return c.execute(sql, args).rowcount > 0
+
+    def get_run(self, run_id: str) -> Run:
+        """One run by exact id."""
+        row = self.connection().execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(f"No run with id {run_id!r}. List runs with `python -m grpo_dashboard runs`.")
+        return Run(**dict(row))
+
+    def find_run(self, ref: str) -> Run:
+        """A run by exact id, unique id prefix, or name (the newest run of that name)."""
+        conn = self.connection()
+        row = conn.execute("SELECT * FROM runs WHERE id = ?", (ref,)).fetchone()
+        if row is None:
+            rows = conn.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created_at DESC",
+                                (_like_prefix(ref),)).fetchall()
+            if len(rows) > 1:
+                ids = ", ".join(r["id"] for r in rows[:5])
+                raise RunNotFound(f"{ref!r} matches {len(rows)} runs ({ids}...); give more of the id.")
+            row = rows[0] if rows else None
+        if row is None:
+            row = conn.execute("SELECT * FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,)).fetchone()
+        if row is None:
+            raise RunNotFound(f"No run matches {ref!r} (by id, id prefix or name). "
+                              f"List runs with `python -m grpo_dashboard runs`.")
+        return Run(**dict(row))
+
+    def list_runs(self, status: str | list[str] | None = None, owner: str | None = None) -> list[Run]:
+        """Runs, newest first, optionally filtered by status(es) and owner."""
+        sql, args = "SELECT * FROM runs", []
+        where = []
+        if status:
+            statuses = [status] if isinstance(status, str) else list(status)
+            where.append(f"status IN ({', '.join('?' for _ in statuses)})")
+            args.extend(statuses)
+        if owner is not None:
+            where.append("owner = ?")
+            args.append(owner)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC"
+        return [Run(**dict(r)) for r in self.connection().execute(sql, args)]
+
+    # --- metrics ----------------------------------------------------------------------------------------------
+    def metric_keys(self, run_id: str) -> list[tuple[str, str]]:
+        """(split, key) pairs present for a run."""
+        rows = self.connection().execute(
+            "SELECT split, key FROM series WHERE run_id = ? ORDER BY split, key", (run_id,))
+        return [(r[0], r[1]) for r in rows]
+
+    def arrays(self, run_id: str, key: str, split: str = "train", since_step: int | None = None) -> SeriesArrays:
+        """One metric as numpy arrays (steps, values with None and NaN as NaN, an is_none mask, times)."""
+        return series.read_arrays(self.connection(), run_id, key, split, since_step)
+
+    def arrays_all(self, run_id: str) -> dict[tuple[str, str], SeriesArrays]:
+        """Every metric of a run as arrays, keyed by (split, key), in one query."""
+        return series.read_run(self.connection(), run_id)
+
+    def downsampled(self, run_id: str, max_points: int = 2000, smoothing: float = 0.0,
+                    keys: Iterable[tuple[str, str]] | None = None,
+                    companions: dict[tuple[str, str], tuple[str, str]] | None = None
+                    ) -> dict[tuple[str, str], Points]:
+        """Display points of every (or the given) (split, key) series of a run: at most `max_points` per series,
+        each bucket's lowest and highest value kept (spikes survive) and its first non-finite one (gaps stay
+        visible), plus the first and the latest point, with the debiased EMA (`smoothing` weight) of the full series
+        at those points.
+
+        `companions` maps a series to another one whose EMA (same weight, over its full series) is wanted at the
+        first one's points, in `Points.aux` (NaN where it has no value at that step): e.g. a reward's std band at
+        the reward mean's points, without reading the std series again on every refresh.
+
+        Summaries are cached per (run, max_points, smoothing, companions) and brought up to date by reading only the
+        points logged since; a series that changed otherwise (a late out-of-order point) is summarised again. The
+        returned arrays are shared between callers until the series grows: do not modify them.
+        """
+        companions = dict(companions or {})
+        ident = (run_id, int(max_points), float(smoothing), tuple(sorted(companions.items())))
+        with self._summaries_lock:
+            entry = self._summaries.pop(ident, None) or _SummaryEntry()
+            self._summaries[ident] = entry  # most recently used last
+            while len(self._summaries) > SUMMARY_CACHE_ENTRIES:
+                self._summaries.popitem(last=False)
+        wanted = set(keys) if keys is not None else None
+        with entry.lock:
+            conn = self.connection()
+            heads: dict[tuple[str, str], tuple[int, int]] = {
+                (split, key): (n, last) for split, key, n, last in conn.execute(
+                    "SELECT split, key, n, last_step FROM series WHERE run_id = ?", (run_id,))}
+            shown = [k for k in heads if wanted is None or k in wanted]
+            for k in [k for k, s in entry.series.items() if k not in heads or heads[k][0] < s.n]:
+                del entry.series[k]
+                entry.points.pop(k, None)
+            since: dict[tuple[str, str], int | None] = {
+                k: s.last_step for k, s in entry.series.items() if k in shown and heads[k] != (s.n, s.last_step)}
+            since.update((k, None) for k in shown if k not in entry.series)
+            if since:
+                whole = len(since) == len(heads) and all(v is None for v in since.values())
+                new = series.read_run(conn, run_id, None if whole else since)
+                for k in since:
+                    self._refresh_summary(conn, run_id, entry, k, heads, new.get(k), companions.get(k),
+                                          int(max_points), float(smoothing))
+            out = {}
+            for k in shown:
+                if k not in entry.series:
+                    continue
+                pts = entry.points.get(k)
+                if pts is None:
+                    pts = entry.points[k] = entry.series[k].points()
+                out[k] = pts
+            return out
+
+    def _refresh_summary(self, conn: sqlite3.Connection, run_id: str, entry: _SummaryEntry, k: tuple[str, str],
+                         heads: dict[tuple[str, str], tuple[int, int]], arrays: SeriesArrays | None,
+                         companion: tuple[str, str] | None, max_points: int, smoothing: float) -> None:
+        """Bring one cached summary up to date with `arrays` (its points after the summary's last step)."""
+        entry.points.pop(k, None)
+        summary = entry.series.get(k)
+        aux_new: SeriesArrays | None = None
+        if summary is not None and companion is not None:
+            aux_new = series.read_arrays(conn, run_id, companion[1], companion[0], summary.aux_last_step)
+            if summary.aux_n + len(aux_new) != heads.get(companion, (0, 0))[0]:
+                summary = None  # the companion changed in place: start over
+        if summary is not None and (arrays is None or summary.n + len(arrays) != heads[k][0]):
+            summary = None  # changed in place (a late out-of-order point): start over
+        if summary is None:
+            if arrays is None or len(arrays) != heads[k][0]:
+                arrays = series.read_arrays(conn, run_id, k[1], k[0])
+            summary = entry.series[k] = SeriesSummary(max_points, smoothing)
+            aux_new = None if companion is None else series.read_arrays(conn, run_id, companion[1],
+                                                                              companion[0])
+        if arrays is None or not len(arrays):
+            return
+        aux = None
+        if aux_new is not None:
+            smooth_aux, summary.aux_ema = ema(aux_new.values, smoothing, summary.aux_ema)
+            pos = np.searchsorted(aux_new.steps, arrays.steps)
+            hit = pos < len(aux_new)
+            hit[hit] = aux_new.steps[pos[hit]] == arrays.steps[hit]
+            aux = np.full(len(arrays), np.nan)
+            aux[hit] = smooth_aux[pos[hit]]
+            summary.aux_n += len(aux_new)
+            if len(aux_new):
+                summary.aux_last_step = int(aux_new.steps[-1])
+        summary.extend(arrays.steps, arrays.values, arrays.times, arrays.is_none, aux)
+
+    def series(self, run_id: str, key: str, split: str = "train", since_step: int | None = None
+               ) -> list[tuple[int, float | None, float | None]]:
+        """(step, value, time) for one metric, ordered by step; NaN as float('nan'), None as None."""
+        a = self.arrays(run_id, key, split, since_step)
+        values: list[float | None] = a.values.tolist()
+        for i in np.flatnonzero(a.is_none).tolist():
+            values[i] = None
+        return list(zip(a.steps.tolist(), values, a.times.tolist(), strict=True))
+
+    def records(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's log records re-assembled as flat TRL-style dicts with a `step` key, train and eval by step."""
+        per_split: dict[str, list[tuple[str, SeriesArrays]]] = {}
+        for (split, key), arrays in sorted(self.arrays_all(run_id).items()):
+            per_split.setdefault(split, []).append((key, arrays))
+        merged: list[tuple[int, int, dict[str, Any]]] = []
+        for split, columns in per_split.items():
+            steps = columns[0][1].steps
+            if not all(np.array_equal(a.steps, steps) for _, a in columns[1:]):  # usually every key, every record
+                steps = np.unique(np.concatenate([a.steps for _, a in columns]))
+            rows: list[dict[str, Any]] = [{"step": s} for s in steps.tolist()]
+            for key, a in columns:
+                values: list[float | None] = a.values.tolist()
+                for i in np.flatnonzero(a.is_none).tolist():
+                    values[i] = None
+                if len(a.steps) == len(steps):  # sorted unique subset of the same length: the same steps
+                    for row, value in zip(rows, values, strict=True):
+                        row[key] = value
+                else:
+                    for pos, value in zip(np.searchsorted(steps, a.steps).tolist(), values, strict=True):
+                        rows[pos][key] = value
+            rank = 0 if split == "train" else 1
+            merged.extend((row["step"], rank, row) for row in rows)
+        merged.sort(key=lambda t: (t[0], t[1]))
+        return [row for _, _, row in merged]
+
+    def latest_metrics(self, run_id: str, split: str = "train") -> dict[str, float | None]:
+        """The last logged value of every key of a split."""
+        rows = self.connection().execute(
+            "SELECT key, last_value, last_kind FROM series WHERE run_id = ? AND split = ?", (run_id, split))
+        return {k: series.decode_scalar(v, kind) for k, v, kind in rows}
+
+    def count_metric_values(self, run_id: str) -> int:
+        """Number of stored metric values of a run."""
+        row = self.connection().execute("SELECT SUM(n) FROM series WHERE run_id = ?", (run_id,)).fetchone()
+        return int(row[0] or 0)
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        """Job events in order (payload decoded)."""
+        rows = self.connection().execute(
+            "SELECT seq, time, event, payload FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [{"seq": s, "time": t, "event": e, **json.loads(p)} for s, t, e, p in rows]
+
+    def ingest_offset(self, run_id: str) -> int | None:
+        """The byte offset ingestion of a run has reached (None: no such run); a plain read, no write lock."""
+        with _translated(self.path):
+            row = self.connection().execute("SELECT ingest_offset FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def health_badges(self) -> dict[str, tuple[str, str]]:
+        """Saved health badges: run id -> (the run's change token as JSON when it was computed, badge text)."""
+        with _translated(self.path):
+            rows = self.connection().execute("SELECT run_id, token, badge FROM health").fetchall()
+        return {r: (t, b) for r, t, b in rows}
+
+    def save_health_badge(self, run_id: str, token: tuple[Any, ...], badge: str) -> None:
+        """Keep a run's health badge for its current change token (the runs table then needs no doctor pass)."""
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO health (run_id, token, badge) VALUES (?, ?, ?)",
+                         (run_id, token_text(token), badge))
+
+    def change_token(self, run_id: str) -> tuple[Any, ...]:
+        """A cheap value that changes whenever anything visible about the run changes."""
+        row = self.connection().execute(
+            "SELECT ingest_offset, n_records, status, last_step FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return tuple(row) if row else ()
+
+    def integrity_ok(self) -> bool:
+        """PRAGMA integrity_check passes."""
+        return self.connection().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+class _SummaryEntry:
+    """Cached display summaries of one run for one (max_points, smoothing), guarded by its own lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.series: dict[tuple[str, str], SeriesSummary] = {}
+        self.points: dict[tuple[str, str], Points] = {}  # the last points() of each series, until it grows
+
+
+@contextlib.contextmanager
+def _translated(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreError(_explain(path, exc)) from exc
+
+
+def _explain(path: Path, exc: BaseException) -> str:
+    text = str(exc)
+    low = text.lower()
+    if "readonly" in low or "read-only" in low or "permission" in low or "unable to open" in low:
+        why = "is not writable"
+    elif "full" in low or "no space" in low or "file too large" in low:
+        why = "is full"
+    elif "locked" in low or "busy" in low:
+        why = "is locked by another process for too long"
+    else:
+        why = "cannot be used"
+    return (f"The dashboard's store {path} {why} ({type(exc).__name__}: {text}). Nothing was written. Free space or "
+            f"fix permissions, or set {DATA_DIR_ENV} to a writable directory.")
+
+
+def _like_prefix(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

@@ -1,0 +1,358 @@
+"""What the dashboard shows about runs, without gradio: the runs table, run status text, health badges (cached per
+change token), the equivalent command of a spec, and the spec fields that differ between runs.
+
+Everything here only reads the store and run files; ingestion is the Monitor thread's job.
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grpo_dashboard.spec import safe_yaml
+from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.store import ingest
+from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, StoreError, token_text
+from grpo_dashboard.views.completions import recent_samples
+from grpo_dashboard.views.memo import SingleFlight
+
+STATUSES = tuple(s.value for s in RunStatus)
+MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
+RUN_COLUMNS = ("name", "status", "health", "progress", "elapsed", "ETA", "reward", "backend", "started", "id")
+# Plain glyphs (present in common fonts, unlike emoji on minimal Linux machines).
+STATUS_ICON = {"queued": "◌", "running": "▶", "completed": "✔", "failed": "✖", "canceled": "■"}
+HEALTH_ICON = {"ok": "●", "info": "ℹ", "warning": "▲", "error": "✖"}
+HEALTH_COLOR = {"ok": "#1a7f37", "info": "#0969da", "warning": "#bc4c00", "error": "#b42318"}
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """1h02m, 3m05s, 42s; empty for unknown."""
+    if seconds is None or seconds < 0:
+        return ""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def elapsed_s(run: Run, now: float | None = None) -> float | None:
+    """Seconds the run has been (or was) running."""
+    start = run.started_at or run.created_at
+    if start is None:
+        return None
+    end = run.ended_at if run.status in TERMINAL and run.ended_at else (now or time.time())
+    return max(0.0, end - start)
+
+
+def eta_s(run: Run, now: float | None = None) -> float | None:
+    """Remaining seconds at the observed pace (from start to the last logged step); None when unknown or ended."""
+    if run.status in TERMINAL or not run.max_steps or not run.last_step or not run.started_at:
+        return None
+    last = run.last_time or now or time.time()
+    per_step = (last - run.started_at) / max(run.last_step, 1)
+    return max(0.0, (run.max_steps - run.last_step) * per_step)
+
+
+def progress_text(run: Run, width: int = 10) -> str:
+    """`▰▰▰▱▱▱▱▱▱▱ 30/100` style bar; just the step when max_steps is unknown."""
+    if run.progress is None:
+        return f"step {run.last_step}" if run.last_step is not None else ""
+    filled = int(round(run.progress * width))
+    return f"{'▰' * filled}{'▱' * (width - filled)} {run.last_step}/{run.max_steps}"
+
+
+def fmt_value(value: float | None, digits: int = 4) -> str:
+    """A metric value for tables: 4 significant digits, blank for None."""
+    if value is None:
+        return ""
+    return f"{value:.{digits}g}"
+
+
+# --- health --------------------------------------------------------------------------------------------------
+HEALTH_MIN_INTERVAL_S = 5.0  # a live run's findings are recomputed at most this often (diagnose reads every record)
+_health_cache: dict[tuple[str, str], tuple[tuple[Any, ...], float, list[Any]]] = {}
+_health_lock = threading.Lock()
+_health_flight = SingleFlight()
+
+
+def health_available() -> bool:
+    """True when the health doctor can be imported."""
+    try:
+        from grpo_dashboard.health import diagnose  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=128)
+def _parsed_spec(spec_yaml: str) -> RunSpec | None:
+    try:
+        return RunSpec.from_yaml(spec_yaml)
+    except Exception:  # noqa: BLE001 - an unreadable stored spec only loses what is derived from it
+        return None
+
+
+def run_spec(run: Run) -> RunSpec | None:
+    """The run's stored spec, parsed once per distinct text (pages re-read it on every tick; parsing is ~10 ms);
+    None when it no longer parses. Shared between callers: read it, do not modify it."""
+    return _parsed_spec(run.spec_yaml)
+
+
+def run_config(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config for the doctor, threshold overrides) from the run's spec YAML."""
+    spec = run_spec(run)
+    if spec is None:
+        return {}, {}
+    config = {**spec.training, "reward_names": [r.name for r in spec.rewards],
+              "reward_weights": spec.reward_weights}
+    return config, dict(spec.health.thresholds)
+
+
+def findings(store: Store, run: Run) -> list[Any]:
+    """The doctor's findings for a run, recomputed only when its change token moves (and for an active run at
+    most every HEALTH_MIN_INTERVAL_S seconds); [] without the doctor. Concurrent callers share one computation; while
+    it runs, callers that have earlier findings of the run get those."""
+    token = store.change_token(run.id)
+    key = (str(store.path), run.id)
+
+    def fresh() -> list[Any] | None:
+        with _health_lock:
+            cached = _health_cache.get(key)
+        if cached is not None and (cached[0] == token or (
+                run.is_active and time.monotonic() - cached[1] < HEALTH_MIN_INTERVAL_S)):
+            return cached[2]
+        return None
+
+    def compute() -> list[Any]:
+        result = fresh()  # another caller may have finished it while this one queued
+        if result is not None:
+            return result
+        try:
+            from grpo_dashboard.health import diagnose
+        except ImportError:
+            return []
+        config, thresholds = run_config(run)
+        try:
+            result = list(diagnose(metric_frame(store, run.id), config=config, thresholds=thresholds or None,
+                                   completions=recent_samples(run.run_dir, output_dir=run.output_dir)))
+        except ValueError as exc:  # bad threshold overrides in the spec
+            result = [_BadThresholds(str(exc))]
+        with _health_lock:
+            _health_cache[key] = (token, time.monotonic(), result)
+        return result
+
+    cached = fresh()
+    if cached is not None:
+        return cached
+    with _health_lock:
+        stale = _health_cache.get(key)
+    if stale is not None and _health_flight.busy(key):
+        return stale[2]  # being recomputed by another caller: the previous findings rather than a wait
+    return _health_flight.do(key, compute)
+
+
+def metric_frame(store: Store, run_id: str) -> Any:
+    """The doctor's MetricFrame of a run straight from the store's columns (no dict per logged step: at 100k steps
+    `MetricFrame.from_records(store.records(run_id))` took ~1 s per refresh)."""
+    from grpo_dashboard.health.series import MetricFrame
+
+    by_split: dict[str, dict[str, Any]] = {}
+    for (split, key), a in store.arrays_all(run_id).items():
+        by_split.setdefault(split, {})[key] = (a.steps, a.values)
+    return MetricFrame.from_splits([by_split[s] for s in sorted(by_split, key=lambda s: s != "train")])
+
+
+class _BadThresholds:
+    """A finding-like object for a spec whose health thresholds the doctor rejects."""
+
+    def __init__(self, message: str) -> None:
+        self.rule, self.severity, self.step, self.metric = "health.thresholds", "warning", 0, None
+        self.message, self.remedy = message, "Fix `health.thresholds` in the run spec."
+
+
+def health_badge(store: Store, run: Run, saved: dict[str, tuple[str, str]] | None = None) -> str:
+    """`🟢 ok`, `🟠 2 warnings`, `🔴 1 error`; `—` when the doctor is unavailable or nothing is logged.
+
+    The badge is saved in the store with the run's change token, so a runs table of hundreds of finished runs is
+    read, not re-diagnosed, in a freshly started dashboard; `saved`: `store.health_badges()` read once by the caller.
+    """
+    if not health_available() or not run.n_records:
+        return "—"
+    token = store.change_token(run.id)
+    known = (saved if saved is not None else store.health_badges()).get(run.id)
+    if known is not None and known[0] == token_text(token):
+        return known[1]
+    found = findings(store, run)
+    if not found:
+        badge = f"{HEALTH_ICON['ok']} ok"
+    else:
+        worst = max(found, key=lambda f: {"info": 0, "warning": 1, "error": 2}.get(f.severity, 0))
+        n = sum(1 for f in found if f.severity == worst.severity)
+        badge = f"{HEALTH_ICON.get(worst.severity, '•')} {n} {worst.severity}{'s' if n != 1 else ''}"
+    if run.status in TERMINAL:  # a live run's badge moves with every record: kept in memory only (findings cache)
+        try:
+            store.save_health_badge(run.id, token, badge)
+        except StoreError:  # a read-only data directory: the badge is only recomputed next time
+            pass
+    return badge
+
+
+def findings_markdown(store: Store, run: Run) -> str:
+    """The findings panel: one entry per finding with its step, message and remedy."""
+    if not health_available():
+        return f"Health checks unavailable; status: **{run.status}**."
+    if not run.n_records:
+        return "No metrics logged yet: health checks start with the first log record."
+    found = findings(store, run)
+    if not found:
+        return f"{_badge('ok')}: no health problems found in {run.n_records} log records."
+    lines = []
+    for f in found:
+        metric = f" (`{f.metric}`)" if f.metric else ""
+        lines.append(f"- {_badge(f.severity)} **{f.rule}**{metric} from step {f.step}: {f.message}"
+                     f"<br>*Remedy:* {f.remedy}")
+    return "\n".join(lines)
+
+
+def _badge(severity: str) -> str:
+    color = HEALTH_COLOR.get(severity, "#57606a")
+    return f'<span style="color:{color};font-weight:600">{HEALTH_ICON.get(severity, "•")} {severity}</span>'
+
+
+
+# --- runs table ----------------------------------------------------------------------------------------------
+def runs_frame(store: Store, statuses: list[str] | None = None, now: float | None = None,
+               runs: list[Run] | None = None) -> pd.DataFrame:
+    """The runs table, newest first, optionally filtered by status; `runs`: only these (a user's own)."""
+    now = now or time.time()
+    rows = []
+    if runs is None:
+        runs = store.list_runs(status=list(statuses) if statuses else None)
+    saved = store.health_badges() if runs else {}
+    for run in runs:
+        latest = store.latest_metrics(run.id) if run.n_records else {}
+        rows.append({
+            "name": run.name, "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
+            "health": health_badge(store, run, saved), "progress": progress_text(run),
+            "elapsed": fmt_duration(elapsed_s(run, now)), "ETA": fmt_duration(eta_s(run, now)),
+            "reward": fmt_value(latest.get("reward")), "backend": run.backend,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),
+            "id": run.id,
+        })
+    return pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+
+
+def run_label(run: Run) -> str:
+    """Dropdown label of a run (no status: a selected label is not refreshed when the status moves)."""
+    return f"{run.name} · {run.id}"
+
+
+def run_choices(store: Store, runs: list[Run] | None = None) -> list[tuple[str, str]]:
+    """(label, id) pairs of every run (or of `runs`), newest first."""
+    return [(run_label(r), r.id) for r in (store.list_runs() if runs is None else runs)]
+
+
+def status_markdown(run: Run, now: float | None = None) -> str:
+    """Status block of the run detail page."""
+    now = now or time.time()
+    parts = [f"**{STATUS_ICON.get(run.status, '')} {run.status}** · `{run.id}` · backend {run.backend}"]
+    prog = progress_text(run)
+    if prog:
+        parts.append(f"progress {prog}")
+    parts.append(f"elapsed {fmt_duration(elapsed_s(run, now)) or '—'}")
+    eta = eta_s(run, now)
+    if eta is not None:
+        parts.append(f"ETA {fmt_duration(eta)}")
+    text = " · ".join(parts)
+    if run.status in ACTIVE and not run.n_records:
+        text += "\n\nWaiting for the first log record (model loading / first steps)…"
+    if run.error:
+        text += f"\n\n**Error:** {run.error}"
+    if run.n_skipped:
+        text += f"\n\n{run.n_skipped} malformed or conflicting values were skipped during ingestion."
+    return text
+
+
+def spec_settings(run: Run) -> dict[str, Any]:
+    """beta and max_completion_length the charts need (TRL defaults when the spec leaves them unset)."""
+    from grpo_dashboard.spec import trl_fields
+
+    spec = run_spec(run)
+    if spec is None:
+        return {"beta": None, "max_completion_length": None}
+    return {"beta": trl_fields.effective(spec.training, "beta"),
+            "max_completion_length": trl_fields.effective(spec.training, "max_completion_length")}
+
+
+# --- command view and compare ----------------------------------------------------------------------------------
+def log_text(path: Path, n: int = 200) -> str:
+    """The job log's last lines for people: protocol records (behind the marker) dropped, progress bars kept."""
+    from grpo_dashboard.launch.logs import tail
+
+    lines = []
+    for line in tail(path, n * 3).splitlines():
+        if MARKER in line:
+            line = line.split(MARKER, 1)[0].rstrip()
+        if line.strip():
+            lines.append(line)
+    return "\n".join(lines[-n:])
+
+
+def command_text(spec_yaml: str, job_command: list[str] | None = None) -> str:
+    """The shell commands that launch this spec from the CLI (and the raw job command, when known)."""
+    lines = ["# Save the spec, then launch and follow it:", "cat > run.yaml <<'EOF'", spec_yaml.rstrip("\n"), "EOF",
+             "python -m grpo_dashboard launch run.yaml --wait"]
+    if job_command:
+        lines += ["", "# What the local backend runs (paths inside the run directory):", shlex.join(job_command)]
+    return "\n".join(lines)
+
+
+def job_command(spec: RunSpec) -> list[str]:
+    """The job command of the local backend for this spec, with placeholder run-directory paths."""
+    from grpo_dashboard.launch.local import build_command
+
+    return build_command(spec, Path("<run_dir>/run.yaml"), Path("<run_dir>/metrics.jsonl"))
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts (and lists of dicts) as dotted keys: rewards[0].weight, training.beta, ..."""
+    out: dict[str, Any] = {}
+    if isinstance(data, dict):
+        for k, v in data.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(data, list) and any(isinstance(v, dict) for v in data):
+        for i, v in enumerate(data):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+    else:
+        out[prefix] = data
+    return out
+
+
+def _spec_dict(run: Run) -> dict[str, Any]:
+    data = safe_yaml.load(run.spec_yaml) or {}
+    for path_key in ("output_dir",):
+        data.pop(path_key, None)
+    return flatten(data)
+
+
+def spec_diff(runs: list[Run]) -> pd.DataFrame:
+    """The spec fields whose values differ between runs (one column per run); run-specific paths are left out."""
+    flats = [_spec_dict(r) for r in runs]
+    keys: list[str] = []
+    for f in flats:
+        keys.extend(k for k in f if k not in keys)
+    headers = [f"{r.name} ({r.id[-6:]})" for r in runs]
+    rows = []
+    for k in keys:
+        values = [f.get(k, "—") for f in flats]
+        if len({repr(v) for v in values}) > 1:
+            rows.append([k, *[str(v) for v in values]])
+    return pd.DataFrame(rows, columns=["field", *headers])

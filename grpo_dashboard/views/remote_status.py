@@ -1,0 +1,40 @@
+"""Run-detail text for Hugging Face Jobs runs: where the job runs, its timeout, the log follower's state, and the
+job's latest GPU utilisation and memory from the Jobs metrics stream (pure: no gradio)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_dashboard.store.db import Run
+
+
+def _gib(n: Any) -> str:
+    return f"{n / 2**30:.1f} GiB" if isinstance(n, (int, float)) else "?"
+
+
+def hf_job_markdown(run: Run) -> str:
+    """Markdown lines for an hf_jobs run (empty for other backends)."""
+    if run.backend != "hf_jobs":
+        return ""
+    from grpo_dashboard.checks.hardware import format_duration
+    from grpo_dashboard.launch import hf_jobs
+
+    lines = []
+    d = hf_jobs.job_details(run)
+    if d:
+        lines.append(f"**Job** [{run.external_id or 'job'}]({d.get('url', '')}) on `{d.get('flavor', '?')}`, timeout "
+                     f"{format_duration(d['timeout_s']) if d.get('timeout_s') else '?'} "
+                     f"({d.get('timeout_reason', '')})")
+    state = hf_jobs.follow_state(run.id)
+    if state:
+        extra = f", last error: {state['last_error']}" if state.get("last_error") else ""
+        lines.append(f"**Log stream** {state.get('phase', '?')} (stage {state.get('stage', '?')}, "
+                     f"{state.get('lines', 0)} lines, {state.get('reconnects', 0)} reconnects{extra})")
+    samples = hf_jobs.gpu_metrics(run, last=1)
+    if samples:
+        gpus = samples[-1].get("gpus") or []
+        parts = [f"GPU{i} {g.get('utilization', '?')}% · {_gib(g.get('memory_used_bytes'))} / "
+                 f"{_gib(g.get('memory_total_bytes'))}" for i, g in enumerate(gpus)]
+        lines.append("**Hardware now** " + ("; ".join(parts) if parts else "no GPU reported") +
+                     f"; CPU {samples[-1].get('cpu_usage_pct', '?')}%")
+    return "\n\n".join(lines)
