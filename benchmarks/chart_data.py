@@ -5,7 +5,7 @@
   `SQLiteStorage.get_logs(project, run, max_points=1500)` on the same records. Ours is measured raw (what trackio
   returns) and with the charts' default EMA smoothing computed over the full series.
 - refresh tick without new data, and after 100 new records (appended to metrics.jsonl and ingested first; the
-  ingestion is timed on its own): the chart data a tick needs, i.e. `Store.change_token` plus `charts.load_frames`
+  ingestion is timed on its own): the chart data a tick needs, i.e. `Store.change_token` plus `display.run_series`
   (which the run-detail page draws from). For orientation the full chart build (`chart_json.run_plots`: every panel's
   plotly JSON, what the page sends) is timed too; it is what the page pays when the token moved.
 
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     from grpo_dashboard.store.db import Store
     from grpo_dashboard.store.ingest import ingest_file
-    from grpo_dashboard.views import chart_json, charts
+    from grpo_dashboard.views import chart_json, charts, display
 
     common.print_machine()
     out: dict[str, float] = {}
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         n_series = len(store.metric_keys(common.RUN_ID))
 
         def cold(smoothing: float) -> dict[tuple[str, str], object]:
-            return Store(db).downsampled(common.RUN_ID, MAX_POINTS, smoothing)
+            return display.downsampled(Store(db), common.RUN_ID, MAX_POINTS, smoothing)
 
         # Cold reads, alternating sides.
         best = {"ours_raw": float("inf"), "ours_smooth": float("inf"), "ours_frames": float("inf"),
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             cold(0.6)
             best["ours_smooth"] = min(best["ours_smooth"], time.perf_counter() - t)
             t = time.perf_counter()
-            charts.load_frames(Store(db), common.RUN_ID, 0.6, MAX_POINTS)
+            display.run_series(Store(db), common.RUN_ID, 0.6, MAX_POINTS)
             best["ours_frames"] = min(best["ours_frames"], time.perf_counter() - t)
             if storage is not None:
                 t = time.perf_counter()
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         # Ticks on a warm store (the app's long-lived one).
         opts = charts.ChartOptions()
         warm = Store(db)
-        charts.load_frames(warm, common.RUN_ID, opts.smoothing, opts.max_points)
+        display.run_series(warm, common.RUN_ID, opts.smoothing, opts.max_points)
         idle_data, idle_store = [], []
         for _ in range(args.ticks):
             t = time.perf_counter()
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             idle_store.append(time.perf_counter() - t)
             t = time.perf_counter()
             warm.change_token(common.RUN_ID)
-            charts.load_frames(warm, common.RUN_ID, opts.smoothing, opts.max_points)
+            display.run_series(warm, common.RUN_ID, opts.smoothing, opts.max_points)
             idle_data.append(time.perf_counter() - t)
         new_ingest, new_data, new_figs = [], [], []
         step = args.steps
@@ -119,9 +119,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             new_ingest.append(time.perf_counter() - t)
             t = time.perf_counter()
             warm.change_token(common.RUN_ID)
-            frames = charts.load_frames(warm, common.RUN_ID, opts.smoothing, opts.max_points)
+            frames = display.run_series(warm, common.RUN_ID, opts.smoothing, opts.max_points)
             new_data.append(time.perf_counter() - t)
-            assert frames[("train", "reward")]["step"].to_numpy()[-1] == step
+            assert frames[("train", "reward")].steps[-1] == step
             t = time.perf_counter()
             chart_json.run_plots(warm, common.RUN_ID, opts)
             new_figs.append(time.perf_counter() - t)

@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import yaml
 
+    from grpo_dashboard.spec.run_spec import RunSpec
+
     common.print_machine()
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         tmp_path = Path(tmp)
@@ -162,12 +164,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         subprocess.run([sys.executable, str(common.ROOT / "jobs" / "grpo_job.py"), "--config", str(build),
                         "--build-tiny-model"], check=True, capture_output=True, cwd=common.ROOT)
         config = tmp_path / "run.yaml"
-        config.write_text(yaml.safe_dump(smoke_spec(model, tmp_path / "out", args.steps), sort_keys=False))
+        config.write_text(RunSpec.from_dict(smoke_spec(model, tmp_path / "out", args.steps)).to_job_yaml())
         cmd = [sys.executable, __file__, "--child", str(tmp_path), "--config", str(config), "--pairs",
                str(args.pairs)]
         if args.warmup:
             warm = tmp_path / "warmup.yaml"
-            warm.write_text(yaml.safe_dump(smoke_spec(model, tmp_path / "out", args.warmup), sort_keys=False))
+            warm.write_text(RunSpec.from_dict(smoke_spec(model, tmp_path / "out", args.warmup)).to_job_yaml())
             cmd += ["--warm-config", str(warm)]
         print(f"run: smoke preset, {args.steps} steps, logging_steps=1, CPU (torch threads: default); "
               f"{args.pairs} pairs interleaved (with, without, with, ...) after an unmeasured {args.warmup}-step "

@@ -1,4 +1,7 @@
-"""Command line: `python -m grpo_dashboard COMMAND`.
+"""Command line: `grpo-dashboard COMMAND` (the installed console script), or `python -m grpo_dashboard COMMAND`.
+
+`serve` (the web app) is parsed here but runs in `__main__.py`, the layer above: it is the one command that needs the
+UI, and nothing below the UI imports gradio.
 
 Exit codes: 0 success; 1 invalid spec, or the run failed (launch --wait); 2 usage error or unreadable input;
 3 no such run; 4 the run was canceled (launch --wait); 5 the store cannot be used (read-only or full data directory).
@@ -11,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,10 +22,24 @@ from typing import Any
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CANCELED, EXIT_STORAGE = 0, 1, 2, 3, 4, 5
 
 
+def _prog() -> str:
+    """How the user called us: the console script, or `python -m grpo_dashboard`."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "grpo-dashboard" if name.startswith("grpo-dashboard") else "python -m grpo_dashboard"
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m grpo_dashboard", description="Launch and watch TRL GRPO runs.")
+    p = argparse.ArgumentParser(prog=_prog(), description="Launch and watch TRL GRPO runs.")
     p.add_argument("--data-dir", help="Data directory (default: $GRPO_DASHBOARD_DATA_DIR or ~/.grpo_dashboard).")
     sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="Serve the dashboard web app (what `python app.py` does).",
+                       description="Serve the dashboard on 127.0.0.1:7860, or $GRADIO_SERVER_NAME / "
+                       "$GRADIO_SERVER_PORT, or --host / --port.")
+    s.add_argument("--host", help="Address to listen on (default: $GRADIO_SERVER_NAME or 127.0.0.1; 0.0.0.0 for "
+                   "every interface).")
+    s.add_argument("--port", type=int, help="Port to listen on (default: $GRADIO_SERVER_PORT, else the first free "
+                   "one from 7860).")
 
     s = sub.add_parser("launch", help="Validate a run spec and start it.")
     s.add_argument("spec", help="Run spec YAML file.")
@@ -69,35 +87,27 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code."""
+def main(argv: list[str] | None = None, serve: Callable[[argparse.Namespace], int] | None = None) -> int:
+    """Run the CLI; returns the exit code. `serve` runs the `serve` command (`__main__.py` passes it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    i = 2 if argv[:1] == ["--data-dir"] else 1 if argv[:1] and argv[0].startswith("--data-dir=") else 0
-    if argv[i:i + 1] == ["doctor"]:
-        from grpo_dashboard.health import doctor_main  # its own parser: PATH [--json] [--threshold K=V]
-
-        return doctor_main(argv[i + 1:])
-    if argv[i:i + 1] == ["check-rewards"]:
-        from grpo_dashboard.checks.reward_check import check_rewards_main  # its own parser: SPEC [--rows N] [--json]
-
-        return check_rewards_main(argv[i + 1:])
-    if argv[i:i + 1] == ["inspect-dataset"]:
-        from grpo_dashboard.checks.dataset_inspect import inspect_main  # its own parser: SPEC [--json]
-
-        return inspect_main(argv[i + 1:])
-    if argv[i:i + 1] == ["deploy-space"]:
-        from grpo_dashboard.space.deploy import (
-            deploy_main,  # its own parser: OWNER/NAME [--private] [--bucket B] [--dry-run]
-        )
-
-        return deploy_main(argv[i + 1:])
-    if argv[i:i + 1] == ["hardware"]:
-        from grpo_dashboard.checks.hardware import hardware_main  # its own parser: SPEC [--json] [--live] [--all]
-
-        return hardware_main(argv[i + 1:])
+    i, data_dir = 0, None
+    if argv[:1] == ["--data-dir"] and len(argv) > 1:
+        i, data_dir = 2, argv[1]
+    elif argv[:1] and argv[0].startswith("--data-dir="):
+        i, data_dir = 1, argv[0].split("=", 1)[1]
+    delegated = DELEGATED.get(argv[i] if len(argv) > i else "")
+    if delegated:
+        if data_dir:
+            os.environ["GRPO_DASHBOARD_DATA_DIR"] = data_dir
+        return delegated(argv[i + 1:])
     args = _parser().parse_args(argv)
     if args.data_dir:
         os.environ["GRPO_DASHBOARD_DATA_DIR"] = args.data_dir
+    if args.command == "serve":
+        if serve is None:
+            print("serve: run `grpo-dashboard serve` or `python -m grpo_dashboard serve`.", file=sys.stderr)
+            return EXIT_USAGE
+        return serve(args)
     from grpo_dashboard.errors import BackendError, RunNotFound, SpecError, StoreError
 
     try:
@@ -111,6 +121,43 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_STORAGE
+
+
+# Commands with a parser of their own, in the stage they belong to; each gets the arguments after its name.
+def _doctor(argv: list[str]) -> int:
+    from grpo_dashboard.health import doctor_main  # PATH [--json] [--threshold K=V]
+
+    return doctor_main(argv)
+
+
+def _check_rewards(argv: list[str]) -> int:
+    from grpo_dashboard.checks.reward_check import check_rewards_main  # SPEC [--rows N] [--json]
+
+    return check_rewards_main(argv)
+
+
+def _inspect_dataset(argv: list[str]) -> int:
+    from grpo_dashboard.checks.dataset_inspect import inspect_main  # SPEC [--json]
+
+    return inspect_main(argv)
+
+
+def _hardware(argv: list[str]) -> int:
+    from grpo_dashboard.checks.hardware import hardware_main  # SPEC [--json] [--live] [--all]
+
+    return hardware_main(argv)
+
+
+def _deploy_space(argv: list[str]) -> int:
+    from grpo_dashboard.space.deploy import deploy_main  # OWNER/NAME [--private] [--bucket B] [--dry-run]
+
+    return deploy_main(argv)
+
+
+DELEGATED: dict[str, Callable[[list[str]], int]] = {
+    "doctor": _doctor, "check-rewards": _check_rewards, "inspect-dataset": _inspect_dataset, "hardware": _hardware,
+    "deploy-space": _deploy_space,
+}
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -171,14 +218,11 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
 def _print_job(run: Any) -> None:
     """Where a remote run went (job URL, flavor, timeout and why), and why it could not start."""
-    if run.backend == "hf_jobs":
-        from grpo_dashboard.checks.hardware import format_duration
-        from grpo_dashboard.launch.hf_jobs import job_details
+    from grpo_dashboard.launch.runs import job_summary
 
-        d = job_details(run)
-        if d:
-            print(f"job {d['url']} on {d['flavor']}, timeout {format_duration(d['timeout_s'])} "
-                  f"({d['timeout_reason']}); outputs in {d['output']}")
+    summary = job_summary(run)
+    if summary:
+        print(summary)
     if run.error:
         print(f"error: {run.error}", file=sys.stderr)
 

@@ -34,19 +34,6 @@ def on_space() -> bool:
     return bool(os.environ.get("SPACE_ID")) or os.environ.get("SYSTEM") == "spaces"
 
 
-def forbid_implicit_hub_token() -> None:
-    """Make huggingface_hub send a token only where one is passed explicitly, for the whole process.
-
-    On a Space the owner's `HF_TOKEN` secret (or a saved login) must never authorise a Hub read made for a visitor:
-    every call made for a user passes that user's own token or `token=False`. huggingface_hub reads the constant at
-    call time; the environment variable covers libraries and subprocesses that read it at import.
-    """
-    from huggingface_hub import constants
-
-    os.environ["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
-    constants.HF_HUB_DISABLE_IMPLICIT_TOKEN = True
-
-
 def _flag(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None:

@@ -1,4 +1,4 @@
-"""Text helpers for GRPO rewards: answer extraction, normalisation, numbers, JSON and a small JSON-schema subset.
+"""Text helpers for GRPO rewards: answer extraction, normalisation, numbers, JSON and JSON-schema checks.
 
 Ships beside `grpo_job.py` and `grpo_rewards.py`; imports nothing from `grpo_dashboard`.
 """
@@ -114,97 +114,11 @@ def extract_json(text: str) -> tuple[bool, Any]:
     return False, None
 
 
-_SCHEMA_TYPES: dict[str, Callable[[Any], bool]] = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer(),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
-_SCHEMA_KEYWORDS = {
-    "type", "properties", "required", "additionalProperties", "items", "enum", "const", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
-    "anyOf", "allOf", "oneOf", "not", "$schema", "$id", "title", "description", "default", "examples",
-}
-
-
-def _check_schema_subset(schema: Any, where: str = "schema") -> None:
-    if not isinstance(schema, dict):
-        raise ValueError(f"json_valid: {where} must be a JSON object (a mapping), got {type(schema).__name__}.")
-    for key, value in schema.items():
-        if key not in _SCHEMA_KEYWORDS:
-            raise ValueError(f"json_valid: {where} uses the JSON-schema keyword {key!r}, which the built-in checker "
-                             f"does not support ({sorted(_SCHEMA_KEYWORDS)}). Install `jsonschema` for full support "
-                             f"(pip install jsonschema), or simplify the schema.")
-        if key == "type":
-            kinds = value if isinstance(value, list) else [value]
-            bad = [k for k in kinds if k not in _SCHEMA_TYPES]
-            if bad:
-                raise ValueError(f"json_valid: {where}.type {value!r} is not one of {sorted(_SCHEMA_TYPES)}.")
-        elif key == "properties":
-            for name, sub in dict(value).items():
-                _check_schema_subset(sub, f"{where}.properties.{name}")
-        elif key in ("items", "not") or key == "additionalProperties" and isinstance(value, dict):
-            _check_schema_subset(value, f"{where}.{key}")
-        elif key in ("anyOf", "allOf", "oneOf"):
-            for i, sub in enumerate(value):
-                _check_schema_subset(sub, f"{where}.{key}[{i}]")
-
-
-def _schema_errors(schema: dict[str, Any], v: Any, path: str = "$") -> list[str]:
-    """Errors of `v` against the supported JSON-schema subset (empty when valid)."""
-    errs: list[str] = []
-    t = schema.get("type")
-    if t is not None and not any(_SCHEMA_TYPES[k](v) for k in (t if isinstance(t, list) else [t])):
-        return [f"{path}: expected type {t}, got {type(v).__name__}"]
-    if "enum" in schema and v not in schema["enum"]:
-        errs.append(f"{path}: {v!r} not in enum {schema['enum']}")
-    if "const" in schema and v != schema["const"]:
-        errs.append(f"{path}: {v!r} != const {schema['const']!r}")
-    if _SCHEMA_TYPES["number"](v):
-        for key, bad in (("minimum", v < schema.get("minimum", v)), ("maximum", v > schema.get("maximum", v)),
-                         ("exclusiveMinimum", "exclusiveMinimum" in schema and v <= schema["exclusiveMinimum"]),
-                         ("exclusiveMaximum", "exclusiveMaximum" in schema and v >= schema["exclusiveMaximum"])):
-            if bad:
-                errs.append(f"{path}: {v} violates {key} {schema[key]}")
-    if isinstance(v, str):
-        if len(v) < schema.get("minLength", 0) or len(v) > schema.get("maxLength", len(v)):
-            errs.append(f"{path}: length {len(v)} outside minLength/maxLength")
-        if "pattern" in schema and not re.search(schema["pattern"], v):
-            errs.append(f"{path}: does not match pattern {schema['pattern']!r}")
-    if isinstance(v, list):
-        if len(v) < schema.get("minItems", 0) or len(v) > schema.get("maxItems", len(v)):
-            errs.append(f"{path}: {len(v)} items outside minItems/maxItems")
-        if isinstance(schema.get("items"), dict):
-            for i, item in enumerate(v):
-                errs += _schema_errors(schema["items"], item, f"{path}[{i}]")
-    if isinstance(v, dict):
-        props = schema.get("properties", {})
-        errs += [f"{path}: missing required {k!r}" for k in schema.get("required", []) if k not in v]
-        extra = schema.get("additionalProperties", True)
-        for k, item in v.items():
-            if k in props:
-                errs += _schema_errors(props[k], item, f"{path}.{k}")
-            elif extra is False:
-                errs.append(f"{path}: unexpected property {k!r}")
-            elif isinstance(extra, dict):
-                errs += _schema_errors(extra, item, f"{path}.{k}")
-    for key, need in (("allOf", "all"), ("anyOf", "any"), ("oneOf", "one")):
-        if key in schema:
-            ok = [not _schema_errors(sub, v, path) for sub in schema[key]]
-            if not {"all": all(ok), "any": any(ok), "one": sum(ok) == 1}[need]:
-                errs.append(f"{path}: fails {key}")
-    if "not" in schema and not _schema_errors(schema["not"], v, path):
-        errs.append(f"{path}: matches the `not` schema")
-    return errs
-
-
 def schema_validator(schema: Any) -> Callable[[Any], list[str]]:
-    """A function returning the errors of an instance against `schema` (jsonschema when installed, else a subset).
+    """A function returning the errors of an instance against `schema`, checked by `jsonschema` (a dependency of the
+    job, in its PEP 723 header).
 
-    Raises ValueError with the reason when the schema itself is invalid or unsupported.
+    Raises ValueError with the reason when the schema itself is invalid, or when jsonschema is not installed.
     """
     if isinstance(schema, str):
         try:
@@ -215,9 +129,9 @@ def schema_validator(schema: Any) -> Callable[[Any], list[str]]:
         raise ValueError(f"json_valid: params.schema must be a JSON-schema mapping, got {type(schema).__name__}.")
     try:
         import jsonschema
-    except ImportError:
-        _check_schema_subset(schema)
-        return lambda v: _schema_errors(schema, v)
+    except ImportError as exc:
+        raise ValueError("json_valid: checking params.schema needs the `jsonschema` package, a dependency of the "
+                         "job; install it (pip install jsonschema).") from exc
     cls = jsonschema.validators.validator_for(schema)
     try:
         cls.check_schema(schema)

@@ -1,5 +1,5 @@
 # /// script
-# requires-python = ">=3.10"
+# requires-python = ">=3.11"
 # dependencies = [
 #     "trl>=1.16,<2",
 #     "transformers>=5,<6",
@@ -7,13 +7,23 @@
 #     "accelerate>=1,<2",
 #     "pyyaml>=6,<7",
 #     "math-verify>=0.9,<1",
+#     "jsonschema>=4,<5",
 # ]
 # ///
 """Run one GRPO training from a GRPO Dashboard run spec, streaming every log record as JSON lines.
 
 Usage: `python jobs/grpo_job.py --config run.yaml [--metrics metrics.jsonl]` (also `uv run` on Hugging Face Jobs and
 `accelerate launch jobs/grpo_job.py --config run.yaml` for several processes). Self-contained: imports nothing from
-`grpo_dashboard`; its only sibling is `grpo_rewards.py`.
+`grpo_dashboard`; its siblings in `jobs/` (`grpo_rewards.py` and the modules it imports) ship with it.
+
+run.yaml is the dashboard's resolved spec (`RunSpec.to_job_yaml`): every value this script reads is written there,
+defaults included, and read as a required key (`need`), so no default of the spec is re-typed here. `training:`
+holds only the GRPOConfig fields the user set; TRL's own defaults apply to the rest.
+
+What both sides of the contract need is defined here once and read by the dashboard from this file
+(`grpo_dashboard.spec.jobfiles.job_module`): the stdout `MARKER`, the local `DATA_FILE_TYPES`, the prompt mapping
+(`prompt_renderer`, the dataset preview's too) and the rule for running the health rules in the job
+(`wants_job_health`).
 
 Line protocol (the contract between jobs and the dashboard, identical for every backend): each record is one JSON
 object, written both to stdout behind the marker `@@GRPO_DASHBOARD@@ ` and, flushed per line, to `metrics.jsonl`:
@@ -39,6 +49,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -51,6 +62,9 @@ PROTOCOL_VERSION = 1
 EXIT_FAILED = 1
 EXIT_CANCELED = 143
 NO_CALLBACK_ENV = "GRPO_JOB_NO_CALLBACK"  # "1": no dashboard callback (benchmark switch)
+MAX_SAMPLES_PER_STEP = 64  # completions of each logged step written to samples.jsonl
+# Local data files by suffix -> the `datasets` builder that reads them (the dashboard's validation reads this map).
+DATA_FILE_TYPES = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
 TINY_CHARS = (
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n.,:;!?'\"-+*/=()<>_"
@@ -84,6 +98,23 @@ class Emitter:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+class RunYamlError(ValueError):
+    """run.yaml lacks a value this script reads: it was not written by this version of the dashboard."""
+
+
+def need(section: Any, key: str, where: str = "") -> Any:
+    """`section[key]` of the resolved run.yaml; RunYamlError naming `where + key` when it is missing.
+
+    `where` is the key's place in run.yaml, e.g. "dataset." or "rewards[0].".
+    """
+    if not isinstance(section, Mapping) or key not in section:
+        raise RunYamlError(
+            f"run.yaml has no {where}{key}: it was written by an older dashboard (or by hand). Relaunch it with "
+            "`python -m grpo_dashboard launch run.yaml`, which writes every resolved value the job reads."
+        )
+    return section[key]
 
 
 def _json_default(value: Any) -> Any:
@@ -147,54 +178,73 @@ def build_tiny_model(path: str | Path, seed: int = 0) -> Path:
 
 def _data_files(files: str | list[str]) -> tuple[str, list[str]]:
     files = [files] if isinstance(files, str) else list(files)
-    ext = Path(files[0]).suffix.lower().lstrip(".")
-    builder = {"jsonl": "json", "json": "json", "csv": "csv", "parquet": "parquet"}.get(ext)
+    ext = Path(files[0]).suffix.lower()
+    builder = DATA_FILE_TYPES.get(ext)
     if builder is None:
-        raise ValueError(f"dataset: unsupported local file type {ext!r}; use .json, .jsonl, .csv or .parquet.")
+        raise ValueError(f"dataset: unsupported local file type {ext.lstrip('.')!r}; use "
+                         f"{', '.join(DATA_FILE_TYPES)}.")
     return builder, files
 
 
-def load_split(ds_spec: dict[str, Any], split: str, files: str | list[str] | None) -> Any:
+def load_split(ds_spec: Mapping[str, Any], split: str | None, files: str | list[str] | None) -> Any:
     """Load one split: local files (JSON/JSONL/CSV/Parquet) or a Hub dataset (path, config, split)."""
     from datasets import load_dataset
 
     if files:
         builder, data_files = _data_files(files)
         return load_dataset(builder, data_files=data_files, split="train")
-    return load_dataset(ds_spec["path"], ds_spec.get("config"), split=split, revision=ds_spec.get("revision"))
+    return load_dataset(need(ds_spec, "path", "dataset."), need(ds_spec, "config", "dataset."), split=split,
+                        revision=need(ds_spec, "revision", "dataset."))
 
 
-def map_prompts(dataset: Any, ds_spec: dict[str, Any]) -> Any:
-    """Produce TRL's `prompt` column from the spec's prompt_column / prompt_template / system_prompt."""
-    column = ds_spec.get("prompt_column") or "prompt"
-    template = ds_spec.get("prompt_template")
-    system = ds_spec.get("system_prompt")
-    chat = bool(ds_spec.get("conversational")) or bool(system)
-    if column == "prompt" and not template and not chat:
-        return dataset
+def _prompt_settings(ds_spec: Mapping[str, Any]) -> tuple[str, str | None, str | None, bool]:
+    system = need(ds_spec, "system_prompt", "dataset.")
+    chat = bool(need(ds_spec, "conversational", "dataset.")) or bool(system)
+    return need(ds_spec, "prompt_column", "dataset."), need(ds_spec, "prompt_template", "dataset."), system, chat
 
-    def convert(row: dict[str, Any]) -> dict[str, Any]:
+
+def prompt_renderer(ds_spec: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], str | list[dict[str, Any]]]:
+    """The function giving the prompt TRL gets for one row, from the spec's prompt_column / prompt_template /
+    system_prompt / conversational. The dashboard's dataset preview calls this very function."""
+    column, template, system, chat = _prompt_settings(ds_spec)
+
+    def render(row: Mapping[str, Any]) -> str | list[dict[str, Any]]:
         value = template.format(**row) if template else row[column]
         if isinstance(value, list):
             messages = list(value)
             if system and not (messages and messages[0].get("role") == "system"):
                 messages = [{"role": "system", "content": system}, *messages]
-            return {"prompt": messages}
+            return messages
         if chat:
             messages = [{"role": "user", "content": str(value)}]
             if system:
                 messages.insert(0, {"role": "system", "content": system})
-            return {"prompt": messages}
-        return {"prompt": str(value)}
+            return messages
+        return str(value)
 
-    return dataset.map(convert)
+    return render
 
 
-def load_health_package(spec: dict[str, Any], config_dir: Path) -> ModuleType | None:
+def map_prompts(dataset: Any, ds_spec: Mapping[str, Any]) -> Any:
+    """Produce TRL's `prompt` column with `prompt_renderer` (a dataset already in that shape is left as it is)."""
+    column, template, _, chat = _prompt_settings(ds_spec)
+    if column == "prompt" and not template and not chat:
+        return dataset
+    render = prompt_renderer(ds_spec)
+    return dataset.map(lambda row: {"prompt": render(row)})
+
+
+def wants_job_health(health: Mapping[str, Any] | None) -> bool:
+    """True when a spec's `health:` settings turn on the guard or alerts: the job then runs the health rules itself,
+    from the copy shipped beside run.yaml. The dashboard ships that copy when this says so (`HealthSpec.in_job`)."""
+    h = health or {}
+    return bool(h.get("guard") or h.get("alerts") or h.get("webhook_url"))
+
+
+def load_health_package(spec: Mapping[str, Any], config_dir: Path) -> ModuleType | None:
     """The shipped copy of the dashboard's health rules (`grpo_health/` beside run.yaml) when the spec asks for the
     guard or alerts; None otherwise. Raises FileNotFoundError when it is needed but was not shipped."""
-    health = spec.get("health") or {}
-    if not (health.get("guard") or health.get("alerts") or health.get("webhook_url")):
+    if not wants_job_health(need(spec, "health")):
         return None
     package = config_dir / "grpo_health"
     if not (package / "__init__.py").is_file():
@@ -314,9 +364,13 @@ def _config_dict(args: Any) -> dict[str, Any]:
 
 
 def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_dir: Path) -> int:
-    """Build dataset, model and rewards from `spec` and train; return the process exit code."""
+    """Build dataset, model and rewards from `spec` (the resolved run.yaml) and train; return the exit code."""
     callback_holder: dict[str, Any] = {}
     health_pkg = load_health_package(spec, base_dir)
+    health_settings = need(spec, "health")
+    model_spec, ds_spec, reward_specs = need(spec, "model"), need(spec, "dataset"), need(spec, "rewards")
+    output_dir, save_model = need(spec, "output_dir"), need(spec, "save_model")
+    training = dict(need(spec, "training") or {})
 
     def on_sigterm(signum: int, frame: Any) -> None:
         cb = callback_holder.get("cb")
@@ -328,57 +382,56 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
 
     signal.signal(signal.SIGTERM, on_sigterm)
 
-    from trl import GRPOConfig, GRPOTrainer
-
-    model_spec = spec["model"]
-    ds_spec = spec["dataset"]
-    model_path = str(model_spec["name_or_path"])
-    if model_spec.get("build_tiny"):
+    model_path = str(need(model_spec, "name_or_path", "model."))
+    if need(model_spec, "build_tiny", "model."):
         model_path = str(build_tiny_model(model_path))
 
-    train = map_prompts(load_split(ds_spec, ds_spec.get("split") or "train", ds_spec.get("data_files")), ds_spec)
-    eval_ds = None
-    if ds_spec.get("eval_split") or ds_spec.get("eval_data_files"):
-        eval_ds = map_prompts(
-            load_split(ds_spec, ds_spec.get("eval_split") or "test", ds_spec.get("eval_data_files")), ds_spec
-        )
+    # With local files a split's name is not used: each file list is one split.
+    train_split, train_files = need(ds_spec, "split", "dataset."), need(ds_spec, "data_files", "dataset.")
+    eval_split, eval_files = need(ds_spec, "eval_split", "dataset."), need(ds_spec, "eval_data_files", "dataset.")
+    train = map_prompts(load_split(ds_spec, train_split, train_files), ds_spec)
+    eval_ds = map_prompts(load_split(ds_spec, eval_split, eval_files), ds_spec) if eval_split or eval_files else None
 
-    reward_specs = spec["rewards"]
-    funcs = [
-        grpo_rewards.build_reward(r["name"], r.get("builtin"), r.get("function"), dict(r.get("params") or {}),
-                                  str(base_dir))
-        for r in reward_specs
-    ]
-    training = dict(spec.get("training") or {})
-    training.setdefault("report_to", "none")
+    funcs, weights = [], []
+    for i, r in enumerate(reward_specs):
+        where = f"rewards[{i}]."
+        funcs.append(grpo_rewards.build_reward(
+            need(r, "name", where), need(r, "builtin", where), need(r, "function", where),
+            dict(need(r, "params", where) or {}), str(base_dir)))
+        weights.append(float(need(r, "weight", where)))
+    training.setdefault("report_to", "none")  # the job's own choice (no tracker unless asked), not a TRL default
     init_kwargs = dict(training.pop("model_init_kwargs", None) or {})
-    if model_spec.get("dtype") and model_spec["dtype"] != "auto":
-        init_kwargs.setdefault("dtype", model_spec["dtype"])
-    for key in ("revision", "attn_implementation"):
-        if model_spec.get(key):
-            init_kwargs.setdefault(key, model_spec[key])
-    if model_spec.get("trust_remote_code"):
+    dtype = need(model_spec, "dtype", "model.")
+    if dtype and dtype != "auto":
+        init_kwargs.setdefault("dtype", dtype)
+    for key, value in (("revision", need(model_spec, "revision", "model.")),
+                       ("attn_implementation", need(model_spec, "attn_implementation", "model."))):
+        if value:
+            init_kwargs.setdefault(key, value)
+    if need(model_spec, "trust_remote_code", "model."):
         training["trust_remote_code"] = True
+    lora = need(model_spec, "lora", "model.")
+
+    from trl import GRPOConfig, GRPOTrainer
+
     config = GRPOConfig(
         **training,
-        output_dir=spec["output_dir"],
-        reward_weights=[float(r.get("weight", 1.0)) for r in reward_specs],
+        output_dir=output_dir,
+        reward_weights=weights,
         model_init_kwargs=init_kwargs or None,
         logging_nan_inf_filter=False,
     )
     peft_config = None
-    if model_spec.get("lora"):
+    if lora is not None:
         from peft import LoraConfig
 
-        lora = dict(model_spec["lora"])
-        peft_config = LoraConfig(task_type="CAUSAL_LM", **lora)
+        peft_config = LoraConfig(task_type="CAUSAL_LM", **dict(lora))
 
     health = None  # grpo_health.JobHealth on the main process when the guard or alerts are on
     if health_pkg is not None and _is_main_process():
-        health = health_pkg.JobHealth(spec.get("health"), run_name=spec.get("name"), report_to=config.report_to)
-    guard = health_pkg is not None and bool((spec.get("health") or {}).get("guard"))
-    callback = make_callback(emitter, samples_path, int(spec.get("max_samples_per_step") or 64), health=health,
-                             guard=guard)
+        health = health_pkg.JobHealth(health_settings, run_name=need(spec, "name"), report_to=config.report_to)
+    guard = health_pkg is not None and bool(need(health_settings, "guard", "health."))
+    callback = make_callback(emitter, samples_path, MAX_SAMPLES_PER_STEP, health=health, guard=guard)
     # GRPO_JOB_NO_CALLBACK=1 trains without the dashboard callback (no metrics stream, cancellation or guard): only
     # for benchmarks/training_overhead.py, which measures what the callback costs.
     callbacks = [] if os.environ.get(NO_CALLBACK_ENV) == "1" else [callback]
@@ -396,7 +449,7 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     if health is not None:
         stop = health.stop
         if stop is not None:
-            checkpoint = Path(spec["output_dir"]) / f"checkpoint-{step}"
+            checkpoint = Path(output_dir) / f"checkpoint-{step}"
             emitter.event("guard_stop", step=step, rule=stop.rule, severity=stop.severity, onset=stop.step,
                           message=stop.message, remedy=stop.remedy,
                           checkpoint=str(checkpoint) if checkpoint.is_dir() else None)
@@ -404,8 +457,8 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     if callback.stop_requested:
         emitter.event("canceled", step=step)
         return EXIT_CANCELED
-    if spec.get("save_model", True):
-        trainer.save_model(spec["output_dir"])
+    if save_model:
+        trainer.save_model(output_dir)
     emitter.event("finished", step=step)
     return 0
 

@@ -33,7 +33,6 @@ from grpo_answers import (  # noqa: E402,F401 - re-exported for the dashboard an
     _ANSWER_TAG,
     _FENCE,
     EXTRACT_MODES,
-    _check_schema_subset,
     extract_answer,
     extract_json,
     gold_answer,

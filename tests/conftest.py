@@ -196,3 +196,29 @@ def receiver() -> Any:
     r = WebhookReceiver()
     yield r
     r.close()
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A running fake Hub (fake_hub.py) for the HF Jobs tests; the client points at it and only at it, with no saved
+    login, and the backend polls and retries quickly."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import disable_progress_bars
+
+    from grpo_dashboard.launch import hf_jobs
+
+    from .fake_hub import FakeHub
+    from .hf_jobs_helpers import TOKEN
+
+    fake = FakeHub(tmp_path / "hub", TOKEN).start()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", fake.url)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setenv("HF_ENDPOINT", fake.url)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("GRPO_DASHBOARD_HF_POLL_S", "0.2")
+    monkeypatch.setattr(hf_jobs, "RETRY_BASE_S", 0.05)
+    disable_progress_bars()
+    yield fake
+    hf_jobs.stop_all()
+    fake.stop()

@@ -8,12 +8,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from grpo_dashboard.store.db import Run, RunStatus, Store
 from grpo_dashboard.store.ingest import ingest_file
-from grpo_dashboard.views import charts
+from grpo_dashboard.store.series import SeriesArrays
+from grpo_dashboard.views import charts, downsample
+
+from .store_helpers import reference_ema
 
 # One real CPU step's metrics (trl_grpo.md §2.3) plus kl and an eval record's keys.
 TRL_KEYS = [
@@ -27,29 +29,21 @@ TRL_KEYS = [
 EVAL_KEYS = ["eval_loss", "eval_reward", "eval_kl", "eval_runtime", "eval_rewards/count_letter/mean"]
 
 
-def frame(values: list[float | None], times: list[float] | None = None, start: int = 1) -> pd.DataFrame:
+def frame(values: list[float | None], times: list[float] | None = None, start: int = 1) -> SeriesArrays:
     steps = list(range(start, start + len(values)))
-    return charts.metric_frame(zip(steps, values, times or [1000.0 + s for s in steps], strict=True))
+    return SeriesArrays.from_rows(zip(steps, values, times or [1000.0 + s for s in steps], strict=True))
+
+
+def ema(values: list[float] | np.ndarray, weight: float) -> np.ndarray:
+    """The charts' EMA over a whole series (`downsample.ema` from a fresh start)."""
+    return downsample.ema(np.asarray(values, dtype=float), weight)[0]
 
 
 def test_ema_matches_tensorboard_debiased_formula() -> None:
-    out = charts.ema([1.0, 2.0, 3.0], 0.5)
+    out = ema([1.0, 2.0, 3.0], 0.5)
     assert out == pytest.approx([1.0, 1.25 / 0.75, 2.125 / 0.875])
-    assert charts.ema([5.0] * 10, 0.9) == pytest.approx([5.0] * 10)  # debiasing: no ramp from zero
-    assert list(charts.ema([1.0, 2.0], 0.0)) == [1.0, 2.0]
-
-
-def reference_ema(values: list[float], weight: float) -> list[float]:
-    """TensorBoard's loop, verbatim in spirit."""
-    out, last, count = [], 0.0, 0
-    for v in values:
-        if not math.isfinite(v):
-            out.append(v)
-            continue
-        last = last * weight + (1 - weight) * v
-        count += 1
-        out.append(last / (1 - weight ** count))
-    return out
+    assert ema([5.0] * 10, 0.9) == pytest.approx([5.0] * 10)  # debiasing: no ramp from zero
+    assert list(ema([1.0, 2.0], 0.0)) == [1.0, 2.0]
 
 
 @pytest.mark.parametrize("weight", [0.01, 0.3, 0.6, 0.9, 0.99, 0.999])
@@ -58,14 +52,14 @@ def test_vectorised_ema_matches_the_loop_across_blocks(weight: float) -> None:
     values = rng.normal(0, 1, 5000) + np.linspace(0, 5, 5000)
     values[[10, 1000, 4321]] = np.nan
     values[777] = np.inf
-    got = charts.ema(values, weight)
+    got = ema(values, weight)
     want = np.array(reference_ema(list(values), weight))
     assert np.allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True)
     assert np.isinf(got[777])
 
 
 def test_ema_passes_nan_through_without_poisoning_later_values() -> None:
-    out = charts.ema([1.0, math.nan, 1.0, math.inf, 1.0], 0.6)
+    out = ema([1.0, math.nan, 1.0, math.inf, 1.0], 0.6)
     assert math.isnan(out[1]) and math.isinf(out[3])
     assert out[[0, 2, 4]] == pytest.approx([1.0, 1.0, 1.0])
 
@@ -75,25 +69,25 @@ def test_downsample_keeps_spikes_and_caps_points() -> None:
     values = rng.normal(0, 1, 100_000)
     values[54_321] = 500.0
     values[77_777] = -400.0
-    keep = charts.downsample_indices(values, 2000)
+    keep = downsample.minmax_indices(values, 2000)
     assert len(keep) <= 2000
     assert 54_321 in keep and 77_777 in keep
     assert list(keep) == sorted(set(keep))
-    assert list(charts.downsample_indices(values[:1500], 2000)) == list(range(1500))
+    assert list(downsample.minmax_indices(values[:1500], 2000)) == list(range(1500))
 
 
 def test_downsample_keeps_a_nan_gap_visible() -> None:
     values = np.ones(10_000)
     values[5000] = np.nan
-    keep = charts.downsample_indices(values, 2000)
+    keep = downsample.minmax_indices(values, 2000)
     assert len(keep) <= 2000 and 5000 in keep
 
 
-def test_metric_frame_turns_none_into_nan_and_sorts() -> None:
-    f = charts.metric_frame([(3, 1.0, 3.0), (1, None, 1.0), (2, float("nan"), None)])
-    assert list(f["step"]) == [1, 2, 3]
-    assert f["value"].isna().tolist() == [True, True, False]
-    assert charts.metric_frame([]).empty
+def test_series_from_rows_turns_none_into_nan_and_sorts() -> None:
+    f = SeriesArrays.from_rows([(3, 1.0, 3.0), (1, None, 1.0), (2, float("nan"), None)])
+    assert list(f.steps) == [1, 2, 3]
+    assert np.isnan(f.values).tolist() == [True, True, False]
+    assert len(SeriesArrays.from_rows([])) == 0
 
 
 def test_group_metrics_sorts_trl_keys_into_panels() -> None:
@@ -241,7 +235,7 @@ def test_store_summaries_keep_spikes_and_full_series_smoothing(data_dir: Path) -
     raw = next(t for t in grad_fig.data if t.name.endswith("(raw)"))
     assert np.nanmax(np.asarray(raw.y, dtype=float)) == 40.0
     smoothed = next(t for t in grad_fig.data if t.name == "grad_norm")
-    full = charts.ema(np.where(np.isnan(grad), np.nan, grad), 0.9)
+    full = ema(np.where(np.isnan(grad), np.nan, grad), 0.9)
     steps = np.asarray(smoothed.x, dtype=int)
     ys = np.asarray(smoothed.y, dtype=float)
     ok = np.isfinite(ys)

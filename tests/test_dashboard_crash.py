@@ -3,11 +3,7 @@ every run is found again and the store ends identical to each run's metrics.json
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,26 +12,10 @@ import pytest
 from grpo_dashboard.launch.runs import launch, metrics_path
 from grpo_dashboard.store.db import Store
 
-from .conftest import REPO, jsonl_records, same_values, smoke_dict, store_records, wait_for
+from .conftest import free_port, jsonl_records, same_values, smoke_dict, store_records, wait_for
+from .dashboard_helpers import serving, start_dashboard
 
 pytestmark = pytest.mark.training
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_dashboard(port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)}
-    return subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-
-
-def serving(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_kill_dashboard_with_three_live_runs_and_restart(tiny_model: Path) -> None:

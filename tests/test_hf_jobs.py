@@ -7,7 +7,6 @@ only these tests lift HF_HUB_OFFLINE.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -23,105 +22,18 @@ from grpo_dashboard.errors import BackendError
 from grpo_dashboard.launch import hf_jobs
 from grpo_dashboard.launch.runs import cancel, launch, reattach, refresh
 from grpo_dashboard.spec.jobfiles import job_files
-from grpo_dashboard.store.db import TERMINAL, Store, data_dir
+from grpo_dashboard.store.db import Store, data_dir
 
 from .conftest import (
     REPO,
     SMOKE_DATA,
     jsonl_records,
     same_values,
-    smoke_dict,
     store_records,
     wait_for,
-    write_spec,
 )
 from .fake_hub import FakeHub, Plan
-
-TOKEN = "hf_FakeUserToken0123456789abcdef"
-MARK = "@@GRPO_DASHBOARD@@ "
-
-
-@pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A running fake Hub; the client points at it and only at it, with no saved login."""
-    from huggingface_hub import constants
-    from huggingface_hub.utils import disable_progress_bars
-
-    fake = FakeHub(tmp_path / "hub", TOKEN).start()
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "ENDPOINT", fake.url)
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-    monkeypatch.setenv("HF_ENDPOINT", fake.url)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("GRPO_DASHBOARD_HF_POLL_S", "0.2")
-    monkeypatch.setattr(hf_jobs, "RETRY_BASE_S", 0.05)
-    disable_progress_bars()
-    yield fake
-    hf_jobs.stop_all()
-    fake.stop()
-
-
-def protocol_lines(steps: int, end: str = "finished", noise: bool = True) -> list[str]:
-    """What a job prints: protocol records (with NaN, ±Infinity and null values) between ordinary log lines."""
-    t = 1_700_000_000.0
-    recs: list[dict[str, Any]] = [{"v": 1, "type": "event", "event": "starting", "time": t, "pid": 7},
-                                  {"v": 1, "type": "event", "event": "started", "time": t + 1, "max_steps": steps}]
-    lines = ["Installed 87 packages in 2.1s", "Downloading model: 100%|##########| 1/1"] if noise else []
-    lines += [MARK + json.dumps(r) for r in recs]
-    for s in range(1, steps + 1):
-        metrics = {"loss": 0.01 * s, "reward": s / steps, "kl": math.nan if s == 3 else 0.001 * s,
-                   "grad_norm": math.inf if s == 4 else 1.0 / s, "entropy": None if s == 5 else 2.0 - s / 100,
-                   "learning_rate": 1e-6, "completions/mean_length": 12.5}
-        rec = {"v": 1, "type": "log", "split": "train", "step": s, "time": t + 1 + s, "max_steps": steps,
-               "metrics": metrics}
-        if noise and s % 4 == 0:
-            lines.append(f" {s}/{steps} [00:0{s % 10}<00:10, 1.52it/s]")
-        lines.append(MARK + json.dumps(rec))
-    if noise:
-        lines.append(MARK + '{"v": 1, "type": "log", "broken')  # a garbled record: skipped and counted
-    if end == "finished":
-        lines.append(MARK + json.dumps({"v": 1, "type": "event", "event": "finished", "time": t + 99, "step": steps}))
-    elif end == "failed":
-        lines += ["Traceback (most recent call last):", '  File "grpo_job.py", line 1', "ValueError: boom"]
-        lines.append(MARK + json.dumps({"v": 1, "type": "event", "event": "failed", "time": t + 99,
-                                        "error_type": "ValueError", "message": "boom", "traceback": "..."}))
-    return lines
-
-
-def printed_records(lines: list[str]) -> dict[tuple[str, int], dict[str, Any]]:
-    """The metric records in what the job printed, as {(split, step): {key: value}}."""
-    out: dict[tuple[str, int], dict[str, Any]] = {}
-    for line in lines:
-        if MARK.strip() not in line:
-            continue
-        try:
-            rec = json.loads(line[line.index(MARK.strip()) + len(MARK):])
-        except ValueError:
-            continue
-        if rec.get("type") == "log":
-            slot = out.setdefault((rec.get("split", "train"), rec["step"]), {})
-            for k, v in rec["metrics"].items():
-                slot.setdefault(k, v)
-    return out
-
-
-def hf_spec(tmp_path: Path, **backend: Any) -> Path:
-    spec = smoke_dict(tmp_path / "tiny-not-built")
-    spec["model"] = {"name_or_path": ".cache/tiny-qwen2-char", "build_tiny": True, "dtype": "float32"}
-    spec["dataset"]["data_files"] = str(SMOKE_DATA)
-    spec["training"]["max_steps"] = 4
-    spec["backend"] = {"kind": "hf_jobs", "flavor": "cpu-basic", "namespace": "alice", "timeout": "30m", **backend}
-    return write_spec(tmp_path / "hf.yaml", spec)
-
-
-def follow_until_done(store: Store, run_id: str, timeout: float = 60.0) -> Any:
-    """What the Monitor does (refresh every tick) until the run ends and its follower has finished."""
-    def done() -> bool:
-        run = refresh(store, store.get_run(run_id))
-        return run.status in TERMINAL and hf_jobs.follower(run_id) is None
-
-    wait_for(done, timeout=timeout, interval=0.1)
-    return store.get_run(run_id)
+from .hf_jobs_helpers import TOKEN, follow_until_done, hf_spec, printed_records, protocol_lines
 
 
 def job_log(run: Any) -> list[str]:

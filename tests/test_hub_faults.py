@@ -20,12 +20,9 @@ from grpo_dashboard.launch.runs import launch, reattach, refresh
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.views.remote_status import hf_job_markdown
 
-from . import test_hf_jobs
 from .conftest import REPO, same_values, store_records, wait_for
 from .fake_hub import FakeHub, Plan
-from .test_hf_jobs import TOKEN, follow_until_done, hf_spec, printed_records, protocol_lines
-
-hub = test_hf_jobs.hub  # the fake Hub fixture, shared
+from .hf_jobs_helpers import TOKEN, follow_until_done, hf_spec, printed_records, protocol_lines
 
 CLIENT_TIMEOUT_S = 2
 SLOW_S = 4  # the fake's late answers: well past CLIENT_TIMEOUT_S

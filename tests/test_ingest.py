@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from grpo_dashboard.store.db import Run, Store
+from grpo_dashboard.store.db import Store
 from grpo_dashboard.store.ingest import MARKER, ingest_file, parse_line
 
-
-def new_run(store: Store, tmp_path: Path, run_id: str = "r1") -> Path:
-    run_dir = tmp_path / run_id
-    run_dir.mkdir()
-    store.insert_run(Run(id=run_id, name=run_id, spec_yaml="name: x\n", backend="local", status="running",
-                         created_at=time.time(), run_dir=str(run_dir)))
-    return run_dir / "metrics.jsonl"
+from .store_helpers import new_run
 
 
 def log_line(step: int, split: str = "train", **metrics: Any) -> str:

@@ -14,7 +14,7 @@ from grpo_dashboard.store.ingest import ingest_file
 from grpo_dashboard.views import chart_json, charts
 from grpo_dashboard.views.memo import SingleFlight
 
-from .test_store_perf_paths import append_log, new_run
+from .store_helpers import append_log, new_run
 
 
 def test_single_flight_runs_one_computation_for_concurrent_callers_and_shares_its_result() -> None:
@@ -83,10 +83,10 @@ class GatedStore(Store):
         self.gate.set()
         self.reading = threading.Event()
 
-    def downsampled(self, *args: Any, **kwargs: Any) -> Any:
+    def series_heads(self, *args: Any, **kwargs: Any) -> Any:
         self.reading.set()
         assert self.gate.wait(30)
-        return super().downsampled(*args, **kwargs)
+        return super().series_heads(*args, **kwargs)
 
 
 def test_a_viewer_gets_the_newest_finished_charts_while_another_builds_the_current_ones(tmp_path: Path) -> None:

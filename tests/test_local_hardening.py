@@ -201,8 +201,8 @@ def wrong_start(proc: subprocess.Popen) -> str:
 def test_refresh_never_signals_a_reused_pid(stranger: subprocess.Popen, tmp_path: Path) -> None:
     store = Store()
     run = store_run(store, tmp_path, stranger.pid, wrong_start(stranger))
-    with runs._children_lock:
-        runs._seen_alive.add(run.id)  # even right after the job was seen alive, the group is not the run's now
+    with local._children_lock:
+        local._seen_alive.add(run.id)  # even right after the job was seen alive, the group is not the run's now
     run = runs.refresh(store, run)
     assert run.status == "failed"
     assert f"job process {stranger.pid} vanished" in run.error
@@ -225,7 +225,7 @@ def test_the_stall_kill_never_signals_a_reused_pid(stranger: subprocess.Popen, t
     store = Store()
     run = store_run(store, tmp_path, stranger.pid, wrong_start(stranger), backend={"stall_timeout_s": 1})
     os.utime(Path(run.run_dir) / "job.log", (time.time() - 3600, time.time() - 3600))
-    runs._kill_if_stalled(store, run)  # silent for an hour, but not the job any more
+    local._kill_if_stalled(store, run)  # silent for an hour, but not the job any more
     assert store.get_run(run.id).error is None and store.get_run(run.id).cancel_requested_at is None
     run = runs.refresh(store, run)
     assert run.status == "failed" and "not signalled" in run.error

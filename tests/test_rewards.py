@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from grpo_dashboard.spec.jobfiles import rewards_module
+from grpo_dashboard.spec.run_spec import RunSpec
 
 R = rewards_module()
 
@@ -181,23 +182,23 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
           "required": ["name", "age"], "additionalProperties": False}
 
 
-@pytest.mark.parametrize("with_jsonschema", [True, False])
-def test_json_valid_with_schema(with_jsonschema: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not with_jsonschema:
-        monkeypatch.setitem(__import__("sys").modules, "jsonschema", None)
+def test_json_valid_with_schema() -> None:
     texts = ['{"name": "Ann", "age": 3}', '{"name": "Ann"}', '{"name": "Ann", "age": -1}',
              '{"name": "Ann", "age": 3, "x": 1}', "nope"]
     assert call("json_valid", texts, {"schema": SCHEMA}) == [1.0, 0.5, 0.5, 0.5, 0.0]
     assert call("json_valid", texts[:2], {"schema": SCHEMA, "partial_credit": 0.0}) == [1.0, 0.0]
 
 
-def test_json_valid_schema_from_column_and_subset_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_json_valid_schema_from_column_and_needs_jsonschema(monkeypatch: pytest.MonkeyPatch) -> None:
     out = call("json_valid", ['{"n": 1}', '{"n": "x"}'], {"schema_column": "schema"},
                schema=['{"properties": {"n": {"type": "number"}}}'] * 2)
     assert out == [1.0, 0.5]
+    with pytest.raises(ValueError, match="not a valid JSON schema"):
+        R.REWARDS["json_valid"].factory(schema={"type": "no-such-type"})
     monkeypatch.setitem(__import__("sys").modules, "jsonschema", None)
-    with pytest.raises(ValueError, match=r"\$ref.*pip install jsonschema"):
-        R.REWARDS["json_valid"].factory(schema={"$ref": "#/defs/x"})
+    with pytest.raises(ValueError, match="needs the `jsonschema` package.*pip install jsonschema"):
+        R.REWARDS["json_valid"].factory(schema=SCHEMA)
+    assert call("json_valid", ['{"a": 1}', "nope"]) == [1.0, 0.0]  # without a schema it is not needed
 
 
 # ----------------------------------------------------------------- code
@@ -295,8 +296,6 @@ def test_builtins_run_inside_a_real_grpo_job(tmp_path: Any, tiny_model: Any) -> 
     import subprocess
     import sys
 
-    import yaml
-
     repo = Path(__file__).resolve().parent.parent
     rewards = [
         {"name": "format", "builtin": "think_format"}, {"name": "acc", "builtin": "math_accuracy"},
@@ -315,7 +314,7 @@ def test_builtins_run_inside_a_real_grpo_job(tmp_path: Any, tiny_model: Any) -> 
             "training": {"use_cpu": True, "bf16": False, "per_device_train_batch_size": 4, "num_generations": 4,
                          "max_completion_length": 8, "max_steps": 1, "logging_steps": 1, "save_strategy": "no",
                          "report_to": "none"}}
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "run.yaml").write_text(RunSpec.from_dict(spec).to_job_yaml())  # the resolved run.yaml a job gets
     proc = subprocess.run([sys.executable, str(repo / "jobs/grpo_job.py"), "--config", str(tmp_path / "run.yaml")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -13,17 +13,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grpo_dashboard.store import downsample
 from grpo_dashboard.store import series as series_store
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.store.ingest import ingest_file
+from grpo_dashboard.views import display, downsample
 
-from .test_charts import reference_ema as charts_reference_ema
-from .test_ingest import new_run
+from .store_helpers import append_log, new_run
+from .store_helpers import reference_ema as charts_reference_ema
 
 
 def reference_ema(values: np.ndarray, weight: float) -> np.ndarray:
-    """TensorBoard's loop (tests/test_charts.py), as an array."""
+    """TensorBoard's loop (tests/store_helpers.py), as an array."""
     return np.array(charts_reference_ema(values, weight))
 
 
@@ -39,15 +39,6 @@ def reference_keep(values: np.ndarray, width: int) -> list[int]:
         if not finite.all():
             keep.add(lo + int(np.argmax(~finite)))
     return sorted(keep)
-
-
-def append_log(path: Path, steps: range | list[int], **series: Any) -> None:
-    """Append one log record per step; each keyword is a function step -> value (or a constant)."""
-    with path.open("a") as f:
-        for step in steps:
-            metrics = {k: (v(step) if callable(v) else v) for k, v in series.items()}
-            f.write(json.dumps({"v": 1, "type": "log", "split": "train", "step": step, "time": 1000.0 + step,
-                                "metrics": metrics}) + "\n")
 
 
 @pytest.mark.parametrize("weight", [0.0, 0.01, 0.6, 0.99, 0.999])
@@ -112,17 +103,17 @@ def test_store_downsampled_follows_a_growing_run_and_keeps_its_spike(tmp_path: P
     path = new_run(store, tmp_path)
     append_log(path, range(1, 5001), reward=lambda s: 9.0 if s == 3333 else s / 5000, loss=0.5)
     ingest_file(store, "r1", path)
-    first = store.downsampled("r1", max_points=300, smoothing=0.5)
+    first = display.downsampled(store, "r1", max_points=300, smoothing=0.5)
     assert set(first) == {("train", "reward"), ("train", "loss")}
     reward = first[("train", "reward")]
     assert len(reward) <= 300 and reward.total == 5000 and 3333 in reward.steps.tolist()
     assert reward.values[reward.steps.tolist().index(3333)] == 9.0
     append_log(path, range(5001, 5101), reward=lambda s: -7.0 if s == 5050 else 1.0, loss=0.5)
     ingest_file(store, "r1", path)
-    grown = store.downsampled("r1", max_points=300, smoothing=0.5)[("train", "reward")]
+    grown = display.downsampled(store, "r1", max_points=300, smoothing=0.5)[("train", "reward")]
     assert grown.total == 5100 and {3333, 5050} <= set(grown.steps.tolist())
     # The incrementally updated summary equals one built from scratch by a fresh store.
-    cold = Store().downsampled("r1", max_points=300, smoothing=0.5)[("train", "reward")]
+    cold = display.downsampled(Store(), "r1", max_points=300, smoothing=0.5)[("train", "reward")]
     assert list(grown.steps) == list(cold.steps)
     assert np.allclose(grown.smooth, cold.smooth, rtol=1e-12)
 
@@ -132,11 +123,11 @@ def test_store_downsampled_redoes_a_series_after_a_late_out_of_order_point(tmp_p
     path = new_run(store, tmp_path)
     append_log(path, [s for s in range(1, 101) if s != 50], kl=0.1)
     ingest_file(store, "r1", path)
-    before = store.downsampled("r1", max_points=500)[("train", "kl")]
+    before = display.downsampled(store, "r1", max_points=500)[("train", "kl")]
     assert before.total == 99 and 50 not in before.steps.tolist()
     append_log(path, [50], kl=3.0)
     ingest_file(store, "r1", path)
-    after = store.downsampled("r1", max_points=500)[("train", "kl")]
+    after = display.downsampled(store, "r1", max_points=500)[("train", "kl")]
     assert after.total == 100 and list(after.steps) == list(range(1, 101))
     assert after.values[49] == 3.0
 
@@ -149,7 +140,7 @@ def test_store_downsampled_keeps_none_nan_inf_and_filters_keys(tmp_path: Path) -
         json.dumps({"type": "log", "split": "train", "step": s, "time": float(s),
                     "metrics": {"entropy": odd.get(s, 1.0), "kl": 0.1}}) + "\n" for s in range(1, 6)))
     ingest_file(store, "r1", path)
-    pts = store.downsampled("r1", keys=[("train", "entropy")])
+    pts = display.downsampled(store, "r1", keys=[("train", "entropy")])
     assert list(pts) == [("train", "entropy")]
     e = pts[("train", "entropy")]
     assert list(e.is_none) == [True, False, False, False, False]
@@ -234,18 +225,18 @@ def test_companion_series_rides_along_exactly_and_incrementally(tmp_path: Path) 
                "rewards/acc/std": lambda s: 0.1 + (s % 13) / 100}
     append_log(path, range(1, 4001), **metrics)
     ingest_file(store, "r1", path)
-    store.downsampled("r1", 500, 0.6, companions={mean_key: std_key})
+    display.downsampled(store, "r1", 500, 0.6, companions={mean_key: std_key})
     append_log(path, range(4001, 4101), **metrics)
     ingest_file(store, "r1", path)
-    pts = store.downsampled("r1", 500, 0.6, companions={mean_key: std_key})[mean_key]
+    pts = display.downsampled(store, "r1", 500, 0.6, companions={mean_key: std_key})[mean_key]
     std = store.arrays("r1", std_key[1])
     expected = dict(zip(std.steps.tolist(), reference_ema(std.values, 0.6).tolist(), strict=True))
     assert len(pts) <= 500 and 777 in pts.steps.tolist() and pts.steps[-1] == 4100
-    assert pts.aux == pytest.approx([expected[s] for s in pts.steps.tolist()], rel=1e-9)
-    cold = Store().downsampled("r1", 500, 0.6, companions={mean_key: std_key})[mean_key]
-    assert list(cold.steps) == list(pts.steps) and np.allclose(cold.aux, pts.aux, rtol=1e-12)
+    assert pts.band == pytest.approx([expected[s] for s in pts.steps.tolist()], rel=1e-9)
+    cold = display.downsampled(Store(), "r1", 500, 0.6, companions={mean_key: std_key})[mean_key]
+    assert list(cold.steps) == list(pts.steps) and np.allclose(cold.band, pts.band, rtol=1e-12)
     # Without a companion, aux is NaN.
-    assert np.isnan(store.downsampled("r1", 500, 0.6)[mean_key].aux).all()
+    assert np.isnan(display.downsampled(store, "r1", 500, 0.6)[mean_key].band).all()
 
 
 def test_companion_missing_steps_give_nan(tmp_path: Path) -> None:
@@ -254,8 +245,8 @@ def test_companion_missing_steps_give_nan(tmp_path: Path) -> None:
     append_log(path, range(1, 11), kl=0.1)
     append_log(path, range(1, 11, 2), entropy=2.0)
     ingest_file(store, "r1", path)
-    pts = store.downsampled("r1", companions={("train", "kl"): ("train", "entropy")})[("train", "kl")]
-    assert [not math.isnan(a) for a in pts.aux] == [s % 2 == 1 for s in range(1, 11)]
+    pts = display.downsampled(store, "r1", companions={("train", "kl"): ("train", "entropy")})[("train", "kl")]
+    assert [not math.isnan(a) for a in pts.band] == [s % 2 == 1 for s in range(1, 11)]
 
 
 def test_reward_band_from_the_store_equals_the_std_ema_at_the_mean_points(tmp_path: Path) -> None:
@@ -326,3 +317,27 @@ def test_plot_json_equals_plotly_own_and_is_shared_per_run_state(tmp_path: Path)
     moved = chart_json.run_plots(store, "r1", charts.ChartOptions(xaxis="relative time"), max_completion_length=16,
                              started_at=1000.0)
     assert moved["reward"] is not plots["reward"] and moved["reward"] != plots["reward"]
+
+
+def test_one_display_pipeline_whole_series_equals_the_live_cache_and_compare_reads(tmp_path: Path) -> None:
+    """Run detail (cached, incremental), Compare (cached, one key) and a whole series reduced at once agree."""
+    store = Store()
+    path = new_run(store, tmp_path)
+    metrics = {"rewards/acc/mean": lambda s: math.sin(s / 40) + (3.0 if s == 1999 else 0.0),
+               "rewards/acc/std": lambda s: None if s % 101 == 0 else 0.1 + (s % 9) / 100, "loss": lambda s: 1 / s}
+    append_log(path, range(1, 3001), **metrics)
+    ingest_file(store, "r1", path)
+    display.run_series(store, "r1", 0.6, 500)
+    append_log(path, range(3001, 3201), **metrics)
+    ingest_file(store, "r1", path)
+    live = display.run_series(store, "r1", 0.6, 500)
+    whole = display.reduce_all(store.arrays_all("r1"), 500, 0.6)
+    mean_key = ("train", "rewards/acc/mean")
+    compared = display.downsampled(store, "r1", 500, 0.6, keys=[mean_key])[mean_key]
+    assert set(live) == set(whole) and np.isfinite(live[mean_key].band).any()
+    for k, got in live.items():
+        assert got.total == whole[k].total == 3200 and list(got.steps) == list(whole[k].steps)
+        assert np.allclose(got.smooth, whole[k].smooth, rtol=1e-12, equal_nan=True)
+        assert np.allclose(got.band, whole[k].band, rtol=1e-12, equal_nan=True)
+    assert list(compared.steps) == list(live[mean_key].steps) and 1999 in compared.steps.tolist()
+    assert np.allclose(compared.smooth, live[mean_key].smooth, rtol=1e-12)

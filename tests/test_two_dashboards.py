@@ -22,8 +22,8 @@ from grpo_dashboard.launch import local
 from grpo_dashboard.launch.runs import metrics_path
 from grpo_dashboard.store.db import Run, Store
 
-from .conftest import jsonl_records, same_values, store_records, wait_for
-from .test_dashboard_crash import free_port, serving, start_dashboard
+from .conftest import free_port, jsonl_records, same_values, store_records, wait_for
+from .dashboard_helpers import serving, start_dashboard
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,6 @@ cancel a second run. Saves a screenshot of the run detail page to test-artifacts
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from grpo_dashboard.launch import logs, runs
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Store
 from grpo_dashboard.ui import build_app, launch_options
 
-from .conftest import REPO, wait_for
+from .conftest import REPO, free_port, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -33,12 +32,6 @@ POINTS_JS = """(sel) => {
   if (!gd || !gd._fullData) return 0;
   return Math.max(0, ...gd._fullData.map(t => (t.x && t.x.length) || 0));
 }"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from grpo_dashboard.store.db import TERMINAL, Store
 from grpo_dashboard.ui import build_app
 from grpo_dashboard.views import charts
 
-from .conftest import wait_for
+from .conftest import free_port_app, wait_for
 
 EXPECTED_ENDPOINTS = {
     "/load_preset", "/form_to_yaml", "/yaml_to_form", "/validate", "/launch", "/runs_table", "/run_choices",
@@ -26,12 +25,6 @@ EXPECTED_ENDPOINTS = {
     "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who",
 }
 N_GROUPS = len(forms.GROUPS) - 1  # "Run" fields sit above the accordions
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +45,7 @@ def served(module_data: Path) -> Iterator[tuple[Any, Client, Store]]:
         mp.setenv("GRPO_DASHBOARD_DATA_DIR", str(module_data))
         store = Store()
         demo = build_app(store)
-        _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
-                                quiet=True)
+        url = free_port_app(demo)
         client = Client(url, verbose=False)
         try:
             yield demo, client, store

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,11 +13,7 @@ from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.ui import build_app
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .conftest import free_port_app
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +21,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GRPO_DASHBOARD_DATA_DIR", str(tmp_path_factory.mktemp("preflight")))
         demo = build_app(Store(), monitor=False)
-        _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True)
+        url = free_port_app(demo)
         try:
             yield Client(url, verbose=False)
         finally:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ from grpo_dashboard.spec import forms, presets, safe_yaml
 from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.ui import build_app
+
+from .conftest import free_port_app
 
 SHORT = 2000
 LOADERS = sorted({safe_yaml.Loader, safe_yaml.PySafeLoader}, key=lambda c: c.__name__)
@@ -200,12 +201,6 @@ def test_a_form_list_field_with_bad_yaml_is_reported_on_its_field() -> None:
 # (e) the exploit against the served app
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def rss_bytes() -> int:
     """Resident memory of this process (the app runs in it)."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -222,8 +217,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
         mp.setenv("GRPO_DASHBOARD_DATA_DIR", str(tmp_path_factory.mktemp("yaml-limits-data")))
         mp.delenv("SPACE_ID", raising=False)
         demo = build_app(Store(), monitor=False)
-        _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
-                                quiet=True)
+        url = free_port_app(demo)
         try:
             yield Client(url, verbose=False)
         finally:

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SUPPORTED = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+from grpo_dashboard.spec.jobfiles import job_module
+
+SUPPORTED: dict[str, str] = job_module().DATA_FILE_TYPES  # suffix -> datasets builder, as the job loads them
 
 
 class DatasetFileError(ValueError):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.checks.dataset_files import DatasetFileError, is_conversational, read_sample
+from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.spec.run_spec import DatasetSpec, RunSpec, load_spec
 
 DEFAULT_MAX_PROMPT_TOKENS = 512
@@ -178,20 +179,9 @@ def column_types(columns: list[str], rows: list[dict[str, Any]]) -> dict[str, st
 
 
 def render_prompt(row: dict[str, Any], dataset: DatasetSpec) -> str | list[dict[str, Any]]:
-    """The prompt the trainer gets for one row (mirrors `map_prompts` in jobs/grpo_job.py)."""
-    chat = dataset.conversational or bool(dataset.system_prompt)
-    value = dataset.prompt_template.format(**row) if dataset.prompt_template else row[dataset.prompt_column]
-    if isinstance(value, list):
-        messages = list(value)
-        if dataset.system_prompt and not (messages and messages[0].get("role") == "system"):
-            messages = [{"role": "system", "content": dataset.system_prompt}, *messages]
-        return messages
-    if chat:
-        messages = [{"role": "user", "content": str(value)}]
-        if dataset.system_prompt:
-            messages.insert(0, {"role": "system", "content": dataset.system_prompt})
-        return messages
-    return str(value)
+    """The prompt the trainer gets for one row: the job's own mapping (`grpo_job.prompt_renderer`, which its
+    `map_prompts` applies), given the spec's dataset section as run.yaml carries it."""
+    return job_module().prompt_renderer(dataclasses.asdict(dataset))(row)
 
 
 def detect_prompt_column(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:

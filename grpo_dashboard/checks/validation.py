@@ -18,7 +18,7 @@ from grpo_dashboard.checks.dataset_files import DatasetFileError, DatasetSample,
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_fields
 from grpo_dashboard.spec.jobfiles import rewards_module
-from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS, BACKENDS, DTYPES, RunSpec
+from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS, BACKENDS, DTYPES, HF_JOBS, LOCAL, RunSpec
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 REWARD_NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
@@ -62,7 +62,7 @@ def validate(spec: RunSpec, base_dir: str | Path | None = None) -> ValidationRep
     _check_training(spec, err, warn)
     _check_backend(spec, base, err)
     _check_health(spec, err)
-    if spec.backend.kind == "hf_jobs":
+    if spec.backend.kind == HF_JOBS:
         _check_hf_jobs(spec, base, err, warn)
     if sample is not None:
         _check_chat_template(spec, base, sample, err, warn)
@@ -338,7 +338,7 @@ def _check_training(spec: RunSpec, err: Any, warn: Any) -> None:
     if has_eval and not evals:
         warn(FieldError("training.eval_strategy", eff("eval_strategy"), "is 'no', so the eval data is never used; "
                         "set eval_strategy: steps and eval_steps to evaluate.", "warning"))
-    if eff("use_vllm") and spec.backend.kind == "local" and not _has_module("vllm"):
+    if eff("use_vllm") and spec.backend.kind == LOCAL and not _has_module("vllm"):
         warn(FieldError("training.use_vllm", True, "vllm is not installed in this environment; the job will fail "
                         "to start unless it runs where vllm is installed.", "warning"))
 
@@ -402,7 +402,7 @@ def _check_backend(spec: RunSpec, base: Path, err: Any) -> None:
         elif b.num_processes > len(b.gpus) and b.gpus:
             err(FieldError("backend.num_processes", b.num_processes,
                            f"is more than the {len(b.gpus)} GPU(s) listed in backend.gpus; use one process per GPU."))
-        count = _gpu_count() if b.kind == "local" else None
+        count = _gpu_count() if b.kind == LOCAL else None
         if count is not None and b.gpus and max(b.gpus) >= count:
             err(FieldError("backend.gpus", b.gpus, f"names GPU {max(b.gpus)}, but this machine has {count} GPU(s) "
                            f"(indices 0..{count - 1})." if count else "names GPUs, but this machine has none."))

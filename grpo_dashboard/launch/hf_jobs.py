@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -36,21 +35,22 @@ from grpo_dashboard.launch.hf_jobs_payload import (  # noqa: F401 - re-exported 
     labels,
     script_dependencies,
 )
-from grpo_dashboard.launch.hf_jobs_stream import (
-    Follower,
-    http_status,
-    hub_timeout,
-    is_timeout,
-    redact,
-    retry_after_s,
-    retry_text,
+from grpo_dashboard.launch.hf_jobs_stream import Follower, http_status, retry_after_s, retry_text
+from grpo_dashboard.launch.hub_client import (  # noqa: F401 - re-exported for callers and tests
+    describe_error,
+    endpoint_url,
+    make_api,
+    require_token,
+    saved_token,
 )
 from grpo_dashboard.spec.run_spec import BackendSpec, RunSpec
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, data_dir
 
+KIND = "hf_jobs"
 JOB_INFO = "hf_job.json"
 SUBMIT_ATTEMPTS = 3
 RETRY_BASE_S = 1.0
+CANCEL_WAIT_S = 60.0
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -59,114 +59,7 @@ _tokens: dict[str, str] = {}
 _endpoints: dict[str, str] = {}
 
 
-# --- tokens, clients and errors -------------------------------------------------------------------------------
-def require_token(token: str | None = None) -> str:
-    """The caller's token, else the one saved by `hf auth login` (or HF_TOKEN); BackendError when there is none."""
-    if token:
-        return token
-    found = saved_token()
-    if not found:
-        raise BackendError("Not logged in to Hugging Face: run `hf auth login` (or set HF_TOKEN) for the command "
-                           "line, or sign in with Hugging Face in the dashboard, then launch again.")
-    return found
-
-
-def saved_token() -> str | None:
-    """The login saved on this machine; never on a Space, where HF_TOKEN is the Space owner's, not the user's."""
-    from huggingface_hub import get_token
-
-    from grpo_dashboard.settings import on_space
-
-    return None if on_space() else get_token()
-
-
-def endpoint_url(endpoint: str | None = None) -> str:
-    """The Hub endpoint: the argument, else HF_ENDPOINT read at call time, else huggingface_hub's default."""
-    from huggingface_hub import constants
-
-    return (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
-
-
-def make_api(token: str, endpoint: str | None = None) -> Any:
-    """An HfApi bound to this token and endpoint, whose calls give up after `hub_timeout()` seconds of silence."""
-    from huggingface_hub import HfApi
-
-    _ensure_client_timeout()
-    return HfApi(endpoint=endpoint_url(endpoint), token=token, library_name=APP)
-
-
-_timeout_installed: float | None = None
-_timeout_lock = threading.Lock()  # not _lock: make_api is called while _lock is held
-
-
-def _ensure_client_timeout() -> None:
-    """Give huggingface_hub's shared HTTP client a default timeout (it has none: a silent Hub would hang a launch
-    or a status poll forever). Calls that pass their own timeout (log streams, downloads) keep it. A client factory
-    someone else installed is left alone."""
-    global _timeout_installed
-    from huggingface_hub.utils import _http
-
-    seconds = hub_timeout()
-    with _timeout_lock:
-        ours = getattr(_http._GLOBAL_CLIENT_FACTORY, "_grpo_dashboard", False)
-        if _timeout_installed == seconds and ours:
-            return
-        if not ours and _http._GLOBAL_CLIENT_FACTORY is not _http.default_client_factory:
-            return
-
-        def factory() -> Any:
-            import httpx2
-
-            client = _http.default_client_factory()
-            client.timeout = httpx2.Timeout(seconds)
-            return client
-
-        factory._grpo_dashboard = True  # type: ignore[attr-defined]
-        _http.set_client_factory(factory)
-        _timeout_installed = seconds
-
-
-def describe_error(exc: BaseException, action: str, namespace: str | None = None, flavor: str | None = None,
-                   attempts: int = 1) -> str:
-    """A clear, token-free message for a failed Hub call: what happened, and what to do."""
-    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
-
-    tries = f" ({attempts} attempts)" if attempts > 1 else ""
-    if isinstance(exc, OfflineModeIsEnabled):
-        return f"Cannot {action}: HF_HUB_OFFLINE is set. Unset it to use Hugging Face Jobs."
-    if not isinstance(exc, HfHubHTTPError) and is_timeout(exc):
-        return (f"The Hugging Face Hub did not answer within {hub_timeout():g} s while trying to {action}{tries}. "
-                f"It may be overloaded: try again later (GRPO_DASHBOARD_HF_TIMEOUT_S sets the wait).")
-    if not isinstance(exc, HfHubHTTPError):
-        return redact(f"Could not reach the Hugging Face Hub to {action} ({type(exc).__name__}: {exc}). Check the "
-                      f"network connection and try again.")
-    status = exc.response.status_code if exc.response is not None else None
-    server = redact(getattr(exc, "server_message", None) or "").strip().rstrip(".")
-    detail = f" The Hub said: {server}." if server else ""
-    ns = f" {namespace!r}" if namespace else ""
-    if status == 401:
-        text = (f"Hugging Face rejected the token (401 Unauthorized) while trying to {action}. Log in again: "
-                f"`hf auth login` on the command line, or sign in again in the dashboard. The token needs the "
-                f"`jobs` permission (and write access to push the model).")
-    elif status == 402:
-        text = (f"Hugging Face Jobs refused to {action}: no credits (402 Payment Required) on namespace{ns}. Jobs "
-                f"need a positive credit balance: add credits at https://huggingface.co/settings/billing (or the "
-                f"organization's billing page), then launch again.")
-    elif status == 403:
-        text = (f"Not allowed to {action} in namespace{ns} (403 Forbidden). Use your own username or an "
-                f"organization where you may run jobs; a fine-grained token needs the `jobs` permission.")
-    elif status == 404 and action.startswith(("submit", "upload", "create")):
-        text = f"Namespace{ns} was not found on the Hub (404) while trying to {action}. Check backend.namespace."
-    elif status in (400, 422) and flavor and "flavor" in server.lower():
-        text = (f"The Hub rejected flavor {flavor!r} while trying to {action}. Choose another backend.flavor "
-                f"(`python -m grpo_dashboard hardware SPEC` lists them with prices).")
-    elif status == 429:
-        text = f"Rate-limited by the Hub (429) while trying to {action}{tries}; wait a minute and try again."
-    else:
-        text = f"Hugging Face Jobs answered HTTP {status} while trying to {action}."
-    return redact(text + detail)
-
-
+# --- errors and retries ---------------------------------------------------------------------------------------
 def _network_error(exc: BaseException) -> bool:
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
@@ -210,6 +103,12 @@ def _retry(call: Any, action: str, namespace: str, attempts: int = 4) -> Any:
 
 
 # --- submission -----------------------------------------------------------------------------------------------
+def launch_token(token: str | None = None) -> str:
+    """The token the job runs with (its HF_TOKEN secret): the launching user's, else the saved login; BackendError
+    when there is none."""
+    return require_token(token)
+
+
 def submit(store: Store, run: Run, spec: RunSpec, token: str, base_dir: Path | None = None,
            endpoint: str | None = None) -> Run:
     """Upload the job's files and create the job; the run then follows it. A refused submission is a failed run."""
@@ -221,7 +120,7 @@ def submit(store: Store, run: Run, spec: RunSpec, token: str, base_dir: Path | N
         inner, files = container_spec(spec)
         job_dir = run_dir / "job"
         job_dir.mkdir(exist_ok=True)
-        (job_dir / "run.yaml").write_text(inner.to_yaml(), encoding="utf-8")
+        (job_dir / "run.yaml").write_text(inner.to_job_yaml(), encoding="utf-8")
         files["run.yaml"] = job_dir / "run.yaml"
         api = make_api(token, endpoint)
         bucket = f"{ns}/{BUCKET_NAME}"
@@ -234,7 +133,7 @@ def submit(store: Store, run: Run, spec: RunSpec, token: str, base_dir: Path | N
             flavor=b.flavor, timeout=timeout_s, name=_job_name(spec.name), labels=labels(run.id),
             volumes=[_volume(ns, run.id)], namespace=ns), b.flavor)
     except BackendError as exc:
-        store.finish_run(run.id, RunStatus.FAILED.value, error=str(exc))
+        store.finish_run(run.id, RunStatus.FAILED, error=str(exc))
         return store.get_run(run.id)
     output = f"hf://buckets/{bucket}/{run.id}/output"
     details = {"job_id": job.id, "namespace": ns, "url": f"{endpoint_url(endpoint)}/jobs/{ns}/{job.id}",
@@ -377,6 +276,22 @@ def refresh(store: Store, run: Run, token: str | None = None, endpoint: str | No
     return store.get_run(run.id)
 
 
+def reap(store: Store) -> None:
+    """Nothing to do: each run's follower settles the run itself when its job ends."""
+
+
+def await_exit(store: Store, run: Run) -> Run:
+    """The run as stored: its follower settled it after draining the job's log, so nothing is left to wait for."""
+    return store.get_run(run.id)
+
+
+def resume(store: Store, run: Run, token: str | None) -> bool:
+    """Follow an active run again with the user's `token` unless it is followed already; True when started now."""
+    if follower(run.id) is not None:
+        return False
+    return ensure_following(store, run, token=token) is not None
+
+
 def stop_all(timeout: float = 5.0) -> None:
     """Stop every follower (app shutdown; tests simulating a dashboard restart)."""
     with _lock:
@@ -391,9 +306,10 @@ def stop_all(timeout: float = 5.0) -> None:
 
 
 # --- cancel and reattach --------------------------------------------------------------------------------------
-def cancel(store: Store, run: Run, wait: bool = False, token: str | None = None, endpoint: str | None = None,
-           grace_s: float = 60.0) -> Run:
-    """Cancel the run's job; with `wait`, return once the job has stopped and the run is settled."""
+def cancel(store: Store, run: Run, wait: bool = False, token: str | None = None, grace_s: float | None = None,
+           endpoint: str | None = None) -> Run:
+    """Cancel the run's job with `token` (default: the launching token, else the saved login); with `wait`, return
+    once the job has stopped and the run is settled, or after `grace_s` (default CANCEL_WAIT_S) seconds."""
     from huggingface_hub.errors import HfHubHTTPError
 
     if run.status in TERMINAL:
@@ -401,7 +317,7 @@ def cancel(store: Store, run: Run, wait: bool = False, token: str | None = None,
     store.update_run(run.id, cancel_requested_at=time.time())
     ids = _split_external(run)
     if ids is None:
-        store.finish_run(run.id, RunStatus.CANCELED.value, error="canceled by user before the job was created")
+        store.finish_run(run.id, RunStatus.CANCELED, error="canceled by user before the job was created")
         return store.get_run(run.id)
     ns, job_id = ids
     with _lock:
@@ -413,14 +329,14 @@ def cancel(store: Store, run: Run, wait: bool = False, token: str | None = None,
     except BackendError as exc:
         cause = exc.__cause__
         if isinstance(cause, HfHubHTTPError) and cause.response is not None and cause.response.status_code == 404:
-            store.finish_run(run.id, RunStatus.CANCELED.value, error="canceled by user; the job was no longer found "
+            store.finish_run(run.id, RunStatus.CANCELED, error="canceled by user; the job was no longer found "
                              "on Hugging Face Jobs")
             return store.get_run(run.id)
         raise
     f = ensure_following(store, store.get_run(run.id), token, endpoint)
     if not wait:
         return store.get_run(run.id)
-    deadline = time.monotonic() + grace_s
+    deadline = time.monotonic() + (CANCEL_WAIT_S if grace_s is None else grace_s)
     while time.monotonic() < deadline:
         current = store.get_run(run.id)
         if current.status in TERMINAL:
@@ -457,7 +373,7 @@ def reattach(store: Store, token: str | None = None, namespace: str | None = Non
             run = store.get_run(run_id)
         except RunNotFound:
             run = _recover(store, job, ns, owner, endpoint)
-        if run.backend != "hf_jobs":
+        if run.backend != KIND:
             continue
         if run.external_id is None:  # the dashboard stopped between creating the job and recording it
             store.update_run(run.id, external_id=f"{ns}/{job.id}")
@@ -473,11 +389,11 @@ def _recover(store: Store, job: Any, namespace: str, owner: str | None, endpoint
     run_dir = (data_dir() / "runs" / run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     name = (job.labels or {}).get("name") or run_id
-    spec = RunSpec(name=name, backend=BackendSpec(kind="hf_jobs", flavor=job.flavor, namespace=namespace))
+    spec = RunSpec(name=name, backend=BackendSpec(kind=KIND, flavor=job.flavor, namespace=namespace))
     note = (f"# Recovered from Hugging Face Jobs job {namespace}/{job.id}; the full spec is run.yaml in "
             f"hf://buckets/{namespace}/{BUCKET_NAME}/{run_id}/\n")
     created = job.created_at.timestamp() if job.created_at else time.time()
-    store.insert_run(Run(id=run_id, name=name, spec_yaml=note + spec.to_yaml(), backend="hf_jobs",
+    store.insert_run(Run(id=run_id, name=name, spec_yaml=note + spec.to_yaml(), backend=KIND,
                          status=RunStatus.QUEUED.value, created_at=created, run_dir=str(run_dir),
                          external_id=f"{namespace}/{job.id}", owner=owner,
                          output_dir=f"hf://buckets/{namespace}/{BUCKET_NAME}/{run_id}/output"))
@@ -494,6 +410,18 @@ def job_details(run: Run) -> dict[str, Any]:
         return json.loads((Path(run.run_dir) / JOB_INFO).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def job_summary(run: Run) -> str | None:
+    """Where the run's job went: its URL, flavor, timeout (and why) and outputs; None before it was submitted."""
+    from grpo_dashboard.checks.hardware import format_duration
+
+    d = job_details(run)
+    if not d:
+        return None
+    timeout = format_duration(d["timeout_s"]) if d.get("timeout_s") else "?"
+    return (f"job {d.get('url', '?')} on {d.get('flavor', '?')}, timeout {timeout} ({d.get('timeout_reason', '')}); "
+            f"outputs in {d.get('output', '?')}")
 
 
 def follow_state(run_id: str) -> dict[str, Any] | None:

@@ -312,8 +312,8 @@ class Follower:
         started = info.started_at.timestamp() if getattr(info, "started_at", None) else time.time()
         with self._lock, self.store.transaction() as conn:
             run = self.store.get_run(self.run_id)
-            if run.status == RunStatus.QUEUED.value:
-                self.store.update_run(self.run_id, conn=conn, status=RunStatus.RUNNING.value,
+            if run.status == RunStatus.QUEUED:
+                self.store.update_run(self.run_id, conn=conn, status=RunStatus.RUNNING,
                                       started_at=run.started_at or started)
 
     def _sample_metrics(self) -> None:
@@ -348,12 +348,12 @@ class Follower:
             stage = _stage(info)
             message = redact(getattr(info.status, "message", None)) or None
             if stage == "COMPLETED":
-                self.store.finish_run(self.run_id, RunStatus.COMPLETED.value)
+                self.store.finish_run(self.run_id, RunStatus.COMPLETED)
             elif stage == "CANCELED":
                 who = "canceled by user" if run.cancel_requested_at else "canceled on Hugging Face Jobs"
-                self.store.finish_run(self.run_id, RunStatus.CANCELED.value, error=who)
+                self.store.finish_run(self.run_id, RunStatus.CANCELED, error=who)
             else:
-                self.store.finish_run(self.run_id, RunStatus.FAILED.value, error=failure_text(stage, message, self))
+                self.store.finish_run(self.run_id, RunStatus.FAILED, error=failure_text(stage, message, self))
             self._stop.set()
 
     def last_log_line(self) -> str | None:

@@ -1,9 +1,10 @@
 """Local backend: the job script as a subprocess (argument list, never a shell) in its own process group.
 
 Several processes go through `accelerate launch --num_processes N`; GPUs are chosen with CUDA_VISIBLE_DEVICES.
-A process is identified by pid plus its start time (from /proc; psutil elsewhere), so a reused pid is never mistaken
-for the run, and never signalled. A job gets an allow-listed environment (`JOB_ENV_NAMES`), never the dashboard's
-secrets.
+A process is identified by pid plus its start time (`local_process`), so a reused pid is never mistaken for the
+run, and never signalled. A job gets an allow-listed environment (`JOB_ENV_NAMES`), never the dashboard's secrets.
+The jobs this process started are kept (`_children`) to read their exit codes; any other process finds a job again
+by its pid and start time, so nothing needs reattaching after a restart.
 """
 
 from __future__ import annotations
@@ -13,13 +14,39 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_dashboard.errors import RunNotFound
+from grpo_dashboard.launch.hub_client import saved_token
+from grpo_dashboard.launch.local_process import (  # noqa: F401 - re-exported for callers and tests
+    group_alive,
+    is_alive,
+    is_ours,
+    pid_reused,
+    process_start_time,
+    signal_group,
+    terminate,
+)
+from grpo_dashboard.launch.logs import last_error_line, log_path
 from grpo_dashboard.settings import on_space
 from grpo_dashboard.spec.jobfiles import JOB_SCRIPT
-from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.spec.run_spec import BackendSpec, RunSpec
+from grpo_dashboard.store.db import TERMINAL, Run, RunStatus, Store
+from grpo_dashboard.store.ingest import ingest_file
+
+KIND = "local"
+CANCEL_GRACE_S = 10.0
+STALLED = "stalled"
+LINGER_S = 30.0  # a job that reported its end but has not exited by then is killed
+_children: dict[str, subprocess.Popen | None] = {}
+_children_lock = threading.Lock()
+_stall_limits: dict[str, float | None] = {}
+# Runs whose job this process saw alive (as the very process that was started) at its latest check: when such a
+# job's leader has vanished, what is left of its process group is still the run's (`signal_group`).
+_seen_alive: set[str] = set()
 
 
 @dataclass
@@ -131,141 +158,230 @@ def start(spec: RunSpec, run_dir: Path, config_path: Path, metrics_path: Path, t
     return LocalProcess(popen.pid, process_start_time(popen.pid), popen)
 
 
-def process_start_time(pid: int) -> str | None:
-    """The start time of a process, or None if unknown or gone: with the pid, the identity of a process.
+def metrics_path(run: Run) -> Path:
+    """Where the job of a local run writes its records."""
+    return Path(run.run_dir) / "metrics.jsonl"
 
-    On Linux the kernel's start time in clock ticks since boot (from /proc, exact, and what the store has always
-    kept); elsewhere psutil's creation time in milliseconds.
+
+# --- the backend interface (launch/__init__.py) ---------------------------------------------------------------
+def launch_token(token: str | None = None) -> str | None:
+    """The token a local job gets as its HF_TOKEN: the launching user's, else the saved login (None: no token)."""
+    return token or saved_token()
+
+
+def submit(store: Store, run: Run, spec: RunSpec, token: str | None, base_dir: Path | None = None) -> Run:
+    """Start the job of a queued run from its run.yaml (`spec` is its resolved spec; `base_dir` is not needed).
+
+    A job that cannot be started is a failed run.
     """
-    if not Path("/proc").is_dir():
-        return _psutil_start_time(pid)
+    run_dir = Path(run.run_dir)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after its last ')'.
-    fields = stat[stat.rfind(")") + 2:].split()
-    return fields[19] if len(fields) > 19 else None
+        proc = start(spec, run_dir, run_dir / "run.yaml", metrics_path(run), token=token)
+    except OSError as exc:
+        store.finish_run(run.id, RunStatus.FAILED, error=f"could not start the job: {exc}")
+        return store.get_run(run.id)
+    with _children_lock:
+        _children[run.id] = proc.popen
+        _seen_alive.add(run.id)
+    store.update_run(run.id, pid=proc.pid, pid_start=proc.start_time)
+    return store.get_run(run.id)
 
 
-def _psutil_start_time(pid: int) -> str | None:
-    import psutil
+def refresh(store: Store, run: Run) -> Run:
+    """Ingest new records of an active run and settle its status if its process has ended."""
+    if run.status in TERMINAL:
+        return _reap(store, run)
+    ingest_file(store, run.id, metrics_path(run))
+    run = store.get_run(run.id)
+    if run.status in TERMINAL:
+        return _reap(store, run)
+    exit_code, alive = _poll(run)
+    if alive:
+        if run.cancel_requested_at and time.time() - run.cancel_requested_at > CANCEL_GRACE_S and run.pid:
+            signal_group(run.pid, run.pid_start, signal.SIGKILL)
+        elif not run.cancel_requested_at:
+            _kill_if_stalled(store, run)
+        return run
+    _kill_leftovers(run)  # leader gone, workers left: no orphans
+    ingest_file(store, run.id, metrics_path(run))
+    run = store.get_run(run.id)
+    if run.status in TERMINAL:
+        if exit_code is not None:
+            store.update_run(run.id, exit_code=exit_code)
+        return store.get_run(run.id)
+    if run.cancel_requested_at and run.error and run.error.startswith(STALLED):
+        store.finish_run(run.id, RunStatus.FAILED, exit_code=exit_code)
+    elif run.cancel_requested_at:
+        store.finish_run(run.id, RunStatus.CANCELED, error="canceled by user (process killed)", exit_code=exit_code)
+    elif run.pid is None:
+        return run
+    else:
+        store.finish_run(run.id, RunStatus.FAILED, error=_vanished(run, exit_code), exit_code=exit_code)
+    return store.get_run(run.id)
 
-    try:
-        return str(round(psutil.Process(pid).create_time() * 1000))
-    except (psutil.Error, OSError):
-        return None
+
+def _vanished(run: Run, exit_code: int | None) -> str:
+    """Why a job that never reported its end is gone, with the last line of its log."""
+    if exit_code is not None and exit_code < 0:
+        reason = f"job was killed by {signal.Signals(-exit_code).name} (signal {-exit_code})"
+    elif exit_code is not None:
+        reason = f"job exited with code {exit_code}"
+    else:
+        reason = f"job process {run.pid} vanished"
+    reason += " without reporting an end"
+    if pid_reused(run.pid, run.pid_start):
+        reason += f" (pid {run.pid} now belongs to another process, which was not signalled)"
+    last = last_error_line(log_path(run))
+    return f"{reason}. Last log line: {last}" if last else reason
 
 
-def _state(pid: int) -> str | None:
-    if not Path("/proc").is_dir():
-        import psutil
-
+def stall_timeout(run: Run) -> float | None:
+    """The run's `backend.stall_timeout_s` (None: never), read once from its spec."""
+    if run.id not in _stall_limits:
         try:
-            return "Z" if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE else "R"
-        except (psutil.Error, OSError):
-            return None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2:].split()[0]
+            _stall_limits[run.id] = RunSpec.from_yaml(run.spec_yaml).backend.stall_timeout_s
+        except Exception:  # noqa: BLE001 - a run without a readable spec keeps the default
+            _stall_limits[run.id] = BackendSpec().stall_timeout_s
+    return _stall_limits[run.id]
 
 
-def is_alive(pid: int | None, start_time: str | None) -> bool:
-    """True when the process with this pid and start time still runs (zombies count as gone).
+def _kill_if_stalled(store: Store, run: Run) -> None:
+    """A job silent (no log, no record) for longer than its stall timeout is hung: kill its group, mark it failed."""
+    limit = stall_timeout(run)
+    if not limit or not run.pid:
+        return
+    last = max([run.started_at or run.created_at] + [p.stat().st_mtime for p in (log_path(run), metrics_path(run))
+                                                       if p.exists()])
+    silent = time.time() - last
+    if silent <= limit:
+        return
+    if not is_ours(run.pid, run.pid_start):
+        return  # not provably the job (a reused pid is found vanished by the next refresh): never signalled
+    reason = (f"{STALLED}: no output for {silent:.0f} s (backend.stall_timeout_s = {limit:g}); the job was killed. "
+              f"Last log line: {last_error_line(log_path(run)) or '(none)'}")
+    store.update_run(run.id, error=reason, cancel_requested_at=time.time())
+    signal_group(run.pid, run.pid_start, signal.SIGKILL)
 
-    A None start time (not recorded) checks the pid alone: enough to say "running", never enough to signal it.
+
+def _poll(run: Run) -> tuple[int | None, bool]:
+    with _children_lock:
+        popen = _children.get(run.id)
+    if popen is not None:
+        code = popen.poll()
+        alive = code is None
+    else:
+        code, alive = None, is_alive(run.pid, run.pid_start)
+    if alive:
+        with _children_lock:
+            _seen_alive.add(run.id)
+    return code, alive
+
+
+def _kill_leftovers(run: Run) -> None:
+    """SIGKILL what is left of the group of a job whose leader has exited, if the group is provably still the run's.
+
+    It is when this process saw the leader alive at its previous check (`_seen_alive`); a dashboard that finds the
+    leader long gone leaves the group alone, as its pid may since belong to an unrelated process group.
     """
-    if not pid or pid <= 0:
-        return False
-    state = _state(pid)
-    if state is None or state in ("Z", "X"):
-        return False
-    return start_time is None or process_start_time(pid) == start_time
+    with _children_lock:
+        seen = run.id in _seen_alive
+        _seen_alive.discard(run.id)
+    if run.pid and group_alive(run.pid, run.pid_start):
+        signal_group(run.pid, run.pid_start, signal.SIGKILL, leftovers=seen)
 
 
-def is_ours(pid: int | None, start_time: str | None) -> bool:
-    """True when a process (zombies too) with this pid exists and provably is the one started at `start_time`."""
-    return bool(pid and pid > 0 and start_time is not None and process_start_time(pid) == start_time)
+def _reap(store: Store, run: Run) -> Run:
+    """After the job reported its end: record the exit code once the process is gone, never blocking."""
+    with _children_lock:
+        popen = _children.get(run.id)
+    if popen is None:
+        return run
+    code = popen.poll()
+    if code is None:
+        with _children_lock:
+            _seen_alive.add(run.id)
+        if run.ended_at and time.time() - run.ended_at > LINGER_S and run.pid:
+            signal_group(run.pid, run.pid_start, signal.SIGKILL)  # reported its end but hangs in teardown
+        return run
+    with _children_lock:
+        _children.pop(run.id, None)
+    _kill_leftovers(run)
+    if run.exit_code is None:
+        store.update_run(run.id, exit_code=code)
+    return store.get_run(run.id)
 
 
-def pid_reused(pid: int | None, start_time: str | None) -> bool:
-    """True when a process with this pid exists but was not started at `start_time`: the pid was reused."""
-    if not pid or pid <= 0 or start_time is None:
-        return False
-    current = process_start_time(pid)
-    return current is not None and current != start_time
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
-
-
-def group_alive(pgid: int, start_time: str | None = None) -> bool:
-    """True while any process of the group exists (zombies excluded).
-
-    With `start_time` (the leader's), a group whose leader pid now belongs to another process is not this one: False.
-    """
-    if not pgid or pgid <= 0 or (start_time is not None and pid_reused(pgid, start_time)):
-        return False
-    if not Path("/proc").is_dir():
-        import psutil
-
-        for proc in psutil.process_iter():
-            if _pgid(proc.pid) == pgid and _state(proc.pid) not in (None, "Z"):
-                return True
-        return False
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def reap(store: Store) -> None:
+    """Record the exit codes of jobs this process started whose runs have ended (they are not refreshed again)."""
+    with _children_lock:
+        ids = list(_children)
+    for run_id in ids:
         try:
-            stat = (entry / "stat").read_text()
-        except OSError:
+            run = store.get_run(run_id)
+        except RunNotFound:  # a child launched against another store (another data dir) in this process
             continue
-        rest = stat[stat.rfind(")") + 2:].split()
-        if len(rest) > 2 and rest[2] == str(pgid) and rest[0] not in ("Z", "X"):
-            return True
+        if run.status in TERMINAL:
+            _reap(store, run)
+
+
+def await_exit(store: Store, run: Run) -> Run:
+    """Give a job that reported its end a moment to exit, so its exit code is recorded."""
+    deadline = time.monotonic() + LINGER_S + 5
+    while time.monotonic() < deadline:
+        with _children_lock:
+            if run.id not in _children:
+                return store.get_run(run.id)
+        time.sleep(0.1)
+        run = refresh(store, store.get_run(run.id))
+    return run
+
+
+def cancel(store: Store, run: Run, wait: bool = False, token: str | None = None, grace_s: float | None = None
+           ) -> Run:
+    """Ask a run to stop: SIGTERM to its process group, SIGKILL after `grace_s` (default CANCEL_GRACE_S) seconds.
+
+    `token` is not needed. With `wait`, return once the job has stopped and the run is settled.
+    """
+    if run.status in TERMINAL:
+        return run
+    store.update_run(run.id, cancel_requested_at=time.time())
+    alive = is_alive(run.pid, run.pid_start)
+    if not (alive and signal_group(run.pid, run.pid_start, signal.SIGTERM)):
+        error = "canceled by user"
+        if pid_reused(run.pid, run.pid_start):
+            error += f" (its job had already ended; pid {run.pid} now belongs to another process, not signalled)"
+        elif alive:
+            error += f" (process {run.pid} could not be verified as the job's start, so it was not signalled)"
+        store.finish_run(run.id, RunStatus.CANCELED, error=error)
+        return store.get_run(run.id)
+    if not wait:
+        return store.get_run(run.id)
+    deadline = time.monotonic() + (CANCEL_GRACE_S if grace_s is None else grace_s)
+    while time.monotonic() < deadline:
+        run = refresh(store, store.get_run(run.id))
+        if run.status in TERMINAL and not group_alive(run.pid or 0, run.pid_start):
+            return await_exit(store, run)
+        time.sleep(0.2)
+    signal_group(run.pid, run.pid_start, signal.SIGKILL, leftovers=True)
+    for _ in range(50):
+        run = refresh(store, store.get_run(run.id))
+        if run.status in TERMINAL:
+            break
+        time.sleep(0.1)
+    return run
+
+
+def resume(store: Store, run: Run, token: str | None) -> bool:
+    """Nothing to resume after a restart: `refresh` finds a local job's process again by its pid and start time."""
     return False
 
 
-def signal_group(pid: int | None, start_time: str | None, sig: int, leftovers: bool = False) -> bool:
-    """Send `sig` to the run's process group (the job is its leader), only if it is still the run's; True if sent.
-
-    The group is signalled when its leader `pid` is still the process started at `start_time` (a zombie leader
-    counts: its pid cannot be reused before it is reaped). A pid that now belongs to another process (other start
-    time), or an unknown start time, is never signalled. `leftovers`: the caller saw the leader alive at its
-    previous check and it has vanished since; the group's remaining processes are then signalled too, because
-    Linux never hands out a pid that is still some process's group id, so a group of that id is still the run's.
-    """
-    if not pid or pid <= 1 or start_time is None:
-        return False
-    current = process_start_time(pid)
-    if current is not None and current != start_time:
-        return False
-    if current is None and not (leftovers and group_alive(pid)):
-        return False
-    try:
-        os.killpg(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
+def reattach(store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None
+             ) -> list[Run]:
+    """Nothing to find after a restart: every local run is in the store, and `refresh` follows it again."""
+    return []
 
 
-def terminate(pid: int, start_time: str | None, grace_s: float = 10.0, leftovers: bool = False) -> bool:
-    """SIGTERM the run's group, then SIGKILL whatever is left after `grace_s` seconds; False if nothing was sent.
-
-    Identity is checked before every signal (`signal_group`); `leftovers` as there.
-    """
-    if not signal_group(pid, start_time, signal.SIGTERM, leftovers):
-        return False
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not group_alive(pid, start_time):
-            return True
-        time.sleep(0.1)
-    signal_group(pid, start_time, signal.SIGKILL, leftovers=True)
-    return True
+def job_summary(run: Run) -> str | None:
+    """Nothing beyond the run itself: a local job runs here, its files are in the run directory."""
+    return None

@@ -1,9 +1,20 @@
-"""Reading a job's log: its tail, and the line that best says why it ended (shared by the backends)."""
+"""Reading a job's log: where it is, its tail, and the line that best says why it ended (shared by the backends)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from grpo_dashboard.spec.jobfiles import job_module
+
+if TYPE_CHECKING:
+    from grpo_dashboard.store.db import Run
+
+
+def log_path(run: Run) -> Path:
+    """The job's combined stdout/stderr, for every backend (a remote job's log is copied there as it arrives)."""
+    return Path(run.run_dir) / "job.log"
 
 
 def last_error_line(path: Path, max_bytes: int = 65536) -> str | None:
@@ -17,7 +28,8 @@ def last_error_line(path: Path, max_bytes: int = 65536) -> str | None:
     except OSError:
         return None
     lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith("@@GRPO_DASHBOARD@@")]
+    marker = job_module().MARKER.strip()
+    lines = [ln for ln in lines if not ln.startswith(marker)]
     for ln in reversed(lines):
         if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", ln) or ln.startswith("Killed"):
             return ln[:500]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import re
 import secrets
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -16,23 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.checks.validation import ValidationReport, validate
-from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.health.ship import ship as ship_health
-from grpo_dashboard.launch import hf_jobs, local
-from grpo_dashboard.launch.logs import last_error_line
-from grpo_dashboard.spec.run_spec import BackendSpec, RunSpec, load_spec
-from grpo_dashboard.store.db import TERMINAL, Run, RunStatus, Store, data_dir
-from grpo_dashboard.store.ingest import ingest_file
-
-CANCEL_GRACE_S = 10.0
-STALLED = "stalled"
-LINGER_S = 30.0  # a job that reported its end but has not exited by then is killed
-_children: dict[str, Any] = {}
-_children_lock = threading.Lock()
-_stall_limits: dict[str, float | None] = {}
-# Runs whose job this process saw alive (as the very process that was started) at its latest check: when such a
-# job's leader has vanished, what is left of its process group is still the run's (`local.signal_group`).
-_seen_alive: set[str] = set()
+from grpo_dashboard.launch.backends import BACKENDS, backend_for
+from grpo_dashboard.launch.local import metrics_path  # noqa: F401 - re-exported for callers and tests
+from grpo_dashboard.launch.logs import log_path  # noqa: F401 - re-exported for callers and tests
+from grpo_dashboard.spec.run_spec import RunSpec, load_spec
+from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, data_dir
 
 
 def make_run_id(name: str) -> str:
@@ -88,10 +76,8 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
     """
     spec, report = check(source, base_dir)
     report.raise_if_errors()
-    if spec.backend.kind == "hf_jobs":
-        token = hf_jobs.require_token(token)
-    else:
-        token = token or hf_jobs.saved_token()
+    backend = backend_for(spec.backend.kind)
+    token = backend.launch_token(token)
     store = store or Store()
     base = Path(base_dir) if base_dir else Path.cwd()
     run_id = make_run_id(spec.name)
@@ -103,220 +89,61 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
     run_dir.mkdir(parents=True, exist_ok=False)
     config_path = run_dir / "run.yaml"
     tmp = run_dir / ".run.yaml.tmp"
-    tmp.write_text(resolved.to_yaml(), encoding="utf-8")
+    tmp.write_text(resolved.to_job_yaml(), encoding="utf-8")  # every resolved value the job reads
     tmp.replace(config_path)
     if spec.health.in_job:
         ship_health(run_dir)  # the job imports it as grpo_health from beside run.yaml (guard, alerts)
-    metrics_path = run_dir / "metrics.jsonl"
     run = Run(id=run_id, name=spec.name, spec_yaml=resolved.to_yaml(), backend=spec.backend.kind,
               status=RunStatus.QUEUED.value, created_at=time.time(), run_dir=str(run_dir),
               output_dir=resolved.output_dir, owner=owner)
     store.insert_run(run)
-    if spec.backend.kind == "hf_jobs":
-        return hf_jobs.submit(store, run, resolved, str(token), base)
-    try:
-        proc = local.start(resolved, run_dir, config_path, metrics_path, token=token)
-    except OSError as exc:
-        store.finish_run(run_id, RunStatus.FAILED.value, error=f"could not start the job: {exc}")
-        return store.get_run(run_id)
-    with _children_lock:
-        _children[run_id] = proc.popen
-        _seen_alive.add(run_id)
-    store.update_run(run_id, pid=proc.pid, pid_start=proc.start_time)
-    return store.get_run(run_id)
-
-
-def metrics_path(run: Run) -> Path:
-    """Where the job of a local run writes its records."""
-    return Path(run.run_dir) / "metrics.jsonl"
-
-
-def log_path(run: Run) -> Path:
-    """The job's combined stdout/stderr."""
-    return Path(run.run_dir) / "job.log"
+    return backend.submit(store, run, resolved, token, base)
 
 
 def refresh(store: Store, run: Run) -> Run:
-    """Ingest new records of an active run and settle its status if its process has ended."""
-    if run.backend == "hf_jobs":
-        return hf_jobs.refresh(store, run)  # only makes sure its background follower runs
-    if run.status in TERMINAL:
-        return _reap(store, run)
-    ingest_file(store, run.id, metrics_path(run))
-    run = store.get_run(run.id)
-    if run.status in TERMINAL:
-        return _reap(store, run)
-    exit_code, alive = _poll(run)
-    if alive:
-        if run.cancel_requested_at and time.time() - run.cancel_requested_at > CANCEL_GRACE_S and run.pid:
-            local.signal_group(run.pid, run.pid_start, signal.SIGKILL)
-        elif not run.cancel_requested_at:
-            _kill_if_stalled(store, run)
-        return run
-    _kill_leftovers(run)  # leader gone, workers left: no orphans
-    ingest_file(store, run.id, metrics_path(run))
-    run = store.get_run(run.id)
-    if run.status in TERMINAL:
-        if exit_code is not None:
-            store.update_run(run.id, exit_code=exit_code)
-        return store.get_run(run.id)
-    if run.cancel_requested_at and run.error and run.error.startswith(STALLED):
-        store.finish_run(run.id, RunStatus.FAILED.value, exit_code=exit_code)
-    elif run.cancel_requested_at:
-        store.finish_run(run.id, RunStatus.CANCELED.value, error="canceled by user (process killed)",
-                         exit_code=exit_code)
-    elif run.pid is None:
-        return run
-    else:
-        if exit_code is not None and exit_code < 0:
-            reason = f"job was killed by {signal.Signals(-exit_code).name} (signal {-exit_code})"
-        elif exit_code is not None:
-            reason = f"job exited with code {exit_code}"
-        else:
-            reason = f"job process {run.pid} vanished"
-        reason += " without reporting an end"
-        if local.pid_reused(run.pid, run.pid_start):
-            reason += f" (pid {run.pid} now belongs to another process, which was not signalled)"
-        last = last_error_line(log_path(run))
-        store.finish_run(run.id, RunStatus.FAILED.value, error=f"{reason}. Last log line: {last}" if last else reason,
-                         exit_code=exit_code)
-    return store.get_run(run.id)
-
-
-def stall_timeout(run: Run) -> float | None:
-    """The run's `backend.stall_timeout_s` (None: never), read once from its spec."""
-    if run.id not in _stall_limits:
-        try:
-            _stall_limits[run.id] = RunSpec.from_yaml(run.spec_yaml).backend.stall_timeout_s
-        except Exception:  # noqa: BLE001 - a run without a readable spec keeps the default
-            _stall_limits[run.id] = BackendSpec().stall_timeout_s
-    return _stall_limits[run.id]
-
-
-def _kill_if_stalled(store: Store, run: Run) -> None:
-    """A job silent (no log, no record) for longer than its stall timeout is hung: kill its group, mark it failed."""
-    limit = stall_timeout(run)
-    if not limit or not run.pid:
-        return
-    last = max([run.started_at or run.created_at] + [p.stat().st_mtime for p in (log_path(run), metrics_path(run))
-                                                       if p.exists()])
-    silent = time.time() - last
-    if silent <= limit:
-        return
-    if not local.is_ours(run.pid, run.pid_start):
-        return  # not provably the job (a reused pid is found vanished by the next refresh): never signalled
-    reason = (f"{STALLED}: no output for {silent:.0f} s (backend.stall_timeout_s = {limit:g}); the job was killed. "
-              f"Last log line: {last_error_line(log_path(run)) or '(none)'}")
-    store.update_run(run.id, error=reason, cancel_requested_at=time.time())
-    local.signal_group(run.pid, run.pid_start, signal.SIGKILL)
-
-
-def _poll(run: Run) -> tuple[int | None, bool]:
-    with _children_lock:
-        popen = _children.get(run.id)
-    if popen is not None:
-        code = popen.poll()
-        alive = code is None
-    else:
-        code, alive = None, local.is_alive(run.pid, run.pid_start)
-    if alive:
-        with _children_lock:
-            _seen_alive.add(run.id)
-    return code, alive
-
-
-def _kill_leftovers(run: Run) -> None:
-    """SIGKILL what is left of the group of a job whose leader has exited, if the group is provably still the run's.
-
-    It is when this process saw the leader alive at its previous check (`_seen_alive`); a dashboard that finds the
-    leader long gone leaves the group alone, as its pid may since belong to an unrelated process group.
-    """
-    with _children_lock:
-        seen = run.id in _seen_alive
-        _seen_alive.discard(run.id)
-    if run.pid and local.group_alive(run.pid, run.pid_start):
-        local.signal_group(run.pid, run.pid_start, signal.SIGKILL, leftovers=seen)
-
-
-def _reap(store: Store, run: Run) -> Run:
-    """After the job reported its end: record the exit code once the process is gone, never blocking."""
-    with _children_lock:
-        popen = _children.get(run.id)
-    if popen is None:
-        return run
-    code = popen.poll()
-    if code is None:
-        with _children_lock:
-            _seen_alive.add(run.id)
-        if run.ended_at and time.time() - run.ended_at > LINGER_S and run.pid:
-            local.signal_group(run.pid, run.pid_start, signal.SIGKILL)  # reported its end but hangs in teardown
-        return run
-    with _children_lock:
-        _children.pop(run.id, None)
-    _kill_leftovers(run)
-    if run.exit_code is None:
-        store.update_run(run.id, exit_code=code)
-    return store.get_run(run.id)
-
-
-def _settle_ended(store: Store) -> None:
-    with _children_lock:
-        ids = list(_children)
-    for run_id in ids:
-        try:
-            run = store.get_run(run_id)
-        except RunNotFound:  # a child launched against another store (another data dir) in this process
-            continue
-        if run.status in TERMINAL:
-            _reap(store, run)
+    """Ingest new records of an active run and settle its status if its job has ended."""
+    return backend_for(run.backend).refresh(store, run)
 
 
 def refresh_active(store: Store) -> list[Run]:
     """Refresh every queued or running run; returns them after the refresh."""
-    _settle_ended(store)
-    return [refresh(store, r) for r in store.list_runs(status=[RunStatus.QUEUED.value, RunStatus.RUNNING.value])]
+    for backend in BACKENDS.values():
+        backend.reap(store)
+    # A run of a backend this dashboard does not know (made by another version) is left as it is.
+    return [refresh(store, r) for r in store.list_runs(status=list(ACTIVE)) if r.backend in BACKENDS]
 
 
-def cancel(store: Store, run: Run, wait: bool = False, grace_s: float = CANCEL_GRACE_S) -> Run:
-    """Ask a run to stop (SIGTERM to its process group, SIGKILL after the grace period)."""
+def cancel(store: Store, run: Run, wait: bool = False, grace_s: float | None = None, token: str | None = None
+           ) -> Run:
+    """Ask a run to stop on its backend: locally SIGTERM to its process group, SIGKILL after the grace period; on
+    Hugging Face Jobs the job is canceled, with `token` (the user's own) when given.
+
+    With `wait`, return once the run is settled or `grace_s` (default: the backend's) has passed.
+    """
     if run.status in TERMINAL:
         return run
-    if run.backend == "hf_jobs":
-        return hf_jobs.cancel(store, run, wait=wait)
-    store.update_run(run.id, cancel_requested_at=time.time())
-    alive = local.is_alive(run.pid, run.pid_start)
-    if not (alive and local.signal_group(run.pid, run.pid_start, signal.SIGTERM)):
-        error = "canceled by user"
-        if local.pid_reused(run.pid, run.pid_start):
-            error += f" (its job had already ended; pid {run.pid} now belongs to another process, not signalled)"
-        elif alive:
-            error += f" (process {run.pid} could not be verified as the job's start, so it was not signalled)"
-        store.finish_run(run.id, RunStatus.CANCELED.value, error=error)
-        return store.get_run(run.id)
-    if not wait:
-        return store.get_run(run.id)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        run = refresh(store, store.get_run(run.id))
-        if run.status in TERMINAL and not local.group_alive(run.pid or 0, run.pid_start):
-            return _await_exit(store, run)
-        time.sleep(0.2)
-    local.signal_group(run.pid, run.pid_start, signal.SIGKILL, leftovers=True)
-    for _ in range(50):
-        run = refresh(store, store.get_run(run.id))
-        if run.status in TERMINAL:
-            break
-        time.sleep(0.1)
-    return run
+    return backend_for(run.backend).cancel(store, run, wait=wait, token=token, grace_s=grace_s)
+
+
+def resume(store: Store, run: Run, token: str | None) -> bool:
+    """After a restart: follow an active run again with the user's `token`; True when following started now."""
+    return backend_for(run.backend).resume(store, run, token)
 
 
 def reattach(store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None
              ) -> list[Run]:
-    """After a dashboard restart: find this dashboard's Hugging Face Jobs in `namespace` and follow them again.
+    """After a dashboard restart: find this dashboard's runs on every backend and follow them again.
 
-    Local runs need nothing (refresh finds their processes again). Raises BackendError when not logged in.
+    Local runs need nothing (refresh finds their processes again); Hugging Face Jobs are listed in `namespace`.
+    Raises BackendError when not logged in.
     """
-    return hf_jobs.reattach(store, token=token, namespace=namespace, owner=owner)
+    return [run for backend in BACKENDS.values()
+            for run in backend.reattach(store, token=token, namespace=namespace, owner=owner)]
+
+
+def job_summary(run: Run) -> str | None:
+    """One line saying where the run's job went (job URL, hardware, timeout), or None when there is nothing to say."""
+    return backend_for(run.backend).job_summary(run)
 
 
 def wait(store: Store, run: Run, poll_s: float = 0.5, on_update: Any = None) -> Run:
@@ -329,20 +156,8 @@ def wait(store: Store, run: Run, poll_s: float = 0.5, on_update: Any = None) -> 
             on_update(run)
             last = token
         if run.status in TERMINAL:
-            return _await_exit(store, run)
+            return backend_for(run.backend).await_exit(store, run)
         time.sleep(poll_s)
-
-
-def _await_exit(store: Store, run: Run) -> Run:
-    """Give a job that reported its end a moment to exit, so its exit code is recorded."""
-    deadline = time.monotonic() + LINGER_S + 5
-    while time.monotonic() < deadline:
-        with _children_lock:
-            if run.id not in _children:
-                return store.get_run(run.id)
-        time.sleep(0.1)
-        run = refresh(store, store.get_run(run.id))
-    return run
 
 
 class Monitor:

@@ -19,7 +19,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
+import weakref
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -110,26 +111,54 @@ def _profile_name(profile: Any) -> str | None:
     return str(name) if name else None
 
 
-_whoami: dict[str, tuple[str, float]] = {}
-_whoami_lock = threading.Lock()
+class WhoamiCache:
+    """Who a token belongs to, as the Hub said within the last `ttl_s` seconds; at most `size` tokens (by hash)."""
+
+    def __init__(self, ttl_s: float = WHOAMI_TTL_S, size: int = 1024) -> None:
+        self.ttl_s, self.size = ttl_s, size
+        self._names: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, now: float) -> str | None:
+        """The cached name for a token hash, or None when unknown or expired."""
+        with self._lock:
+            hit = self._names.get(key)
+            if hit is None or now - hit[1] >= self.ttl_s:
+                self._names.pop(key, None)
+                return None
+            self._names.move_to_end(key)
+            return hit[0]
+
+    def put(self, key: str, name: str, now: float) -> None:
+        """Remember a token hash's name, forgetting the least recently used beyond `size`."""
+        with self._lock:
+            self._names[key] = (name, now)
+            self._names.move_to_end(key)
+            while len(self._names) > self.size:
+                self._names.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._names)
+
+
+WHOAMI = WhoamiCache()
 
 
 def whoami_name(token: str) -> str:
     """The username a token belongs to, as the Hub says (cached by the token's hash for a few minutes)."""
     key = hashlib.sha256(token.encode()).hexdigest()
     now = time.monotonic()
-    with _whoami_lock:
-        hit = _whoami.get(key)
-    if hit is not None and now - hit[1] < WHOAMI_TTL_S:
-        return hit[0]
+    known = WHOAMI.get(key, now)
+    if known is not None:
+        return known
     try:
         info = hf_jobs.make_api(token).whoami()
     except Exception as exc:  # noqa: BLE001 - any failure means: this token does not identify anyone
         raise NotAllowed(hf_jobs.describe_error(exc, "check who you are")) from None
     if info.get("type", "user") != "user" or not info.get("name"):
         raise NotAllowed("This token does not belong to a personal Hugging Face account; sign in as a user.")
-    with _whoami_lock:
-        _whoami[key] = (str(info["name"]), now)
+    WHOAMI.put(key, str(info["name"]), now)
     return str(info["name"])
 
 
@@ -259,7 +288,7 @@ def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settin
     base = Path(base_dir) if base_dir else EXAMPLES_DIR.parent
     errors: list[FieldError] = []
     kind = spec.backend.kind
-    if for_launch and kind != "hf_jobs" and not settings.allow_local_backend:
+    if for_launch and kind != hf_jobs.KIND and not settings.allow_local_backend:
         errors.append(FieldError("backend.kind", kind, "is disabled on this Space: runs go to Hugging Face Jobs on "
                                  "your own account. Set backend.kind to 'hf_jobs' (the Space owner can enable the "
                                  "local backend with GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND=1)."))
@@ -278,7 +307,7 @@ def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settin
                                      "files may be used here. Use a Hub dataset (dataset.path) instead."))
     errors += _model_path_errors(spec, base)
     errors += _dataset_path_errors(spec, base)
-    if spec.health.webhook_url and kind != "hf_jobs":
+    if spec.health.webhook_url and kind != hf_jobs.KIND:
         errors.append(FieldError("health.webhook_url", "(set)", "would be posted from the Space's own machine by a "
                                  "local job; on this Space alerts are posted only by jobs running on Hugging Face "
                                  "Jobs. Remove health.webhook_url, or use backend.kind 'hf_jobs'."))
@@ -367,7 +396,7 @@ def check_may_run_rewards(spec: RunSpec, user: User, base_dir: str | Path | None
 def with_user_defaults(spec: RunSpec, user: User, settings: Settings | None = None) -> RunSpec:
     """A copy of the spec whose Jobs namespace defaults to the user's own username (on a Space)."""
     settings = settings or Settings.from_env()
-    if settings.on_space and user.username and spec.backend.kind == "hf_jobs" and not spec.backend.namespace:
+    if settings.on_space and user.username and spec.backend.kind == hf_jobs.KIND and not spec.backend.namespace:
         return replace(spec, backend=replace(spec.backend, namespace=user.username))
     return spec
 
@@ -401,13 +430,17 @@ class LaunchLimiter:
 
 
 LIMITER = LaunchLimiter()
-_user_locks: dict[str, threading.Lock] = {}
+_user_locks: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 _user_locks_guard = threading.Lock()
 
 
-def _user_lock(key: str) -> threading.Lock:
+def _user_lock(key: str) -> Any:
+    """The lock serialising one user's launches; it lives while a launch holds it (weakly kept: no growth)."""
     with _user_locks_guard:
-        return _user_locks.setdefault(key, threading.Lock())
+        lock = _user_locks.get(key)
+        if lock is None:
+            lock = _user_locks[key] = threading.RLock()
+        return lock
 
 
 def check_user_may_launch(store: Store, user: User, settings: Settings | None = None) -> None:
@@ -456,9 +489,7 @@ def cancel(store: Store, run_id: str, user: User, settings: Settings | None = No
     if settings.on_space and not user.signed_in:
         raise NotAllowed(SIGN_IN)
     try:
-        if run.backend == "hf_jobs" and user.token:
-            return hf_jobs.cancel(store, run, token=user.token)
-        return runs.cancel(store, run)
+        return runs.cancel(store, run, token=user.token)
     except BackendError as exc:
         raise BackendError(redact(str(exc), user.token)) from None
 
@@ -473,6 +504,5 @@ def resume_following(store: Store, user: User, settings: Settings | None = None)
         return 0
     started = 0
     for run in visible_runs(store, user, status=list(ACTIVE), settings=settings):
-        if run.backend == "hf_jobs" and hf_jobs.follower(run.id) is None:
-            started += hf_jobs.ensure_following(store, run, token=user.token) is not None
+        started += runs.resume(store, run, user.token)
     return started

@@ -8,7 +8,11 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-JOBS_DIR = Path(__file__).resolve().parent.parent.parent / "jobs"
+_PACKAGE = Path(__file__).resolve().parent.parent
+_BUNDLED = _PACKAGE / "_project"  # an installed package's copies of jobs/ and examples/ (pyproject.toml maps them)
+# Where jobs/ and examples/ are: the top of a git checkout, or beside the modules of an installed package.
+PROJECT_ROOT = _BUNDLED if (_BUNDLED / "jobs").is_dir() else _PACKAGE.parent
+JOBS_DIR = PROJECT_ROOT / "jobs"
 JOB_SCRIPT = JOBS_DIR / "grpo_job.py"
 REWARDS_MODULE = JOBS_DIR / "grpo_rewards.py"
 
@@ -18,15 +22,28 @@ def job_files() -> list[Path]:
     return sorted(JOBS_DIR.glob("*.py"))
 
 
-@functools.cache
-def rewards_module() -> ModuleType:
-    """The job's `grpo_rewards` module, imported from `jobs/` (light: no torch or trl at import)."""
-    name = "grpo_rewards"
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(REWARDS_MODULE):
+def _load(name: str, path: Path) -> ModuleType:
+    """The job module `name` from `path`, imported once under its own name (as the job itself imports it)."""
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REWARDS_MODULE)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@functools.cache
+def rewards_module() -> ModuleType:
+    """The job's `grpo_rewards` module, imported from `jobs/` (light: no torch or trl at import)."""
+    return _load("grpo_rewards", REWARDS_MODULE)
+
+
+@functools.cache
+def job_module() -> ModuleType:
+    """The job script `grpo_job` itself, imported from `jobs/` (light: torch, trl and datasets load only inside its
+    functions). It defines what both sides of the job contract use: `MARKER` (the stdout line-protocol prefix),
+    `DATA_FILE_TYPES` (local data files by suffix), `prompt_renderer` (one row's prompt) and `wants_job_health`
+    (whether the job runs the health rules, so needs them shipped)."""
+    return _load("grpo_job", JOB_SCRIPT)

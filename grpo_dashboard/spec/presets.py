@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from grpo_dashboard.spec.jobfiles import PROJECT_ROOT
 from grpo_dashboard.spec.run_spec import RunSpec
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
-EXAMPLES_DIR = PROJECT_ROOT / "examples"
+EXAMPLES_DIR = PROJECT_ROOT / "examples"  # PROJECT_ROOT: the checkout, or the installed package's copies
 
 PRESETS: dict[str, str] = {
     "smoke (offline CPU test)": "smoke.yaml",

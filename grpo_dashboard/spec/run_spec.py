@@ -18,9 +18,11 @@ import yaml
 
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import safe_yaml
+from grpo_dashboard.spec.jobfiles import job_module
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-BACKENDS = ("local", "hf_jobs")
+LOCAL, HF_JOBS = "local", "hf_jobs"  # the backend kinds (launch/backends.py maps each to its module)
+BACKENDS = (LOCAL, HF_JOBS)
 ACCELERATE_CONFIGS = ("multi_gpu", "single_gpu", "zero1", "zero2", "zero3", "fsdp1", "fsdp2")  # TRL presets
 
 
@@ -112,8 +114,11 @@ class HealthSpec:
 
     @property
     def in_job(self) -> bool:
-        """True when the job itself must evaluate the rules (guard or alerts), so it needs the shipped package."""
-        return self.guard or self.alerts or bool(self.webhook_url)
+        """True when the job itself must evaluate the rules (guard or alerts), so it needs the shipped package.
+
+        The rule is the job's own (`grpo_job.wants_job_health`): the job applies it before the package is loaded.
+        """
+        return job_module().wants_job_health(dataclasses.asdict(self))
 
 
 @dataclass
@@ -137,8 +142,18 @@ class RunSpec:
 
     def to_yaml(self) -> str:
         """Canonical YAML text; `RunSpec.from_yaml(s.to_yaml()) == s`."""
-        return yaml.dump(self.to_dict(), Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True,
-                         default_flow_style=False)
+        return _dump(self.to_dict())
+
+    def to_job_dict(self) -> dict[str, Any]:
+        """Every field with its resolved value, defaults included: what the job reads, as required keys.
+
+        `training` stays as the user set it, so TRL's own defaults apply to the rest (they are never re-typed).
+        """
+        return _to_dict(self, keep_defaults=True)
+
+    def to_job_yaml(self) -> str:
+        """The run.yaml a job gets (`to_job_dict`); `RunSpec.from_yaml(s.to_job_yaml()) == s`."""
+        return _dump(self.to_job_dict())
 
     @classmethod
     def from_dict(cls, data: Any) -> RunSpec:
@@ -181,21 +196,25 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
-def _to_dict(obj: Any) -> Any:
+def _dump(data: dict[str, Any]) -> str:
+    return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+def _to_dict(obj: Any, keep_defaults: bool = False) -> Any:
     if dataclasses.is_dataclass(obj):
         out: dict[str, Any] = {}
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
             default = f.default if f.default is not dataclasses.MISSING else (
                 f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
-            if value == default and f.name not in ("name",):
+            if not keep_defaults and value == default and f.name not in ("name",):
                 continue
-            out[f.name] = _to_dict(value)
+            out[f.name] = _to_dict(value, keep_defaults)
         return out
     if isinstance(obj, list):
-        return [_to_dict(v) for v in obj]
+        return [_to_dict(v, keep_defaults) for v in obj]
     if isinstance(obj, dict):
-        return {k: _to_dict(v) for k, v in obj.items()}
+        return {k: _to_dict(v, keep_defaults) for k, v in obj.items()}
     return obj
 
 

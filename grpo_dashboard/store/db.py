@@ -12,8 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
@@ -23,11 +22,9 @@ import numpy as np
 
 from grpo_dashboard.errors import RunNotFound, StoreError
 from grpo_dashboard.store import series
-from grpo_dashboard.store.downsample import Points, SeriesSummary, ema
 from grpo_dashboard.store.series import SeriesArrays
 
 DATA_DIR_ENV = "GRPO_DASHBOARD_DATA_DIR"
-SUMMARY_CACHE_ENTRIES = 8  # (run, display options) summaries kept in memory, least recently used dropped
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -146,8 +143,6 @@ class Store:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else data_dir() / "dashboard.db"
         self._local = threading.local()
-        self._summaries: OrderedDict[tuple[Any, ...], _SummaryEntry] = OrderedDict()
-        self._summaries_lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -271,96 +266,15 @@ class Store:
         """One metric as numpy arrays (steps, values with None and NaN as NaN, an is_none mask, times)."""
         return series.read_arrays(self.connection(), run_id, key, split, since_step)
 
-    def arrays_all(self, run_id: str) -> dict[tuple[str, str], SeriesArrays]:
-        """Every metric of a run as arrays, keyed by (split, key), in one query."""
-        return series.read_run(self.connection(), run_id)
+    def arrays_all(self, run_id: str, since: dict[tuple[str, str], int | None] | None = None
+                   ) -> dict[tuple[str, str], SeriesArrays]:
+        """Every metric of a run as arrays, keyed by (split, key), in one query; with `since`, only the series it
+        names, each with its points after the given step (None: all of them), and none left without points."""
+        return series.read_run(self.connection(), run_id, since)
 
-    def downsampled(self, run_id: str, max_points: int = 2000, smoothing: float = 0.0,
-                    keys: Iterable[tuple[str, str]] | None = None,
-                    companions: dict[tuple[str, str], tuple[str, str]] | None = None
-                    ) -> dict[tuple[str, str], Points]:
-        """Display points of every (or the given) (split, key) series of a run: at most `max_points` per series,
-        each bucket's lowest and highest value kept (spikes survive) and its first non-finite one (gaps stay
-        visible), plus the first and the latest point, with the debiased EMA (`smoothing` weight) of the full series
-        at those points.
-
-        `companions` maps a series to another one whose EMA (same weight, over its full series) is wanted at the
-        first one's points, in `Points.aux` (NaN where it has no value at that step): e.g. a reward's std band at
-        the reward mean's points, without reading the std series again on every refresh.
-
-        Summaries are cached per (run, max_points, smoothing, companions) and brought up to date by reading only the
-        points logged since; a series that changed otherwise (a late out-of-order point) is summarised again. The
-        returned arrays are shared between callers until the series grows: do not modify them.
-        """
-        companions = dict(companions or {})
-        ident = (run_id, int(max_points), float(smoothing), tuple(sorted(companions.items())))
-        with self._summaries_lock:
-            entry = self._summaries.pop(ident, None) or _SummaryEntry()
-            self._summaries[ident] = entry  # most recently used last
-            while len(self._summaries) > SUMMARY_CACHE_ENTRIES:
-                self._summaries.popitem(last=False)
-        wanted = set(keys) if keys is not None else None
-        with entry.lock:
-            conn = self.connection()
-            heads: dict[tuple[str, str], tuple[int, int]] = {
-                (split, key): (n, last) for split, key, n, last in conn.execute(
-                    "SELECT split, key, n, last_step FROM series WHERE run_id = ?", (run_id,))}
-            shown = [k for k in heads if wanted is None or k in wanted]
-            for k in [k for k, s in entry.series.items() if k not in heads or heads[k][0] < s.n]:
-                del entry.series[k]
-                entry.points.pop(k, None)
-            since: dict[tuple[str, str], int | None] = {
-                k: s.last_step for k, s in entry.series.items() if k in shown and heads[k] != (s.n, s.last_step)}
-            since.update((k, None) for k in shown if k not in entry.series)
-            if since:
-                whole = len(since) == len(heads) and all(v is None for v in since.values())
-                new = series.read_run(conn, run_id, None if whole else since)
-                for k in since:
-                    self._refresh_summary(conn, run_id, entry, k, heads, new.get(k), companions.get(k),
-                                          int(max_points), float(smoothing))
-            out = {}
-            for k in shown:
-                if k not in entry.series:
-                    continue
-                pts = entry.points.get(k)
-                if pts is None:
-                    pts = entry.points[k] = entry.series[k].points()
-                out[k] = pts
-            return out
-
-    def _refresh_summary(self, conn: sqlite3.Connection, run_id: str, entry: _SummaryEntry, k: tuple[str, str],
-                         heads: dict[tuple[str, str], tuple[int, int]], arrays: SeriesArrays | None,
-                         companion: tuple[str, str] | None, max_points: int, smoothing: float) -> None:
-        """Bring one cached summary up to date with `arrays` (its points after the summary's last step)."""
-        entry.points.pop(k, None)
-        summary = entry.series.get(k)
-        aux_new: SeriesArrays | None = None
-        if summary is not None and companion is not None:
-            aux_new = series.read_arrays(conn, run_id, companion[1], companion[0], summary.aux_last_step)
-            if summary.aux_n + len(aux_new) != heads.get(companion, (0, 0))[0]:
-                summary = None  # the companion changed in place: start over
-        if summary is not None and (arrays is None or summary.n + len(arrays) != heads[k][0]):
-            summary = None  # changed in place (a late out-of-order point): start over
-        if summary is None:
-            if arrays is None or len(arrays) != heads[k][0]:
-                arrays = series.read_arrays(conn, run_id, k[1], k[0])
-            summary = entry.series[k] = SeriesSummary(max_points, smoothing)
-            aux_new = None if companion is None else series.read_arrays(conn, run_id, companion[1],
-                                                                              companion[0])
-        if arrays is None or not len(arrays):
-            return
-        aux = None
-        if aux_new is not None:
-            smooth_aux, summary.aux_ema = ema(aux_new.values, smoothing, summary.aux_ema)
-            pos = np.searchsorted(aux_new.steps, arrays.steps)
-            hit = pos < len(aux_new)
-            hit[hit] = aux_new.steps[pos[hit]] == arrays.steps[hit]
-            aux = np.full(len(arrays), np.nan)
-            aux[hit] = smooth_aux[pos[hit]]
-            summary.aux_n += len(aux_new)
-            if len(aux_new):
-                summary.aux_last_step = int(aux_new.steps[-1])
-        summary.extend(arrays.steps, arrays.values, arrays.times, arrays.is_none, aux)
+    def series_heads(self, run_id: str) -> dict[tuple[str, str], tuple[int, int]]:
+        """(points, last step) of every series of a run: how a reader that keeps what it read sees what changed."""
+        return series.heads(self.connection(), run_id)
 
     def series(self, run_id: str, key: str, split: str = "train", since_step: int | None = None
                ) -> list[tuple[int, float | None, float | None]]:
@@ -441,15 +355,6 @@ class Store:
     def integrity_ok(self) -> bool:
         """PRAGMA integrity_check passes."""
         return self.connection().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-
-
-class _SummaryEntry:
-    """Cached display summaries of one run for one (max_points, smoothing), guarded by its own lock."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.series: dict[tuple[str, str], SeriesSummary] = {}
-        self.points: dict[tuple[str, str], Points] = {}  # the last points() of each series, until it grows
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.store.db import RunStatus, Store
 from grpo_dashboard.store.series import append_points, encode
 
@@ -28,7 +29,7 @@ try:
 except ImportError:  # pragma: no cover - orjson comes with gradio; stdlib json is the fallback
     _loads = json.loads
 
-MARKER = "@@GRPO_DASHBOARD@@ "
+MARKER: str = job_module().MARKER  # the job's stdout prefix of protocol lines
 _MARKER_BYTES = MARKER.strip().encode()
 CHUNK_BYTES = 16 * 1024 * 1024
 _PLAIN = {float, int}

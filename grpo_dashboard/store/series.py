@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,17 +51,37 @@ CREATE TABLE IF NOT EXISTS chunks (
 KIND_VALUE, KIND_NONE, KIND_NAN = 0, 1, 2
 
 
-@dataclass
+@dataclass(eq=False)
 class SeriesArrays:
-    """One metric series as arrays: steps (int64), values (float64; None and NaN both NaN here), flags, times."""
+    """One metric series as arrays, the one container of the store's reads and the charts.
+
+    steps (int64, ascending), values (float64; None and NaN both NaN here), an is_none mask and wall times. A series
+    reduced for display (`views.display`) also has `smooth` (the EMA of the full series at these points), `band` (a
+    companion series' EMA at these points, NaN where it has none: a reward's std) and `total`, the number of points of
+    the full series these were kept from.
+    """
 
     steps: np.ndarray
     values: np.ndarray
     is_none: np.ndarray
     times: np.ndarray
+    smooth: np.ndarray | None = None
+    band: np.ndarray | None = None
+    total: int | None = None
 
     def __len__(self) -> int:
         return len(self.steps)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[int, float | None, float | None]]) -> SeriesArrays:
+        """A series from (step, value, time) rows in any order (None and NaN become NaN), sorted by step."""
+        data = list(rows)
+        steps = np.array([r[0] for r in data], dtype=np.int64)
+        is_none = np.array([r[1] is None for r in data], dtype=bool)
+        values = np.array([math.nan if r[1] is None else r[1] for r in data], dtype=np.float64)
+        times = np.array([math.nan if r[2] is None else r[2] for r in data], dtype=np.float64)
+        order = np.argsort(steps, kind="stable")
+        return cls(steps[order], values[order], is_none[order], times[order])
 
 
 def encode(value: Any) -> float | None:
@@ -73,16 +94,6 @@ def encode(value: Any) -> float | None:
         f = float(value)
         return math.nan if math.isnan(f) else f
     return None
-
-
-def kind_of(values: np.ndarray) -> np.ndarray:
-    """KIND_* per value."""
-    bits = values.view(np.uint64)
-    kinds = np.zeros(len(values), dtype=np.int8)
-    nan = np.isnan(values)
-    kinds[nan] = KIND_NAN
-    kinds[bits == NONE_BITS] = KIND_NONE
-    return kinds
 
 
 def decode_scalar(value: float | None, kind: int) -> float | None:
@@ -217,6 +228,12 @@ def _update_head(conn: sqlite3.Connection, run_id: str, split: str, key: str) ->
     conn.execute("INSERT OR REPLACE INTO series (run_id, split, key, n, last_step, last_value, last_kind) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?)",
                  (run_id, split, key, total, row[1], last if kind == KIND_VALUE else None, kind))
+
+
+def heads(conn: sqlite3.Connection, run_id: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """(points, last step) of every series of a run, keyed by (split, key): to compare with what was read."""
+    return {(split, key): (n, last) for split, key, n, last in conn.execute(
+        "SELECT split, key, n, last_step FROM series WHERE run_id = ?", (run_id,))}
 
 
 def read_arrays(conn: sqlite3.Connection, run_id: str, key: str, split: str = "train",

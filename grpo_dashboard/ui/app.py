@@ -10,14 +10,14 @@ import pandas as pd
 
 from grpo_dashboard import settings
 from grpo_dashboard.errors import BackendError, SpecError
-from grpo_dashboard.launch import runs
+from grpo_dashboard.launch import hub_client, runs
 from grpo_dashboard.space import access
 from grpo_dashboard.spec import presets
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.ui import auth, compare, detail, new_run, preflight, runs_tab
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.guard import guarded
-from grpo_dashboard.ui.serving import DashboardBlocks
+from grpo_dashboard.ui.serving import DashboardBlocks, short_circuit_missing_optional_imports
 from grpo_dashboard.views import overview
 
 CSS = """
@@ -32,7 +32,8 @@ def launch_options() -> dict[str, Any]:
     return {"theme": gr.themes.Soft(), "css": CSS}
 
 
-def build_app(store: Store | None = None, base_dir: str | Path | None = None, monitor: bool = True) -> gr.Blocks:
+def build_app(store: Store | None = None, base_dir: str | Path | None = None, monitor: bool = True
+              ) -> DashboardBlocks:
     """The dashboard app; starts one ingestion Monitor for the store (as `demo.monitor`) unless `monitor=False`.
 
     Args:
@@ -41,9 +42,10 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
             where `examples/` lives).
         monitor: start the background thread that ingests active runs' metrics.
     """
+    short_circuit_missing_optional_imports()
     store = store or Store()
     if settings.on_space():
-        settings.forbid_implicit_hub_token()
+        hub_client.forbid_implicit_hub_token()
     ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT,
                     runs.Monitor(store, on_end=overview.health_badge) if monitor else None)
     with DashboardBlocks(title="GRPO Dashboard") as demo:
@@ -67,8 +69,8 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
             return auth.who_text(ctx, profile, oauth)
 
         demo.load(who_text, None, [who], api_name="who", show_progress="hidden")
-    demo.monitor = ctx.monitor.start() if ctx.monitor else None  # type: ignore[attr-defined]
-    demo.form_keys = [f.key for f in new.fields]  # type: ignore[attr-defined]  # input order of form endpoints
+    demo.monitor = ctx.monitor.start() if ctx.monitor else None
+    demo.form_keys = [f.key for f in new.fields]
     return demo
 
 

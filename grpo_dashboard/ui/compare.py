@@ -10,7 +10,7 @@ from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.space import access
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
-from grpo_dashboard.views import charts, overview
+from grpo_dashboard.views import charts, display, overview
 
 
 def metric_options(ctx: UiContext, run_ids: list[str]) -> list[str]:
@@ -40,11 +40,12 @@ def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoot
                                xaxis="relative time" if xaxis == "wall time" else (xaxis or "step"))
     series = []
     if metric:
-        split = "eval" if metric.startswith("eval_") else "train"
+        ident = ("eval" if metric.startswith("eval_") else "train", metric)
         for run in found:
-            rows = ctx.store.series(run.id, metric, split)
-            if rows:
-                series.append((f"{run.name} ({run.id[-6:]})", charts.metric_frame(rows)))
+            # The same display series (and cached summaries) as the run's own charts.
+            got = display.downsampled(ctx.store, run.id, opts.max_points, opts.smoothing, keys=[ident]).get(ident)
+            if got is not None and len(got):
+                series.append((f"{run.name} ({run.id[-6:]})", got))
     fig = charts.overlay_figure(metric or "", series, opts)
     diff = overview.spec_diff(found) if len(found) > 1 else None
     return gr.update(choices=options, value=metric), fig, diff

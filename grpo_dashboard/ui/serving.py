@@ -1,10 +1,16 @@
-"""Serving many viewers from one process: gr.Blocks with a cheap path for outputs a handler leaves unchanged
-(gr.skip()), and process settings for a long-lived multi-threaded server.
+"""Serving many viewers from one process, and the one module that touches gradio's internals.
 
-Gradio 6 post-processes a skipped output like any other update: it builds a fresh copy of the component and its
-config for the session (~1-3 ms each). The run-detail timer returns up to ~15 skips per tick, for every viewer, once
-a second or so; with many viewers that alone kept the server busy. A pure skip needs none of that: the browser gets
-`{"__type__": "update"}`, exactly what Gradio itself would send for it.
+What it relies on beyond gradio's public API (tests/test_gradio_edge.py fails loudly when an installed gradio
+changes any of it):
+- `gr.Blocks.postprocess_data(block_fn, predictions, state)`, a private coroutine, overridden by DashboardBlocks:
+  gradio post-processes a skipped output like any other update, building a fresh copy of the component and its config
+  for the session, and the run-detail timer returns many skips per tick for every viewer. A pure skip needs none of
+  that: the browser gets `{"__type__": "update"}`, exactly what gradio itself would send for it.
+- `gradio.data_classes.GradioModel` / `GradioRootModel` and `gradio.utils.is_prop_update`, to post-process outputs
+  in the handler's own thread (`postprocessed`).
+- `gradio.components.plot.PlotData`, the payload of a gr.Plot built from ready plotly JSON (`plot_data`).
+- `sys.modules` entries for optional plotting libraries gradio tries to import on every event
+  (`short_circuit_missing_optional_imports`).
 """
 
 from __future__ import annotations
@@ -81,11 +87,19 @@ async def _too_large(send: Any, limit: int) -> None:
 
 
 class DashboardBlocks(gr.Blocks):
-    """gr.Blocks whose handlers' gr.skip() outputs cost nothing to post-process, with bounded uploads and bodies."""
+    """gr.Blocks whose handlers' gr.skip() outputs cost nothing to post-process, with bounded uploads and bodies.
+
+    `monitor`: the ingestion Monitor the app started (None without one); `form_keys`: the spec keys of the New run
+    form's inputs, in the order the form endpoints take them.
+    """
+
+    monitor: Any = None
+    form_keys: list[str]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("delete_cache", UPLOAD_CACHE)
         super().__init__(*args, **kwargs)
+        self.form_keys = []
 
     def launch(self, *args: Any, **kwargs: Any) -> Any:
         """gr.Blocks.launch with an upload size limit and a request body limit unless the caller sets its own."""
@@ -116,15 +130,19 @@ class DashboardBlocks(gr.Blocks):
         return merged
 
 
-def _short_circuit_missing_optional_imports() -> None:
+def plot_data(figure_json: Any) -> Any:
+    """A gr.Plot value from a plotly figure already serialised to JSON (no figure object is rebuilt)."""
+    from gradio.components.plot import PlotData
+
+    return PlotData(type="plotly", plot=figure_json)
+
+
+def short_circuit_missing_optional_imports() -> None:
     """Gradio imports matplotlib (twice) on every event and bokeh for every Plot config; when they are not installed
     each failed import scans sys.path. A None entry in sys.modules makes such an import fail at once, the same way."""
     for name in ("matplotlib", "bokeh"):
         if name not in sys.modules and importlib.util.find_spec(name) is None:
             sys.modules[name] = None  # type: ignore[assignment]
-
-
-_short_circuit_missing_optional_imports()
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number
 
@@ -133,9 +151,9 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
     """Cap glibc's malloc arenas (as MALLOC_ARENA_MAX would) unless the environment sets them; returns whether it did.
 
     glibc gives busy threads their own arenas (up to 8 per core) and rarely returns their memory to the system:
-    Gradio's ~40 worker threads each handling ~1 MB chart payloads grew a dashboard watched by 20 viewers by ~470 MB
-    in 45 s (benchmarks/viewers.py); with two arenas the growth was ~170 MB and flat after the first seconds, at the
-    same latency. Call it before the server starts its threads.
+    gradio's many worker threads, each handling large chart payloads, grew a dashboard watched by many viewers
+    without bound (benchmarks/viewers.py measures it); with two arenas the growth levels off, at the same latency.
+    Call it before the server starts its threads.
     """
     if os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
         return False

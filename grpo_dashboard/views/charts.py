@@ -1,5 +1,5 @@
-"""Chart data and figures for the dashboard, without gradio: metric frames, EMA smoothing, spike-keeping
-downsampling, grouping of TRL metric names into panels, and plotly figure building.
+"""Chart figures for the dashboard, without gradio: grouping of TRL metric names into panels and plotly figure
+building from series reduced for display (`display.py`: EMA smoothing and spike-keeping downsampling).
 
 Every figure keeps the raw series (faint) under its smoothed twin, draws eval metrics over their train twins, and
 never sends more than `MAX_POINTS` points per line to the browser.
@@ -10,9 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +18,12 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from grpo_dashboard.views.array_frame import ArrayFrame
+from grpo_dashboard.store.db import Store
+from grpo_dashboard.store.series import SeriesArrays
+from grpo_dashboard.views import display
+from grpo_dashboard.views.display import MAX_POINTS
+from grpo_dashboard.views.display import REWARD_MEAN as _REWARD_MEAN
 
-MAX_POINTS = 2000
 XAXES = ("step", "wall time", "relative time")
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
@@ -69,78 +70,6 @@ _TEMPLATE = {"layout": {"plot_bgcolor": "white", "paper_bgcolor": "white", "font
                         "xaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
                         "yaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
                         "colorway": list(PALETTE)}}
-
-
-def new_figure() -> go.Figure:
-    """An empty figure with the dashboard's light template."""
-    return go.Figure(layout={"template": _TEMPLATE})
-_REWARD_MEAN = re.compile(r"^rewards/(.+)/mean$")
-
-
-def metric_frame(rows: Iterable[tuple[int, float | None, float | None]]) -> pd.DataFrame:
-    """A frame with columns step, value, time from store rows (None and NaN become NaN), sorted by step."""
-    data = list(rows)
-    frame = pd.DataFrame(data, columns=["step", "value", "time"]) if data else pd.DataFrame(
-        {"step": pd.Series(dtype="int64"), "value": pd.Series(dtype="float64"), "time": pd.Series(dtype="float64")})
-    frame["value"] = pd.to_numeric(frame["value"], errors="coerce").astype("float64")
-    frame["time"] = pd.to_numeric(frame["time"], errors="coerce").astype("float64")
-    return frame.sort_values("step", kind="stable").reset_index(drop=True)
-
-
-def ema(values: Sequence[float] | np.ndarray, weight: float) -> np.ndarray:
-    """TensorBoard's smoothing: an EMA debiased by 1 - weight**n; non-finite values pass through untouched.
-
-    Vectorised in blocks short enough for w**-j to stay finite: s_j = w**(j+1) s_prev + (1-w) w**j cumsum(w**-i y_i).
-    """
-    arr = np.asarray(values, dtype="float64")
-    if weight <= 0 or arr.size == 0:
-        return arr.copy()
-    w = min(float(weight), 0.999)
-    out = arr.copy()
-    finite = np.isfinite(arr)
-    y = arr[finite]
-    if y.size == 0:
-        return out
-    block = int(max(1, min(1024, 100 / -math.log10(w))))
-    smoothed = np.empty_like(y)
-    last = 0.0
-    for lo in range(0, y.size, block):
-        chunk = y[lo:lo + block]
-        j = np.arange(chunk.size)
-        partial = np.cumsum(chunk * w ** -j)
-        part = w ** (j + 1) * last + (1 - w) * w ** j * partial
-        smoothed[lo:lo + chunk.size] = part
-        last = float(part[-1])
-    n = np.arange(1, y.size + 1)
-    out[finite] = smoothed / (1 - w ** n)
-    return out
-
-
-def downsample_indices(values: Sequence[float] | np.ndarray, max_points: int = MAX_POINTS) -> np.ndarray:
-    """Indices (ascending) to keep so at most `max_points` remain: the min and max of each bucket, so spikes survive.
-
-    A bucket that holds NaN keeps one NaN too (a visible gap), using three slots per bucket instead of two.
-    """
-    arr = np.asarray(values, dtype="float64")
-    n = arr.size
-    if n <= max_points:
-        return np.arange(n)
-    nan = np.isnan(arr)
-    has_nan = bool(nan.any())
-    n_buckets = max(1, max_points // (3 if has_nan else 2))
-    size = -(-n // n_buckets)
-    pad = n_buckets * size - n
-    grid = np.concatenate([arr, np.full(pad, np.nan)]).reshape(n_buckets, size)
-    gaps = np.concatenate([nan, np.zeros(pad, dtype=bool)]).reshape(n_buckets, size)
-    any_finite = ~np.all(np.isnan(grid), axis=1)
-    base = np.arange(n_buckets) * size
-    lo = np.argmin(np.where(np.isnan(grid), np.inf, grid), axis=1) + base
-    hi = np.argmax(np.where(np.isnan(grid), -np.inf, grid), axis=1) + base
-    keep = [lo[any_finite], hi[any_finite]]
-    if has_nan:
-        has_gap = gaps.any(axis=1)
-        keep.append((np.argmax(gaps, axis=1) + base)[has_gap])
-    return np.unique(np.concatenate(keep))[:max_points]
 
 
 def panel_of(key: str) -> str | None:
@@ -190,11 +119,11 @@ class ChartOptions:
     max_points: int = MAX_POINTS
 
 
-def _x(frame: pd.DataFrame, xaxis: str, t0: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """(mask of usable rows, x values) for the chosen axis."""
+def _x(series: SeriesArrays, xaxis: str, t0: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """(mask of usable points, x values) for the chosen axis."""
     if xaxis == "step":
-        return np.ones(len(frame), dtype=bool), frame["step"].to_numpy()
-    times = frame["time"].to_numpy(dtype="float64")
+        return np.ones(len(series), dtype=bool), series.steps.copy()  # the cached arrays stay unshared
+    times = series.times
     mask = np.isfinite(times)
     if xaxis == "wall time":
         return mask, pd.to_datetime(times[mask], unit="s", utc=True).tz_convert(None).to_numpy()
@@ -212,53 +141,29 @@ def _rgba(color: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def add_line(fig: go.Figure, frame: pd.DataFrame, name: str, color: str, opts: ChartOptions,
-             t0: float | None = None, dash: str | None = None, secondary: bool = False,
-             std: pd.DataFrame | None = None, row: int | None = None) -> None:
-    """Add one metric: faint raw line, smoothed line on top, optional ±std band; downsampled for the browser.
-
-    Args:
-        row: the subplot row, for figures made with make_subplots (one column).
-    """
-    traces = line_traces(frame, name, color, opts, t0, dash, secondary, std)
-    if row is None:
-        fig.add_traces(traces)
-    else:
-        fig.add_traces(traces, rows=[row] * len(traces), cols=[1] * len(traces))
-
-
-def line_traces(frame: pd.DataFrame, name: str, color: str, opts: ChartOptions, t0: float | None = None,
-                dash: str | None = None, secondary: bool = False, std: pd.DataFrame | None = None
-                ) -> list[dict[str, Any]]:
-    """The traces of one metric as plain dicts (see `add_line`)."""
-    if frame.empty:
+def line_traces(series: SeriesArrays, name: str, color: str, opts: ChartOptions, t0: float | None = None,
+                dash: str | None = None, secondary: bool = False) -> list[dict[str, Any]]:
+    """The traces of one series reduced for display (`display.py`) as plain dicts: a faint raw line, the smoothed
+    line on top, and a ±band around it where the series has a band (a reward's std)."""
+    if not len(series):
         return []
-    mask, x = _x(frame, opts.xaxis, t0)
-    raw = frame["value"].to_numpy(dtype="float64")[mask]
+    mask, xs = _x(series, opts.xaxis, t0)
+    raw = series.values[mask]
     if opts.smoothing <= 0:
         smooth = raw
-    elif "smooth" in frame.columns:  # already smoothed over the full series by the store
-        smooth = frame["smooth"].to_numpy(dtype="float64")[mask]
+    elif series.smooth is None:
+        raise ValueError(f"{name}: a series for display (display.reduce) is needed to draw it smoothed")
     else:
-        smooth = ema(raw, opts.smoothing)
+        smooth = series.smooth[mask]
     raw = np.where(np.isinf(raw), np.nan, raw)
     smooth = np.where(np.isinf(smooth), np.nan, smooth)
-    keep = downsample_indices(raw, opts.max_points)
-    xs = x[keep]
     yaxis = "y2" if secondary else "y"
     traces: list[dict[str, Any]] = []
-    if std is not None and not std.empty:
-        if "band" in frame.columns:  # the std series' EMA over its full series, at this line's points (the store's)
-            s_kept = frame["band"].to_numpy(dtype="float64")[mask][keep]
-        else:
-            s_values = std["value"].to_numpy(dtype="float64")
-            s_full = pd.Series(ema(s_values, opts.smoothing) if opts.smoothing > 0 else s_values,
-                               index=std["step"].to_numpy())
-            s_full = s_full[~s_full.index.duplicated(keep="first")]
-            s_kept = s_full.reindex(frame["step"].to_numpy()[mask][keep]).to_numpy(dtype="float64")
-        ok = np.isfinite(smooth[keep]) & np.isfinite(s_kept)
+    if series.band is not None:
+        band = series.band[mask]
+        ok = np.isfinite(smooth) & np.isfinite(band)
         if ok.any():
-            bx, bm, bs = xs[ok], smooth[keep][ok], s_kept[ok]
+            bx, bm, bs = xs[ok], smooth[ok], band[ok]
             traces.append({"type": "scatter", "x": bx, "y": bm - bs, "mode": "lines", "line": {"width": 0},
                            "legendgroup": name, "showlegend": False, "hoverinfo": "skip", "yaxis": yaxis,
                            "name": f"{name} -std"})
@@ -267,10 +172,10 @@ def line_traces(frame: pd.DataFrame, name: str, color: str, opts: ChartOptions, 
                            "showlegend": False, "hoverinfo": "skip", "yaxis": yaxis, "name": f"{name} ±std"})
     markers = "lines+markers" if len(xs) < 30 or dash == "dot" else "lines"
     if opts.smoothing > 0:
-        traces.append({"type": "scatter", "x": xs, "y": _y(raw[keep]), "mode": "lines", "name": f"{name} (raw)",
+        traces.append({"type": "scatter", "x": xs, "y": _y(raw), "mode": "lines", "name": f"{name} (raw)",
                        "legendgroup": name, "showlegend": False,
                        "line": {"color": _rgba(color, 0.3), "width": 1, "dash": dash}, "yaxis": yaxis})
-    traces.append({"type": "scatter", "x": xs, "y": _y(smooth[keep]), "mode": markers, "name": name,
+    traces.append({"type": "scatter", "x": xs, "y": _y(smooth), "mode": markers, "name": name,
                    "legendgroup": name, "line": {"color": color, "width": 2, "dash": dash}, "marker": {"size": 4},
                    "yaxis": yaxis})
     return traces
@@ -323,21 +228,23 @@ def _label(key: str) -> str:
     return m.group(1) if m else key.split("/", 1)[-1] if key.startswith(("clip_ratio/", "completions/")) else key
 
 
-Frames = dict[tuple[str, str], "pd.DataFrame | ArrayFrame"]
+SeriesMap = Mapping[tuple[str, str], SeriesArrays]  # series keyed by (split, key)
 
 
-def panel_figure(panel_id: str, keys: Sequence[str], frames: Frames, opts: ChartOptions, *,
+def panel_figure(panel_id: str, keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, *,
                  t0: float | None = None, beta: float | None = None, max_completion_length: int | None = None,
                  markers: Sequence[tuple[int, str, str]] = ()) -> go.Figure:
-    """The figure of one panel: its train keys (with eval twins dashed), from frames keyed by (split, key)."""
-    return _figure(*panel_spec(panel_id, keys, frames, opts, t0=t0, beta=beta,
+    """The figure of one panel: its train keys (with eval twins dashed), from whole series keyed by (split, key),
+    reduced for display here (`display.reduce_all`; the run pages read theirs reduced, see `run_specs`)."""
+    shown = display.reduce_all(frames, opts.max_points, opts.smoothing)
+    return _figure(*panel_spec(panel_id, keys, shown, opts, t0=t0, beta=beta,
                                max_completion_length=max_completion_length, markers=markers))
 
 
-def panel_spec(panel_id: str, keys: Sequence[str], frames: Frames, opts: ChartOptions, *,
+def panel_spec(panel_id: str, keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, *,
                t0: float | None = None, beta: float | None = None, max_completion_length: int | None = None,
                markers: Sequence[tuple[int, str, str]] = ()) -> Spec:
-    """`panel_figure` as plain dicts."""
+    """`panel_figure` as plain dicts, from series already reduced for display."""
     panel = next(p for p in PANELS if p.id == panel_id)
     if panel_id in UNSMOOTHED:
         opts = dataclasses.replace(opts, smoothing=0.0)
@@ -358,16 +265,11 @@ def panel_spec(panel_id: str, keys: Sequence[str], frames: Frames, opts: ChartOp
         on_right = panel_id == "length" and key == "completions/clipped_ratio"
         if on_right:
             secondary = "clipped ratio"
-        std = None
-        m = _REWARD_MEAN.match(key)
-        if m:
-            std = frames.get(("train", f"rewards/{m.group(1)}/std"))
         name = "reward (weighted sum)" if key == "reward" else _label(key)
         frame = frames.get(("train", key))
         if frame is not None:
             traces += line_traces(frame, name, color, opts, t0,
-                                  dash="dash" if key == "reward" and len(keys) > 1 else None, secondary=on_right,
-                                  std=std)
+                                  dash="dash" if key == "reward" and len(keys) > 1 else None, secondary=on_right)
         eval_frame = frames.get(("eval", f"eval_{key}"))
         if eval_frame is not None:
             traces += line_traces(eval_frame, f"eval {name}", color, opts, t0, dash="dot", secondary=on_right)
@@ -400,19 +302,13 @@ def panel_spec(panel_id: str, keys: Sequence[str], frames: Frames, opts: ChartOp
 FINDING_COLORS = {"warning": "#bf8700", "error": "#cf222e"}
 
 
-def _all_zero(frames: Frames, keys: Sequence[str]) -> bool:
-    values = [frames[("train", k)]["value"].to_numpy(dtype="float64") for k in keys if ("train", k) in frames]
+def _all_zero(frames: SeriesMap, keys: Sequence[str]) -> bool:
+    values = [frames[("train", k)].values for k in keys if ("train", k) in frames]
     finite = [v[np.isfinite(v)] for v in values]
     return bool(finite) and all(v.size and not v.any() for v in finite)
 
 
-def other_figure(keys: Sequence[str], frames: Frames, opts: ChartOptions, t0: float | None = None,
-                 max_rows: int = 12) -> go.Figure:
-    """Metrics without a dedicated panel, one small stacked subplot each (their scales differ)."""
-    return _figure(*_other_spec(keys, frames, opts, t0, max_rows))
-
-
-def _other_spec(keys: Sequence[str], frames: Frames, opts: ChartOptions, t0: float | None = None,
+def _other_spec(keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, t0: float | None = None,
                 max_rows: int = 12) -> Spec:
     shown = list(keys)[:max_rows]
     layout = _subplots_layout(tuple(shown))
@@ -453,60 +349,31 @@ def count_points(fig: go.Figure) -> int:
     return max((len(t.x) for t in fig.data if getattr(t, "x", None) is not None), default=0)
 
 
-def overlay_figure(metric: str, series: Sequence[tuple[str, pd.DataFrame]], opts: ChartOptions,
+def overlay_figure(metric: str, series: Sequence[tuple[str, SeriesArrays]], opts: ChartOptions,
                    split: str = "train") -> go.Figure:
-    """One metric of several runs on one chart (compare view); time axes are relative to each run's start."""
+    """One metric of several runs on one chart (compare view), from (name, series reduced for display) pairs; time
+    axes are relative to each run's first logged time."""
     traces: list[dict[str, Any]] = []
-    for i, (name, frame) in enumerate(series):
-        t0 = float(frame["time"].min()) if len(frame) and frame["time"].notna().any() else None
-        traces += line_traces(frame, name, PALETTE[i % len(PALETTE)], opts, t0)
+    for i, (name, one) in enumerate(series):
+        times = one.times[~np.isnan(one.times)]
+        t0 = float(times.min()) if times.size else None
+        traces += line_traces(one, name, PALETTE[i % len(PALETTE)], opts, t0)
     if not traces:
         return empty_figure(metric or "Compare", "choose runs and a metric that they log")
     label = metric if split == "train" else f"{metric} (eval)"
     return _figure([_drop_none(t) for t in traces], _layout(label, metric, opts))
 
 
-def run_t0(frames: Frames, started_at: float | None = None) -> float | None:
+def run_t0(frames: SeriesMap, started_at: float | None = None) -> float | None:
     """The time origin of a run: its start, else its first logged time."""
     if started_at is not None:
         return started_at
-    times = [f["time"].to_numpy(dtype="float64") for f in frames.values() if len(f)]
+    times = [f.times for f in frames.values() if len(f)]
     lows = [float(np.nanmin(t)) for t in times if not np.isnan(t).all()]
     return min(lows) if lows else None
 
 
-def _arrays_frame(a: Any) -> pd.DataFrame:
-    return pd.DataFrame({"step": np.asarray(a.steps, dtype="int64"), "value": np.asarray(a.values, dtype="float64"),
-                         "time": np.asarray(a.times, dtype="float64")})
-
-
-def load_frames(store: Any, run_id: str, smoothing: float = 0.0, max_points: int = MAX_POINTS) -> Frames:
-    """Every metric of a run as frames keyed by (split, key); reads the store only.
-
-    With a store that keeps display summaries (`Store.downsampled`: incremental, spike-keeping, EMA over the full
-    series) the frames hold only the points to draw plus a `smooth` column; a reward mean's frame also has a `band`
-    column, its std series' EMA at the mean's points (the store carries it along, so the std is not re-read).
-    """
-    if hasattr(store, "downsampled"):
-        keys = set(store.metric_keys(run_id))
-        bands = {("train", k): ("train", k[:-len("mean")] + "std") for split, k in keys
-                 if split == "train" and _REWARD_MEAN.match(k) and ("train", k[:-len("mean")] + "std") in keys}
-        pts = store.downsampled(run_id, max_points=max_points, smoothing=smoothing, companions=bands)
-        out: Frames = {}
-        for ident, p in pts.items():
-            columns = {"step": np.asarray(p.steps, dtype="int64"), "value": np.asarray(p.values, dtype="float64"),
-                       "time": np.asarray(p.times, dtype="float64"), "smooth": np.asarray(p.smooth, dtype="float64")}
-            if ident in bands:
-                columns["band"] = np.asarray(p.aux, dtype="float64")
-            out[ident] = ArrayFrame(columns)  # the store's arrays are read-only and shared
-        return out
-    if hasattr(store, "arrays"):
-        return {(split, key): _arrays_frame(store.arrays(run_id, key, split))
-                for split, key in store.metric_keys(run_id)}
-    return {(split, key): metric_frame(store.series(run_id, key, split)) for split, key in store.metric_keys(run_id)}
-
-
-def run_figures(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,
+def run_figures(store: Store, run_id: str, opts: ChartOptions, *, beta: float | None = None,
                 max_completion_length: int | None = None, started_at: float | None = None,
                 findings: Sequence[Any] = ()) -> dict[str, go.Figure]:
     """Every panel's figure for one run, in PANELS order; `findings` (health) mark their metric's panel."""
@@ -514,10 +381,10 @@ def run_figures(store: Any, run_id: str, opts: ChartOptions, *, beta: float | No
     return {pid: _figure(*spec) for pid, spec in specs.items()}
 
 
-def run_specs(store: Any, run_id: str, opts: ChartOptions, beta: float | None, max_completion_length: int | None,
+def run_specs(store: Store, run_id: str, opts: ChartOptions, beta: float | None, max_completion_length: int | None,
               started_at: float | None, findings: Sequence[Any]) -> dict[str, Spec]:
     """Every panel of a run as plain dicts, in PANELS order (see `run_figures`)."""
-    frames = load_frames(store, run_id, opts.smoothing, opts.max_points)
+    frames = display.run_series(store, run_id, opts.smoothing, opts.max_points)
     groups = group_metrics(frames.keys())
     t0 = run_t0(frames, started_at)
     marks: dict[str, list[tuple[int, str, str]]] = {}

@@ -13,9 +13,7 @@ def _gib(n: Any) -> str:
 
 
 def hf_job_markdown(run: Run) -> str:
-    """Markdown lines for an hf_jobs run (empty for other backends)."""
-    if run.backend != "hf_jobs":
-        return ""
+    """Markdown lines for an hf_jobs run (empty for a run without job details, follower or samples: other backends)."""
     from grpo_dashboard.checks.hardware import format_duration
     from grpo_dashboard.launch import hf_jobs
 

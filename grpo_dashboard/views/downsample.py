@@ -1,4 +1,4 @@
-"""Display-side reduction of metric series in numpy: resumable EMA smoothing and spike-keeping downsampling.
+"""The display reduction of metric series in numpy: resumable EMA smoothing and spike-keeping downsampling.
 
 `SeriesSummary` keeps, for one growing series, the points a chart needs and nothing else: the first and the latest
 point, and buckets of a power-of-two width in index space, each holding its lowest and highest finite point and its
@@ -7,7 +7,8 @@ outgrow the point budget, neighbours merge pairwise (width doubles). So a chart 
 a hundred kilobytes of state per series, and a refresh with 100 new records costs work on those 100 records only.
 
 Smoothing is TensorBoard's debiased EMA, where non-finite values pass through without updating the average; it is
-computed over every point (not the kept ones) and carried across refreshes.
+computed over every point (not the kept ones) and carried across refreshes. `ema` and `SeriesSummary` are the only
+smoothing and downsampling of the dashboard: every chart line goes through them (see `display.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from grpo_dashboard.store.series import SeriesArrays
 
 _MAX_SCALE_LOG = 200.0  # keep w**-i within ~1e87 inside one EMA block (float64 holds 1e308)
 
@@ -121,23 +124,6 @@ def _combine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(take_b[:, None, :], b, a)
 
 
-@dataclass
-class Points:
-    """The kept points of one series, in step order: steps, raw values (None as NaN), None flags, times, smoothed
-    values, and `aux`: a companion series' value at each of these steps as the caller supplied it (NaN if none)."""
-
-    steps: np.ndarray
-    values: np.ndarray
-    is_none: np.ndarray
-    times: np.ndarray
-    smooth: np.ndarray
-    aux: np.ndarray
-    total: int  # points in the whole series
-
-    def __len__(self) -> int:
-        return int(self.steps.size)
-
-
 class SeriesSummary:
     """The display points of one growing series, updated incrementally (see the module docstring).
 
@@ -158,10 +144,26 @@ class SeriesSummary:
         self.ema = EmaState()
         self.buckets = _empty(0)
         self.ends = _empty(2)[0]  # (fields, 2): the first and the latest point, always kept
-        # Where the caller's companion series stands (see Store.downsampled): its EMA, points and last step consumed.
+        # Where the companion series stands (see `add`): its EMA, points and last step consumed.
         self.aux_ema = EmaState()
         self.aux_n = 0
         self.aux_last_step: int | None = None
+
+    def add(self, series: SeriesArrays, companion: SeriesArrays | None = None) -> None:
+        """Append a series' new points (see `extend`) with, as their band, the EMA of `companion` (its points after
+        the last ones added, same weight, carried across calls) at their steps; NaN where it has no value there."""
+        aux = None
+        if companion is not None:
+            smooth_aux, self.aux_ema = ema(companion.values, self.smoothing, self.aux_ema)
+            pos = np.searchsorted(companion.steps, series.steps)
+            hit = pos < len(companion)
+            hit[hit] = companion.steps[pos[hit]] == series.steps[hit]
+            aux = np.full(len(series), np.nan)
+            aux[hit] = smooth_aux[pos[hit]]
+            self.aux_n += len(companion)
+            if len(companion):
+                self.aux_last_step = int(companion.steps[-1])
+        self.extend(series.steps, series.values, series.times, series.is_none, aux)
 
     def extend(self, steps: np.ndarray, values: np.ndarray, times: np.ndarray, is_none: np.ndarray | None = None,
                aux: np.ndarray | None = None) -> None:
@@ -263,11 +265,11 @@ class SeriesSummary:
         idx = np.concatenate((self.buckets[:, F_IDX].reshape(-1), self.ends[F_IDX]))
         return np.unique(idx[idx >= 0]).astype(np.int64)
 
-    def points(self) -> Points:
-        """The kept points in step order."""
+    def points(self) -> SeriesArrays:
+        """The kept points in step order, with `smooth`, `band` (the companion's EMA; NaN without one) and `total`."""
         flat = np.concatenate((self.buckets.transpose(1, 0, 2).reshape(N_FIELDS, -1), self.ends), axis=1)
         flat = flat[:, flat[F_IDX] >= 0]
         _, first = np.unique(flat[F_IDX], return_index=True)
         kept = flat[:, first]
-        return Points(kept[F_STEP].astype(np.int64), kept[F_VALUE], kept[F_NONE].astype(bool), kept[F_TIME],
-                      kept[F_SMOOTH], kept[F_AUX], self.n)
+        return SeriesArrays(kept[F_STEP].astype(np.int64), kept[F_VALUE], kept[F_NONE].astype(bool), kept[F_TIME],
+                            smooth=kept[F_SMOOTH], band=kept[F_AUX], total=self.n)
