@@ -149,14 +149,40 @@ def test_a_finished_runs_health_badge_is_saved_and_read_back_without_a_doctor_pa
     saved = store.health_badges()
     assert saved["r1"][1] == badge and json.loads(saved["r1"][0]) == list(store.change_token("r1"))
 
-    overview._health_cache.clear()  # a freshly started dashboard: nothing diagnosed in memory
+    overview.FINDINGS.entries.clear()  # a freshly started dashboard: nothing diagnosed in memory
     fresh = Store(store.path)
     table = overview.runs_frame(fresh)
     assert table["health"].tolist() == [badge]
-    assert overview._health_cache == {}  # read, not re-diagnosed
+    assert len(overview.FINDINGS.entries) == 0  # read, not re-diagnosed
 
     append_log(path, range(201, 211), reward=1.0, reward_std=0.5, frac_reward_zero_std=0.0, loss=0.1, grad_norm=1.0)
     ingest_file(fresh, "r1", path)  # late records of a finished run: the saved badge no longer applies
     overview.runs_frame(fresh)
-    assert overview._health_cache != {}
+    assert len(overview.FINDINGS.entries) > 0
     assert json.loads(fresh.health_badges()["r1"][0]) == list(fresh.change_token("r1"))
+
+
+def test_the_views_caches_are_bounded(tmp_path: Path) -> None:
+    """Findings and samples indexes are owned by objects with a size limit: a long-lived dashboard that has shown
+    thousands of runs keeps only the most recently used."""
+    from grpo_dashboard.views import overview
+    from grpo_dashboard.views.completions import SampleIndexes
+    from grpo_dashboard.views.memo import LruCache
+
+    cache: LruCache[str, int] = LruCache(2)
+    for i, key in enumerate("abc"):
+        cache.put(key, i)
+    assert len(cache) == 2 and cache.get("a") is None and cache.get("c") == 2
+    cache.get("b")
+    cache.put("d", 3)
+    assert cache.get("c") is None and cache.get("b") == 1  # the least recently used went first
+    indexes = SampleIndexes(size=1)
+    files = []
+    for n in range(3):
+        path = tmp_path / f"samples{n}.jsonl"
+        path.write_text("".join(f'{{"step": {s}, "completion": "x"}}\n' for s in range(n + 1)))
+        files.append(path)
+        assert sorted(indexes.index(path).steps) == list(range(n + 1))
+    assert len(indexes.files) == 1
+    assert sorted(indexes.index(files[0]).steps) == [0]  # dropped, then rebuilt from the file when read again
+    assert overview.FINDINGS.entries.size == overview.HEALTH_CACHE_RUNS

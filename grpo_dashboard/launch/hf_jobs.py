@@ -267,6 +267,7 @@ def _forget(f: Follower) -> None:
             del _followers[f.run_id]
             if f.state.phase == "done":
                 _tokens.pop(f.run_id, None)
+                _endpoints.pop(f.run_id, None)
 
 
 def refresh(store: Store, run: Run, token: str | None = None, endpoint: str | None = None) -> Run:

@@ -305,6 +305,7 @@ def _reap(store: Store, run: Run) -> Run:
         return run
     with _children_lock:
         _children.pop(run.id, None)
+    _stall_limits.pop(run.id, None)  # per live run only: a dashboard that runs for months must not keep them all
     _kill_leftovers(run)
     if run.exit_code is None:
         store.update_run(run.id, exit_code=code)

@@ -66,6 +66,7 @@ def _flavor(name: str, gpu: str | None, count: int, price: float, source: str = 
 BUILTIN_FLAVORS: dict[str, Flavor] = {row[0]: _flavor(*row) for row in _TABLE}
 _live_cache: dict[str, tuple[float, dict[str, Flavor]]] = {}
 LIVE_TTL_S = 3600.0
+LIVE_CACHE_ENDPOINTS = 8
 
 
 def flavors(token: str | bool | None = None, endpoint: str | None = None, live: bool = False) -> dict[str, Flavor]:
@@ -96,6 +97,8 @@ def flavors(token: str | bool | None = None, endpoint: str | None = None, live: 
         elif acc is None or model is not None:
             count = int(acc.quantity) if acc and str(acc.quantity).isdigit() else (1 if acc else 0)
             out[hw.name] = _flavor(hw.name, model, count, price, "live")
+    if len(_live_cache) >= LIVE_CACHE_ENDPOINTS:  # one endpoint in practice; never grows without bound
+        _live_cache.pop(next(iter(_live_cache)))
     _live_cache[key] = (time.monotonic(), out)
     return dict(out)
 

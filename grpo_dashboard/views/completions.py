@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from grpo_dashboard.views.memo import LruCache
+
 SORTS = ("total reward", "advantage", "completion length", "original order")
 _PARQUET = re.compile(r"^completions_(\d+)\.parquet$")
 
@@ -27,8 +29,42 @@ class _Index:
     steps: dict[int, list[int]] = field(default_factory=dict)
 
 
-_indexes: dict[str, _Index] = {}
-_lock = threading.Lock()
+class SampleIndexes:
+    """Step -> line offset indexes of samples files, each brought up to date with what was appended since; at most
+    `size` files are indexed (the least recently read is dropped and rebuilt when read again)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.files: LruCache[str, _Index] = LruCache(size)
+        self._lock = threading.Lock()
+
+    def index(self, path: Path) -> _Index:
+        """The index of one samples file, up to date."""
+        with self._lock:
+            idx = self.files.get(str(path))
+            try:
+                size = path.stat().st_size
+            except OSError:
+                return _Index()
+            if idx is None or size < idx.offset:  # new, or rewritten: start over
+                idx = _Index()
+                self.files.put(str(path), idx)
+            if size == idx.offset:
+                return idx
+            with open(path, "rb") as f:
+                f.seek(idx.offset)
+                pos = idx.offset
+                for line in f:
+                    if not line.endswith(b"\n"):
+                        break  # a line still being written
+                    step = _step_of(line)
+                    if step is not None:
+                        idx.steps.setdefault(step, []).append(pos)
+                    pos += len(line)
+                idx.offset = pos
+            return idx
+
+
+INDEXES = SampleIndexes()
 
 
 def samples_path(run_dir: str | Path) -> Path:
@@ -38,28 +74,7 @@ def samples_path(run_dir: str | Path) -> Path:
 
 def _index(path: Path) -> _Index:
     """The step -> line offsets index of a samples file, brought up to date with what was appended since."""
-    with _lock:
-        idx = _indexes.setdefault(str(path), _Index())
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return _Index()
-        if size < idx.offset:  # rewritten: start over
-            idx = _indexes[str(path)] = _Index()
-        if size == idx.offset:
-            return idx
-        with open(path, "rb") as f:
-            f.seek(idx.offset)
-            pos = idx.offset
-            for line in f:
-                if not line.endswith(b"\n"):
-                    break  # a line still being written
-                step = _step_of(line)
-                if step is not None:
-                    idx.steps.setdefault(step, []).append(pos)
-                pos += len(line)
-            idx.offset = pos
-        return idx
+    return INDEXES.index(path)
 
 
 def _step_of(line: bytes) -> int | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import shlex
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store import ingest
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, StoreError, token_text
 from grpo_dashboard.views.completions import recent_samples
-from grpo_dashboard.views.memo import SingleFlight
+from grpo_dashboard.views.memo import LruCache, SingleFlight
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
@@ -78,9 +77,19 @@ def fmt_value(value: float | None, digits: int = 4) -> str:
 
 # --- health --------------------------------------------------------------------------------------------------
 HEALTH_MIN_INTERVAL_S = 5.0  # a live run's findings are recomputed at most this often (diagnose reads every record)
-_health_cache: dict[tuple[str, str], tuple[tuple[Any, ...], float, list[Any]]] = {}
-_health_lock = threading.Lock()
-_health_flight = SingleFlight()
+HEALTH_CACHE_RUNS = 512  # findings kept in memory (by store and run); a finished run's badge is in the store anyway
+
+
+class FindingsCache:
+    """The doctor's latest findings per (store, run) with the change token they were computed at, at most `size` runs;
+    concurrent requests for one run share one computation (SingleFlight)."""
+
+    def __init__(self, size: int = HEALTH_CACHE_RUNS) -> None:
+        self.entries: LruCache[tuple[str, str], tuple[tuple[Any, ...], float, list[Any]]] = LruCache(size)
+        self.flight = SingleFlight()
+
+
+FINDINGS = FindingsCache()
 
 
 def health_available() -> bool:
@@ -124,8 +133,7 @@ def findings(store: Store, run: Run) -> list[Any]:
     key = (str(store.path), run.id)
 
     def fresh() -> list[Any] | None:
-        with _health_lock:
-            cached = _health_cache.get(key)
+        cached = FINDINGS.entries.get(key)
         if cached is not None and (cached[0] == token or (
                 run.is_active and time.monotonic() - cached[1] < HEALTH_MIN_INTERVAL_S)):
             return cached[2]
@@ -145,18 +153,16 @@ def findings(store: Store, run: Run) -> list[Any]:
                                    completions=recent_samples(run.run_dir, output_dir=run.output_dir)))
         except ValueError as exc:  # bad threshold overrides in the spec
             result = [_BadThresholds(str(exc))]
-        with _health_lock:
-            _health_cache[key] = (token, time.monotonic(), result)
+        FINDINGS.entries.put(key, (token, time.monotonic(), result))
         return result
 
     cached = fresh()
     if cached is not None:
         return cached
-    with _health_lock:
-        stale = _health_cache.get(key)
-    if stale is not None and _health_flight.busy(key):
+    stale = FINDINGS.entries.get(key)
+    if stale is not None and FINDINGS.flight.busy(key):
         return stale[2]  # being recomputed by another caller: the previous findings rather than a wait
-    return _health_flight.do(key, compute)
+    return FINDINGS.flight.do(key, compute)
 
 
 def metric_frame(store: Store, run_id: str) -> Any:
