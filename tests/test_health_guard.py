@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from grpo_dashboard.checks.validation import validate
-from grpo_dashboard.health import AlertSender, Finding, HealthMonitor, JobHealth, wants_job_health
+from grpo_dashboard.health import AlertSender, Finding, HealthMonitor, JobHealth
 from grpo_dashboard.health.alerts import alert_payload, post_json, trackio_alert
 from grpo_dashboard.health.ship import PACKAGE_DIR, package_files, ship
+from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Run, RunStatus, Store
 from grpo_dashboard.store.ingest import ingest_file
@@ -294,7 +295,8 @@ def test_job_health_stops_alerts_a_webhook_from_the_environment_and_sums_up(
 ) -> None:
     monkeypatch.setenv("GRPO_TEST_HOOK", receiver.url)
     settings = {"guard": True, "guard_persist": 2, "webhook_url": "${GRPO_TEST_HOOK}"}
-    assert wants_job_health(settings) and not wants_job_health({"thresholds": {}}) and not wants_job_health(None)
+    wants = job_module().wants_job_health
+    assert wants(settings) and not wants({"thresholds": {}}) and not wants(None)
     job = JobHealth(settings, run_name="r", report_to="none", budget=None)
     assert job.observe({"entropy": 4.0}, 1) is None  # before begin(): nothing is evaluated
     job.begin({"beta": 0.0})

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import yaml
 
-from grpo_dashboard import health
 from grpo_dashboard.checks import dataset_files
 from grpo_dashboard.checks.dataset_inspect import render_prompt
 from grpo_dashboard.launch import local
@@ -103,15 +102,15 @@ def test_the_marker_file_types_and_health_rule_have_one_definition(tmp_path: Pat
 
     rules = [_rel(p) for p in SOURCES for node in ast.walk(_parsed(p)) if isinstance(node, ast.BoolOp)
              and isinstance(node.op, ast.Or) and {"guard", "alerts", "webhook_url"} <= names(node)]
-    assert sorted(rules) == ["grpo_dashboard/health/job.py", "jobs/grpo_job.py"]
+    assert sorted(rules) == ["jobs/grpo_job.py"]  # the one definition: HealthSpec.in_job asks it
     for guard in (False, True):
         for alerts in (False, True):
             for url in (None, "$HOOK"):
                 settings = {"thresholds": {"x": 1}, "guard": guard, "alerts": alerts, "webhook_url": url}
                 expected = guard or alerts or url is not None
-                assert JOB.wants_job_health(settings) is health.wants_job_health(settings) is expected
+                assert JOB.wants_job_health(settings) is expected
                 assert HealthSpec(**settings).in_job is expected
-    assert not JOB.wants_job_health(None) and not health.wants_job_health(None)
+    assert not JOB.wants_job_health(None)
     asked: list[Any] = []
     monkeypatch.setattr(JOB, "wants_job_health", lambda h: asked.append(h) or False)
     assert HealthSpec(guard=True).in_job is False and asked[-1]["guard"] is True

@@ -10,7 +10,7 @@ The package needs only numpy and the standard library: jobs import a shipped cop
 from .alerts import AlertSender
 from .doctor_cli import doctor_main
 from .findings import Finding
-from .job import JobHealth, wants_job_health
+from .job import JobHealth
 from .loaders import load_completions, load_log_frame, load_log_records
 from .monitor import HealthMonitor, MonitorUpdate
 from .rules import RULES, diagnose, worst_severity
@@ -34,6 +34,5 @@ __all__ = [
     "load_log_frame",
     "load_log_records",
     "resolve_thresholds",
-    "wants_job_health",
     "worst_severity",
 ]

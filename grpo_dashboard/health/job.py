@@ -19,17 +19,6 @@ from .findings import Finding
 from .monitor import DEFAULT_BUDGET, HealthMonitor
 
 
-def wants_job_health(settings: Mapping[str, Any] | None) -> bool:
-    """True when a spec's ``health:`` settings turn on the guard or alerts (the job then needs this package).
-
-    The job decides this before it can load this package, and this package may import nothing outside itself, so
-    the job script holds the same rule as ``grpo_job.wants_job_health`` (which ``HealthSpec.in_job`` asks);
-    tests/test_job_contract.py keeps the two equal.
-    """
-    s = settings or {}
-    return bool(s.get("guard") or s.get("alerts") or s.get("webhook_url"))
-
-
 def resolve_webhook(url: str | None) -> str | None:
     """The webhook URL, reading ``$NAME`` / ``${NAME}`` from the environment; None when unset."""
     if not url or not url.startswith("$"):

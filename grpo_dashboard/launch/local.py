@@ -28,7 +28,6 @@ from grpo_dashboard.launch.local_process import (  # noqa: F401 - re-exported fo
     pid_reused,
     process_start_time,
     signal_group,
-    terminate,
 )
 from grpo_dashboard.launch.logs import last_error_line, log_path
 from grpo_dashboard.settings import on_space

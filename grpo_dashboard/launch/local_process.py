@@ -8,8 +8,6 @@ system clock (psutil identifies processes the same way), and the very value the 
 from __future__ import annotations
 
 import os
-import signal
-import time
 
 import psutil
 
@@ -117,19 +115,3 @@ def signal_group(pid: int | None, start_time: str | None, sig: int, leftovers: b
         return True
     except ProcessLookupError:
         return False
-
-
-def terminate(pid: int, start_time: str | None, grace_s: float = 10.0, leftovers: bool = False) -> bool:
-    """SIGTERM the run's group, then SIGKILL whatever is left after `grace_s` seconds; False if nothing was sent.
-
-    Identity is checked before every signal (`signal_group`); `leftovers` as there.
-    """
-    if not signal_group(pid, start_time, signal.SIGTERM, leftovers):
-        return False
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not group_alive(pid, start_time):
-            return True
-        time.sleep(0.1)
-    signal_group(pid, start_time, signal.SIGKILL, leftovers=True)
-    return True

@@ -39,7 +39,7 @@ GPUS: dict[str, tuple[float, float, float, bool]] = {
     "A10G": (21.3, 70, 600, True), "A100": (79.1, 312, 2039, True), "H200": (139.8, 989, 4800, True),
     "RTX PRO 6000": (94.9, 500, 1792, True),
 }
-# Prices from hub-docs jobs-pricing.md ($/h); the live list from the hardware endpoint replaces them when reachable.
+# Prices in $/h as Hugging Face publishes them for Jobs; the live hardware list replaces them when reachable.
 _TABLE: list[tuple[str, str | None, int, float]] = [
     ("cpu-basic", None, 0, 0.01), ("cpu-upgrade", None, 0, 0.03), ("cpu-xl", None, 0, 1.00),
     ("cpu-performance", None, 0, 1.90), ("t4-small", "T4", 1, 0.40), ("t4-medium", "T4", 1, 0.60),

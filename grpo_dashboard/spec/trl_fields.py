@@ -10,7 +10,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-# Fields TRL accepts at construction but only checks inside the first training step (trl_grpo.md §1.3), plus
+# Fields TRL accepts at construction but only checks inside the first training step, plus
 # string options whose values TRL documents; we validate them up front.
 CHOICES: dict[str, tuple[Any, ...]] = {
     "loss_type": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),

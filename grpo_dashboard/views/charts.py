@@ -65,7 +65,7 @@ _EXACT = {
 }
 _LENGTH_ORDER = ("completions/mean_length", "completions/min_length", "completions/max_length",
                  "completions/clipped_ratio")
-# A small explicit template: plotly's default one is deep-copied into every figure (~10-30 ms each).
+# A small explicit template: plotly's default one is deep-copied into every figure, which is slow.
 _TEMPLATE = {"layout": {"plot_bgcolor": "white", "paper_bgcolor": "white", "font": {"color": "#2a3f5f"},
                         "xaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
                         "yaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},

@@ -110,7 +110,7 @@ def _parsed_spec(spec_yaml: str) -> RunSpec | None:
 
 
 def run_spec(run: Run) -> RunSpec | None:
-    """The run's stored spec, parsed once per distinct text (pages re-read it on every tick; parsing is ~10 ms);
+    """The run's stored spec, parsed once per distinct text (pages re-read it on every tick and parsing is not cheap);
     None when it no longer parses. Shared between callers: read it, do not modify it."""
     return _parsed_spec(run.spec_yaml)
 
@@ -166,8 +166,8 @@ def findings(store: Store, run: Run) -> list[Any]:
 
 
 def metric_frame(store: Store, run_id: str) -> Any:
-    """The doctor's MetricFrame of a run straight from the store's columns (no dict per logged step: at 100k steps
-    `MetricFrame.from_records(store.records(run_id))` took ~1 s per refresh)."""
+    """The doctor's MetricFrame of a run straight from the store's columns (no dict per logged step, which
+    `MetricFrame.from_records(store.records(run_id))` would build: slow on long runs)."""
     from grpo_dashboard.health.series import MetricFrame
 
     by_split: dict[str, dict[str, Any]] = {}
