@@ -6,6 +6,8 @@ import copy
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +224,20 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     yield fake
     hf_jobs.stop_all()
     fake.stop()
+
+
+@contextmanager
+def served_client(data: Path) -> Iterator[Any]:
+    """The app built in this process over a store in `data`, served on 127.0.0.1; yields a gradio Client of it."""
+    from gradio_client import Client
+
+    from grpo_dashboard.store.db import Store
+    from grpo_dashboard.ui import build_app
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRPO_DASHBOARD_DATA_DIR", str(data))
+        demo = build_app(Store(), monitor=False)
+        try:
+            yield Client(free_port_app(demo), verbose=False)
+        finally:
+            demo.close()

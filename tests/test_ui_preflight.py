@@ -10,22 +10,14 @@ from gradio_client import Client
 
 from grpo_dashboard.spec import presets
 from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec
-from grpo_dashboard.store.db import Store
-from grpo_dashboard.ui import build_app
 
-from .conftest import free_port_app
+from .conftest import served_client
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GRPO_DASHBOARD_DATA_DIR", str(tmp_path_factory.mktemp("preflight")))
-        demo = build_app(Store(), monitor=False)
-        url = free_port_app(demo)
-        try:
-            yield Client(url, verbose=False)
-        finally:
-            demo.close()
+    with served_client(tmp_path_factory.mktemp("preflight")) as served:
+        yield served
 
 
 def test_inspect_dataset_reports_columns_and_rows(client: Client) -> None:

@@ -16,10 +16,8 @@ from grpo_dashboard.errors import MAX_LISTED_ERRORS, FieldError, SpecError
 from grpo_dashboard.launch import runs
 from grpo_dashboard.spec import forms, presets, safe_yaml
 from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec
-from grpo_dashboard.store.db import Store
-from grpo_dashboard.ui import build_app
 
-from .conftest import free_port_app
+from .conftest import served_client
 
 SHORT = 2000
 LOADERS = sorted({safe_yaml.Loader, safe_yaml.PySafeLoader}, key=lambda c: c.__name__)
@@ -214,14 +212,9 @@ def rss_bytes() -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GRPO_DASHBOARD_DATA_DIR", str(tmp_path_factory.mktemp("yaml-limits-data")))
         mp.delenv("SPACE_ID", raising=False)
-        demo = build_app(Store(), monitor=False)
-        url = free_port_app(demo)
-        try:
-            yield Client(url, verbose=False)
-        finally:
-            demo.close()
+        with served_client(tmp_path_factory.mktemp("yaml-limits-data")) as client:
+            yield client
 
 
 def answer(client: Client, *args: Any, api_name: str) -> str:

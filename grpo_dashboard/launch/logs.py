@@ -17,15 +17,21 @@ def log_path(run: Run) -> Path:
     return Path(run.run_dir) / "job.log"
 
 
-def last_error_line(path: Path, max_bytes: int = 65536) -> str | None:
-    """The most informative last line of a job log: the last exception line, else the last non-empty line."""
+def _read_end(path: Path, max_bytes: int) -> str | None:
+    """The last `max_bytes` of a file as text (undecodable bytes replaced); None when it cannot be read."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            text = f.read().decode("utf-8", errors="replace")
+            f.seek(max(0, f.tell() - max_bytes))
+            return f.read().decode("utf-8", errors="replace")
     except OSError:
+        return None
+
+
+def last_error_line(path: Path, max_bytes: int = 65536) -> str | None:
+    """The most informative last line of a job log: the last exception line, else the last non-empty line."""
+    text = _read_end(path, max_bytes)
+    if text is None:
         return None
     lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
     marker = job_module().MARKER.strip()
@@ -38,13 +44,8 @@ def last_error_line(path: Path, max_bytes: int = 65536) -> str | None:
 
 def tail(path: Path, n: int = 50, max_bytes: int = 262144) -> str:
     """The last n lines of a log file (empty string if absent)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            text = f.read().decode("utf-8", errors="replace")
-    except OSError:
+    text = _read_end(path, max_bytes)
+    if text is None:
         return ""
     text = text.replace("\r", "\n")
     return "\n".join([ln for ln in text.splitlines() if ln.strip()][-n:])

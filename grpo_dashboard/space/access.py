@@ -11,6 +11,7 @@ a message, and `redact` removes anything token-shaped from text shown to users.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -77,8 +78,9 @@ def redact(text: Any, *secrets: str | None) -> Any:
     return _redact_pattern(text)
 
 
-def _server_roots() -> list[tuple[str, str]]:
-    roots = [(str(data_dir()), "<data dir>"), (str(PROJECT_ROOT), "<app>"), (tempfile.gettempdir(), "<tmp>"),
+@functools.lru_cache(maxsize=8)
+def _server_roots(data: str) -> list[tuple[str, str]]:
+    roots = [(data, "<data dir>"), (str(PROJECT_ROOT), "<app>"), (tempfile.gettempdir(), "<tmp>"),
              (sys.prefix, "<python>"), (sys.base_prefix, "<python>"), (str(Path.home()), "~")]
     out: list[tuple[str, str]] = []
     for root, name in roots:
@@ -93,7 +95,7 @@ def scrub_paths(text: Any) -> Any:
     what a Space shows its visitors says nothing about its file system. Non-strings pass."""
     if not isinstance(text, str):
         return text
-    for root, name in _server_roots():
+    for root, name in _server_roots(str(data_dir())):
         text = text.replace(root, name)
     return text
 
