@@ -126,6 +126,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("kl_spike.history", 10, "trailing logs forming the reference median"),
     Threshold("kl_spike.start_window", 3, "first logs compared with the median of the rest (start explosions)"),
     Threshold("kl_spike.error_ratio", 20.0, "spike multiple that is an error while kl has not come back down"),
+    Threshold("kl_spike.blip_beta", 0.1, "beta up to this (or unknown): isolated blips while reward rises are info"),
     Threshold("kl_spike.zero_frac", 0.5, "skip when this fraction of the reference window is exactly 0"),
     # kl_high
     Threshold("kl_high.value", 0.5, "warm-up median kl at or above this, and flat: info"),
@@ -148,12 +149,14 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("grad_spike.ratio", 10.0, "grad_norm above this multiple of the trailing median", "PTT"),
     Threshold("grad_spike.history", 20, "trailing logs forming the reference median"),
     Threshold("grad_spike.min_history", 5, "fewest earlier logs before a spike can be judged"),
+    Threshold("grad_spike.typical_floor", 1.0, "the reference is at least this multiple of the run's median so far"),
     Threshold("grad_spike.zero_frac", 0.5, "skip when this fraction of the window is exactly 0 (see zero_gradient)"),
     # zero_gradient
     Threshold("zero_gradient.warn_frac", 0.5, "fraction of trailing logs with grad_norm exactly 0: warning", "TRL"),
     Threshold("zero_gradient.error_frac", 0.9, "... error"),
     Threshold("zero_gradient.window", 20, "trailing logs examined"),
     Threshold("zero_gradient.min_zero", 3, "fewest zero-gradient logs before firing"),
+    Threshold("zero_gradient.short_frac", 0.33, "log shorter than the window: share of exactly-0 logs that fires"),
     # overfitting
     Threshold("overfitting.min_evals", 3, "eval points needed (the last ones must fall)", "anchors B9"),
     Threshold("overfitting.min_drop", 0.02, "eval fall from its peak, times max(1, eval range), below which: noise"),
