@@ -1,0 +1,441 @@
+"""Forecast a GRPO run from its log: the reward ceiling the entropy law implies, the plateau, a stop step, the cost.
+
+Two fits, both on the log so far and nothing else:
+
+* **Entropy law** (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"): across models and tasks the
+  reward follows ``R = -a * exp(H) + b`` as the policy entropy ``H`` falls, so the reward at ``H = 0`` -- the
+  ceiling the run can reach by spending its entropy -- is ``b - a``. Fitted by least squares on ``(H, R)`` pairs;
+  reported with its R^2, or with the reason it does not apply (too few points, entropy not falling, no rise).
+* **Saturating curve of reward over steps**: an exponential approach ``A + B * exp(-(x - x0) / tau)`` and a power-law
+  approach ``A + B * ((x - x0) / s + 1) ** -alpha``, each fitted for every value on a grid of its shape parameter
+  with the two linear parameters in closed form. The model is chosen by its error on the last fifth of the log when
+  fitted on the first four fifths; the band comes from a residual bootstrap of the chosen model plus its held-out
+  error. Runs with enough evaluations are forecast on the eval reward.
+
+Numbers come with ``{value, low, high}`` (a 90 % band) or ``None`` with a ``reason``. Only numpy is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .series import MetricFrame, Series
+
+MIN_POINTS = 8
+_HOLDOUT = 0.2
+_BOOTSTRAP = 60
+_BAND = (5.0, 95.0)
+_STOP_GAIN = 0.02  # remaining gain below this share of the reward's range is not worth the steps
+_EVAL_MIN = 5
+_RATE_GRID = np.geomspace(0.03, 30.0, 36)  # tau or s, as a multiple of the fitted step span
+_ALPHA_GRID = np.array([0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0])
+
+
+@dataclass
+class Curve:
+    """A fitted saturating curve of reward over steps."""
+
+    model: str
+    plateau: float
+    start: float
+    x0: float
+    shape: tuple[float, ...]
+    coef: tuple[float, float]
+    rmse: float
+    holdout_rmse: float
+
+    def __call__(self, x: np.ndarray | float) -> np.ndarray:
+        return _basis(self.model, np.asarray(x, dtype=float), self.x0, self.shape) @ np.array(self.coef)
+
+    def gain_step(self, share: float) -> float:
+        """Step at which ``share`` of the gain from ``x0`` to the plateau is reached (inf when never)."""
+        left = 1.0 - share
+        if self.model == "exp":
+            return self.x0 + self.shape[0] * math.log(1.0 / left)
+        if self.model == "power":
+            s, alpha = self.shape
+            return self.x0 + s * (left ** (-1.0 / alpha) - 1.0)
+        return self.x0
+
+
+@dataclass
+class Forecast:
+    """What the forecast says about a run; every number is ``{value, low, high}`` or None with a reason."""
+
+    source: str | None = None
+    step: int | None = None
+    max_steps: int | None = None
+    reward_now: float | None = None
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    reward_ceiling: dict[str, Any] | None = None
+    plateau_reward: dict[str, Any] | None = None
+    plateau_step: dict[str, Any] | None = None
+    stop_step: dict[str, Any] | None = None
+    reward_at_max_steps: dict[str, Any] | None = None
+    reward_at_step: dict[str, Any] | None = None
+    cost_so_far: dict[str, Any] | None = None
+    cost_to_plateau: dict[str, Any] | None = None
+    cost_to_max_steps: dict[str, Any] | None = None
+    saving: dict[str, Any] | None = None
+    curve: Curve | None = None
+    law: dict[str, Any] | None = None
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: the named keys, each a ``{value, low, high}`` object or None, plus ``reasons``."""
+        keys = (
+            "reward_ceiling",
+            "plateau_reward",
+            "plateau_step",
+            "stop_step",
+            "reward_at_max_steps",
+            "reward_at_step",
+            "cost_so_far",
+            "cost_to_plateau",
+            "cost_to_max_steps",
+            "saving",
+        )
+        out: dict[str, Any] = {
+            "source": self.source,
+            "step": self.step,
+            "max_steps": self.max_steps,
+            "reward_now": _round(self.reward_now),
+            "reward_range": list(self.reward_range),
+        }
+        for key in keys:
+            out[key] = getattr(self, key)
+        out["model"] = self.curve.model if self.curve else None
+        out["fit"] = (
+            {"rmse": _round(self.curve.rmse), "holdout_rmse": _round(self.curve.holdout_rmse)} if self.curve else None
+        )
+        out["entropy_law"] = self.law
+        out["reasons"] = dict(self.reasons)
+        return out
+
+
+def _round(x: float | None, digits: int = 6) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), digits)
+
+
+def _band(value: float, low: float, high: float, digits: int = 6) -> dict[str, Any]:
+    lo, hi = min(low, high), max(low, high)
+    return {"value": _round(value, digits), "low": _round(min(lo, value), digits), "high": _round(max(hi, value), digits)}
+
+
+def _basis(model: str, x: np.ndarray, x0: float, shape: tuple[float, ...]) -> np.ndarray:
+    ones = np.ones_like(x)
+    if model == "exp":
+        return np.stack([ones, np.exp(-(x - x0) / shape[0])], axis=-1)
+    if model == "power":
+        s, alpha = shape
+        return np.stack([ones, (np.maximum(x - x0, 0.0) / s + 1.0) ** (-alpha)], axis=-1)
+    return np.stack([ones, np.zeros_like(x)], axis=-1)
+
+
+def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
+    """Best curve of one family on (x, y): grid over the shape parameter, linear least squares for the rest."""
+    x0, span = float(x[0]), max(float(x[-1] - x[0]), 1.0)
+    if model == "const":
+        mean = float(np.mean(y))
+        rmse = float(np.sqrt(np.mean((y - mean) ** 2)))
+        return Curve("const", mean, mean, x0, (), (mean, 0.0), rmse, math.nan)
+    shapes: list[tuple[float, ...]]
+    if model == "exp":
+        shapes = [(r * span,) for r in _RATE_GRID]
+    else:
+        shapes = [(r * span, a) for r in _RATE_GRID[::3] for a in _ALPHA_GRID]
+    best: tuple[float, tuple[float, ...], np.ndarray] | None = None
+    for shape in shapes:
+        basis = _basis(model, x, x0, shape)
+        coef, *_ = np.linalg.lstsq(basis, y, rcond=None)
+        # A saturating approach: the curve must not bend back (B's sign fixes the direction, any is allowed), and
+        # a plateau absurdly far from the data means the grid point is a straight line in disguise.
+        sse = float(np.sum((basis @ coef - y) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, shape, coef)
+    if best is None:
+        return None
+    sse, shape, coef = best
+    start = float(coef[0] + coef[1])
+    return Curve(model, float(coef[0]), start, x0, shape, (float(coef[0]), float(coef[1])), math.sqrt(sse / x.size), 0.0)
+
+
+def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Curve | None, str | None]:
+    """The saturating model with the lowest held-out error, refitted on every point; or None and why."""
+    ok = np.isfinite(values) & np.isfinite(steps)
+    x, y = steps[ok].astype(float), values[ok].astype(float)
+    if x.size < MIN_POINTS:
+        return None, f"too few reward points ({x.size}; at least {MIN_POINTS} needed)"
+    if np.any(np.diff(x) <= 0):
+        return None, "the step column is not strictly increasing (a resumed or merged log?): cannot fit over steps"
+    cut = max(MIN_POINTS // 2, int(round(x.size * (1 - _HOLDOUT))))
+    scores = {}
+    for model in ("exp", "power", "const"):
+        fitted = _fit_model(model, x[:cut], y[:cut])
+        if fitted is None:
+            continue
+        err = float(np.sqrt(np.mean((fitted(x[cut:]) - y[cut:]) ** 2))) if cut < x.size else fitted.rmse
+        scores[model] = err
+    if not scores:
+        return None, "no model could be fitted"
+    model = min(scores, key=scores.__getitem__)
+    curve = _fit_model(model, x, y)
+    assert curve is not None
+    curve.holdout_rmse = scores[model]
+    return curve, None
+
+
+def _bootstrap(curve: Curve, x: np.ndarray, y: np.ndarray, targets: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Residual-bootstrap predictions of ``curve``'s family at ``targets``: (draws, len(targets))."""
+    rng = np.random.default_rng(seed)
+    fitted = curve(x)
+    resid = y - fitted
+    out = []
+    for _ in range(_BOOTSTRAP):
+        sample = fitted + rng.choice(resid, size=resid.size, replace=True)
+        refit = _fit_model(curve.model, x, sample)
+        if refit is not None:
+            out.append(np.append(refit(targets), refit.plateau))
+    return np.array(out)
+
+
+def entropy_law(entropy: Series | None, reward: Series | None) -> tuple[dict[str, Any] | None, str | None]:
+    """Fit R = -a*exp(H) + b on aligned (entropy, reward) logs; the ceiling is b - a (R at H = 0)."""
+    if entropy is None:
+        return None, "no entropy logged (TRL logs `entropy` from 0.19; needed for the entropy-reward law)"
+    if reward is None:
+        return None, "no reward logged"
+    e, r = entropy.finite(), reward.finite()
+    steps, ie, ir = np.intersect1d(e.steps, r.steps, assume_unique=True, return_indices=True)
+    h, y = e.values[ie], r.values[ir]
+    if h.size < MIN_POINTS:
+        return None, f"too few (entropy, reward) pairs ({h.size}; at least {MIN_POINTS} needed)"
+    k = max(2, h.size // 5)
+    h_start, h_end = float(np.median(h[:k])), float(np.median(h[-k:]))
+    if not h_end < 0.9 * h_start:
+        return None, (
+            f"entropy is not falling ({h_start:.3g} -> {h_end:.3g} nats): the law describes reward bought with "
+            "entropy, and this run has not spent any"
+        )
+    eh = np.exp(np.clip(h, -50, 50))
+    basis = np.stack([np.ones_like(eh), -eh], axis=1)
+    (b, a), *_ = np.linalg.lstsq(basis, y, rcond=None)
+    pred = basis @ np.array([b, a])
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((y - pred) ** 2)) / ss_tot if ss_tot > 0 else 0.0
+    if a <= 0:
+        return None, "the reward does not rise as entropy falls (fitted a <= 0): the law does not fit this run"
+    if r2 < 0.2:
+        return None, f"the law does not fit this run (R^2 {r2:.2f} < 0.2)"
+    ceiling = float(b - a)
+    # Band on the ceiling from a pairs bootstrap.
+    rng = np.random.default_rng(1)
+    draws = []
+    for _ in range(_BOOTSTRAP):
+        idx = rng.integers(0, h.size, h.size)
+        (bb, aa), *_ = np.linalg.lstsq(basis[idx], y[idx], rcond=None)
+        draws.append(bb - aa)
+    lo, hi = np.percentile(draws, _BAND)
+    now = float(np.mean(y[-k:]))
+    return {
+        **_band(ceiling, float(lo), float(hi)),
+        "a": _round(float(a)),
+        "b": _round(float(b)),
+        "r2": _round(r2, 4),
+        "points": int(h.size),
+        "reached": _round(now / ceiling, 4) if ceiling > 0 and now >= 0 else None,
+        "entropy_now": _round(h_end),
+    }, None
+
+
+def reward_series(frame: MetricFrame) -> tuple[Series | None, str]:
+    """The series the forecast follows: the eval reward when there are enough evaluations, else the train reward."""
+    for key in ("eval_reward",):
+        ev = frame.get(key)
+        if ev is not None and ev.finite().values.size >= _EVAL_MIN:
+            return ev.finite(), "eval"
+    reward = frame.get("reward")
+    return (reward.finite() if reward is not None else None), "train"
+
+
+def _seconds_per_step(frame: MetricFrame, hints: Mapping[str, Any]) -> float | None:
+    step_time = frame.get("step_time")
+    if step_time is not None and step_time.finite().values.size:
+        return float(np.median(step_time.finite().values))
+    runtime, last = frame.get("train_runtime"), frame.last_step()
+    if runtime is not None and runtime.finite().values.size and last:
+        return float(runtime.finite().values[-1]) / last
+    elapsed = hints.get("elapsed_s")
+    if elapsed and last:
+        return float(elapsed) / last
+    return None
+
+
+def forecast(
+    frame: MetricFrame,
+    hints: Mapping[str, Any] | None = None,
+    at_step: int | None = None,
+    price_per_hour: float | None = None,
+    max_steps: int | None = None,
+) -> Forecast:
+    """Forecast the run behind ``frame``.
+
+    Args:
+        frame: the run's metrics (``MetricFrame.from_records`` or ``load_log_frame``).
+        hints: config hints (``max_steps``, ``elapsed_s`` = wall seconds so far).
+        at_step: also forecast the reward at this step (``reward_at_step``).
+        price_per_hour: what one hour of the run's hardware costs (all GPUs), in USD; enables the cost keys.
+        max_steps: the run's planned length, overriding ``hints["max_steps"]``.
+    """
+    hints = hints or {}
+    out = Forecast()
+    entropy = frame.get("entropy")
+    law, why = entropy_law(entropy, frame.get("reward"))
+    out.law = law
+    if law is None:
+        out.reasons["reward_ceiling"] = why or "not available"
+    else:
+        out.reward_ceiling = {k: law[k] for k in ("value", "low", "high")}
+    series, source = reward_series(frame)
+    out.source = source
+    planned = max_steps if max_steps is not None else hints.get("max_steps")
+    out.max_steps = int(planned) if isinstance(planned, (int, float)) and planned and planned > 0 else None
+    if series is None or series.values.size == 0:
+        for key in ("plateau_reward", "plateau_step", "stop_step", "reward_at_max_steps", "reward_at_step"):
+            out.reasons[key] = "no reward logged"
+        return out
+    x, y = series.steps.astype(float), series.values
+    lo, hi = min(0.0, float(y.min())), max(1.0, float(y.max()))
+    out.reward_range = (round(lo, 6), round(hi, 6))
+    out.step = int(frame.last_step() or x[-1])
+    k = max(1, min(5, y.size // 5))
+    out.reward_now = float(np.mean(y[-k:]))
+    curve, why = fit_reward_curve(x, y)
+    if curve is None:
+        for key in ("plateau_reward", "plateau_step", "stop_step", "reward_at_max_steps", "reward_at_step"):
+            out.reasons[key] = why or "no fit"
+        _cost(out, frame, hints, price_per_hour, None)
+        return out
+    out.curve = curve
+    targets = [float(out.step)]
+    if out.max_steps:
+        targets.append(float(out.max_steps))
+    if at_step is not None:
+        targets.append(float(at_step))
+    draws = _bootstrap(curve, x, y, np.array(targets))
+    spread = curve.holdout_rmse if math.isfinite(curve.holdout_rmse) else curve.rmse
+
+    def band_at(i: int, value: float) -> dict[str, Any]:
+        if draws.size == 0:
+            return _band(value, value - 1.645 * spread, value + 1.645 * spread)
+        d_lo, d_hi = np.percentile(draws[:, i], _BAND)
+        # Model error (what the held-out fifth showed) widens the bootstrap band of the mean curve.
+        return _band(value, float(d_lo) - spread, float(d_hi) + spread)
+
+    plateau_idx = len(targets)
+    out.plateau_reward = band_at(plateau_idx, curve.plateau)
+    if curve.model == "const":
+        out.plateau_step = {"value": int(x[0]), "low": int(x[0]), "high": int(x[0])}
+        out.reasons["plateau_step"] = "the reward is flat: the best model is a constant, the plateau is already here"
+    else:
+        s95 = curve.gain_step(0.95)
+        shapes = []
+        if draws.size:
+            # The 95 % step's band: refit a few bootstrap samples and read their 95 % step.
+            rng = np.random.default_rng(2)
+            resid = y - curve(x)
+            for _ in range(20):
+                refit = _fit_model(curve.model, x, curve(x) + rng.choice(resid, resid.size))
+                if refit is not None and refit.model != "const":
+                    shapes.append(refit.gain_step(0.95))
+        s_lo, s_hi = (np.percentile(shapes, _BAND) if shapes else (s95, s95))
+        out.plateau_step = {"value": _int(s95), "low": _int(min(s_lo, s95)), "high": _int(max(s_hi, s95))}
+    if at_step is not None:
+        out.reward_at_step = band_at(len(targets) - 1, float(curve(float(at_step))))
+    if out.max_steps:
+        out.reward_at_max_steps = band_at(1, float(curve(float(out.max_steps))))
+    else:
+        out.reasons["reward_at_max_steps"] = "max_steps unknown (pass --max-steps)"
+    stop = _stop_step(curve, out, hi - lo)
+    out.stop_step = {"value": stop, "low": stop, "high": stop}
+    _cost(out, frame, hints, price_per_hour, curve)
+    return out
+
+
+def _int(x: float) -> int | None:
+    return int(round(x)) if math.isfinite(x) and abs(x) < 1e15 else None
+
+
+def _stop_step(curve: Curve, out: Forecast, scale: float) -> int:
+    """The first step from which the rest of the forecast gain (to max_steps, else to the plateau) is below
+    ``_STOP_GAIN`` of the reward's range; never before now... unless now is already past it."""
+    now = float(out.step or curve.x0)
+    end = float(out.max_steps) if out.max_steps else curve.gain_step(0.99)
+    if not math.isfinite(end) or end <= now:
+        end = max(now, curve.gain_step(0.99) if math.isfinite(curve.gain_step(0.99)) else now)
+    final = float(curve(end))
+    grid = np.linspace(curve.x0, max(end, now), 400)
+    rest = final - curve(grid)
+    ok = np.flatnonzero(rest <= _STOP_GAIN * scale)
+    stop = float(grid[ok[0]]) if ok.size else end
+    return int(round(stop))
+
+
+def _cost(
+    out: Forecast, frame: MetricFrame, hints: Mapping[str, Any], price: float | None, curve: Curve | None
+) -> None:
+    if price is None:
+        for key in ("cost_so_far", "cost_to_plateau", "cost_to_max_steps", "saving"):
+            out.reasons[key] = "no price known (pass --flavor for HF Jobs or --price-per-hour)"
+        return
+    sps = _seconds_per_step(frame, hints)
+    if sps is None or out.step is None:
+        for key in ("cost_so_far", "cost_to_plateau", "cost_to_max_steps", "saving"):
+            out.reasons[key] = "no timing in the log (step_time, train_runtime) to turn steps into hours"
+        return
+    per_step = price * sps / 3600.0
+
+    def usd(steps: float) -> dict[str, Any]:
+        return _band(max(0.0, steps) * per_step, max(0.0, steps) * per_step, max(0.0, steps) * per_step, 4)
+
+    out.cost_so_far = usd(out.step)
+    if out.plateau_step and out.plateau_step.get("value") is not None:
+        p = out.plateau_step
+        out.cost_to_plateau = _band(
+            max(0.0, p["value"] - out.step) * per_step,
+            max(0.0, (p["low"] or p["value"]) - out.step) * per_step,
+            max(0.0, (p["high"] or p["value"]) - out.step) * per_step,
+            4,
+        )
+    if out.max_steps:
+        out.cost_to_max_steps = usd(out.max_steps - out.step)
+        if curve is not None and out.stop_step and out.stop_step["value"] is not None:
+            stop = max(out.stop_step["value"], out.step)
+            saved = max(0.0, out.max_steps - stop) * per_step
+            loss = float(curve(float(out.max_steps)) - curve(float(stop)))
+            out.saving = {
+                "value": _round(saved, 4),
+                "low": _round(saved, 4),
+                "high": _round(saved, 4),
+                "at_step": stop,
+                "reward_loss": _round(loss),
+            }
+
+
+def worth_continuing(fc: Forecast) -> tuple[bool, str] | None:
+    """(False, why) when the forecast gain from now to max_steps is below the stop threshold; None when unknown."""
+    if fc.curve is None or not fc.max_steps or fc.step is None or fc.step >= fc.max_steps:
+        return None
+    lo, hi = fc.reward_range
+    gain = float(fc.curve(float(fc.max_steps)) - fc.curve(float(fc.step)))
+    if gain >= _STOP_GAIN * (hi - lo):
+        return True, f"forecast gain {gain:+.3g} by step {fc.max_steps}"
+    return False, (
+        f"the {fc.curve.model} fit of the {fc.source} reward forecasts {gain:+.3g} more by step {fc.max_steps} "
+        f"(under {_STOP_GAIN:.0%} of the reward's range), plateau {fc.curve.plateau:.3g}"
+    )
