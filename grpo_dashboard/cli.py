@@ -182,7 +182,8 @@ def _deploy_space(argv: list[str]) -> int:
 
 
 DELEGATED: dict[str, Callable[[list[str]], int]] = {
-    "doctor": _doctor, "forecast": _forecast, "check-rewards": _check_rewards, "inspect-dataset": _inspect_dataset, "hardware": _hardware,
+    "doctor": _doctor, "forecast": _forecast, "check-rewards": _check_rewards, "inspect-dataset": _inspect_dataset,
+    "hardware": _hardware,
     "deploy-space": _deploy_space,
 }
 

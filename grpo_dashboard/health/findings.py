@@ -29,6 +29,10 @@ class Finding:
     remedy: str
     metric: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    # History (see history.py): "active" while the rule still fires on the log so far, else "resolved" at the step
+    # of the first evaluation it no longer fired at; ``step`` stays the first onset either way.
+    status: str = "active"
+    resolved_step: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (numpy scalars become Python numbers, non-finite floats become strings)."""

@@ -124,7 +124,8 @@ def _round(x: float | None, digits: int = 6) -> float | None:
 
 def _band(value: float, low: float, high: float, digits: int = 6) -> dict[str, Any]:
     lo, hi = min(low, high), max(low, high)
-    return {"value": _round(value, digits), "low": _round(min(lo, value), digits), "high": _round(max(hi, value), digits)}
+    low, high = _round(min(lo, value), digits), _round(max(hi, value), digits)
+    return {"value": _round(value, digits), "low": low, "high": high}
 
 
 def _basis(model: str, x: np.ndarray, x0: float, shape: tuple[float, ...]) -> np.ndarray:
@@ -162,7 +163,8 @@ def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
         return None
     sse, shape, coef = best
     start = float(coef[0] + coef[1])
-    return Curve(model, float(coef[0]), start, x0, shape, (float(coef[0]), float(coef[1])), math.sqrt(sse / x.size), 0.0)
+    rmse = math.sqrt(sse / x.size)
+    return Curve(model, float(coef[0]), start, x0, shape, (float(coef[0]), float(coef[1])), rmse, 0.0)
 
 
 def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Curve | None, str | None]:

@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
             "forecast was printed (numbers it cannot give say why), 2 the input cannot be read."
         ),
     )
-    parser.add_argument("path", help="any log the doctor reads (trainer_state.json, checkpoint dir, metrics.jsonl, JSONL)")
+    parser.add_argument("path", help="any log the doctor reads (trainer_state.json, a checkpoint dir, metrics.jsonl)")
     parser.add_argument("--json", action="store_true", help="print the forecast as JSON")
     parser.add_argument("--at-step", type=int, metavar="N", help="also forecast the reward at step N")
     parser.add_argument("--max-steps", type=int, metavar="N", help="the run's planned length (else from the log)")

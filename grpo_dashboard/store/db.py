@@ -58,6 +58,17 @@ CREATE TABLE IF NOT EXISTS health (
     token TEXT NOT NULL,
     badge TEXT NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS findings (
+    run_id TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    first_step INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    resolved_step INTEGER,
+    finding TEXT NOT NULL,
+    PRIMARY KEY (run_id, rule, metric)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -345,6 +356,30 @@ class Store:
         with self.transaction() as conn:
             conn.execute("INSERT OR REPLACE INTO health (run_id, token, badge) VALUES (?, ?, ?)",
                          (run_id, token_text(token), badge))
+
+    # --- findings history: every finding that fired on a run, with its first onset and when it resolved ---------
+    def save_findings(self, run_id: str, findings: list[dict[str, Any]]) -> None:
+        """Record a run's findings history (``Finding.to_dict()`` rows with ``status`` / ``resolved_step``): a
+        finding already stored keeps its earliest onset; the rest of the row is the latest."""
+        with self.transaction() as conn:
+            known = {(r, m): s for r, m, s in conn.execute(
+                "SELECT rule, metric, first_step FROM findings WHERE run_id = ?", (run_id,)).fetchall()}
+            for f in findings:
+                metric = f.get("metric") or ""
+                first = min(int(f["step"]), known.get((f["rule"], metric), int(f["step"])))
+                row = {**f, "step": first}
+                conn.execute(
+                    "INSERT OR REPLACE INTO findings (run_id, rule, metric, severity, first_step, status, "
+                    "resolved_step, finding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run_id, f["rule"], metric, f["severity"], first, f.get("status", "active"),
+                     f.get("resolved_step"), json.dumps(row)))
+
+    def findings(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's recorded findings history (as saved by ``save_findings``), oldest onset first."""
+        with _translated(self.path):
+            rows = self.connection().execute(
+                "SELECT finding FROM findings WHERE run_id = ? ORDER BY first_step, rule", (run_id,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
 
     def change_token(self, run_id: str) -> tuple[Any, ...]:
         """A cheap value that changes whenever anything visible about the run changes."""

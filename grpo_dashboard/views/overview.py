@@ -144,15 +144,25 @@ def findings(store: Store, run: Run) -> list[Any]:
         if result is not None:
             return result
         try:
-            from grpo_dashboard.health import diagnose
+            from grpo_dashboard.health import Finding, finding_history
         except ImportError:
             return []
         config, thresholds = run_config(run)
         try:
-            result = list(diagnose(metric_frame(store, run.id), config=config, thresholds=thresholds or None,
-                                   completions=recent_samples(run.run_dir, output_dir=run.output_dir)))
+            # The run's record: every finding that fired keeps its first onset (and is shown resolved, with when,
+            # once it stops firing), the same replay `doctor` does on the run's metrics.jsonl.
+            saved = store.findings(run.id)
+            previous = [Finding(**{k: v for k, v in f.items() if k in _FINDING_FIELDS}) for f in saved]
+            result = list(finding_history(metric_frame(store, run.id), config=config, thresholds=thresholds or None,
+                                          completions=recent_samples(run.run_dir, output_dir=run.output_dir),
+                                          previous=previous))
         except ValueError as exc:  # bad threshold overrides in the spec
             result = [_BadThresholds(str(exc))]
+        else:
+            try:
+                store.save_findings(run.id, [f.to_dict() for f in result])
+            except StoreError:  # a read-only data directory: the history is only replayed next time
+                pass
         FINDINGS.entries.put(key, (token, time.monotonic(), result))
         return result
 
@@ -176,12 +186,16 @@ def metric_frame(store: Store, run_id: str) -> Any:
     return MetricFrame.from_splits([by_split[s] for s in sorted(by_split, key=lambda s: s != "train")])
 
 
+_FINDING_FIELDS = ("rule", "severity", "step", "message", "remedy", "metric", "evidence", "status", "resolved_step")
+
+
 class _BadThresholds:
     """A finding-like object for a spec whose health thresholds the doctor rejects."""
 
     def __init__(self, message: str) -> None:
         self.rule, self.severity, self.step, self.metric = "health.thresholds", "warning", 0, None
         self.message, self.remedy = message, "Fix `health.thresholds` in the run spec."
+        self.status, self.resolved_step = "active", None
 
 
 def health_badge(store: Store, run: Run, saved: dict[str, tuple[str, str]] | None = None) -> str:
@@ -196,7 +210,7 @@ def health_badge(store: Store, run: Run, saved: dict[str, tuple[str, str]] | Non
     known = (saved if saved is not None else store.health_badges()).get(run.id)
     if known is not None and known[0] == token_text(token):
         return known[1]
-    found = findings(store, run)
+    found = [f for f in findings(store, run) if f.status == "active"]
     if not found:
         badge = f"{HEALTH_ICON['ok']} ok"
     else:
@@ -223,6 +237,10 @@ def findings_markdown(store: Store, run: Run) -> str:
     lines = []
     for f in found:
         metric = f" (`{f.metric}`)" if f.metric else ""
+        if f.status == "resolved":
+            lines.append(f"- ~~{f.severity}~~ resolved **{f.rule}**{metric} from step {f.step} to step "
+                         f"{f.resolved_step}: {f.message}")
+            continue
         lines.append(f"- {_badge(f.severity)} **{f.rule}**{metric} from step {f.step}: {f.message}"
                      f"<br>*Remedy:* {f.remedy}")
     return "\n".join(lines)
