@@ -170,10 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         return f"{t['caught']}/{t['items']} ({t['caught'] / max(t['items'], 1):.0%})" if t else "-"
 
     peer_note = "" if rld_available else " (rldoctor not installed)"
-    print(f"| expected findings caught, {len(logs)} real logs | {frac(o)} | {frac(r)}{peer_note} | all | "
-          f"{'yes' if o['caught'] == o['items'] else 'NO'} |")
-    print(f"| forbidden alarms (warning/error) | {o['alarms']} | {r.get('alarms', '-')} | 0 | "
-          f"{'yes' if o['alarms'] == 0 else 'NO'} |")
+    print(
+        f"| expected findings caught, {len(logs)} real logs | {frac(o)} | {frac(r)}{peer_note} | all | "
+        f"{'yes' if o['caught'] == o['items'] else 'NO'} |"
+    )
+    print(
+        f"| forbidden alarms (warning/error) | {o['alarms']} | {r.get('alarms', '-')} | 0 | "
+        f"{'yes' if o['alarms'] == 0 else 'NO'} |"
+    )
     if healthy_runs:
         ok = o.get("healthy_errors", 0) == 0 and o.get("healthy_max_warnings", 0) <= 1
         print(

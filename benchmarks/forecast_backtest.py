@@ -66,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path.name[:50]:<52} {values.size:>5} {final:>7.3f} " + " ".join(f"{c:>22}" for c in cells))
         if args.verbose:
             fc = forecast(frame, hints)
-            print(f"    source {source}; full-log model {fc.curve.model if fc.curve else None}; ceiling "
-                  f"{fc.reward_ceiling} ({fc.reasons.get('reward_ceiling', '')}); best reached {values.max():.3f}")
+            print(
+                f"    source {source}; full-log model {fc.curve.model if fc.curve else None}; ceiling "
+                f"{fc.reward_ceiling} ({fc.reasons.get('reward_ceiling', '')}); best reached {values.max():.3f}"
+            )
     if skipped:
         print("skipped (too short to backtest): " + "; ".join(skipped))
     print("| cut | logs | median abs error / reward range | 90 % band covers the final reward | target | met |")

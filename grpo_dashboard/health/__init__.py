@@ -2,9 +2,9 @@
 
 Public API: ``diagnose`` (records -> findings now), ``finding_history`` (findings that hold still: first onset,
 resolved-at), ``forecast`` (reward ceiling, plateau, stop step, cost), ``Finding``, ``load_log_records`` (any
-supported log file -> records), ``doctor_main`` (the CLI), ``DEFAULT_THRESHOLDS`` (every tunable default; see ``docs/health.md``), and for
-training jobs ``JobHealth`` over ``HealthMonitor`` (budgeted live evaluation, guard decisions, alert dedupe) and
-``AlertSender`` (webhook, trackio).
+supported log file -> records), ``doctor_main`` (the CLI), ``DEFAULT_THRESHOLDS`` (every tunable default; see
+``docs/health.md``), and for training jobs ``JobHealth`` over ``HealthMonitor`` (budgeted live evaluation, guard
+decisions, alert dedupe) and ``AlertSender`` (webhook, trackio).
 The package needs only numpy and the standard library: jobs import a shipped copy as ``grpo_health`` (``ship.py``).
 """
 

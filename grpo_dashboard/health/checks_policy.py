@@ -304,7 +304,7 @@ def _isolated_blips(v: np.ndarray, idx: np.ndarray, limit: np.ndarray) -> bool:
     for i in idx:
         back = False
         for j in (i + 1, i + 2):
-            if j < v.size and v[j] <= max(float(limit[i]), 0.5 * float(v[i : j].max())):
+            if j < v.size and v[j] <= max(float(limit[i]), 0.5 * float(v[i:j].max())):
                 back = True
                 break
         if not back:

@@ -355,7 +355,7 @@ def forecast(
                 refit = _fit_model(curve.model, x, curve(x) + rng.choice(resid, resid.size))
                 if refit is not None and refit.model != "const":
                     shapes.append(refit.gain_step(0.95))
-        s_lo, s_hi = (np.percentile(shapes, _BAND) if shapes else (s95, s95))
+        s_lo, s_hi = np.percentile(shapes, _BAND) if shapes else (s95, s95)
         out.plateau_step = {"value": _int(s95), "low": _int(min(s_lo, s95)), "high": _int(max(s_hi, s95))}
     if at_step is not None:
         out.reward_at_step = band_at(len(targets) - 1, float(curve(float(at_step))))

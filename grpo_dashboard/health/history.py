@@ -93,8 +93,9 @@ def finding_history(
             worst = max(before.severity, f.severity, key=SEVERITY_RANK.__getitem__)
             onset = min(before.step, f.step)
             # The latest evaluation's wording and evidence, with the first onset and the worst severity seen.
-            seen[key] = replace(f, step=onset, severity=worst if not last else f.severity, status="active",
-                                resolved_step=None)
+            seen[key] = replace(
+                f, step=onset, severity=worst if not last else f.severity, status="active", resolved_step=None
+            )
             if last and SEVERITY_RANK[worst] > SEVERITY_RANK[f.severity]:
                 seen[key].evidence = {**f.evidence, "peak_severity": worst}
         for key, f in list(seen.items()):

@@ -22,6 +22,7 @@ from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.serving import postprocessed
 from grpo_dashboard.views import chart_json, charts, completions, overview, remote_status
+from grpo_dashboard.views import forecast as forecast_view
 
 POLL_S = 1.5
 LOG_LINES = 200
@@ -97,7 +98,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     shown_key = None if found is None else (run.id, found[0], opts.smoothing, opts.log_y, opts.xaxis)
     if found is not None and state.get("charts") != shown_key:
         # gr.Plot passes PlotData through as is: the JSON is built once per run state, not once per viewer
-        out += [overview.findings_markdown(ctx.store, run),
+        out += [overview.findings_markdown(ctx.store, run) + "\n\n" + forecast_view.panel_markdown(ctx.store, run),
                 *(PlotData(type="plotly", plot=p) for p in found[1].values())]
         state["charts"] = shown_key
     else:

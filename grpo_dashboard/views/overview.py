@@ -18,12 +18,14 @@ from grpo_dashboard.spec import safe_yaml
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store import ingest
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, StoreError, token_text
+from grpo_dashboard.views import forecast as forecast_view
 from grpo_dashboard.views.completions import recent_samples
 from grpo_dashboard.views.memo import LruCache, SingleFlight
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
-RUN_COLUMNS = ("name", "status", "health", "progress", "elapsed", "ETA", "reward", "backend", "started", "id")
+RUN_COLUMNS = ("name", "status", "health", "progress", "elapsed", "ETA", "reward", "forecast", "backend", "started",
+               "id")
 # Plain glyphs (present in common fonts, unlike emoji on minimal Linux machines).
 STATUS_ICON = {"queued": "◌", "running": "▶", "completed": "✔", "failed": "✖", "canceled": "■"}
 HEALTH_ICON = {"ok": "●", "info": "ℹ", "warning": "▲", "error": "✖"}
@@ -267,7 +269,8 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
             "name": run.name, "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
             "health": health_badge(store, run, saved), "progress": progress_text(run),
             "elapsed": fmt_duration(elapsed_s(run, now)), "ETA": fmt_duration(eta_s(run, now)),
-            "reward": fmt_value(latest.get("reward")), "backend": run.backend,
+            "reward": fmt_value(latest.get("reward")), "forecast": forecast_view.forecast_cell(store, run),
+            "backend": run.backend,
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),
             "id": run.id,
         })

@@ -1,0 +1,140 @@
+"""The forecast panel of Run detail and the runs table's forecast column: health.forecast on a stored run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from grpo_dashboard.store.db import Run, Store
+
+from .memo import LruCache
+
+_CACHE: LruCache[tuple[str, str], tuple[tuple[Any, ...], Any]] = LruCache(64)
+
+
+def run_price(run: Run) -> float | None:
+    """USD per hour of an HF Jobs run's flavor (built-in price table; the live list is read where prices are shown
+    on demand, not on every page tick); None for local and Slurm runs (a user-set price goes to the CLI)."""
+    from grpo_dashboard.spec.flavors import BUILTIN_FLAVORS
+
+    from .overview import run_spec
+
+    spec = run_spec(run)
+    flavor = getattr(getattr(spec, "backend", None), "flavor", None) if spec is not None else None
+    chosen = BUILTIN_FLAVORS.get(flavor) if flavor else None
+    return chosen.price_per_hour if chosen is not None else None
+
+
+def run_forecast(store: Store, run: Run, price_per_hour: float | None = None) -> Any:
+    """health.forecast for a stored run (cached per change token); None without the doctor or without records."""
+    if not run.n_records:
+        return None
+    try:
+        from grpo_dashboard.health.forecast import forecast
+    except ImportError:
+        return None
+    from .overview import metric_frame
+
+    token = store.change_token(run.id)
+    key = (str(store.path), f"{run.id}:{price_per_hour}")
+    cached = _CACHE.get(key)
+    if cached is not None and cached[0] == token:
+        return cached[1]
+    hints: dict[str, Any] = {}
+    if run.max_steps:
+        hints["max_steps"] = run.max_steps
+    if run.started_at and run.last_time:
+        hints["elapsed_s"] = max(0.0, run.last_time - run.started_at)
+    price = price_per_hour if price_per_hour is not None else run_price(run)
+    fc = forecast(metric_frame(store, run.id), hints, price_per_hour=price)
+    _CACHE.put(key, (token, fc))
+    return fc
+
+
+def _band(b: dict[str, Any] | None, digits: int = 3, unit: str = "") -> str:
+    if b is None:
+        return "—"
+    v, lo, hi = b["value"], b["low"], b["high"]
+    if isinstance(v, int):
+        return f"{unit}{v}" + (f" ({unit}{lo}–{unit}{hi})" if lo != hi else "")
+    return f"{unit}{v:.{digits}g}" + (f" ({unit}{lo:.{digits}g}–{unit}{hi:.{digits}g})" if lo != hi else "")
+
+
+def forecast_markdown(fc: Any) -> str:
+    """The forecast panel: ceiling, plateau, 95 % step, stop step, reward at max_steps, cost; why where it cannot."""
+    if fc is None:
+        return ""
+    why = fc.reasons
+    rows = [
+        ("Reward ceiling (entropy law R = −a·eᴴ + b)", fc.reward_ceiling, "reward_ceiling", ""),
+        ("Plateau reward", fc.plateau_reward, "plateau_reward", ""),
+        ("95 % of the gain at step", fc.plateau_step, "plateau_step", ""),
+        ("Recommended stop step", fc.stop_step, "stop_step", ""),
+        (f"Reward at max_steps ({fc.max_steps or '?'})", fc.reward_at_max_steps, "reward_at_max_steps", ""),
+        ("Cost so far", fc.cost_so_far, "cost_so_far", "$"),
+        ("Cost to the plateau", fc.cost_to_plateau, "cost_to_plateau", "$"),
+    ]
+    lines = [
+        f"**Forecast** ({fc.source} reward" + (f", {fc.curve.model} fit" if fc.curve else "") + ")",
+        "",
+        "| | forecast (90 % band) |",
+        "|---|---|",
+    ]
+    for label, band, key, unit in rows:
+        text = _band(band, unit=unit) if band is not None else f"— {why.get(key, '')}"
+        if key == "reward_ceiling" and fc.law:
+            text += f"; R² {fc.law['r2']}" + (f", {fc.law['reached']:.0%} reached" if fc.law.get("reached") else "")
+        lines.append(f"| {label} | {text} |")
+    if fc.saving:
+        lines.append(
+            f"\nStopping at step {fc.saving['at_step']} would save ${fc.saving['value']:.2f} for an "
+            f"expected loss of {fc.saving['reward_loss']:.3g} reward."
+        )
+    return "\n".join(lines)
+
+
+def forecast_cell(store: Store, run: Run) -> str:
+    """The runs table's forecast column: `0.42 by 360` (plateau reward, 95 % step), `flat`, or `—`."""
+    try:
+        fc = run_forecast(store, run)
+    except Exception:  # noqa: BLE001 - a forecast must never break the runs table
+        return "—"
+    if fc is None or fc.plateau_reward is None:
+        return "—"
+    if fc.curve is not None and fc.curve.model == "const":
+        return f"flat {fc.plateau_reward['value']:.3g}"
+    step = fc.plateau_step["value"] if fc.plateau_step else None
+    return f"{fc.plateau_reward['value']:.3g}" + (f" by {step}" if step is not None else "")
+
+
+def forecast_curves(fc: Any, store: Store, run: Run) -> dict[str, Any] | None:
+    """Figure data for drawing the fit over the reward chart: observed steps/values, the fitted curve to max_steps
+    with its band, and the entropy-law ceiling; None when there is no fit."""
+    if fc is None or fc.curve is None:
+        return None
+    from grpo_dashboard.health.forecast import reward_series
+
+    from .overview import metric_frame
+
+    series, _ = reward_series(metric_frame(store, run.id))
+    if series is None:
+        return None
+    end = float(max(fc.max_steps or 0, series.steps[-1]))
+    x = np.linspace(float(series.steps[0]), end, 200)
+    y = fc.curve(x)
+    spread = fc.plateau_reward["high"] - fc.plateau_reward["value"] if fc.plateau_reward else 0.0
+    return {
+        "observed": {"x": series.steps.tolist(), "y": series.values.tolist()},
+        "fit": {"x": x.tolist(), "y": y.tolist(), "low": (y - spread).tolist(), "high": (y + spread).tolist()},
+        "ceiling": fc.reward_ceiling["value"] if fc.reward_ceiling else None,
+        "stop_step": fc.stop_step["value"] if fc.stop_step else None,
+    }
+
+
+def panel_markdown(store: Store, run: Run) -> str:
+    """The Run detail forecast panel for a run ('' when there is nothing to forecast); never raises."""
+    try:
+        return forecast_markdown(run_forecast(store, run))
+    except Exception:  # noqa: BLE001 - the forecast is an extra: a failure must not take the detail page down
+        return ""
