@@ -119,8 +119,9 @@ def test_every_finding_is_well_formed() -> None:
         assert d["severity"] in {"info", "warning", "error"}
         assert isinstance(d["step"], int) and d["message"] and d["remedy"]
         assert isinstance(d["evidence"], dict)
-    steps = [f.step for f in findings]
-    assert steps == sorted(steps, reverse=True), "newest onset first"
+    rank = {"error": 2, "warning": 1, "info": 0}
+    keys = [(-rank[f.severity], f.step) for f in findings]
+    assert keys == sorted(keys), "causes first: worst severity, then earliest onset"
 
 
 # ---- nan ----------------------------------------------------------------------------------------------------------

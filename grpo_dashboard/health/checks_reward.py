@@ -9,6 +9,7 @@ import numpy as np
 from .checks_length import MEAN_LENGTH_KEYS
 from .checks_signal import reward_range
 from .findings import INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
+from .forecast import fit_reward_curve, reward_series
 from .series import Series, aligned, corr, extend_onset, fmt, linear_fit, short_required, trailing_mean
 
 FORMAT_NAME = re.compile(r"format|tag|xml|think|style|struct|syntax|template|markdown|json|box", re.I)
@@ -377,5 +378,47 @@ def check_plateau(ctx: Context) -> list[Finding]:
             window=int(tail.size),
             level=float(np.mean(tail)),
             kind="trend",
+        )
+    ]
+
+
+def check_forecast_stop(ctx: Context) -> list[Finding]:
+    """The fitted reward curve says the rest of the run (to max_steps) buys almost nothing: an info to stop."""
+    max_steps = ctx.config.number("max_steps")
+    series, source = reward_series(ctx.frame)
+    if not max_steps or series is None or series.values.size < ctx.t("forecast_stop.min_points"):
+        return []
+    now = int(series.steps[-1])
+    if now >= max_steps:
+        return []
+    curve, _ = fit_reward_curve(series.steps, series.values)
+    if curve is None:
+        return []
+    lo, hi = reward_range(series.values)
+    gain = float(curve(float(max_steps)) - curve(float(now)))
+    if gain >= ctx.t("forecast_stop.min_gain") * (hi - lo):
+        return []
+    left = int(max_steps) - now
+    message = (
+        f"The {curve.model} fit of the {source} reward (held-out error {fmt(curve.holdout_rmse)}) forecasts "
+        f"{gain:+.3g} more by max_steps {int(max_steps)}, under {ctx.t('forecast_stop.min_gain'):.0%} of the reward's "
+        f"range, plateau {fmt(curve.plateau)}: continuing for the remaining {left} steps is not worth it."
+    )
+    remedy = (
+        "Stop here and keep the last checkpoint, or change what limits the run (harder prompts, a graded reward, a "
+        "larger num_generations); `python -m grpo_dashboard forecast LOG` prints the band and the cost saved."
+    )
+    return [
+        make_finding(
+            "forecast_stop",
+            INFO,
+            now,
+            message,
+            remedy,
+            series.key,
+            forecast_gain=gain,
+            plateau=curve.plateau,
+            model=curve.model,
+            steps_left=left,
         )
     ]

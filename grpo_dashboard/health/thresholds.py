@@ -36,6 +36,7 @@ RULE_IDS: tuple[str, ...] = (
     "zero_gradient",
     "overfitting",
     "plateau",
+    "forecast_stop",
     "duplicate_completions",
 )
 
@@ -169,6 +170,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("plateau.t_stat", 2.0, "a rising slope with this t-statistic counts as learning"),
     Threshold("plateau.constant_frac", 0.6, "share of recent logs at exactly one value (zero spread) = plateau"),
     Threshold("plateau.constant_min_points", 10, "fewest logs for the zero-spread plateau"),
+    # forecast_stop
+    Threshold("forecast_stop.min_gain", 0.02, "forecast gain to max_steps below this share of the reward's range"),
+    Threshold("forecast_stop.min_points", 30, "fewest reward logs before the forecast is trusted for this"),
     # duplicate_completions
     Threshold("duplicate_completions.warn", 0.5, "duplicate share within prompt groups (or across prompts): warning"),
     Threshold("duplicate_completions.error", 0.9, "... error"),
