@@ -218,6 +218,12 @@ def check_length_collapse(ctx: Context) -> list[Finding]:
     severity, run = judge_state(n - nb, persist, persist, warn, None, extreme, extreme_severity=WARNING)
     if severity is None:
         return []
+    if nb < 3:
+        # A baseline of one or two logs is itself noise: only an unmistakable state counts (a few tokens, or a
+        # tenth of what the first logs wrote).
+        few = ctx.t("length_collapse.few_tokens")
+        if not (v[-1] <= few or v[-1] <= ctx.t("length_collapse.thin_baseline_ratio") * base):
+            return []
     start = extend_onset(post & (v < ratio * base), n - run, s)
     onset = int(length.steps[start])
     current = float(v[-1]) if s == 1 else float(sm[-1])

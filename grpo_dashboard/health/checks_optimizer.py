@@ -156,7 +156,13 @@ def check_zero_gradient(ctx: Context) -> list[Finding]:
     n_zero = int(zero.sum())
     share = n_zero / max(v.size, 1)
     # On a log shorter than the window, exactly-zero gradients on a third of it is a state, not noise.
-    short = series.values.size < window and n_zero >= 2 and share >= ctx.t("zero_gradient.short_frac")
+    # The latest log must be one of them: the first logs of many runs have no gradient yet (warmup, no spread).
+    short = (
+        3 <= series.values.size < window
+        and bool(zero[-1])
+        and n_zero >= 2
+        and share >= ctx.t("zero_gradient.short_frac")
+    )
     if not short and (n_zero < ctx.t("zero_gradient.min_zero") or share < ctx.t("zero_gradient.warn_frac")):
         return []
     severity = ERROR if share >= ctx.t("zero_gradient.error_frac") else WARNING

@@ -123,6 +123,20 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         severity, run = judge_state(n - 1, persist, persist, extreme=warn, extreme_severity=WARNING)
     if severity is None:
         return None
+    if n - 1 < 2 * persist and not (_pinned_at_floor(ctx, series, lo) or _falls_from_start(v)):
+        # A few noisy logs fall and rise by chance; on a short log only a reward pinned at its floor, or one that
+        # falls on every log from the first, is a drop.
+        return None
+    w = max(persist, int(n * ctx.t("reward_drop.long_window")))
+    if n >= 4 * w:
+        # Long logs: the peak of a short trailing mean is biased up by noise; re-measure on w-log means.
+        wide = trailing_mean(v, w)
+        before = float(np.max(wide[: n - w])) if n - w > 0 else float(wide[-1])
+        lost_w = before - float(wide[-1])
+        if lost_w < ctx.t("reward_drop.min_drop") * max(1.0, hi - lo) or lost_w < ctx.t("reward_drop.frac") * max(
+            before - lo, 1e-12
+        ):
+            return None
     start = extend_onset(warn, n - run, s)
     onset = int(series.steps[start])
     peak_idx = int(np.argmax(sm[: start + 1])) if start > 0 else 0
@@ -153,6 +167,21 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         floor=lo,
         threshold=ctx.t("reward_drop.frac"),
     )
+
+
+def _falls_from_start(v: np.ndarray) -> bool:
+    """Every log is below the one before it, from the first on (at least three logs)."""
+    return v.size >= 3 and bool(np.all(np.diff(v) < 0))
+
+
+def _pinned_at_floor(ctx: Context, series: Series, lo: float) -> bool:
+    """The latest value is the reward's floor with zero spread (its ``/std`` exactly 0 when one is logged)."""
+    atol = ctx.t("flat_reward.std_atol")
+    if series.values[-1] > lo + atol:
+        return False
+    std = ctx.frame.get(series.key[: -len("/mean")] + "/std") if series.key.endswith("/mean") else None
+    std_values = std.finite().values if std is not None else np.empty(0)
+    return std_values.size == 0 or float(std_values[-1]) <= atol
 
 
 def check_reward_drop(ctx: Context) -> list[Finding]:

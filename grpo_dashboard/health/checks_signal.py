@@ -219,7 +219,8 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
             )
             remedy = "Consider lowering its weight in reward_weights or removing it now that it is always satisfied."
         else:
-            severity = ERROR if all_flat else WARNING
+            # Constant on a few first logs only (fewer than `persist`): true so far, a note until it holds.
+            severity = (ERROR if all_flat else WARNING) if f["confirmed"] else INFO
             since = "since the first log" if f["from_start"] else f"since step {f['onset']}"
             message = (
                 f"rewards/{f['name']} is {fmt(f['value'])} on every sample {since} ({f['logs']} logs, std 0): "

@@ -99,6 +99,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("length_collapse.extreme_ratio", 0.2, "raw mean length below this fraction: unmistakable"),
     Threshold("length_collapse.persist", 3, "logs the condition must hold"),
     Threshold("length_collapse.empty_tokens", 2.0, "mean length at or below this many tokens is an error"),
+    Threshold("length_collapse.few_tokens", 5.0, "baseline under 3 logs: fires only at or below this many tokens"),
+    Threshold("length_collapse.thin_baseline_ratio", 0.1, "... or below this fraction of the baseline"),
     # length_drift
     Threshold("length_drift.ratio", 0.3, "|smoothed mean length / baseline - 1| above this", "PTT"),
     Threshold("length_drift.persist", 10, "logs the drift must hold"),
@@ -114,6 +116,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("reward_drop.error_frac", 0.8, "fraction lost that makes it an error"),
     Threshold("reward_drop.min_drop", 0.1, "absolute fall, times max(1, the reward's range), below which it is noise"),
     Threshold("reward_drop.persist", 3, "logs the drop must hold"),
+    Threshold("reward_drop.long_window", 0.1, "long logs: the drop is re-measured on means over this share of logs"),
     # reward_length_corr
     Threshold("reward_length_corr.window", 50, "trailing logs over which correlation is measured", "PTT"),
     Threshold("reward_length_corr.min_points", 20, "fewest joint logs before judging"),
