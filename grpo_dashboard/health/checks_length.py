@@ -94,6 +94,10 @@ def check_truncation(ctx: Context) -> list[Finding]:
             # One batch of 16 can come out all truncated by chance; on a short log every record must be.
             extreme_required=min(persist, n),
         )
+        nearly = trailing_streak(v >= ctx.t("truncation.nearly_all"))
+        if severity is None and n < persist and nearly >= max(2, n // 2):
+            # A short log whose latest logs (each a whole batch) are practically all cut: a state, no window needed.
+            severity, length = ERROR, nearly
         if severity is None:
             return []
         start = extend_onset(v > ctx.t("truncation.warn"), n - length, s)

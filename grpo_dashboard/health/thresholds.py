@@ -93,6 +93,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("truncation.error", 0.5, "smoothed completions/clipped_ratio above this: error", "TRL"),
     Threshold("truncation.extreme", 0.99, "clipped_ratio of every completion: an error at once, even on short logs"),
     Threshold("truncation.persist", 5, "logs the condition must hold"),
+    Threshold("truncation.nearly_all", 0.95, "short log: the latest 2+ logs at or above this clipped_ratio: error"),
     Threshold("truncation.cap_fraction", 0.98, "old logs: mean length at or above this fraction of the cap = pinned"),
     # length_collapse
     Threshold("length_collapse.ratio", 0.5, "smoothed mean length below this fraction of its baseline", "PTT"),
