@@ -53,6 +53,16 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+# Symptoms: what a collapse, a truncation or a KL blow-up leaves behind. With the same severity and onset, the cause
+# is listed before them.
+SYMPTOMS = ("zero_variance", "zero_gradient", "flat_reward", "reward_drop", "plateau", "forecast_stop")
+
+
+def order_key(f: Finding, rule_order: dict[str, int]) -> tuple[int, int, int, int]:
+    """Sort key that puts causes before symptoms: worst severity, earliest onset, causes before symptoms."""
+    return (-SEVERITY_RANK[f.severity], f.step, f.rule in SYMPTOMS, rule_order.get(f.rule, len(rule_order)))
+
+
 class RunConfig:
     """Read-only view of whatever GRPOConfig fields are known for a run; every getter tolerates absence."""
 

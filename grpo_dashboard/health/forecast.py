@@ -284,6 +284,7 @@ def forecast(
     at_step: int | None = None,
     price_per_hour: float | None = None,
     max_steps: int | None = None,
+    step_problem: str | None = None,
 ) -> Forecast:
     """Forecast the run behind ``frame``.
 
@@ -293,6 +294,8 @@ def forecast(
         at_step: also forecast the reward at this step (``reward_at_step``).
         price_per_hour: what one hour of the run's hardware costs (all GPUs), in USD; enables the cost keys.
         max_steps: the run's planned length, overriding ``hints["max_steps"]``.
+        step_problem: why the log's step column cannot be trusted (e.g. it goes backwards), found by the caller
+            on the raw records (a MetricFrame is already sorted); every step-based number then says so.
     """
     hints = hints or {}
     out = Forecast()
@@ -317,7 +320,7 @@ def forecast(
     out.step = int(frame.last_step() or x[-1])
     k = max(1, min(5, y.size // 5))
     out.reward_now = float(np.mean(y[-k:]))
-    curve, why = fit_reward_curve(x, y)
+    curve, why = fit_reward_curve(x, y) if step_problem is None else (None, step_problem)
     if curve is None:
         for key in ("plateau_reward", "plateau_step", "stop_step", "reward_at_max_steps", "reward_at_step"):
             out.reasons[key] = why or "no fit"

@@ -8,7 +8,7 @@ import sys
 from typing import Any, TextIO
 
 from .forecast import Forecast, forecast, worth_continuing
-from .loaders import load_log_frame
+from .loaders import iter_log_records, load_log_frame
 
 EXIT_OK, EXIT_UNREADABLE = 0, 2
 
@@ -50,7 +50,14 @@ def forecast_main(argv: list[str] | None = None, price_per_hour: float | None = 
     except ValueError as exc:
         print(f"forecast: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
-    fc = forecast(frame, hints, at_step=args.at_step, price_per_hour=price, max_steps=args.max_steps)
+    fc = forecast(
+        frame,
+        hints,
+        at_step=args.at_step,
+        price_per_hour=price,
+        max_steps=args.max_steps,
+        step_problem=step_order_problem(args.path),
+    )
     if args.json:
         out = fc.to_dict()
         if args.at_step is None:
@@ -60,8 +67,24 @@ def forecast_main(argv: list[str] | None = None, price_per_hour: float | None = 
             out["price_per_hour"] = price
         print(json.dumps(out, indent=2))
     else:
-        render(str(hints.get("source", args.path)), fc, sys.stdout, price, price_note)
+        render(str(hints.get("source", args.path)), fc, sys.stdout, price, price_note, args.at_step is not None)
     return EXIT_OK
+
+
+def step_order_problem(path: str) -> str | None:
+    """Why the log's train steps cannot be fitted over, or None: a step that goes backwards (a resumed run appended
+    to the same log, or two runs merged) leaves two rewards for one step."""
+    previous: int | None = None
+    for index, (step, record) in enumerate(iter_log_records(path, {})):
+        if "reward" not in record:
+            continue
+        if previous is not None and step < previous:
+            return (
+                f"the step column goes backwards (record {index + 1}: step {step} after step {previous}); a resumed "
+                "or merged log cannot be forecast over steps: forecast each segment's log on its own"
+            )
+        previous = step
+    return None
 
 
 def _fmt(band: dict[str, Any] | None, unit: str = "", digits: int = 3) -> str:
@@ -73,7 +96,9 @@ def _fmt(band: dict[str, Any] | None, unit: str = "", digits: int = 3) -> str:
     return f"{unit}{v:.{digits}g}" + (f" ({unit}{lo:.{digits}g} to {unit}{hi:.{digits}g})" if lo != hi else "")
 
 
-def render(source: str, fc: Forecast, out: TextIO, price: float | None = None, price_note: str = "") -> None:
+def render(
+    source: str, fc: Forecast, out: TextIO, price: float | None = None, price_note: str = "", asked: bool = False
+) -> None:
     """Write the human-readable forecast."""
     out.write(f"GRPO forecast: {source}\n")
     out.write(f"  at step {fc.step}" + (f" of {fc.max_steps}" if fc.max_steps else "") + f"; {fc.source} reward")
@@ -88,14 +113,14 @@ def render(source: str, fc: Forecast, out: TextIO, price: float | None = None, p
         ("plateau reward", fc.plateau_reward, "plateau_reward", ""),
         ("95% of the gain at step", fc.plateau_step, "plateau_step", ""),
         ("recommended stop step", fc.stop_step, "stop_step", ""),
-        (f"reward at max_steps ({fc.max_steps})", fc.reward_at_max_steps, "reward_at_max_steps", ""),
+        (f"reward at max_steps ({fc.max_steps or '?'})", fc.reward_at_max_steps, "reward_at_max_steps", ""),
         ("reward at the asked step", fc.reward_at_step, "reward_at_step", ""),
         ("cost so far", fc.cost_so_far, "cost_so_far", "$"),
         ("cost to the plateau", fc.cost_to_plateau, "cost_to_plateau", "$"),
         ("cost to max_steps", fc.cost_to_max_steps, "cost_to_max_steps", "$"),
     ]
     for label, band, key, unit in rows:
-        if band is None and key == "reward_at_step" and key not in fc.reasons:
+        if key == "reward_at_step" and not asked:
             continue
         text = _fmt(band, unit) if band is not None else f"- ({fc.reasons.get(key, 'not available')})"
         if key == "reward_ceiling" and fc.law:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .findings import SEVERITY_RANK, Finding
+from .findings import SEVERITY_RANK, Finding, order_key
 from .rules import diagnose
 from .series import MetricFrame
 from .thresholds import RULE_IDS
@@ -48,10 +48,7 @@ def _key(f: Finding) -> tuple[str, str | None]:
 def order(findings: Sequence[Finding]) -> list[Finding]:
     """Causes before symptoms: worst severity first (active before resolved), then earliest onset, then rule order."""
     rank = {rule: i for i, rule in enumerate(RULE_IDS)}
-    return sorted(
-        findings,
-        key=lambda f: (f.status != "active", -SEVERITY_RANK[f.severity], f.step, rank.get(f.rule, len(rank))),
-    )
+    return sorted(findings, key=lambda f: (f.status != "active", *order_key(f, rank)))
 
 
 def finding_history(

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import checks_length, checks_optimizer, checks_policy, checks_reward, checks_signal
-from .findings import SEVERITY_RANK, Context, Finding, RunConfig
+from .findings import SEVERITY_RANK, Context, Finding, RunConfig, order_key
 from .series import MetricFrame
 from .thresholds import RULE_IDS, resolve_thresholds
 
@@ -76,7 +76,7 @@ def diagnose(
                 log.exception("health rule %s failed", rule_id)
     order = {rule_id: i for i, rule_id in enumerate(RULE_IDS)}
     # Causes before symptoms: the worst first, then the earliest onset (a collapse before the zero spread it causes).
-    findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.step, order[f.rule]))
+    findings.sort(key=lambda f: order_key(f, order))
     return findings
 
 
