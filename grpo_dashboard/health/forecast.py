@@ -32,6 +32,7 @@ _BOOTSTRAP = 60
 _BAND = (5.0, 95.0)
 _STOP_GAIN = 0.02  # remaining gain below this share of the reward's range is not worth the steps
 _EVAL_MIN = 5
+_MAX_POINTS = 400
 _RATE_GRID = np.geomspace(0.03, 30.0, 36)  # tau or s, as a multiple of the fitted step span
 _ALPHA_GRID = np.array([0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0])
 
@@ -167,6 +168,15 @@ def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
     return Curve(model, float(coef[0]), start, x0, shape, (float(coef[0]), float(coef[1])), rmse, 0.0)
 
 
+def binned(x: np.ndarray, y: np.ndarray, bins: int = _MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``bins`` points: means over consecutive equal-count groups (a 100,000-step log fits as fast as a
+    short one, and a bin mean is what the curve describes anyway)."""
+    if x.size <= bins:
+        return x, y
+    groups = np.array_split(np.arange(x.size), bins)
+    return np.array([x[g].mean() for g in groups]), np.array([y[g].mean() for g in groups])
+
+
 def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Curve | None, str | None]:
     """The saturating model with the lowest held-out error, refitted on every point; or None and why."""
     ok = np.isfinite(values) & np.isfinite(steps)
@@ -175,6 +185,7 @@ def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Curve | Non
         return None, f"too few reward points ({x.size}; at least {MIN_POINTS} needed)"
     if np.any(np.diff(x) <= 0):
         return None, "the step column is not strictly increasing (a resumed or merged log?): cannot fit over steps"
+    x, y = binned(x, y)
     cut = max(MIN_POINTS // 2, int(round(x.size * (1 - _HOLDOUT))))
     scores = {}
     for model in ("exp", "power", "const"):
@@ -215,6 +226,8 @@ def entropy_law(entropy: Series | None, reward: Series | None) -> tuple[dict[str
     e, r = entropy.finite(), reward.finite()
     steps, ie, ir = np.intersect1d(e.steps, r.steps, assume_unique=True, return_indices=True)
     h, y = e.values[ie], r.values[ir]
+    if h.size > _MAX_POINTS:
+        h, y = binned(h, y)  # consecutive logs averaged: pairs stay pairs
     if h.size < MIN_POINTS:
         return None, f"too few (entropy, reward) pairs ({h.size}; at least {MIN_POINTS} needed)"
     k = max(2, h.size // 5)
@@ -332,7 +345,8 @@ def forecast(
         targets.append(float(out.max_steps))
     if at_step is not None:
         targets.append(float(at_step))
-    draws = _bootstrap(curve, x, y, np.array(targets))
+    bx, by = binned(x, y)
+    draws = _bootstrap(curve, bx, by, np.array(targets))
     spread = curve.holdout_rmse if math.isfinite(curve.holdout_rmse) else curve.rmse
 
     def band_at(i: int, value: float) -> dict[str, Any]:
@@ -353,9 +367,9 @@ def forecast(
         if draws.size:
             # The 95 % step's band: refit a few bootstrap samples and read their 95 % step.
             rng = np.random.default_rng(2)
-            resid = y - curve(x)
+            resid = by - curve(bx)
             for _ in range(20):
-                refit = _fit_model(curve.model, x, curve(x) + rng.choice(resid, resid.size))
+                refit = _fit_model(curve.model, bx, curve(bx) + rng.choice(resid, resid.size))
                 if refit is not None and refit.model != "const":
                     shapes.append(refit.gain_step(0.95))
         s_lo, s_hi = np.percentile(shapes, _BAND) if shapes else (s95, s95)
