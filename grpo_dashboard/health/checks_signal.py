@@ -53,6 +53,9 @@ def check_zero_variance(ctx: Context) -> list[Finding]:
         sm > err_t,
         v >= ctx.t("zero_variance.extreme"),
     )
+    if severity is None and 3 <= n < int(ctx.t("zero_variance.warn_persist")) and trailing_streak(v > warn_t) == n:
+        # A short log with most groups spread-less on every single log: a state, no persistence window needed.
+        severity, run = (ERROR if trailing_streak(v > err_t) == n else WARNING), n
     if severity is None:
         return []
     start = extend_onset(v > warn_t, n - run, s)
