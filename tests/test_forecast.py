@@ -157,3 +157,40 @@ def test_python_m_grpo_dashboard_forecast_with_a_jobs_flavor(tmp_path: Path) -> 
     bad = subprocess.run(cmd[:-1] + ["no-such-flavor"], capture_output=True, text=True, cwd=ROOT, env=env,
                          timeout=120)
     assert bad.returncode == 2 and "unknown HF Jobs flavor 'no-such-flavor'" in bad.stderr
+
+
+def test_run_detail_panel_runs_table_column_and_chart_overlay(tmp_path: Path) -> None:
+    """The forecast on a stored run: the Run detail panel, the runs table's column and the fitted curves drawn over
+    the reward and entropy charts."""
+    from grpo_dashboard.store.db import Store
+    from grpo_dashboard.store.ingest import ingest_file
+    from grpo_dashboard.views import chart_json, charts, overview
+    from grpo_dashboard.views import forecast as forecast_view
+
+    from .store_helpers import append_log, new_run
+
+    store = Store(tmp_path / "db.sqlite")
+    log = new_run(store, tmp_path, "r1")
+    rows = {r["step"]: r for r in saturating_log()}
+    append_log(log, range(1, 121), **{k: (lambda s, k=k: rows[s][k]) for k in ("reward", "entropy", "step_time")})
+    ingest_file(store, "r1", log)
+    run = store.get_run("r1")
+    panel = forecast_view.panel_markdown(store, run)
+    assert "**Forecast**" in panel and "Plateau reward" in panel and "Reward ceiling" in panel and "R²" in panel
+    assert forecast_view.forecast_cell(store, run).startswith("0.")
+    frame = overview.runs_frame(store)
+    assert "forecast" in frame.columns and frame.loc[0, "forecast"] == forecast_view.forecast_cell(store, run)
+    plots = chart_json.run_plots(store, "r1", charts.ChartOptions())
+    drawn = forecast_view.overlay_plots(plots, store, run, "step")
+    reward = json.loads(drawn["reward"])
+    names = [t.get("name") for t in reward["data"]]
+    assert "forecast (fit)" in names and "ceiling (entropy law)" in names
+    assert any(a["text"].startswith("stop ") for a in reward["layout"]["annotations"])
+    assert any("entropy the forecast needs" in (t.get("name") or "") for t in json.loads(drawn["entropy"])["data"])
+    assert forecast_view.overlay_plots(plots, store, run, "wall time") == plots
+    empty = new_run(store, tmp_path, "r2")
+    append_log(empty, range(1, 4), reward=0.5)
+    ingest_file(store, "r2", empty)
+    short = store.get_run("r2")
+    assert forecast_view.forecast_cell(store, short) == "—"
+    assert "too few reward points" in forecast_view.panel_markdown(store, short)

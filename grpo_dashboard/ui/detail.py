@@ -99,7 +99,8 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     if found is not None and state.get("charts") != shown_key:
         # gr.Plot passes PlotData through as is: the JSON is built once per run state, not once per viewer
         out += [overview.findings_markdown(ctx.store, run) + "\n\n" + forecast_view.panel_markdown(ctx.store, run),
-                *(PlotData(type="plotly", plot=p) for p in found[1].values())]
+                *(PlotData(type="plotly", plot=p)
+                  for p in forecast_view.overlay_plots(found[1], ctx.store, run, opts.xaxis).values())]
         state["charts"] = shown_key
     else:
         out += [gr.skip()] * (1 + n_plots)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -138,3 +139,118 @@ def panel_markdown(store: Store, run: Run) -> str:
         return forecast_markdown(run_forecast(store, run))
     except Exception:  # noqa: BLE001 - the forecast is an extra: a failure must not take the detail page down
         return ""
+
+
+_FIT_COLOR = "rgba(214,39,40,0.9)"
+_BAND_COLOR = "rgba(214,39,40,0.12)"
+
+
+def overlay_plots(plots: dict[str, str], store: Store, run: Run, xaxis: str) -> dict[str, str]:
+    """The Run detail plots with the forecast drawn in: on the reward chart the fitted curve to max_steps with its
+    band, the entropy-law ceiling and the stop step; on the entropy chart the entropy the law says the forecast
+    reward needs. Only on a step x axis; plots are returned unchanged when there is no fit (never raises)."""
+    if xaxis != "step":
+        return plots
+    try:
+        fc = run_forecast(store, run)
+        curves = forecast_curves(fc, store, run)
+        if curves is None:
+            return plots
+        out = dict(plots)
+        if "reward" in out:
+            out["reward"] = _with_traces(out["reward"], _reward_traces(curves), curves.get("stop_step"))
+        law = fc.law if fc is not None else None
+        if "entropy" in out and law and law.get("a"):
+            needed = (law["b"] - np.asarray(curves["fit"]["y"])) / law["a"]
+            ok = needed > 0
+            x = np.asarray(curves["fit"]["x"])[ok]
+            trace = {
+                "type": "scatter",
+                "x": x.tolist(),
+                "y": np.log(needed[ok]).tolist(),
+                "mode": "lines",
+                "name": "entropy the forecast needs (R = -a e^H + b)",
+                "line": {"color": _FIT_COLOR, "dash": "dot", "width": 2},
+            }
+            out["entropy"] = _with_traces(out["entropy"], [trace], None)
+        return out
+    except Exception:  # noqa: BLE001 - the overlay is an extra: the charts must show without it
+        return plots
+
+
+def _reward_traces(curves: dict[str, Any]) -> list[dict[str, Any]]:
+    fit = curves["fit"]
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "x": fit["x"],
+            "y": fit["low"],
+            "mode": "lines",
+            "line": {"width": 0},
+            "showlegend": False,
+            "hoverinfo": "skip",
+            "name": "forecast band",
+        },
+        {
+            "type": "scatter",
+            "x": fit["x"],
+            "y": fit["high"],
+            "mode": "lines",
+            "line": {"width": 0},
+            "fill": "tonexty",
+            "fillcolor": _BAND_COLOR,
+            "showlegend": False,
+            "hoverinfo": "skip",
+            "name": "forecast band",
+        },
+        {
+            "type": "scatter",
+            "x": fit["x"],
+            "y": fit["y"],
+            "mode": "lines",
+            "name": "forecast (fit)",
+            "line": {"color": _FIT_COLOR, "dash": "dash", "width": 2},
+        },
+    ]
+    if curves.get("ceiling") is not None:
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [fit["x"][0], fit["x"][-1]],
+                "y": [curves["ceiling"]] * 2,
+                "mode": "lines",
+                "name": "ceiling (entropy law)",
+                "line": {"color": "rgba(44,160,44,0.9)", "dash": "dot", "width": 1.5},
+            }
+        )
+    return traces
+
+
+def _with_traces(plot_json: str, traces: list[dict[str, Any]], stop_step: int | None) -> str:
+    figure = json.loads(plot_json)
+    figure.setdefault("data", []).extend(traces)
+    if stop_step is not None:
+        layout = figure.setdefault("layout", {})
+        layout.setdefault("shapes", []).append(
+            {
+                "type": "line",
+                "x0": stop_step,
+                "x1": stop_step,
+                "y0": 0,
+                "y1": 1,
+                "yref": "paper",
+                "line": {"color": _FIT_COLOR, "width": 1, "dash": "dot"},
+            }
+        )
+        layout.setdefault("annotations", []).append(
+            {
+                "x": stop_step,
+                "y": 1,
+                "yref": "paper",
+                "text": f"stop {stop_step}",
+                "showarrow": False,
+                "font": {"size": 10, "color": _FIT_COLOR},
+                "yanchor": "bottom",
+            }
+        )
+    return json.dumps(figure)
