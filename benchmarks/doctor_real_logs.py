@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         if a["past_alarms"]:
             print(f"    ours false alarms raised earlier and resolved since: {a['past_alarms']}")
     print("(* = labelled healthy; E/W = error/warning findings active at the end; caught counts resolved ones too)")
-    print("| figure | ours | rldoctor 0.2 | target | met |\n|---|---|---|---|---|")
+    print("| figure | ours | peer (rldoctor 0.2) | ratio | target | met |\n|---|---|---|---|---|---|")
     o, r = totals["ours"], totals["rld"]
 
     def frac(t: dict[str, Any]) -> str:
@@ -182,16 +182,16 @@ def main(argv: list[str] | None = None) -> int:
 
     peer_note = "" if rld_available else " (rldoctor not installed)"
     print(
-        f"| expected findings caught, {len(logs)} real logs | {frac(o)} | {frac(r)}{peer_note} | all | "
+        f"| expected findings caught, {len(logs)} real logs | {frac(o)} | {frac(r)}{peer_note} | - | all | "
         f"{'yes' if o['caught'] == o['items'] else 'NO'} |"
     )
     print(
-        f"| forbidden alarms (warning/error) at the end of the log | {o['alarms']} | {r.get('alarms', '-')} | 0 | "
+        f"| forbidden alarms (warning/error) at the end of the log | {o['alarms']} | {r.get('alarms', '-')} | - | 0 | "
         f"{'yes' if o['alarms'] == 0 else 'NO'} |"
     )
     print(
         f"| forbidden alarms raised during the run and resolved since (findings history) | {o['past_alarms']} | "
-        "- | - | - |"
+        "- | - | - | - |"
     )
     if healthy_runs:
         ok = o.get("healthy_errors", 0) == 0 and o.get("healthy_max_warnings", 0) <= 1
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{o.get('healthy_warnings', 0) / healthy_runs:.2f} ({o.get('healthy_max_warnings', 0)}) | "
             f"{r.get('healthy_errors', '-')} / "
             + (f"{r['healthy_warnings'] / healthy_runs:.2f} ({r['healthy_max_warnings']})" if r else "-")
-            + f" | 0 / <= 1 | {'yes' if ok else 'NO'} |"
+            + f" | - | 0 / <= 1 | {'yes' if ok else 'NO'} |"
         )
     return 0
 

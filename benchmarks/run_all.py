@@ -30,6 +30,8 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("training_overhead", [], "5. training overhead of the job's metrics callback"),
     ("store_scale", [], "6. store scale: 200 runs x 10,000 steps"),
     ("doctor_long_log", [], "7. the doctor on long logs"),
+    ("doctor_real_logs", [], "8. the doctor on labelled real GRPO logs, against rldoctor"),
+    ("forecast_backtest", [], "9. the forecast, backtested on real GRPO logs"),
 ]
 
 

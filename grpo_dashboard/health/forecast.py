@@ -6,11 +6,12 @@ Two fits, both on the log so far and nothing else:
   reward follows ``R = -a * exp(H) + b`` as the policy entropy ``H`` falls, so the reward at ``H = 0`` -- the
   ceiling the run can reach by spending its entropy -- is ``b - a``. Fitted by least squares on ``(H, R)`` pairs;
   reported with its R^2, or with the reason it does not apply (too few points, entropy not falling, no rise).
-* **Saturating curve of reward over steps**: an exponential approach ``A + B * exp(-(x - x0) / tau)`` and a power-law
-  approach ``A + B * ((x - x0) / s + 1) ** -alpha``, each fitted for every value on a grid of its shape parameter
-  with the two linear parameters in closed form. The model is chosen by its error on the last fifth of the log when
-  fitted on the first four fifths; the band comes from a residual bootstrap of the chosen model plus its held-out
-  error. Runs with enough evaluations are forecast on the eval reward.
+* **Saturating curve of reward over steps**: an exponential approach ``A + B * exp(-(x - x0) / tau)``, a power-law
+  approach ``A + B * ((x - x0) / s + 1) ** -alpha`` and a constant, each fitted for every value on a grid of its
+  shape parameter with the linear parameters in closed form. Each family is scored by its error on the last fifth of
+  the log when fitted on the first four fifths, and the forecast weights the families by 1 / that error (on the
+  real logs this beat picking the single best family: see benchmarks/forecast_backtest.py). The band comes from a
+  residual bootstrap plus the held-out error. Runs with enough evaluations are forecast on the eval reward.
 
 Numbers come with ``{value, low, high}`` (a 90 % band) or ``None`` with a ``reason``. Only numpy is needed.
 """
@@ -83,7 +84,7 @@ class Forecast:
     cost_to_plateau: dict[str, Any] | None = None
     cost_to_max_steps: dict[str, Any] | None = None
     saving: dict[str, Any] | None = None
-    curve: Curve | None = None
+    curve: Blend | None = None
     law: dict[str, Any] | None = None
     reasons: dict[str, str] = field(default_factory=dict)
 
@@ -111,6 +112,7 @@ class Forecast:
         for key in keys:
             out[key] = getattr(self, key)
         out["model"] = self.curve.model if self.curve else None
+        out["weights"] = self.curve.describe() if self.curve else None
         out["fit"] = (
             {"rmse": _round(self.curve.rmse), "holdout_rmse": _round(self.curve.holdout_rmse)} if self.curve else None
         )
@@ -168,6 +170,59 @@ def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
     return Curve(model, float(coef[0]), start, x0, shape, (float(coef[0]), float(coef[1])), rmse, 0.0)
 
 
+@dataclass
+class Blend:
+    """The three families fitted on every point, weighted by 1 / their held-out error: a family that predicted the
+    last fifth of the log well dominates, and when none clearly wins the forecast does not bet on one extrapolation.
+    Quacks like a ``Curve`` (call it, ``plateau``, ``gain_step``)."""
+
+    members: list[Curve]
+    weights: list[float]
+    holdout_rmse: float
+    rmse: float = 0.0
+
+    @property
+    def model(self) -> str:
+        """The dominant family when it carries >= 60 % of the weight, else ``blend``."""
+        top = int(np.argmax(self.weights))
+        return self.members[top].model if self.weights[top] >= 0.6 else "blend"
+
+    @property
+    def x0(self) -> float:
+        return self.members[0].x0
+
+    @property
+    def plateau(self) -> float:
+        return float(sum(w * m.plateau for w, m in zip(self.weights, self.members, strict=True)))
+
+    @property
+    def start(self) -> float:
+        return float(self(self.x0))
+
+    def describe(self) -> str:
+        """``exp 0.62 / power 0.31 / const 0.07``."""
+        return " / ".join(f"{m.model} {w:.2f}" for m, w in zip(self.members, self.weights, strict=True))
+
+    def __call__(self, x: np.ndarray | float) -> np.ndarray:
+        return sum(w * m(x) for w, m in zip(self.weights, self.members, strict=True))
+
+    def gain_step(self, share: float) -> float:
+        """Step at which ``share`` of the gain from ``x0`` to the plateau is reached (inf when never)."""
+        span = max([1.0] + [float(m.shape[0]) for m in self.members if m.shape])
+        gain = self.plateau - self.start
+        if abs(gain) < 1e-12:
+            return self.x0
+        grid = self.x0 + np.concatenate(([0.0], np.geomspace(1e-3, 1e4, 4000))) * span
+        reached = (np.asarray(self(grid)) - self.start) / gain >= share
+        hit = np.flatnonzero(reached)
+        return float(grid[hit[0]]) if hit.size else math.inf
+
+    def refit(self, x: np.ndarray, y: np.ndarray) -> Blend:
+        """The same weights on the families refitted to ``(x, y)`` (what the bootstrap varies)."""
+        members = [_fit_model(m.model, x, y) or m for m in self.members]
+        return Blend(members, self.weights, self.holdout_rmse, self.rmse)
+
+
 def binned(x: np.ndarray, y: np.ndarray, bins: int = _MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """At most ``bins`` points: means over consecutive equal-count groups (a 100,000-step log fits as fast as a
     short one, and a bin mean is what the curve describes anyway)."""
@@ -177,8 +232,9 @@ def binned(x: np.ndarray, y: np.ndarray, bins: int = _MAX_POINTS) -> tuple[np.nd
     return np.array([x[g].mean() for g in groups]), np.array([y[g].mean() for g in groups])
 
 
-def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Curve | None, str | None]:
-    """The saturating model with the lowest held-out error, refitted on every point; or None and why."""
+def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Blend | None, str | None]:
+    """The saturating families fitted on every point, weighted by their error on the last fifth of the log when
+    fitted on the first four fifths; or None and why."""
     ok = np.isfinite(values) & np.isfinite(steps)
     x, y = steps[ok].astype(float), values[ok].astype(float)
     if x.size < MIN_POINTS:
@@ -187,33 +243,34 @@ def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Curve | Non
         return None, "the step column is not strictly increasing (a resumed or merged log?): cannot fit over steps"
     x, y = binned(x, y)
     cut = max(MIN_POINTS // 2, int(round(x.size * (1 - _HOLDOUT))))
-    scores = {}
+    members, errors = [], []
     for model in ("exp", "power", "const"):
-        fitted = _fit_model(model, x[:cut], y[:cut])
-        if fitted is None:
+        early = _fit_model(model, x[:cut], y[:cut])
+        full = _fit_model(model, x, y)
+        if early is None or full is None:
             continue
-        err = float(np.sqrt(np.mean((fitted(x[cut:]) - y[cut:]) ** 2))) if cut < x.size else fitted.rmse
-        scores[model] = err
-    if not scores:
+        err = float(np.sqrt(np.mean((early(x[cut:]) - y[cut:]) ** 2))) if cut < x.size else full.rmse
+        full.holdout_rmse = err
+        members.append(full)
+        errors.append(max(err, 1e-9))
+    if not members:
         return None, "no model could be fitted"
-    model = min(scores, key=scores.__getitem__)
-    curve = _fit_model(model, x, y)
-    assert curve is not None
-    curve.holdout_rmse = scores[model]
-    return curve, None
+    inverse = 1.0 / np.array(errors)
+    weights = (inverse / inverse.sum()).tolist()
+    blend = Blend(members, weights, float(np.dot(weights, errors)))
+    blend.rmse = float(np.sqrt(np.mean((np.asarray(blend(x)) - y) ** 2)))
+    return blend, None
 
 
-def _bootstrap(curve: Curve, x: np.ndarray, y: np.ndarray, targets: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Residual-bootstrap predictions of ``curve``'s family at ``targets``: (draws, len(targets))."""
+def _bootstrap(curve: Blend, x: np.ndarray, y: np.ndarray, targets: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Residual-bootstrap predictions at ``targets`` plus the plateau and the 95 % step: (draws, len(targets) + 2)."""
     rng = np.random.default_rng(seed)
-    fitted = curve(x)
+    fitted = np.asarray(curve(x))
     resid = y - fitted
     out = []
     for _ in range(_BOOTSTRAP):
-        sample = fitted + rng.choice(resid, size=resid.size, replace=True)
-        refit = _fit_model(curve.model, x, sample)
-        if refit is not None:
-            out.append(np.append(refit(targets), refit.plateau))
+        refit = curve.refit(x, fitted + rng.choice(resid, size=resid.size, replace=True))
+        out.append(np.concatenate((np.asarray(refit(targets)), [refit.plateau, refit.gain_step(0.95)])))
     return np.array(out)
 
 
@@ -363,16 +420,16 @@ def forecast(
         out.reasons["plateau_step"] = "the reward is flat: the best model is a constant, the plateau is already here"
     else:
         s95 = curve.gain_step(0.95)
-        shapes = []
-        if draws.size:
-            # The 95 % step's band: refit a few bootstrap samples and read their 95 % step.
-            rng = np.random.default_rng(2)
-            resid = by - curve(bx)
-            for _ in range(20):
-                refit = _fit_model(curve.model, bx, curve(bx) + rng.choice(resid, resid.size))
-                if refit is not None and refit.model != "const":
-                    shapes.append(refit.gain_step(0.95))
-        s_lo, s_hi = np.percentile(shapes, _BAND) if shapes else (s95, s95)
+        steps95 = draws[:, plateau_idx + 1] if draws.size else np.array([s95])
+        steps95 = steps95[np.isfinite(steps95)]
+        s_lo, s_hi = np.percentile(steps95, _BAND) if steps95.size else (s95, s95)
+        # The families can disagree about when (a power law's long tail): each weighty family's own step is in.
+        own = [
+            m.gain_step(0.95)
+            for m, w in zip(curve.members, curve.weights, strict=True)
+            if w >= 0.2 and m.model != "const" and math.isfinite(m.gain_step(0.95))
+        ]
+        s_lo, s_hi = min([s_lo, *own]), max([s_hi, *own])
         out.plateau_step = {"value": _int(s95), "low": _int(min(s_lo, s95)), "high": _int(max(s_hi, s95))}
     if at_step is not None:
         out.reward_at_step = band_at(len(targets) - 1, float(curve(float(at_step))))
@@ -390,7 +447,7 @@ def _int(x: float) -> int | None:
     return int(round(x)) if math.isfinite(x) and abs(x) < 1e15 else None
 
 
-def _stop_step(curve: Curve, out: Forecast, scale: float) -> int:
+def _stop_step(curve: Blend, out: Forecast, scale: float) -> int:
     """The first step from which the rest of the forecast gain (to max_steps, else to the plateau) is below
     ``_STOP_GAIN`` of the reward's range; never before now... unless now is already past it."""
     now = float(out.step or curve.x0)
@@ -406,7 +463,7 @@ def _stop_step(curve: Curve, out: Forecast, scale: float) -> int:
 
 
 def _cost(
-    out: Forecast, frame: MetricFrame, hints: Mapping[str, Any], price: float | None, curve: Curve | None
+    out: Forecast, frame: MetricFrame, hints: Mapping[str, Any], price: float | None, curve: Blend | None
 ) -> None:
     if price is None:
         for key in ("cost_so_far", "cost_to_plateau", "cost_to_max_steps", "saving"):
