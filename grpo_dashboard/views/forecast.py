@@ -228,7 +228,8 @@ def _reward_traces(curves: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _with_traces(plot_json: str, traces: list[dict[str, Any]], stop_step: int | None) -> str:
     figure = json.loads(plot_json)
-    figure.setdefault("data", []).extend(traces)
+    # `meta` marks what the forecast drew, so a reader of the figure can tell it from the logged metrics.
+    figure.setdefault("data", []).extend({**t, "meta": "forecast"} for t in traces)
     if stop_step is not None:
         layout = figure.setdefault("layout", {})
         layout.setdefault("shapes", []).append(
