@@ -355,6 +355,7 @@ def forecast(
     price_per_hour: float | None = None,
     max_steps: int | None = None,
     step_problem: str | None = None,
+    bootstrap: bool = True,
 ) -> Forecast:
     """Forecast the run behind ``frame``.
 
@@ -366,6 +367,7 @@ def forecast(
         max_steps: the run's planned length, overriding ``hints["max_steps"]``.
         step_problem: why the log's step column cannot be trusted (e.g. it goes backwards), found by the caller
             on the raw records (a MetricFrame is already sorted); every step-based number then says so.
+        bootstrap: False skips the bootstrap (bands from the held-out error alone): for a runs table of many runs.
     """
     hints = hints or {}
     out = Forecast()
@@ -403,7 +405,7 @@ def forecast(
     if at_step is not None:
         targets.append(float(at_step))
     bx, by = binned(x, y)
-    draws = _bootstrap(curve, bx, by, np.array(targets))
+    draws = _bootstrap(curve, bx, by, np.array(targets)) if bootstrap else np.empty((0, len(targets) + 2))
     spread = curve.holdout_rmse if math.isfinite(curve.holdout_rmse) else curve.rmse
 
     def band_at(i: int, value: float) -> dict[str, Any]:

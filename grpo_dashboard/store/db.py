@@ -69,6 +69,11 @@ CREATE TABLE IF NOT EXISTS findings (
     finding TEXT NOT NULL,
     PRIMARY KEY (run_id, rule, metric)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS forecast_cells (
+    run_id TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    cell TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -380,6 +385,18 @@ class Store:
             rows = self.connection().execute(
                 "SELECT finding FROM findings WHERE run_id = ? ORDER BY first_step, rule", (run_id,)).fetchall()
         return [json.loads(r[0]) for r in rows]
+
+    def forecast_cells(self) -> dict[str, tuple[str, str]]:
+        """Saved runs-table forecast cells: run id -> (the run's change token as JSON when computed, cell text)."""
+        with _translated(self.path):
+            rows = self.connection().execute("SELECT run_id, token, cell FROM forecast_cells").fetchall()
+        return {r: (t, c) for r, t, c in rows}
+
+    def save_forecast_cell(self, run_id: str, token: tuple[Any, ...], cell: str) -> None:
+        """Keep a finished run's forecast cell for its change token (the runs table then fits nothing)."""
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO forecast_cells (run_id, token, cell) VALUES (?, ?, ?)",
+                         (run_id, token_text(token), cell))
 
     def change_token(self, run_id: str) -> tuple[Any, ...]:
         """A cheap value that changes whenever anything visible about the run changes."""

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import numpy as np
 
-from grpo_dashboard.store.db import Run, Store
+from grpo_dashboard.store.db import Run, Store, StoreError, token_text
 
 from .memo import LruCache
 
-_CACHE: LruCache[tuple[str, str], tuple[tuple[Any, ...], Any]] = LruCache(64)
+_CACHE: LruCache[tuple[str, str], tuple[tuple[Any, ...], Any, float]] = LruCache(64)
+PANEL_MIN_INTERVAL_S = 5.0  # a live run's forecast (with its bootstrap) is refitted at most this often
 
 
 def run_price(run: Run) -> float | None:
@@ -40,7 +42,9 @@ def run_forecast(store: Store, run: Run, price_per_hour: float | None = None) ->
     token = store.change_token(run.id)
     key = (str(store.path), f"{run.id}:{price_per_hour}")
     cached = _CACHE.get(key)
-    if cached is not None and cached[0] == token:
+    if cached is not None and (
+        cached[0] == token or (run.is_active and time.monotonic() - cached[2] < PANEL_MIN_INTERVAL_S)
+    ):
         return cached[1]
     hints: dict[str, Any] = {}
     if run.max_steps:
@@ -49,7 +53,7 @@ def run_forecast(store: Store, run: Run, price_per_hour: float | None = None) ->
         hints["elapsed_s"] = max(0.0, run.last_time - run.started_at)
     price = price_per_hour if price_per_hour is not None else run_price(run)
     fc = forecast(metric_frame(store, run.id), hints, price_per_hour=price)
-    _CACHE.put(key, (token, fc))
+    _CACHE.put(key, (token, fc, time.monotonic()))
     return fc
 
 
@@ -95,13 +99,48 @@ def forecast_markdown(fc: Any) -> str:
     return "\n".join(lines)
 
 
-def forecast_cell(store: Store, run: Run) -> str:
-    """The runs table's forecast column: `0.42 by 360` (plateau reward, 95 % step), `flat`, or `—`."""
-    try:
-        fc = run_forecast(store, run)
-    except Exception:  # noqa: BLE001 - a forecast must never break the runs table
+_CELLS: LruCache[tuple[str, str], tuple[tuple[Any, ...], float, str]] = LruCache(512)
+CELL_MIN_INTERVAL_S = 30.0  # a live run's forecast cell is refitted at most this often
+
+
+def forecast_cell(store: Store, run: Run, saved: dict[str, tuple[str, str]] | None = None) -> str:
+    """The runs table's forecast column: `0.42 by 360` (plateau reward, 95 % step), `flat 0.5`, or `—`.
+
+    Kept in the store for finished runs (like the health badge) and refitted at most every CELL_MIN_INTERVAL_S
+    for live ones, so a table of hundreds of runs fits nothing on most loads; `saved`: `store.forecast_cells()`.
+    """
+    if not run.n_records:
         return "—"
-    if fc is None or fc.plateau_reward is None:
+    token = store.change_token(run.id)
+    known = (saved if saved is not None else store.forecast_cells()).get(run.id)
+    if known is not None and known[0] == token_text(token):
+        return known[1]
+    key = (str(store.path), run.id)
+    cached = _CELLS.get(key)
+    if cached is not None and (
+        cached[0] == token or (run.is_active and time.monotonic() - cached[1] < CELL_MIN_INTERVAL_S)
+    ):
+        return cached[2]
+    try:
+        cell = _cell(store, run)
+    except Exception:  # noqa: BLE001 - a forecast must never break the runs table
+        cell = "—"
+    _CELLS.put(key, (token, time.monotonic(), cell))
+    if not run.is_active:
+        try:
+            store.save_forecast_cell(run.id, token, cell)
+        except StoreError:  # a read-only data directory: the cell is only recomputed next time
+            pass
+    return cell
+
+
+def _cell(store: Store, run: Run) -> str:
+    from grpo_dashboard.health.forecast import forecast
+
+    from .overview import metric_frame
+
+    fc = forecast(metric_frame(store, run.id), {"max_steps": run.max_steps} if run.max_steps else {}, bootstrap=False)
+    if fc.plateau_reward is None:
         return "—"
     if fc.curve is not None and fc.curve.model == "const":
         return f"flat {fc.plateau_reward['value']:.3g}"

@@ -263,13 +263,14 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
     if runs is None:
         runs = store.list_runs(status=list(statuses) if statuses else None)
     saved = store.health_badges() if runs else {}
+    cells = store.forecast_cells() if runs else {}
     for run in runs:
         latest = store.latest_metrics(run.id) if run.n_records else {}
         rows.append({
             "name": run.name, "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
             "health": health_badge(store, run, saved), "progress": progress_text(run),
             "elapsed": fmt_duration(elapsed_s(run, now)), "ETA": fmt_duration(eta_s(run, now)),
-            "reward": fmt_value(latest.get("reward")), "forecast": forecast_view.forecast_cell(store, run),
+            "reward": fmt_value(latest.get("reward")), "forecast": forecast_view.forecast_cell(store, run, cells),
             "backend": run.backend,
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),
             "id": run.id,
