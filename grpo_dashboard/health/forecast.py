@@ -38,6 +38,20 @@ _RATE_GRID = np.geomspace(0.03, 30.0, 36)  # tau or s, as a multiple of the fitt
 _ALPHA_GRID = np.array([0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0])
 
 
+# What a forecast reports, in display order: (key, label, unit); the CLI and the Run detail panel both show these.
+SUMMARY: tuple[tuple[str, str, str], ...] = (
+    ("reward_ceiling", "reward ceiling (entropy law R = -a*e^H + b)", ""),
+    ("plateau_reward", "plateau reward", ""),
+    ("plateau_step", "95% of the gain at step", ""),
+    ("stop_step", "recommended stop step", ""),
+    ("reward_at_max_steps", "reward at max_steps", ""),
+    ("reward_at_step", "reward at the asked step", ""),
+    ("cost_so_far", "cost so far", "$"),
+    ("cost_to_plateau", "cost to the plateau", "$"),
+    ("cost_to_max_steps", "cost to max_steps", "$"),
+)
+
+
 @dataclass
 class Curve:
     """A fitted saturating curve of reward over steps."""
@@ -432,6 +446,14 @@ def forecast(
             if w >= 0.2 and m.model != "const" and math.isfinite(m.gain_step(0.95))
         ]
         s_lo, s_hi = min([s_lo, *own]), max([s_hi, *own])
+        # A family that never settles (a power law's tail) would put the band's end at absurd steps: capped at ten
+        # times the logged span past the last step, and said so.
+        cap = float(x[-1]) + 10.0 * max(float(x[-1] - x[0]), 1.0)
+        if s_hi > cap:
+            s_hi = max(cap, s95) if math.isfinite(s95) else cap
+            out.reasons["plateau_step"] = (
+                "the band's end is capped at ten times the logged span: one of the fitted families never settles"
+            )
         out.plateau_step = {"value": _int(s95), "low": _int(min(s_lo, s95)), "high": _int(max(s_hi, s95))}
     if at_step is not None:
         out.reward_at_step = band_at(len(targets) - 1, float(curve(float(at_step))))

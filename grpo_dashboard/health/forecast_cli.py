@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from .forecast import Forecast, forecast, worth_continuing
+from .forecast import SUMMARY, Forecast, forecast, worth_continuing
 from .loaders import iter_log_records, load_log_frame
 
 EXIT_OK, EXIT_UNREADABLE = 0, 2
@@ -105,29 +105,21 @@ def render(
     out.write(f" now {fc.reward_now:.3g}\n" if fc.reward_now is not None else "\n")
     if fc.curve is not None:
         out.write(
-            f"  fit: {fc.curve.model} approach (chosen by held-out error {fc.curve.holdout_rmse:.3g}; rmse "
+            f"  fit: {fc.curve.model} ({fc.curve.describe()}, weighted by 1 / held-out error; rmse "
             f"{fc.curve.rmse:.3g})\n"
         )
-    rows = [
-        ("reward ceiling (entropy law)", fc.reward_ceiling, "reward_ceiling", ""),
-        ("plateau reward", fc.plateau_reward, "plateau_reward", ""),
-        ("95% of the gain at step", fc.plateau_step, "plateau_step", ""),
-        ("recommended stop step", fc.stop_step, "stop_step", ""),
-        (f"reward at max_steps ({fc.max_steps or '?'})", fc.reward_at_max_steps, "reward_at_max_steps", ""),
-        ("reward at the asked step", fc.reward_at_step, "reward_at_step", ""),
-        ("cost so far", fc.cost_so_far, "cost_so_far", "$"),
-        ("cost to the plateau", fc.cost_to_plateau, "cost_to_plateau", "$"),
-        ("cost to max_steps", fc.cost_to_max_steps, "cost_to_max_steps", "$"),
-    ]
-    for label, band, key, unit in rows:
+    for key, label, unit in SUMMARY:
         if key == "reward_at_step" and not asked:
             continue
+        if key == "reward_at_max_steps":
+            label = f"{label} ({fc.max_steps or '?'})"
+        band = getattr(fc, key)
         text = _fmt(band, unit) if band is not None else f"- ({fc.reasons.get(key, 'not available')})"
         if key == "reward_ceiling" and fc.law:
             text += f"; R^2 {fc.law['r2']}, {fc.law['points']} points"
             if fc.law.get("reached") is not None:
                 text += f", {fc.law['reached']:.0%} of it reached"
-        out.write(f"  {label:<32} {text}\n")
+        out.write(f"  {label:<44} {text}\n")
     if price is not None:
         out.write(f"  price: ${price:g}/hour{price_note}\n")
     if fc.saving:

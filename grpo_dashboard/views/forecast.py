@@ -70,15 +70,27 @@ def forecast_markdown(fc: Any) -> str:
     """The forecast panel: ceiling, plateau, 95 % step, stop step, reward at max_steps, cost; why where it cannot."""
     if fc is None:
         return ""
+    from grpo_dashboard.health.forecast import SUMMARY
+
     why = fc.reasons
+    shown = (
+        "reward_ceiling",
+        "plateau_reward",
+        "plateau_step",
+        "stop_step",
+        "reward_at_max_steps",
+        "cost_so_far",
+        "cost_to_plateau",
+    )
     rows = [
-        ("Reward ceiling (entropy law R = −a·eᴴ + b)", fc.reward_ceiling, "reward_ceiling", ""),
-        ("Plateau reward", fc.plateau_reward, "plateau_reward", ""),
-        ("95 % of the gain at step", fc.plateau_step, "plateau_step", ""),
-        ("Recommended stop step", fc.stop_step, "stop_step", ""),
-        (f"Reward at max_steps ({fc.max_steps or '?'})", fc.reward_at_max_steps, "reward_at_max_steps", ""),
-        ("Cost so far", fc.cost_so_far, "cost_so_far", "$"),
-        ("Cost to the plateau", fc.cost_to_plateau, "cost_to_plateau", "$"),
+        (
+            label[:1].upper() + label[1:] + (f" ({fc.max_steps or '?'})" if key == "reward_at_max_steps" else ""),
+            getattr(fc, key),
+            key,
+            unit,
+        )
+        for key, label, unit in SUMMARY
+        if key in shown
     ]
     lines = [
         f"**Forecast** ({fc.source} reward" + (f", {fc.curve.model} fit" if fc.curve else "") + ")",
