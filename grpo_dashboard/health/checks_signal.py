@@ -222,8 +222,10 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
             )
             remedy = "Consider lowering its weight in reward_weights or removing it now that it is always satisfied."
         else:
-            # Constant on a few first logs only (fewer than `persist`): true so far, a note until it holds.
-            severity = (ERROR if all_flat else WARNING) if f["confirmed"] else INFO
+            # Constant on a few first logs only (fewer than `persist`): a warning when no reward function gives any
+            # signal (the run cannot learn), else a note until it holds (a rarely firing penalty looks the same).
+            every = len(flat) == len(functions) and not any(g["saturated"] for g in flat)
+            severity = (ERROR if all_flat else WARNING) if f["confirmed"] else (WARNING if every else INFO)
             since = "since the first log" if f["from_start"] else f"since step {f['onset']}"
             message = (
                 f"rewards/{f['name']} is {fmt(f['value'])} on every sample {since} ({f['logs']} logs, std 0): "
