@@ -107,6 +107,10 @@ def check_generation(spec: RunSpec, gpu_count: int | None, err: Any) -> None:
         if g.server_gpus is not None:
             err(FieldError("generation.server_gpus", g.server_gpus, "only applies to local runs; on Slurm give "
                            "generation.server_nodes (the first node(s) of the allocation serve)."))
+        if nodes > 1:
+            err(FieldError("generation.server_nodes", nodes, "must be 1: `trl vllm-serve` serves from one node "
+                           "(raise generation.data_parallel_size to use more of its GPUs)."))
+            return
         if nodes < 1 or nodes >= b.nodes:
             err(FieldError("generation.server_nodes", nodes, f"must be at least 1 and leave a training node: with "
                            f"backend.nodes {b.nodes}, set server_nodes to 1..{b.nodes - 1} (or raise backend.nodes "
@@ -263,6 +267,16 @@ def _hms(seconds: int) -> str:
     h, rest = divmod(rest, 3600)
     m, s = divmod(rest, 60)
     return (f"{d}-" if d else "") + f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def gpu_count() -> int | None:
+    """CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied); None when torch cannot say."""
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no torch, or a broken CUDA setup: unknown
+        return None
 
 
 def _importable(name: str) -> bool:

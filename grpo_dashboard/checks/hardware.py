@@ -23,15 +23,16 @@ Time per step = generation (C decoding steps, each bounded by reading the weight
 per step with transformers' generate and 4 ms with vLLM, shared over num_iterations) + training (2·P per token per
 forward; backward 2×, recompute 1× with checkpointing, one more forward for the reference model or old log-probs,
 at 30 % of the GPU's peak bf16 FLOP/s) + ZeRO-3/FSDP communication + the weight sync to vLLM + 10 %.
-Generation also reads each sequence's KV cache per decoded token (the longer the completions, the slower each step), and
-runs once per `steps_per_generation` micro-batches (rounds = gradient_accumulation_steps × B ÷ G).
+Generation also reads each sequence's KV cache per decoded token (the longer the completions, the slower each step),
+and runs once per `steps_per_generation` micro-batches (rounds = gradient_accumulation_steps × B ÷ G).
 ZeRO-3 / FSDP gather the sharded weights for every pass over the model (forward, recompute, backward, reference
 forward) and reduce-scatter the gradients, per micro-batch: bytes P·w·(N−1)/N each at the interconnect's effective
 bandwidth (NVLink for SXM cards, PCIe otherwise, the inter-node network once training spans nodes), plus a latency per
 gathered module (7 per layer) and pass. vLLM gets the new weights once per generation: per weight tensor (12 per
-layer) one gather and one transfer, 20 ms each to a server (HTTP call + NCCL broadcast), 1 ms colocated. Total = startup (5 min for the image and `uv` installing torch and
-trl, plus the model download at 150 MB/s) + steps × step time. Timeout = total × 1.5, at least 30 min, rounded up
-to 15 min. Every number is an estimate: the UI and the CLI show the parts and the assumptions.
+layer) one gather and one transfer, 20 ms each to a server (HTTP call + NCCL broadcast), 1 ms colocated.
+Total = startup (5 min for the image and `uv` installing torch and trl, plus the model download at 150 MB/s) +
+steps × step time. Timeout = total × 1.5, at least 30 min, rounded up to 15 min. Every number is an estimate: the
+UI and the CLI show the parts and the assumptions.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ class MemoryEstimate:
             return ""
         server = f"+{self.extra_gpus}" if self.extra_gpus else ""
         why = (f" ({self.processes} training + {self.extra_gpus} for the vLLM server)" if self.extra_gpus
-               else f" (one per training process)")
+               else " (one per training process)")
         return f"needs {self.processes}{server} GPUs{why}; {flavor.name} has {flavor.gpus}"
 
     def card_needed(self) -> float:

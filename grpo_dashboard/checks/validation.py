@@ -14,12 +14,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_dashboard.checks.cluster_checks import check_generation, check_processes, check_slurm, world_note
+from grpo_dashboard.checks.cluster_checks import (
+    check_generation,
+    check_processes,
+    check_slurm,
+    gpu_count,
+    world_note,
+)
 from grpo_dashboard.checks.dataset_files import DatasetFileError, DatasetSample, is_conversational, read_sample
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_fields
 from grpo_dashboard.spec.jobfiles import rewards_module
-from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS, BACKENDS, DTYPES, HF_JOBS, LOCAL, SLURM, RunSpec, world_size
+from grpo_dashboard.spec.run_spec import (
+    ACCELERATE_CONFIGS,
+    BACKENDS,
+    DTYPES,
+    HF_JOBS,
+    LOCAL,
+    SLURM,
+    RunSpec,
+    world_size,
+)
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 REWARD_NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
@@ -62,9 +77,9 @@ def validate(spec: RunSpec, base_dir: str | Path | None = None) -> ValidationRep
     _check_rewards(spec, base, sample, err)
     _check_training(spec, err, warn)
     _check_backend(spec, base, err)
-    gpu_count = _gpu_count() if spec.backend.kind == LOCAL else None
-    check_processes(spec, base, gpu_count, err, warn)
-    check_generation(spec, gpu_count, err)
+    visible = gpu_count() if spec.backend.kind == LOCAL else None
+    check_processes(spec, base, visible, err, warn)
+    check_generation(spec, visible, err)
     _check_health(spec, err)
     if spec.backend.kind == HF_JOBS:
         _check_hf_jobs(spec, base, err, warn)
@@ -408,7 +423,7 @@ def _check_backend(spec: RunSpec, base: Path, err: Any) -> None:
         elif b.num_processes > len(b.gpus) and b.gpus:
             err(FieldError("backend.num_processes", b.num_processes,
                            f"is more than the {len(b.gpus)} GPU(s) listed in backend.gpus; use one process per GPU."))
-        count = _gpu_count() if b.kind == LOCAL else None
+        count = gpu_count() if b.kind == LOCAL else None
         if count is not None and b.gpus and max(b.gpus) >= count:
             err(FieldError("backend.gpus", b.gpus, f"names GPU {max(b.gpus)}, but this machine has {count} GPU(s) "
                            f"(indices 0..{count - 1})." if count else "names GPUs, but this machine has none."))
@@ -538,15 +553,6 @@ def _chat_template(spec: RunSpec, base: Path) -> bool | None:
     except ImportError:
         return None
     return None
-
-
-def _gpu_count() -> int | None:
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def _has_module(name: str) -> bool:

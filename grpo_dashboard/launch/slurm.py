@@ -1,0 +1,480 @@
+"""Slurm backend: a run is a batch job, submitted with `sbatch --parsable`, followed with `squeue` / `scontrol show
+job` (and `sacct` where accounting keeps ended jobs), canceled with `scancel`.
+
+The dashboard writes the batch script into the run directory (`job.sbatch`: reproducible, `sbatch job.sbatch` submits
+it again) and Slurm writes the job's output to `job.log` there; the job writes its records to `metrics.jsonl` beside
+it. The run directory must be on a filesystem the nodes share (the data directory, GRPO_DASHBOARD_DATA_DIR). One
+launcher per node (`srun --ntasks-per-node=1`): on one node the same command as a local run; on several, accelerate
+(GPUs) or torchrun (CPU-only nodes) with the node's rank from SLURM_PROCID, the first training node's address and a
+free port. With a `generation` section the first node(s) serve vLLM (`vllm_server.py` supervises both steps).
+
+Slurm is only ever called with argument lists, never through a shell. The job id is kept as the run's external_id and
+in `slurm_job.json`, and every job carries `--comment=grpo-dashboard-run=<run id>`, so a restarted dashboard follows
+its jobs from the store and finds a job whose id was never stored by that label. A job Slurm ends (time limit,
+preemption, node failure, out of memory) before the job reported its end is a failed run with Slurm's state and reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_dashboard.launch import vllm_server
+from grpo_dashboard.launch.hub_client import saved_token
+from grpo_dashboard.launch.local import accelerate_config_path, job_environment
+from grpo_dashboard.launch.logs import last_error_line, log_path
+from grpo_dashboard.spec.jobfiles import JOB_SCRIPT
+from grpo_dashboard.spec.run_spec import RunSpec, processes_per_node, server_nodes, training_nodes, world_size
+from grpo_dashboard.spec.slurm_options import sbatch_options
+from grpo_dashboard.store.db import TERMINAL, Run, RunStatus, Store, data_dir
+from grpo_dashboard.store.ingest import ingest_file
+
+KIND = "slurm"
+BATCH_SCRIPT = "job.sbatch"
+JOB_INFO = "slurm_job.json"
+STATE_FILE = "slurm_state.json"
+LABEL = "grpo-dashboard-run="
+POLL_S = 2.0
+COMMAND_TIMEOUT_S = 30.0
+CANCEL_WAIT_S = 60.0
+# Slurm job states after which nothing of the job runs any more.
+ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
+                   "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+WHY_ENDED = {"TIMEOUT": "its time limit was reached", "PREEMPTED": "it was preempted", "NODE_FAIL": "a node failed",
+             "OUT_OF_MEMORY": "it ran out of memory", "BOOT_FAIL": "a node failed to boot",
+             "DEADLINE": "its deadline passed", "CANCELLED": "it was cancelled outside the dashboard",
+             "FAILED": "a step failed", "REVOKED": "it was revoked", "SPECIAL_EXIT": "it was held after a failure"}
+_lock = threading.Lock()
+_polled: dict[str, tuple[float, JobState | None]] = {}
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message holds the command and Slurm's own text."""
+
+
+@dataclass
+class JobState:
+    """What Slurm says about one job."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    exit_code: str = ""
+    nodes: str = ""
+    time_limit: str = ""
+    elapsed: str = ""
+    source: str = "squeue"
+
+    @property
+    def ended(self) -> bool:
+        """True when nothing of the job runs any more."""
+        return self.state in ENDED
+
+    def describe(self) -> str:
+        """One line: state, and why it waits or ended."""
+        text = f"Slurm job {self.job_id}: {self.state}"
+        if self.state == "PENDING" and self.reason:
+            text = f"Slurm job {self.job_id}: Pending: {self.reason}"
+        elif self.reason and self.reason != "None":
+            text += f" (reason {self.reason})"
+        if self.nodes and self.state != "PENDING":
+            text += f" on {self.nodes}"
+        if self.time_limit:
+            text += f", time limit {self.time_limit}"
+        return text
+
+
+# --- talking to Slurm -----------------------------------------------------------------------------------------
+def _slurm(args: list[str], input_text: str | None = None, env: dict[str, str] | None = None,
+           check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run one Slurm command (an argument list); SlurmError with its own output when it fails and `check`."""
+    try:
+        done = subprocess.run(args, input=input_text, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                              env=env)
+    except FileNotFoundError as exc:
+        raise SlurmError(f"{args[0]} is not on PATH: run the dashboard on a login node of the cluster") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmError(f"{shlex.join(args)} did not answer within {COMMAND_TIMEOUT_S:.0f} s") from exc
+    if check and done.returncode != 0:
+        text = " ".join(line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip())
+        raise SlurmError(f"{args[0]} refused (exit {done.returncode}): {text or 'no message'}")
+    return done
+
+
+def job_state(job_id: str) -> JobState | None:
+    """The job's state from squeue, else `scontrol show job`, else sacct; None when Slurm no longer knows it."""
+    done = _slurm(["squeue", "--noheader", f"--jobs={job_id}", "--states=all", "--format=%i|%T|%r|%N|%l|%M"],
+                  check=False)
+    for line in done.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 6 and parts[0] == job_id:
+            return JobState(job_id, parts[1], parts[2], "", parts[3], parts[4], parts[5], "squeue")
+    done = _slurm(["scontrol", "show", "job", "--oneliner", job_id], check=False)
+    if done.returncode == 0 and "JobState=" in done.stdout:
+        fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+        return JobState(job_id, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""),
+                        fields.get("ExitCode", ""), fields.get("NodeList", ""), fields.get("TimeLimit", ""),
+                        fields.get("RunTime", ""), "scontrol")
+    done = _slurm(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
+                   "--format=JobID,State,ExitCode,NodeList,Timelimit,Elapsed"], check=False)
+    for line in done.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 6 and parts[0] == job_id:
+            state = parts[1].split()[0] if parts[1] else "UNKNOWN"  # "CANCELLED by 0"
+            return JobState(job_id, state, "", parts[2], parts[3], parts[4], parts[5], "sacct")
+    return None
+
+
+def _cached_state(run: Run, max_age_s: float = POLL_S) -> JobState | None:
+    """The job's state, asked of Slurm at most every `max_age_s` seconds per run (many viewers, one squeue)."""
+    now = time.monotonic()
+    with _lock:
+        hit = _polled.get(run.id)
+    if hit is not None and now - hit[0] < max_age_s:
+        return hit[1]
+    state = job_state(str(run.external_id))
+    with _lock:
+        _polled[run.id] = (now, state)
+    if state is not None:
+        _write_json(Path(run.run_dir) / STATE_FILE, {**asdict(state), "checked_at": time.time(),
+                                                       "summary": state.describe()})
+    return state
+
+
+# --- the batch script -----------------------------------------------------------------------------------------
+class Var(str):
+    """A shell variable in a launcher command line: written as "$NAME", every other argument is quoted."""
+
+
+def _shell(args: list[str]) -> str:
+    return " ".join(f'"${{{a}}}"' if isinstance(a, Var) else shlex.quote(a) for a in args)
+
+
+def launcher_command(spec: RunSpec, config_path: Path, metrics_path: Path) -> list[str]:
+    """What each training node runs: one launcher per node, with its rank from SLURM_PROCID when there are several.
+
+    One node: the same command as a local run (python, or `accelerate launch` over the node's GPUs). Several nodes:
+    `accelerate launch --num_machines N --machine_rank $SLURM_PROCID` over every GPU, or, on CPU-only nodes,
+    `torchrun --nnodes N --node_rank $SLURM_PROCID --nproc_per_node 1` (accelerate starts a single process on CPU).
+    """
+    job = [str(JOB_SCRIPT), "--config", str(config_path), "--metrics", str(metrics_path)]
+    b, nodes, per_node = spec.backend, training_nodes(spec), processes_per_node(spec)
+    gpus = bool(b.gpus_per_node)
+    main = ["--main_process_ip", Var("MAIN_ADDR"), "--main_process_port", Var("MAIN_PORT")]
+    if not gpus:
+        if nodes == 1:
+            return [sys.executable, *job]
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node_rank",
+                Var("SLURM_PROCID"), "--nproc_per_node", "1", "--master_addr", Var("MAIN_ADDR"), "--master_port",
+                Var("MAIN_PORT"), *job]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(world_size(spec))]
+    if nodes > 1:
+        cmd += ["--num_machines", str(nodes), "--machine_rank", Var("SLURM_PROCID"), *main]
+    if b.accelerate_config:
+        cmd += ["--config_file", accelerate_config_path(b.accelerate_config)]
+    elif per_node * nodes > 1:
+        cmd.append("--multi_gpu")
+    return [*cmd, *job]
+
+
+def batch_script(spec: RunSpec, run: Run) -> str:
+    """The whole batch script of a run: #SBATCH options, the nodes' roles, and one launcher step per node (with a
+    generation section, the vLLM server step on the first node(s) and the supervisor that ties the two together)."""
+    run_dir = Path(run.run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    served, nodes = server_nodes(spec), training_nodes(spec)
+    config = run_dir / (vllm_server.SERVED_CONFIG if spec.generation is not None else "run.yaml")
+    options = [*sbatch_options(spec, run.id), f"--output={log_path(run)}", "--open-mode=append",
+               f"--chdir={run_dir}"]
+    free_port = f"{shlex.quote(sys.executable)} -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); " \
+                f"print(s.getsockname()[1])'"
+    lines = ["#!/bin/bash", f"# GRPO Dashboard run {run.id} ({spec.name}). Submit again with:",
+             f"#   sbatch {shlex.quote(str(run_dir / BATCH_SCRIPT))}",
+             *(f"#SBATCH {shlex.quote(o)}" for o in options), "",
+             "set -euo pipefail",
+             'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+             "node_addr() {  # the address Slurm reaches a node at (NodeAddr), for the rendezvous",
+             '    local info; info=$(scontrol show node --oneliner "$1")',
+             '    if [[ $info =~ NodeAddr=([^ ]+) ]]; then echo "${BASH_REMATCH[1]}"; else echo "$1"; fi',
+             "}",
+             f'TRAIN_NODES=$(IFS=,; echo "${{NODES[*]:{served}:{nodes}}}")',
+             f'MAIN_ADDR=$(node_addr "${{NODES[{served}]}}")',
+             # The batch step runs on the first node: a port free there when it is the main node, else one per job.
+             f"MAIN_PORT=$({free_port})" if served == 0 else "MAIN_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))",
+             "export MAIN_ADDR MAIN_PORT",
+             f'echo "grpo-dashboard: Slurm job $SLURM_JOB_ID: training on $TRAIN_NODES ({world_size(spec)} '
+             f'process(es)), main process $MAIN_ADDR:$MAIN_PORT"']
+    launcher = _shell(launcher_command(spec, config, metrics))
+    train_step = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    if spec.generation is None:
+        lines.append(f"exec {_shell([*train_step, 'bash', '-c', f'exec {launcher}'])}")
+        return "\n".join(lines) + "\n"
+    g = spec.generation
+    server_step = ["srun", f"--nodes={served}", f"--ntasks={served}", "--ntasks-per-node=1",
+                   "--nodelist=@SERVER_NODES@", *vllm_server.serve_command(spec)]
+    train = [*train_step, "--nodelist=@TRAIN_NODES@", "bash", "-c", f"exec {launcher}"]
+    plan = vllm_server.Plan(server_step, train, g.port, g.health_timeout_s, str(run_dir / vllm_server.SERVER_LOG),
+                            str(run_dir / "run.yaml"), str(config), str(metrics))
+    plan_path = run_dir / vllm_server.PLAN
+    plan.write(plan_path)
+    lines += [f'SERVER_NODES=$(IFS=,; echo "${{NODES[*]:0:{served}}}")',
+              'SERVER_ADDR=$(node_addr "${NODES[0]}")',
+              "# The server step on the first node(s), training on the rest; both stop together (vllm_server.py).",
+              "exec " + _shell([*vllm_server.supervisor_command(plan_path, "@")[:-1], Var("SERVER_ADDR"),
+                                "--server-nodes", Var("SERVER_NODES"), "--train-nodes", Var("TRAIN_NODES")])]
+    return "\n".join(lines) + "\n"
+
+
+def equivalent_command(run: Run) -> str:
+    """The command that submits the run's batch script again."""
+    return shlex.join(["sbatch", str(Path(run.run_dir) / BATCH_SCRIPT)])
+
+
+# --- the backend interface (launch/__init__.py) ---------------------------------------------------------------
+def launch_token(token: str | None = None) -> str | None:
+    """The token the job gets as HF_TOKEN: the launching user's, else the saved login (None: no token)."""
+    return token or saved_token()
+
+
+def _job_env(spec: RunSpec, token: str | None) -> dict[str, str]:
+    """The job's environment: the local job's allow-list (no dashboard secrets), plus what Slurm's commands need."""
+    env = job_environment(spec, token)
+    env.update({k: v for k, v in os.environ.items() if k == "SLURM_CONF" or k.startswith("SBATCH_")})
+    return env
+
+
+def submit(store: Store, run: Run, spec: RunSpec, token: str | None, base_dir: Path | None = None) -> Run:
+    """Write the batch script into the run directory and submit it; a refused submission is a failed run with
+    Slurm's own refusal text."""
+    run_dir = Path(run.run_dir)
+    script = run_dir / BATCH_SCRIPT
+    try:
+        script.write_text(batch_script(spec, run), encoding="utf-8")
+        done = _slurm(["sbatch", "--parsable", str(script)], env=_job_env(spec, token))
+    except (SlurmError, OSError) as exc:
+        store.finish_run(run.id, RunStatus.FAILED, error=f"could not submit the Slurm job: {exc}")
+        return store.get_run(run.id)
+    job_id = done.stdout.strip().split(";")[0]
+    info = {"job_id": job_id, "script": str(script), "command": equivalent_command(run), "nodes": spec.backend.nodes,
+            "world_size": world_size(spec), "partition": spec.backend.partition, "submitted_at": time.time()}
+    _write_json(run_dir / JOB_INFO, info)
+    store.update_run(run.id, external_id=job_id)
+    return store.get_run(run.id)
+
+
+def metrics_path(run: Run) -> Path:
+    """Where the job writes its records (on the shared filesystem)."""
+    return Path(run.run_dir) / "metrics.jsonl"
+
+
+def refresh(store: Store, run: Run) -> Run:
+    """Ingest new records and settle the run once Slurm says its job ended; never waits for Slurm more than one
+    command's timeout, and asks it at most every POLL_S seconds."""
+    if run.status in TERMINAL:
+        return run
+    ingest_file(store, run.id, metrics_path(run))
+    run = store.get_run(run.id)
+    if run.status in TERMINAL or not run.external_id:
+        return run
+    try:
+        state = _cached_state(run)
+    except SlurmError as exc:
+        store.update_run(run.id, error=f"Slurm could not be asked about job {run.external_id}: {exc}")
+        return store.get_run(run.id)
+    if state is not None and not state.ended:
+        return run
+    ingest_file(store, run.id, metrics_path(run))  # what the job wrote before it ended
+    run = store.get_run(run.id)
+    if run.status in TERMINAL:
+        return run
+    _settle(store, run, state)
+    return store.get_run(run.id)
+
+
+def _settle(store: Store, run: Run, state: JobState | None) -> None:
+    """The job ended without reporting its end: a canceled or failed run, with Slurm's state and reason."""
+    code = _exit_code(state)
+    if run.cancel_requested_at:
+        store.finish_run(run.id, RunStatus.CANCELED, error="canceled by user (scancel)", exit_code=code)
+        return
+    if state is None:
+        reason = (f"Slurm no longer knows job {run.external_id} and the job never reported its end (accounting is "
+                  f"off, so sacct cannot say why)")
+    else:
+        why = WHY_ENDED.get(state.state, "")
+        reason = f"Slurm ended job {state.job_id}: {state.state}" + (f" ({why})" if why else "")
+        if state.reason and state.reason not in ("None", ""):
+            reason += f", reason {state.reason}"
+        if state.time_limit and state.state == "TIMEOUT":
+            reason += f", time limit {state.time_limit}"
+        if state.exit_code and state.exit_code != "0:0":
+            reason += f", exit code {state.exit_code}"
+    said = _slurm_said(log_path(run))
+    last = last_error_line(log_path(run))
+    if said:
+        reason += f". Slurm: {said}"
+    elif last:
+        reason += f". Last log line: {last}"
+    store.finish_run(run.id, RunStatus.FAILED, error=reason, exit_code=code)
+
+
+def _slurm_said(path: Path) -> str | None:
+    """Slurm's own last word in the job log (`*** JOB 12 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")[-65536:]
+    except OSError:
+        return None
+    found = re.findall(r"\*\*\* (?:JOB|STEP) [^*]+\*\*\*", text)
+    return found[-1] if found else None
+
+
+def _exit_code(state: JobState | None) -> int | None:
+    if state is None or not state.exit_code:
+        return None
+    first = state.exit_code.split(":")[0]
+    return int(first) if first.isdigit() else None
+
+
+def reap(store: Store) -> None:
+    """Nothing beyond the active runs: Slurm keeps the state of every job the store follows."""
+    with _lock:
+        done = [run_id for run_id in _polled if run_id not in {r.id for r in store.list_runs(status=["queued",
+                                                                                                     "running"])}]
+        for run_id in done:
+            _polled.pop(run_id, None)
+
+
+def await_exit(store: Store, run: Run) -> Run:
+    """After the run reported its end, wait (up to CANCEL_WAIT_S) until Slurm says the job has left its nodes."""
+    if not run.external_id:
+        return run
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while time.monotonic() < deadline:
+        state = job_state(run.external_id)
+        if state is None or state.ended:
+            if state is not None and run.exit_code is None and _exit_code(state) is not None:
+                store.update_run(run.id, exit_code=_exit_code(state))
+            return store.get_run(run.id)
+        time.sleep(0.5)
+    return store.get_run(run.id)
+
+
+def cancel(store: Store, run: Run, wait: bool = False, token: str | None = None, grace_s: float | None = None
+           ) -> Run:
+    """`scancel` the job (Slurm sends SIGTERM to every step on every node, SIGKILL after its KillWait); with `wait`,
+    return once the job has left Slurm's nodes and the run is settled, or after `grace_s` (default 60) seconds."""
+    if run.status in TERMINAL:
+        return run
+    store.update_run(run.id, cancel_requested_at=time.time())
+    if not run.external_id:
+        store.finish_run(run.id, RunStatus.CANCELED, error="canceled by user before Slurm accepted the job")
+        return store.get_run(run.id)
+    try:
+        _slurm(["scancel", run.external_id])
+    except SlurmError as exc:
+        store.update_run(run.id, error=f"scancel failed: {exc}")
+        return store.get_run(run.id)
+    if not wait:
+        return store.get_run(run.id)
+    deadline = time.monotonic() + (CANCEL_WAIT_S if grace_s is None else grace_s)
+    while time.monotonic() < deadline:
+        state = job_state(run.external_id)
+        if state is None or state.ended:
+            with _lock:
+                _polled.pop(run.id, None)
+            run = refresh(store, store.get_run(run.id))
+            if run.status not in TERMINAL:
+                _settle(store, run, state)
+            return store.get_run(run.id)
+        time.sleep(0.5)
+    return refresh(store, store.get_run(run.id))
+
+
+def resume(store: Store, run: Run, token: str | None) -> bool:
+    """Nothing to resume: `refresh` follows the job by its id in the store."""
+    return False
+
+
+def labelled_jobs() -> dict[str, str]:
+    """This user's Slurm jobs that carry a run label: {run id: job id}."""
+    done = _slurm(["squeue", "--noheader", "--me", "--format=%i|%k"], check=False)
+    out: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        job_id, _, comment = line.strip().partition("|")
+        if comment.startswith(LABEL):
+            out[comment[len(LABEL):]] = job_id
+    return out
+
+
+def reattach(store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None
+             ) -> list[Run]:
+    """After a restart: the jobs of runs whose job id never reached the store (the dashboard stopped between
+    `sbatch` and recording it) are found by their run label, and runs missing from the store are recreated from
+    their run directory; every other run is followed from the store by `refresh`."""
+    try:
+        jobs = labelled_jobs()
+    except SlurmError:
+        return []
+    found: list[Run] = []
+    for run_id, job_id in jobs.items():
+        try:
+            run = store.get_run(run_id)
+        except Exception:  # noqa: BLE001 - RunNotFound: recreate it from its run directory when it is ours
+            run = _recreate(store, run_id, owner)
+            if run is None:
+                continue
+        if run.status in TERMINAL:
+            continue
+        if run.external_id != job_id:
+            store.update_run(run.id, external_id=job_id)
+        found.append(store.get_run(run.id))
+    return found
+
+
+def _recreate(store: Store, run_id: str, owner: str | None) -> Run | None:
+    run_dir = (data_dir() / "runs" / run_id).resolve()
+    config = run_dir / "run.yaml"
+    if not re.fullmatch(r"[\w.-]+", run_id) or not config.is_file():
+        return None
+    try:
+        spec = RunSpec.from_yaml(config.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - not a run this dashboard can read
+        return None
+    run = Run(id=run_id, name=spec.name, spec_yaml=spec.to_yaml(), backend=KIND, status=RunStatus.QUEUED.value,
+              created_at=config.stat().st_mtime, run_dir=str(run_dir), output_dir=spec.output_dir, owner=owner)
+    store.insert_run(run)
+    return store.get_run(run_id)
+
+
+def job_summary(run: Run) -> str | None:
+    """Where the job went and what Slurm last said (why it waits, where it runs), from the run directory."""
+    info = _read_json(Path(run.run_dir) / JOB_INFO)
+    if not info:
+        return None
+    state = _read_json(Path(run.run_dir) / STATE_FILE)
+    where = f"partition {info['partition']}, " if info.get("partition") else ""
+    text = (state or {}).get("summary") or f"Slurm job {info['job_id']}"
+    return f"{text} ({where}{info.get('nodes', 1)} node(s), {info.get('world_size', 1)} process(es)); " \
+           f"script {info.get('script')}"
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
