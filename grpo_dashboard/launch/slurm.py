@@ -47,6 +47,7 @@ POLL_S = 2.0
 COMMAND_TIMEOUT_S = 30.0
 CANCEL_WAIT_S = 60.0
 # Slurm job states after which nothing of the job runs any more.
+KILLED = frozenset({"TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
 ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
 WHY_ENDED = {"TIMEOUT": "its time limit was reached", "PREEMPTED": "it was preempted", "NODE_FAIL": "a node failed",
@@ -82,7 +83,7 @@ class JobState:
     def describe(self) -> str:
         """One line: state, and why it waits or ended."""
         text = f"Slurm job {self.job_id}: {self.state}"
-        if self.state == "PENDING" and self.reason:
+        if self.state == "PENDING" and self.reason and self.reason != "None":
             text = f"Slurm job {self.job_id}: Pending: {self.reason}"
         elif self.reason and self.reason != "None":
             text += f" (reason {self.reason})"
@@ -283,6 +284,8 @@ def refresh(store: Store, run: Run) -> Run:
         return run
     ingest_file(store, run.id, metrics_path(run))
     run = store.get_run(run.id)
+    if run.status == RunStatus.CANCELED.value and not run.cancel_requested_at and run.external_id:
+        return _killed_by_slurm(store, run)
     if run.status in TERMINAL or not run.external_id:
         return run
     try:
@@ -300,21 +303,35 @@ def refresh(store: Store, run: Run) -> Run:
     return store.get_run(run.id)
 
 
-def _settle(store: Store, run: Run, state: JobState | None) -> None:
-    """The job ended without reporting its end: a canceled or failed run, with Slurm's state and reason."""
-    code = _exit_code(state)
-    if run.cancel_requested_at:
-        store.finish_run(run.id, RunStatus.CANCELED, error="canceled by user (scancel)", exit_code=code)
-        return
+def _killed_by_slurm(store: Store, run: Run) -> Run:
+    """A job that stopped on a SIGTERM nobody here sent: Slurm's own kill (time limit, preemption, node failure)
+    is a failed run with Slurm's reason, not a cancellation. Slurm sets the job's state before it signals."""
+    try:
+        state = job_state(str(run.external_id))
+    except SlurmError:
+        return run
+    if state is None:
+        return run
+    if state.state in KILLED or (state.state == "COMPLETING" and state.reason not in ("", "None")):
+        store.update_run(run.id, status=RunStatus.FAILED.value, error=_reason(run, state))
+    elif state.state in ("CANCELLED", "COMPLETING"):
+        store.update_run(run.id, error=f"canceled outside the dashboard ({state.describe()}; scancel by a user or "
+                                       f"an administrator)")
+    return store.get_run(run.id)
+
+
+def _reason(run: Run, state: JobState | None) -> str:
+    """Why Slurm ended the job, in Slurm's words: state, reason, time limit, exit code, and its log line."""
     if state is None:
         reason = (f"Slurm no longer knows job {run.external_id} and the job never reported its end (accounting is "
                   f"off, so sacct cannot say why)")
     else:
-        why = WHY_ENDED.get(state.state, "")
-        reason = f"Slurm ended job {state.job_id}: {state.state}" + (f" ({why})" if why else "")
+        shown = "TIMEOUT" if state.reason == "TimeLimit" and state.state == "COMPLETING" else state.state
+        why = WHY_ENDED.get(shown, "")
+        reason = f"Slurm ended job {state.job_id}: {shown}" + (f" ({why})" if why else "")
         if state.reason and state.reason not in ("None", ""):
             reason += f", reason {state.reason}"
-        if state.time_limit and state.state == "TIMEOUT":
+        if state.time_limit and shown == "TIMEOUT":
             reason += f", time limit {state.time_limit}"
         if state.exit_code and state.exit_code != "0:0":
             reason += f", exit code {state.exit_code}"
@@ -324,7 +341,16 @@ def _settle(store: Store, run: Run, state: JobState | None) -> None:
         reason += f". Slurm: {said}"
     elif last:
         reason += f". Last log line: {last}"
-    store.finish_run(run.id, RunStatus.FAILED, error=reason, exit_code=code)
+    return reason
+
+
+def _settle(store: Store, run: Run, state: JobState | None) -> None:
+    """The job ended without reporting its end: a canceled or failed run, with Slurm's state and reason."""
+    code = _exit_code(state)
+    if run.cancel_requested_at:
+        store.finish_run(run.id, RunStatus.CANCELED, error="canceled by user (scancel)", exit_code=code)
+        return
+    store.finish_run(run.id, RunStatus.FAILED, error=_reason(run, state), exit_code=code)
 
 
 def _slurm_said(path: Path) -> str | None:

@@ -48,4 +48,8 @@ def sbatch_options(spec: RunSpec, run_id: str | None = None) -> list[str]:
     if run_id is not None:
         name = re.sub(r"[^\w.-]+", "-", spec.name).strip("-")[:100] or "run"
         opts += [f"--job-name=grpo-{name}", f"--comment=grpo-dashboard-run={run_id}"]
-    return [*opts, *(b.extra_sbatch or [])]
+    extra = list(b.extra_sbatch or [])
+    if not any(o.startswith("--requeue") for o in extra):
+        # A requeued job starts training again from the start, appending to the same metrics stream.
+        opts.append("--no-requeue")
+    return [*opts, *extra]
