@@ -6,8 +6,9 @@ The host runs two Slurm nodes (`n1`, `n2`), each its own slurmd (`slurmd -N`) on
 a stand-in: the backend talks to these daemons through Slurm's own commands, pointed at the generated
 configuration by SLURM_CONF.
 
-Partitions: `debug` (default, both nodes, 10 min limit), `tiny` (only n1: a two-node job does not fit) and
-`restricted` (AllowAccounts=research: any other account is refused by slurmctld).
+Partitions: `debug` (default, both nodes, 10 min limit), `tiny` (only n1: a two-node job does not fit), `closed`
+(INACTIVE: slurmctld refuses every job) and `restricted` (AllowAccounts=research; without accounting, and for root,
+slurmctld does not enforce it, so no account is refused here).
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ MessageTimeout=10
 PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=10:00 State=UP OverSubscribe=YES
 PartitionName=tiny Nodes={NODES[0]} MaxTime=10:00 State=UP
 PartitionName=restricted Nodes={','.join(NODES)} AllowAccounts=research MaxTime=10:00 State=UP
+PartitionName=closed Nodes={NODES[0]} MaxTime=10:00 State=INACTIVE
 """, encoding="utf-8")
         self.env = {"SLURM_CONF": str(self.conf)}
         self._run([_program("slurmctld"), "-f", str(self.conf), "-i"], "slurmctld")

@@ -213,13 +213,17 @@ def check_slurm(spec: RunSpec, errors: list[FieldError], warn: Any) -> None:
     name = b.partition or next((p.name for p in parts.values() if p.default), None)
     part = parts.get(name or "")
     if b.partition and part is None:
-        err(FieldError("backend.partition", b.partition, f"is not a partition of this cluster; partitions: "
-                       f"{', '.join(sorted(parts)) or '(none)'}."))
+        said = test_submission(spec)
+        err(FieldError("backend.partition", b.partition, "is not a partition of this cluster"
+                       + (f" (Slurm: {said})" if said else "") + f". Partitions: "
+                       f"{', '.join(sorted(parts)) or '(none)'}; set backend.partition to one of them."))
         return
     if part is not None:
         if b.nodes > part.nodes:
+            said = test_submission(spec)
             err(FieldError("backend.nodes", b.nodes, f"is more than the {part.nodes} node(s) of partition "
-                           f"{part.name}. Use at most {part.nodes} node(s), or a partition with more."))
+                           f"{part.name}" + (f" (Slurm: {said})" if said else "") + f". Use at most {part.nodes} "
+                           f"node(s), or a partition with more."))
             return
         if limit is not None and part.time_limit_s is not None and limit > part.time_limit_s:
             err(FieldError("backend.time", b.time, f"is longer than partition {part.name}'s time limit "
