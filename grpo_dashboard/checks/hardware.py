@@ -52,9 +52,10 @@ from grpo_dashboard.spec.flavors import (  # noqa: F401 - re-exported: the estim
     format_duration,
     parse_timeout,
 )
-from grpo_dashboard.spec.run_spec import RunSpec, server_nodes, training_nodes, world_size
+from grpo_dashboard.spec.run_spec import HF_JOBS, SLURM, RunSpec, server_nodes, training_nodes, world_size
 
 GIB = 2 ** 30
+CLUSTER_SOURCE = "slurm cluster"  # the source of a Slurm allocation taken as a flavor (no price)
 CONTEXT_GIB = 1.0
 FRAGMENTATION = 0.10
 MFU = 0.30
@@ -124,7 +125,7 @@ def workload(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None = None,
     zero = 3 if acc.startswith("fsdp") or acc == "zero3" else int(acc[-1]) if re.fullmatch(r"zero[12]", acc) else 0
     use_vllm = bool(eff("use_vllm"))
     mode = str(eff("vllm_mode")) if use_vllm else None
-    if spec.generation is not None and spec.backend.kind != "hf_jobs":
+    if spec.generation is not None and spec.backend.kind != HF_JOBS:
         use_vllm, mode = True, "server"
     share = float(eff("vllm_gpu_memory_utilization") or 0.3) if mode == "colocate" else 0.0
     g = spec.generation
@@ -132,7 +133,7 @@ def workload(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None = None,
         served = 0
     elif g is not None and g.server_gpus:
         served = len(g.server_gpus)
-    elif g is not None and spec.backend.kind == "slurm":
+    elif g is not None and spec.backend.kind == SLURM:
         served = server_nodes(spec) * max(1, spec.backend.gpus_per_node or 1)
     else:
         served = 1
@@ -346,8 +347,10 @@ class HardwareReport:
                 verdict = "fits" if fit.fits else (fit.note if fit.note.startswith("needs") else "does NOT fit")
                 cost = (f", ~{format_duration(fit.hours * 3600)} ≈ ${fit.cost_usd:.2f}" if fit.hours is not None
                         and fit.cost_usd is not None else "")
-                lines.append(f"{label}: {fit.name} (${fit.price_per_hour:.2f}/h, {fit.memory_gib:.0f} GiB per device)"
-                             f" {verdict}{cost}")
+                price = f"${fit.price_per_hour:.2f}/h, " if fit.price_per_hour else ""
+                duration = (f", ~{format_duration(fit.hours * 3600)}" if fit.hours is not None and fit.cost_usd is None
+                            else cost)
+                lines.append(f"{label}: {fit.name} ({price}{fit.memory_gib:.0f} GiB per device) {verdict}{duration}")
         fit = self.chosen or self.recommended
         if fit is not None and fit.step_s is not None:
             parts = ", ".join(f"{k} {v:.1f} s" for k, v in fit.step_parts.items() if v >= 0.05)
@@ -404,7 +407,9 @@ def estimate(spec: RunSpec, base_dir: str | None = None, prompt_tokens: int | No
         warnings.append("T4 GPUs do not support bf16; set training.bf16: false and fp16: true, or choose l4x1")
     if cluster is not None:
         recommended = _nodes_that_fit(spec, shape, prompt_tokens, num_rows, cluster)
-        reason = (f"{recommended.name}: the fewest nodes on which the run fits" if recommended is not None
+        served = server_nodes(spec)
+        reason = (f"{recommended.name}: the fewest nodes on which the run fits"
+                  + (f" ({served} of them serving vLLM)" if served else "") if recommended is not None
                   else "no node count up to 16 fits; see the options")
         warnings.append(f"Slurm nodes assumed to hold {cluster.gpu} GPUs ({cluster.memory_gib:.0f} GiB each); name "
                         f"the GPU in backend.constraint (e.g. h100, a100) to estimate for another")
@@ -419,7 +424,7 @@ def cluster_flavor(spec: RunSpec, nodes: int | None = None) -> Flavor | None:
     """A Slurm run's allocation as one flavor: nodes × gpus_per_node GPUs of the type `backend.constraint` names
     (H100 when it names none); None off Slurm or for CPU-only nodes."""
     b = spec.backend
-    if b.kind != "slurm" or not b.gpus_per_node:
+    if b.kind != SLURM or not b.gpus_per_node:
         return None
     constraint = (b.constraint or "").upper()
     gpu = next((g for g in sorted(GPUS, key=len, reverse=True) if g.replace(" ", "") in constraint.replace(" ", "")),
@@ -427,7 +432,7 @@ def cluster_flavor(spec: RunSpec, nodes: int | None = None) -> Flavor | None:
     mem, tflops, bandwidth, bf16 = GPUS[gpu]
     n = nodes or b.nodes
     return Flavor(f"slurm {n}×{b.gpus_per_node} {gpu}", gpu, n * b.gpus_per_node, mem, 0.0, tflops, bandwidth, bf16,
-                  "slurm")
+                  CLUSTER_SOURCE)
 
 
 def _nodes_that_fit(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None, num_rows: int | None,
@@ -460,13 +465,19 @@ def _fit(shape: ModelShape, w: Workload, memory: MemoryEstimate, flavor: Flavor)
     note = "" if flavor.is_gpu else "CPU only: for tiny test models"
     if memory.fits_memory(flavor) and not memory.enough_gpus(flavor):
         note = memory.gpu_shortfall(flavor)
+    priced = hours is not None and flavor.source != CLUSTER_SOURCE  # a cluster's own nodes have no price here
     return FlavorFit(flavor.name, flavor.price_per_hour, fits, memory.card_needed(), flavor.memory_gib,
-                     hours, hours * flavor.price_per_hour if hours is not None else None, note, t.step_s, t.parts)
+                     hours, hours * flavor.price_per_hour if priced else None, note, t.step_s, t.parts)
 
 
 def _timeout(spec: RunSpec, fit: FlavorFit | None, warnings: list[str]) -> tuple[int, str]:
     try:
-        given = parse_timeout(spec.backend.timeout)
+        if spec.backend.kind == SLURM:
+            from grpo_dashboard.spec.slurm_options import time_seconds
+
+            given = time_seconds(spec.backend.time)  # Slurm's own time limit is the timeout
+        else:
+            given = parse_timeout(spec.backend.timeout)
     except ValueError:
         given = None  # reported by validation; estimate as if unset
     expected = fit.hours * 3600 if fit is not None and fit.hours is not None else None

@@ -19,6 +19,6 @@ def backend_for(kind: str) -> ModuleType:
     try:
         return BACKENDS[kind]
     except KeyError:
-        known = " and ".join(repr(k) for k in BACKENDS)
+        known = ", ".join(repr(k) for k in BACKENDS)
         raise BackendError(f"Unknown backend {kind!r} (backend.kind): this dashboard runs {known} runs. A run of "
                            f"another backend was made by another version of the dashboard; open it there.") from None

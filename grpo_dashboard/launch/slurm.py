@@ -33,12 +33,12 @@ from grpo_dashboard.launch.hub_client import saved_token
 from grpo_dashboard.launch.local import accelerate_config_path, job_environment
 from grpo_dashboard.launch.logs import last_error_line, log_path
 from grpo_dashboard.spec.jobfiles import JOB_SCRIPT
-from grpo_dashboard.spec.run_spec import RunSpec, processes_per_node, server_nodes, training_nodes, world_size
+from grpo_dashboard.spec.run_spec import SLURM, RunSpec, processes_per_node, server_nodes, training_nodes, world_size
 from grpo_dashboard.spec.slurm_options import sbatch_options
 from grpo_dashboard.store.db import TERMINAL, Run, RunStatus, Store, data_dir
 from grpo_dashboard.store.ingest import ingest_file
 
-KIND = "slurm"
+KIND = SLURM
 BATCH_SCRIPT = "job.sbatch"
 JOB_INFO = "slurm_job.json"
 STATE_FILE = "slurm_state.json"
