@@ -33,7 +33,11 @@ def step(spec: RunSpec, flavor: hardware.Flavor = H100X4) -> hardware.TimeEstima
 
 def test_a_4xh100_zero3_run_lands_near_its_measured_45_to_60_s_per_step() -> None:
     t = step(countdown())
-    assert 45 / 3 <= t.step_s <= 60 * 3, t  # the same order of magnitude as the authors' timing
+    assert 45 / 3 <= t.step_s <= 60 * 3, t  # the same order of magnitude as the authors' timing (43 s here)
+    literal = countdown()  # the recipe's numbers read as today's TRL reads them: 1 completion per micro-batch
+    literal.training.update(per_device_train_batch_size=1)
+    del literal.training["steps_per_generation"]
+    assert 45 / 3 <= step(literal).step_s <= 60 * 3, step(literal)  # 16 s here; the model before this gave 3.8 s
     assert t.parts["ZeRO-3/FSDP communication"] > 1.0 and t.parts["weight sync to vLLM"] > 1.0
     plain = countdown()
     plain.backend.accelerate_config = None
