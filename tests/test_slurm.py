@@ -78,13 +78,11 @@ def test_cpu_nodes_use_torchrun_and_one_node_runs_the_local_command(tmp_path: Pa
 
 def test_server_node_serves_and_the_others_train(tmp_path: Path) -> None:
     spec = spec_of({"nodes": 3, "gpus_per_node": 8}, generation={"server_nodes": 1, "tensor_parallel_size": 2})
-    script = backend.batch_script(spec, a_run(tmp_path))
+    script, plan = backend.batch_files(spec, a_run(tmp_path))
     assert 'TRAIN_NODES=$(IFS=,; echo "${NODES[*]:1:2}")' in script
     assert 'MAIN_ADDR=$(node_addr "${NODES[1]}")' in script
-    assert "vllm_server.py --plan" in script.splitlines()[-1]
-    from grpo_dashboard.launch.vllm_server import Plan
-
-    plan = Plan.read(tmp_path / "generation.json")
+    assert f"vllm_server.py --plan {tmp_path / 'generation.json'}" in script.splitlines()[-1]
+    assert plan is not None
     assert plan.server[:5] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--nodelist=@SERVER_NODES@"]
     assert plan.server[5:] == ["trl", "vllm-serve", "--model", "Qwen/Qwen2.5-0.5B", "--tensor_parallel_size", "2",
                                "--data_parallel_size", "4", "--gpu_memory_utilization", "0.9", "--host", "0.0.0.0",
@@ -177,3 +175,18 @@ def test_a_pending_job_is_followed_with_slurms_reason(slurm: Any, tmp_path: Path
         assert state.describe().startswith(f"Slurm job {job_id}: Pending: JobHeldUser")
     finally:
         slurm.command("scancel", job_id)
+
+
+def test_the_new_run_page_shows_the_batch_script_and_the_run_page_slurms_state(tmp_path: Path) -> None:
+    from grpo_dashboard.views import overview, remote_status
+
+    spec = spec_of({"nodes": 2, "partition": "gpu"})
+    text = overview.command_text(spec.to_yaml(), overview.job_command(spec), overview.batch_script(spec))
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --output=<run_dir>/job.log" in text
+    assert not (Path("<run_dir>") / "generation.json").exists()
+    run = a_run(tmp_path)
+    assert remote_status.slurm_job_markdown(run) == ""  # not submitted yet
+    backend._write_json(tmp_path / backend.JOB_INFO, {"job_id": "9", "partition": "gpu", "nodes": 2,
+                                                      "world_size": 2, "script": "/x/job.sbatch"})
+    backend._write_json(tmp_path / backend.STATE_FILE, {"summary": "Slurm job 9: Pending: Resources"})
+    assert remote_status.slurm_job_markdown(run).startswith("**Slurm** Slurm job 9: Pending: Resources (partition gpu")

@@ -190,6 +190,11 @@ def launcher_command(spec: RunSpec, config_path: Path, metrics_path: Path) -> li
 def batch_script(spec: RunSpec, run: Run) -> str:
     """The whole batch script of a run: #SBATCH options, the nodes' roles, and one launcher step per node (with a
     generation section, the vLLM server step on the first node(s) and the supervisor that ties the two together)."""
+    return batch_files(spec, run)[0]
+
+
+def batch_files(spec: RunSpec, run: Run) -> tuple[str, vllm_server.Plan | None]:
+    """The batch script, and the supervisor's plan (written beside it as generation.json) in server mode."""
     run_dir = Path(run.run_dir)
     metrics = run_dir / "metrics.jsonl"
     served, nodes = server_nodes(spec), training_nodes(spec)
@@ -200,7 +205,7 @@ def batch_script(spec: RunSpec, run: Run) -> str:
                 f"print(s.getsockname()[1])'"
     lines = ["#!/bin/bash", f"# GRPO Dashboard run {run.id} ({spec.name}). Submit again with:",
              f"#   sbatch {shlex.quote(str(run_dir / BATCH_SCRIPT))}",
-             *(f"#SBATCH {shlex.quote(o)}" for o in options), "",
+             *(f"#SBATCH {o}" for o in options), "",
              "set -euo pipefail",
              'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
              "node_addr() {  # the address Slurm reaches a node at (NodeAddr), for the rendezvous",
@@ -218,7 +223,7 @@ def batch_script(spec: RunSpec, run: Run) -> str:
     train_step = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     if spec.generation is None:
         lines.append(f"exec {_shell([*train_step, 'bash', '-c', f'exec {launcher}'])}")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n", None
     g = spec.generation
     server_step = ["srun", f"--nodes={served}", f"--ntasks={served}", "--ntasks-per-node=1",
                    "--nodelist=@SERVER_NODES@", *vllm_server.serve_command(spec)]
@@ -226,13 +231,12 @@ def batch_script(spec: RunSpec, run: Run) -> str:
     plan = vllm_server.Plan(server_step, train, g.port, g.health_timeout_s, str(run_dir / vllm_server.SERVER_LOG),
                             str(run_dir / "run.yaml"), str(config), str(metrics))
     plan_path = run_dir / vllm_server.PLAN
-    plan.write(plan_path)
     lines += [f'SERVER_NODES=$(IFS=,; echo "${{NODES[*]:0:{served}}}")',
               'SERVER_ADDR=$(node_addr "${NODES[0]}")',
               "# The server step on the first node(s), training on the rest; both stop together (vllm_server.py).",
               "exec " + _shell([*vllm_server.supervisor_command(plan_path, "@")[:-1], Var("SERVER_ADDR"),
                                 "--server-nodes", Var("SERVER_NODES"), "--train-nodes", Var("TRAIN_NODES")])]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", plan
 
 
 def equivalent_command(run: Run) -> str:
@@ -259,7 +263,10 @@ def submit(store: Store, run: Run, spec: RunSpec, token: str | None, base_dir: P
     run_dir = Path(run.run_dir)
     script = run_dir / BATCH_SCRIPT
     try:
-        script.write_text(batch_script(spec, run), encoding="utf-8")
+        text, plan = batch_files(spec, run)
+        if plan is not None:
+            plan.write(run_dir / vllm_server.PLAN)
+        script.write_text(text, encoding="utf-8")
         done = _slurm(["sbatch", "--parsable", str(script)], env=_job_env(spec, token))
     except (SlurmError, OSError) as exc:
         store.finish_run(run.id, RunStatus.FAILED, error=f"could not submit the Slurm job: {exc}")
