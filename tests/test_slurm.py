@@ -11,7 +11,7 @@ import pytest
 
 from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import SpecError
-from grpo_dashboard.launch import runs
+from grpo_dashboard.launch import runs, vllm_server
 from grpo_dashboard.launch import slurm as backend
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.spec.slurm_options import sbatch_options, time_seconds
@@ -84,9 +84,9 @@ def test_server_node_serves_and_the_others_train(tmp_path: Path) -> None:
     assert f"vllm_server.py --plan {tmp_path / 'generation.json'}" in script.splitlines()[-1]
     assert plan is not None
     assert plan.server[:5] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--nodelist=@SERVER_NODES@"]
-    assert plan.server[5:] == ["trl", "vllm-serve", "--model", "Qwen/Qwen2.5-0.5B", "--tensor_parallel_size", "2",
-                               "--data_parallel_size", "4", "--gpu_memory_utilization", "0.9", "--host", "0.0.0.0",
-                               "--port", "8000"]
+    assert plan.server[5:] == [vllm_server.trl_command(), "vllm-serve", "--model", "Qwen/Qwen2.5-0.5B",
+                               "--tensor_parallel_size", "2", "--data_parallel_size", "4",
+                               "--gpu_memory_utilization", "0.9", "--host", "0.0.0.0", "--port", "8000"]
     assert "--nodelist=@TRAIN_NODES@" in plan.train and "--num_processes 16 --num_machines 2" in plan.train[-1]
     assert plan.served_config.endswith("run.served.yaml") and "run.served.yaml" in plan.train[-1]
 
@@ -190,3 +190,46 @@ def test_the_new_run_page_shows_the_batch_script_and_the_run_page_slurms_state(t
                                                       "world_size": 2, "script": "/x/job.sbatch"})
     backend._write_json(tmp_path / backend.STATE_FILE, {"summary": "Slurm job 9: Pending: Resources"})
     assert remote_status.slurm_job_markdown(run).startswith("**Slurm** Slurm job 9: Pending: Resources (partition gpu")
+
+
+def test_refresh_finds_the_job_of_a_run_whose_id_was_never_stored(slurm: Any, tmp_path: Path,
+                                                                  data_dir: Path) -> None:
+    store = Store()
+    run_id = "lost-20260101-000000-cccccc"
+    run_dir = data_dir / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / backend.BATCH_SCRIPT).write_text("#!/bin/bash\ntrue\n")
+    store.insert_run(Run(id=run_id, name="lost", spec_yaml=spec_of({}).to_yaml(), backend="slurm",
+                         status="queued", created_at=0.0, run_dir=str(run_dir)))
+    job_id = slurm.command("sbatch", "--parsable", "--hold", f"--comment={backend.LABEL}{run_id}",
+                           f"--output={tmp_path / 'o.log'}", str(run_dir / backend.BATCH_SCRIPT)).stdout.strip()
+    try:
+        assert runs.refresh(store, store.get_run(run_id)).external_id == job_id
+        assert (run_dir / backend.STATE_FILE).exists()  # followed: Slurm's answer kept for the run page
+    finally:
+        slurm.command("scancel", job_id)
+
+
+def test_reattach_finds_jobs_by_their_run_label(slurm: Any, tmp_path: Path, data_dir: Path) -> None:
+    """A dashboard that stopped between sbatch and storing the job id, and a run missing from the store: both are
+    found again by the job's --comment label (held jobs: nothing runs)."""
+    store = Store()
+    lost_id, gone_id = "lost-20260101-000000-aaaaaa", "gone-20260101-000000-bbbbbb"
+    for run_id in (lost_id, gone_id):
+        (data_dir / "runs" / run_id).mkdir(parents=True)
+        (data_dir / "runs" / run_id / "run.yaml").write_text(spec_of({}).to_job_yaml())
+    store.insert_run(Run(id=lost_id, name="lost", spec_yaml=spec_of({}).to_yaml(), backend="slurm",
+                         status="queued", created_at=0.0, run_dir=str(data_dir / "runs" / lost_id)))
+    script = tmp_path / "held.sh"
+    script.write_text("#!/bin/bash\ntrue\n")
+    jobs = {run_id: slurm.command("sbatch", "--parsable", "--hold", f"--comment={backend.LABEL}{run_id}",
+                                  f"--output={tmp_path / 'o.log'}", str(script)).stdout.strip()
+            for run_id in (lost_id, gone_id)}
+    try:
+        found = {r.id: r.external_id for r in backend.reattach(store)}
+        assert found == jobs
+        assert store.get_run(gone_id).backend == "slurm" and store.get_run(gone_id).name == "smoke"
+        assert runs.refresh(store, store.get_run(lost_id)).status == "queued"  # pending, followed again
+    finally:
+        for job_id in jobs.values():
+            slurm.command("scancel", job_id)

@@ -123,9 +123,9 @@ def test_local_plan_splits_the_gpus_and_runs_trl_vllm_serve(tmp_path: Path) -> N
     spec = server_spec(gpus=[0, 1], server_gpus=[2, 3], tensor_parallel_size=2)
     plan = vllm_server.local_plan(spec, tmp_path, ["train"], tmp_path / "metrics.jsonl", visible=4)
     assert plan.server_env == {"CUDA_VISIBLE_DEVICES": "2,3"} and plan.train_env == {"CUDA_VISIBLE_DEVICES": "0,1"}
-    assert plan.server == ["trl", "vllm-serve", "--model", "Qwen/Qwen2.5-0.5B", "--tensor_parallel_size", "2",
-                           "--data_parallel_size", "1", "--gpu_memory_utilization", "0.9", "--host", "0.0.0.0",
-                           "--port", "8000"]
+    assert plan.server == [vllm_server.trl_command(), "vllm-serve", "--model", "Qwen/Qwen2.5-0.5B",
+                           "--tensor_parallel_size", "2", "--data_parallel_size", "1",
+                           "--gpu_memory_utilization", "0.9", "--host", "0.0.0.0", "--port", "8000"]
     unlisted = server_spec(gpus=None, server_gpus=[0], num_processes=3)
     assert vllm_server.training_gpus(unlisted, visible=4) == [1, 2, 3]
 
@@ -199,3 +199,33 @@ def test_the_estimate_says_needs_n_plus_one_gpus_not_does_not_fit() -> None:
     assert "needs 1+1 GPUs (1 training + 1 for the vLLM server); h200 has 1" in text
     assert "does not fit" not in text and "does NOT fit" not in text
     assert report.recommended is not None and report.recommended.fits
+
+
+@pytest.mark.training
+def test_a_local_server_mode_run_starts_trl_vllm_serve_and_fails_with_its_reason(tiny_model: Path) -> None:
+    """The local backend runs the supervisor as the job: the real `trl vllm-serve` starts and exits at once here (no
+    vllm package), so training never starts and the run fails with the server's own last log line. (Validation
+    refuses this spec on a machine without GPUs; the run is stored and submitted directly to reach the job.)"""
+    from grpo_dashboard.launch import local, runs
+    from grpo_dashboard.store.db import Run, Store, data_dir
+
+    data = smoke_dict(tiny_model, max_steps=2)
+    data["backend"] = {"kind": "local", "gpus": [0]}
+    data["generation"] = {"server_gpus": [1], "health_timeout_s": 120}
+    spec = RunSpec.from_dict(data)
+    store = Store()
+    run_dir = data_dir() / "runs" / "served-1"
+    run_dir.mkdir(parents=True)
+    resolved = runs.resolve_paths(spec, SMOKE_DATA.parent.parent, run_dir)
+    (run_dir / "run.yaml").write_text(resolved.to_job_yaml())
+    run = Run(id="served-1", name="served", spec_yaml=resolved.to_yaml(), backend="local", status="queued",
+              created_at=time.time(), run_dir=str(run_dir))
+    store.insert_run(run)
+    final = runs.wait(store, local.submit(store, run, resolved, None), poll_s=0.3)
+    assert final.status == "failed"
+    assert "the vLLM server exited with code" in final.error and "before answering /health/" in final.error
+    assert "vllm" in final.error  # trl's own complaint, from the kept vllm.log
+    assert "vllm-serve" in (run_dir / "vllm.log").read_text() or (run_dir / "vllm.log").stat().st_size > 0
+    plan = vllm_server.Plan.read(run_dir / vllm_server.PLAN)
+    assert plan.server_env == {"CUDA_VISIBLE_DEVICES": "1"} and plan.train_env == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert processes_with(str(run_dir)) == []

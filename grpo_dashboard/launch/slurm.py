@@ -293,8 +293,12 @@ def refresh(store: Store, run: Run) -> Run:
     run = store.get_run(run.id)
     if run.status == RunStatus.CANCELED.value and not run.cancel_requested_at and run.external_id:
         return _killed_by_slurm(store, run)
-    if run.status in TERMINAL or not run.external_id:
+    if run.status in TERMINAL:
         return run
+    if not run.external_id:
+        run = _find_by_label(store, run)
+        if not run.external_id:
+            return run
     try:
         state = _cached_state(run)
     except SlurmError as exc:
@@ -307,6 +311,27 @@ def refresh(store: Store, run: Run) -> Run:
     if run.status in TERMINAL:
         return run
     _settle(store, run, state)
+    return store.get_run(run.id)
+
+
+def _find_by_label(store: Store, run: Run) -> Run:
+    """A submitted run without a job id (the dashboard stopped between sbatch and storing it): its job, found by
+    its run label, asked of Slurm at most every POLL_S seconds."""
+    if not (Path(run.run_dir) / BATCH_SCRIPT).exists():
+        return run
+    key = f"label:{run.id}"
+    now = time.monotonic()
+    with _lock:
+        hit = _polled.get(key)
+        if hit is not None and now - hit[0] < POLL_S:
+            return run
+        _polled[key] = (now, None)
+    try:
+        job_id = labelled_jobs().get(run.id)
+    except SlurmError:
+        return run
+    if job_id:
+        store.update_run(run.id, external_id=job_id)
     return store.get_run(run.id)
 
 
@@ -380,10 +405,9 @@ def _exit_code(state: JobState | None) -> int | None:
 def reap(store: Store) -> None:
     """Nothing beyond the active runs: Slurm keeps the state of every job the store follows."""
     with _lock:
-        done = [run_id for run_id in _polled if run_id not in {r.id for r in store.list_runs(status=["queued",
-                                                                                                     "running"])}]
-        for run_id in done:
-            _polled.pop(run_id, None)
+        active = {r.id for r in store.list_runs(status=[RunStatus.QUEUED.value, RunStatus.RUNNING.value])}
+        for key in [k for k in _polled if k.removeprefix("label:") not in active]:
+            _polled.pop(key, None)
 
 
 def await_exit(store: Store, run: Run) -> Run:

@@ -79,9 +79,9 @@ def serve_command(spec: RunSpec) -> list[str]:
     else:  # Slurm: the server node's GPUs
         count = max(1, spec.backend.gpus_per_node or 1) * (g.server_nodes or 1)
     dp = g.data_parallel_size or max(1, count // tp)
-    cmd = ["trl", "vllm-serve", "--model", g.model or spec.model.name_or_path, "--tensor_parallel_size", str(tp),
-           "--data_parallel_size", str(dp), "--gpu_memory_utilization", str(g.gpu_memory_utilization),
-           "--host", "0.0.0.0", "--port", str(g.port)]
+    cmd = [trl_command(), "vllm-serve", "--model", g.model or spec.model.name_or_path,
+           "--tensor_parallel_size", str(tp), "--data_parallel_size", str(dp),
+           "--gpu_memory_utilization", str(g.gpu_memory_utilization), "--host", "0.0.0.0", "--port", str(g.port)]
     if spec.model.revision and not g.model:
         cmd += ["--revision", spec.model.revision]
     if spec.model.dtype != "auto":
@@ -89,6 +89,12 @@ def serve_command(spec: RunSpec) -> list[str]:
     if spec.model.trust_remote_code:
         cmd.append("--trust_remote_code")
     return cmd
+
+
+def trl_command() -> str:
+    """TRL's command line program of this Python environment (the one beside the interpreter, else `trl` on PATH)."""
+    beside = Path(sys.executable).with_name("trl")
+    return str(beside) if beside.is_file() else "trl"
 
 
 def training_gpus(spec: RunSpec, visible: int | None) -> list[int] | None:
