@@ -55,7 +55,7 @@ def test_options_are_one_argument_each_and_jobs_are_never_requeued() -> None:
 def test_multi_node_gpu_launcher_is_accelerate_with_the_nodes_rank(tmp_path: Path) -> None:
     spec = spec_of({"nodes": 2, "gpus_per_node": 4, "accelerate_config": "zero3"})
     cmd = backend.launcher_command(spec, tmp_path / "run.yaml", tmp_path / "metrics.jsonl")
-    line = backend._shell(cmd)
+    line = backend.shell_line(cmd)
     assert "-m accelerate.commands.launch --num_processes 8 --num_machines 2 --machine_rank \"${SLURM_PROCID}\" " \
            "--main_process_ip \"${MAIN_ADDR}\" --main_process_port \"${MAIN_PORT}\" --config_file " in line
     assert line.split("--config_file ")[1].split()[0].endswith("accelerate_configs/zero3.yaml")

@@ -43,6 +43,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_dashboard.checks.cluster_estimate import (  # noqa: F401 - re-exported: the estimator's vocabulary
+    CLUSTER_SOURCE,
+    SYNC_COLOCATE_S,
+    SYNC_SERVER_S,
+    TENSORS_PER_LAYER,
+    cluster_flavor,
+    sharding_communication,
+)
 from grpo_dashboard.checks.model_shape import DTYPE_BYTES, ModelShape, model_shape
 from grpo_dashboard.spec.flavors import (  # noqa: F401 - re-exported: the estimator's public vocabulary
     BUILTIN_FLAVORS,
@@ -55,7 +63,6 @@ from grpo_dashboard.spec.flavors import (  # noqa: F401 - re-exported: the estim
 from grpo_dashboard.spec.run_spec import HF_JOBS, SLURM, RunSpec, server_nodes, training_nodes, world_size
 
 GIB = 2 ** 30
-CLUSTER_SOURCE = "slurm cluster"  # the source of a Slurm allocation taken as a flavor (no price)
 CONTEXT_GIB = 1.0
 FRAGMENTATION = 0.10
 MFU = 0.30
@@ -66,17 +73,6 @@ MIN_TIMEOUT_S = 30 * 60
 UNKNOWN_TIMEOUT_S = 2 * 3600
 DEFAULT_PROMPT_TOKENS = 256
 TINY_PARAMS = 100_000_000  # below this, CPU flavors are worth recommending (test models)
-# Effective collective bandwidth (GB/s) a ZeRO-3 all-gather reaches per GPU: NVLink cards, PCIe cards, and between
-# nodes (a 200-400 Gb/s InfiniBand/RoCE link shared by the node's GPUs).
-NVLINK_GBS = {"H100": 120.0, "H200": 120.0, "A100": 80.0}
-PCIE_GBS = 10.0
-INTERNODE_GBS = 12.0
-GATHER_LATENCY_S = 0.0005  # per gathered module and pass (ZeRO-3 fetches module by module)
-INTERNODE_LATENCY_S = 0.001
-MODULES_PER_LAYER = 7  # q, k, v, o, gate, up, down
-TENSORS_PER_LAYER = 12  # the weight tensors of a block, as TRL's weight sync sends them (with biases and norms)
-SYNC_SERVER_S = 0.020  # per tensor to a vLLM server: one HTTP call + one NCCL broadcast
-SYNC_COLOCATE_S = 0.001
 
 
 @dataclass
@@ -262,7 +258,7 @@ def estimate_time(shape: ModelShape, w: Workload, flavor: Flavor) -> TimeEstimat
     training = flops / (flavor.tflops * 1e12 * MFU)
     parts = {"generation": generation, "training compute": training}
     if w.zero >= 3 and w.processes > 1:
-        parts["ZeRO-3/FSDP communication"] = _sharding_communication(shape, w, flavor)
+        parts["ZeRO-3/FSDP communication"] = sharding_communication(shape, w, flavor)
     if w.vllm_mode:
         tensors = shape.layers * TENSORS_PER_LAYER + 3
         per_tensor = SYNC_SERVER_S if w.vllm_mode == "server" else SYNC_COLOCATE_S
@@ -270,19 +266,6 @@ def estimate_time(shape: ModelShape, w: Workload, flavor: Flavor) -> TimeEstimat
     step = sum(parts.values()) * 1.1
     startup = STARTUP_S + weights / DOWNLOAD_BPS
     return TimeEstimate(step, w.steps, startup, startup + step * w.steps if w.steps else None, parts)
-
-
-def _sharding_communication(shape: ModelShape, w: Workload, flavor: Flavor) -> float:
-    """Seconds per step ZeRO-3 / FSDP spend gathering weights and reduce-scattering gradients (module docstring)."""
-    gathers = 1 + 1 + (1 if w.checkpointing else 0) + (1 if (w.beta > 0 and not w.lora_r) else 0)
-    collectives = gathers + (0 if w.lora_r else 1)  # + the gradients' reduce-scatter
-    volume = shape.params * w.weight_bytes * (w.processes - 1) / w.processes
-    gbs = NVLINK_GBS.get(flavor.gpu or "", PCIE_GBS)
-    latency = GATHER_LATENCY_S
-    if w.nodes > 1:
-        gbs, latency = min(gbs, INTERNODE_GBS), INTERNODE_LATENCY_S
-    per_micro = collectives * (volume / (gbs * 1e9) + shape.layers * MODULES_PER_LAYER * latency)
-    return per_micro * w.grad_accum
 
 
 @dataclass
@@ -418,21 +401,6 @@ def estimate(spec: RunSpec, base_dir: str | None = None, prompt_tokens: int | No
         chosen is not None and not chosen.fits) or recommended is None else []
     return HardwareReport(shape, memory, w, sorted(fits, key=lambda f: f.price_per_hour), chosen, recommended,
                           reason, timeout, timeout_reason, warnings, suggestions)
-
-
-def cluster_flavor(spec: RunSpec, nodes: int | None = None) -> Flavor | None:
-    """A Slurm run's allocation as one flavor: nodes × gpus_per_node GPUs of the type `backend.constraint` names
-    (H100 when it names none); None off Slurm or for CPU-only nodes."""
-    b = spec.backend
-    if b.kind != SLURM or not b.gpus_per_node:
-        return None
-    constraint = (b.constraint or "").upper()
-    gpu = next((g for g in sorted(GPUS, key=len, reverse=True) if g.replace(" ", "") in constraint.replace(" ", "")),
-               "H100")
-    mem, tflops, bandwidth, bf16 = GPUS[gpu]
-    n = nodes or b.nodes
-    return Flavor(f"slurm {n}×{b.gpus_per_node} {gpu}", gpu, n * b.gpus_per_node, mem, 0.0, tflops, bandwidth, bf16,
-                  CLUSTER_SOURCE)
 
 
 def _nodes_that_fit(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None, num_rows: int | None,
