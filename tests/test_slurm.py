@@ -233,3 +233,17 @@ def test_reattach_finds_jobs_by_their_run_label(slurm: Any, tmp_path: Path, data
     finally:
         for job_id in jobs.values():
             slurm.command("scancel", job_id)
+
+
+def test_the_form_offers_slurm_and_its_fields_round_trip() -> None:
+    from grpo_dashboard.spec import forms
+
+    fields = forms.fields_by_key()
+    assert "slurm" in fields["backend.kind"].choices
+    for key in ("backend.partition", "backend.account", "backend.qos", "backend.time", "backend.nodes",
+                "backend.gpus_per_node", "backend.cpus_per_task", "backend.constraint", "backend.extra_sbatch"):
+        assert key in fields and fields[key].help, key
+    spec = spec_of({"partition": "gpu", "nodes": 2, "gpus_per_node": 8, "time": "2:00:00",
+                    "extra_sbatch": ["--exclusive"]}, generation={"server_nodes": 1})
+    back = forms.spec_from_values(forms.values_from_spec(spec), base=spec)
+    assert back.backend == spec.backend and back.generation == spec.generation
