@@ -102,6 +102,7 @@ def test_cancel_on_slurm_ends_canceled_with_no_process_left(slurm: Any, tiny_mod
     assert "canceled" in events(store, run.id)
 
 
+@pytest.mark.slow
 def test_a_job_killed_at_its_time_limit_fails_with_slurms_reason(slurm: Any, tiny_model: Path) -> None:
     store = Store()
     # Slurm counts time limits in minutes and checks them every 30 s: a 1-minute job is killed within ~90 s.
