@@ -47,6 +47,7 @@ JOB_INFO = "slurm_job.json"
 STATE_FILE = "slurm_state.json"
 LABEL = "grpo-dashboard-run="
 POLL_S = 2.0
+UNREACHABLE = "Slurm could not be asked"
 COMMAND_TIMEOUT_S = 30.0
 CANCEL_WAIT_S = 60.0
 # Slurm job states after which nothing of the job runs any more.
@@ -114,22 +115,36 @@ def _slurm(args: list[str], input_text: str | None = None, env: dict[str, str] |
     return done
 
 
+def _unknown_or_raise(done: subprocess.CompletedProcess[str], what: str) -> None:
+    """Nothing to do when Slurm answered (or said it does not know the job); SlurmError when it did not answer, so
+    a busy controller never makes a live job look vanished."""
+    text = (done.stderr or done.stdout).strip()
+    if done.returncode != 0 and "Invalid job id" not in text:
+        raise SlurmError(f"{what} failed (exit {done.returncode}): {text or 'no message'}")
+
+
 def job_state(job_id: str) -> JobState | None:
-    """The job's state from squeue, else `scontrol show job`, else sacct; None when Slurm no longer knows it."""
+    """The job's state from squeue, else `scontrol show job`, else sacct; None when Slurm no longer knows it.
+    SlurmError when the controller does not answer."""
     done = _slurm(["squeue", "--noheader", f"--jobs={job_id}", "--states=all", "--format=%i|%T|%r|%N|%l|%M"],
                   check=False)
+    _unknown_or_raise(done, "squeue")
     for line in done.stdout.splitlines():
         parts = line.strip().split("|")
         if len(parts) == 6 and parts[0] == job_id:
             return JobState(job_id, parts[1], parts[2], "", parts[3], parts[4], parts[5], "squeue")
     done = _slurm(["scontrol", "show", "job", "--oneliner", job_id], check=False)
+    _unknown_or_raise(done, "scontrol show job")
     if done.returncode == 0 and "JobState=" in done.stdout:
         fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
         return JobState(job_id, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""),
                         fields.get("ExitCode", ""), fields.get("NodeList", ""), fields.get("TimeLimit", ""),
                         fields.get("RunTime", ""), "scontrol")
-    done = _slurm(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
-                   "--format=JobID,State,ExitCode,NodeList,Timelimit,Elapsed"], check=False)
+    try:
+        done = _slurm(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
+                       "--format=JobID,State,ExitCode,NodeList,Timelimit,Elapsed"], check=False)
+    except SlurmError:  # no sacct: accounting is not part of this installation
+        return None
     for line in done.stdout.splitlines():
         parts = line.strip().split("|")
         if len(parts) == 6 and parts[0] == job_id:
@@ -145,7 +160,12 @@ def _cached_state(run: Run, max_age_s: float = POLL_S) -> JobState | None:
         hit = _polled.get(run.id)
     if hit is not None and now - hit[0] < max_age_s:
         return hit[1]
-    state = job_state(str(run.external_id))
+    try:
+        state = job_state(str(run.external_id))
+    except SlurmError:
+        with _lock:  # not asked again for POLL_S: a controller that does not answer must not stall every pass
+            _polled[run.id] = (now, hit[1] if hit is not None else JobState(str(run.external_id), "UNKNOWN"))
+        raise
     with _lock:
         _polled[run.id] = (now, state)
     if state is not None:
@@ -217,8 +237,11 @@ def refresh(store: Store, run: Run) -> Run:
     try:
         state = _cached_state(run)
     except SlurmError as exc:
-        store.update_run(run.id, error=f"Slurm could not be asked about job {run.external_id}: {exc}")
+        store.update_run(run.id, error=f"{UNREACHABLE} about job {run.external_id}: {exc}")
         return store.get_run(run.id)
+    if run.error and run.error.startswith(UNREACHABLE):
+        store.update_run(run.id, error=None)  # answered again
+        run = store.get_run(run.id)
     if state is not None and not state.ended:
         return run
     ingest_file(store, run.id, metrics_path(run))  # what the job wrote before it ended
