@@ -1,6 +1,7 @@
 """The smoke preset through the Slurm backend on a real Slurm cluster (tests/slurm_cluster.py): it trains and ends
-completed with every record stored, across a dashboard restart; two Slurm nodes train one 2-rank job; cancel leaves
-no process; a job Slurm kills at its time limit ends failed with Slurm's reason."""
+completed with every record stored, across a dashboard restart; two Slurm nodes train one 2-rank job (torchrun per
+node, gloo over 127.0.0.1); canceling a two-node job leaves no process on either node; a job Slurm kills at its time
+limit ends failed with Slurm's reason."""
 
 from __future__ import annotations
 
@@ -90,9 +91,10 @@ def test_two_slurm_nodes_train_one_two_rank_job(slurm: Any, tiny_model: Path) ->
     assert "training on n1,n2 (2 process(es))" in log
 
 
-def test_cancel_on_slurm_ends_canceled_with_no_process_left(slurm: Any, tiny_model: Path) -> None:
+def test_cancel_of_a_two_node_job_ends_canceled_with_no_process_left_on_any_node(slurm: Any, tiny_model: Path
+                                                                                  ) -> None:
     store = Store()
-    run = runs.launch(slurm_spec(tiny_model, max_steps=500), store)
+    run = runs.launch(slurm_spec(tiny_model, nodes=2, max_steps=500), store)
     wait_for(lambda: runs.refresh(store, store.get_run(run.id)).n_records >= 1, timeout=240)
     final = runs.cancel(store, store.get_run(run.id), wait=True, grace_s=60)
     assert final.status == "canceled", final.error
