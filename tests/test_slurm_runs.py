@@ -117,3 +117,22 @@ def test_a_job_killed_at_its_time_limit_fails_with_slurms_reason(slurm: Any, tin
     wait_for(lambda: processes_with(run.id) == [], timeout=60)
     info = json.loads((Path(final.run_dir) / backend.STATE_FILE).read_text())
     assert info["job_id"] == final.external_id
+
+
+# Last in the session's use of the cluster: Slurm keeps part of n2 allocated for a while after the node failure.
+def test_a_job_on_a_node_that_goes_down_fails_with_slurms_reason(slurm: Any, tiny_model: Path) -> None:
+    store = Store()
+    spec = slurm_spec(tiny_model, max_steps=100000)
+    spec["backend"]["extra_sbatch"] = ["--nodelist=n2"]
+    run = runs.launch(spec, store)
+    wait_for(lambda: runs.refresh(store, store.get_run(run.id)).n_records >= 1, timeout=240)
+    try:
+        done = slurm.command("scontrol", "update", "NodeName=n2", "State=DOWN", "Reason=grpo-test")
+        assert done.returncode == 0, done.stderr
+        final = runs.wait(store, store.get_run(run.id), poll_s=0.5)
+    finally:  # the node's slurmd still answers, so Slurm returns it to service (ReturnToService=2)
+        wait_for(lambda: "down" not in slurm.command("sinfo", "-h", "-n", "n2", "-o", "%T").stdout, timeout=60)
+    assert final.status == "failed", final.error
+    assert "NODE_FAIL" in final.error and "a node failed" in final.error and "NodeDown" in final.error, final.error
+    assert "DUE TO NODE FAILURE" in final.error  # Slurm's own line from the job log
+    wait_for(lambda: processes_with(run.id) == [], timeout=60)
