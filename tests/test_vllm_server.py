@@ -119,6 +119,16 @@ def test_cancel_stops_both(tmp_path: Path) -> None:
     assert failures(tmp_path) == []  # a cancel is not a server failure
 
 
+def test_cancel_while_the_server_starts_stops_it_at_once(tmp_path: Path) -> None:
+    path, plan, port = plan_for(tmp_path, "--never-healthy", health_timeout_s=300)
+    proc = supervise(path, tmp_path / "job.log")
+    log = tmp_path / vllm_server.SERVER_LOG
+    wait_for(lambda: log.exists() and "GET /health/" in log.read_text(), timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    assert processes_with(str(tmp_path)) == [] and failures(tmp_path) == []
+
+
 def test_local_plan_splits_the_gpus_and_runs_trl_vllm_serve(tmp_path: Path) -> None:
     spec = server_spec(gpus=[0, 1], server_gpus=[2, 3], tensor_parallel_size=2)
     plan = vllm_server.local_plan(spec, tmp_path, ["train"], tmp_path / "metrics.jsonl", visible=4)

@@ -25,6 +25,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,11 +153,14 @@ def healthy(host: str, port: int, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def wait_healthy(host: str, port: int, timeout_s: float, server: subprocess.Popen, interval_s: float = 0.5
-                 ) -> str | None:
-    """Wait until the server is healthy; the reason it never became so (exited, or timed out), or None."""
+def wait_healthy(host: str, port: int, timeout_s: float, server: subprocess.Popen, interval_s: float = 0.5,
+                 stopped: Callable[[], bool] = lambda: False) -> str | None:
+    """Wait until the server is healthy; the reason it never became so (exited, timed out, or the job was asked to
+    stop: `stopped()`), or None."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if stopped():
+            return "the job was asked to stop while the vLLM server was starting"
         if healthy(host, port):
             return None
         code = server.poll()
@@ -245,7 +249,7 @@ def supervise(plan: Plan, host: str, values: dict[str, str]) -> int:
               flush=True)
         server = subprocess.Popen(fill(plan.server), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   env={**os.environ, **plan.server_env})
-        problem = wait_healthy(host, plan.port, plan.health_timeout_s, server)
+        problem = wait_healthy(host, plan.port, plan.health_timeout_s, server, stopped=lambda: stopping["asked"])
         if stopping["asked"]:
             stop(server)
             return 143
