@@ -323,6 +323,16 @@ def _settle(store: Store, run: Run, state: JobState | None) -> None:
     store.finish_run(run.id, RunStatus.FAILED, error=_reason(run, state), exit_code=code)
 
 
+def _add_slurms_word(store: Store, run: Run) -> None:
+    """A run Slurm killed that settled before slurmstepd wrote its `*** JOB ... ***` line: the line, once it is in
+    the log, replaces the last log line in the error."""
+    said = _slurm_said(log_path(run))
+    error = run.error or ""
+    if run.status != RunStatus.FAILED.value or not said or not error.startswith("Slurm ended job") or said in error:
+        return
+    store.update_run(run.id, error=f"{error.split('. Last log line: ')[0]}. Slurm: {said}")
+
+
 def _slurm_said(path: Path) -> str | None:
     """Slurm's own last word in the job log (`*** JOB 12 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`)."""
     try:
@@ -358,6 +368,7 @@ def await_exit(store: Store, run: Run) -> Run:
         if state is None or state.ended:
             if state is not None and run.exit_code is None and _exit_code(state) is not None:
                 store.update_run(run.id, exit_code=_exit_code(state))
+            _add_slurms_word(store, store.get_run(run.id))
             return store.get_run(run.id)
         time.sleep(0.5)
     return store.get_run(run.id)
