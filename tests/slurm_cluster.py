@@ -148,7 +148,19 @@ PartitionName=closed Nodes={NODES[0]} MaxTime=10:00 State=INACTIVE
         return "\n".join(out)
 
     def stop(self) -> None:
-        """Stop every daemon by the pid in its pid file (slurmd and slurmctld first, munged last)."""
+        """Cancel what still runs (a failed test may leave a job), then stop every daemon by the pid in its pid file
+        (slurmd and slurmctld first, munged last): no slurmstepd is left behind without its slurmd."""
+        if self.env:
+            try:
+                jobs = self.command("squeue", "--noheader", "--format=%i", timeout=15).stdout.split()
+                if jobs:
+                    self.command("scancel", *jobs, timeout=15)
+                    deadline = time.monotonic() + 30
+                    while time.monotonic() < deadline and self.command(
+                            "squeue", "--noheader", "--format=%i", timeout=15).stdout.split():
+                        time.sleep(0.5)
+            except (OSError, subprocess.SubprocessError):
+                pass  # the controller is gone already: nothing can be canceled
         for pid_file in reversed(self.pid_files):
             try:
                 pid = int(pid_file.read_text().strip())
