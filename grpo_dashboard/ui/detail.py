@@ -76,7 +76,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     opts = charts.ChartOptions(smoothing=float(smoothing or 0), log_y=bool(log_y), xaxis=xaxis or "step")
     token = ctx.store.change_token(run.id)
     status = overview.status_markdown(run)
-    remote = remote_status.hf_job_markdown(run)
+    remote = remote_status.hf_job_markdown(run) or remote_status.slurm_job_markdown(run)
     if remote:
         status += f"\n\n{remote}"
     problem = ctx.monitor_problem() if run.is_active else None

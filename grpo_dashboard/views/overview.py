@@ -334,13 +334,28 @@ def log_text(path: Path, n: int = 200) -> str:
     return "\n".join(lines[-n:])
 
 
-def command_text(spec_yaml: str, job_command: list[str] | None = None) -> str:
-    """The shell commands that launch this spec from the CLI (and the raw job command, when known)."""
+def command_text(spec_yaml: str, job_command: list[str] | None = None, batch_script: str | None = None) -> str:
+    """The shell commands that launch this spec from the CLI (and the raw job command or batch script, when known)."""
     lines = ["# Save the spec, then launch and follow it:", "cat > run.yaml <<'EOF'", spec_yaml.rstrip("\n"), "EOF",
              "python -m grpo_dashboard launch run.yaml --wait"]
-    if job_command:
+    if batch_script:
+        lines += ["", "# The batch script the Slurm backend writes as <run_dir>/job.sbatch and submits with "
+                      "`sbatch --parsable`:", batch_script.rstrip("\n")]
+    elif job_command:
         lines += ["", "# What the local backend runs (paths inside the run directory):", shlex.join(job_command)]
     return "\n".join(lines)
+
+
+def batch_script(spec: RunSpec) -> str | None:
+    """The Slurm batch script of this spec with placeholder run-directory paths (None off Slurm)."""
+    from grpo_dashboard.launch import slurm
+    from grpo_dashboard.store.db import Run
+
+    if spec.backend.kind != slurm.KIND:
+        return None
+    run = Run(id="<run id>", name=spec.name, spec_yaml="", backend=slurm.KIND, status="queued", created_at=0.0,
+              run_dir="<run_dir>")
+    return slurm.batch_script(spec, run)
 
 
 def job_command(spec: RunSpec) -> list[str]:
