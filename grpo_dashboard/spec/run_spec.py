@@ -28,12 +28,32 @@ ACCELERATE_CONFIGS = ("multi_gpu", "single_gpu", "zero1", "zero2", "zero3", "fsd
 
 @dataclass
 class LoraSpec:
-    """LoRA adapter settings (peft.LoraConfig names)."""
+    """LoRA adapter settings: every peft.LoraConfig field TRL's `get_peft_config` passes, by peft's names."""
 
     r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
-    target_modules: str | list[str] = "all-linear"
+    target_modules: str | list[str] | None = "all-linear"
+    target_parameters: list[str] | None = None
+    modules_to_save: list[str] | None = None
+    task_type: str = "CAUSAL_LM"
+    use_rslora: bool = False
+    use_dora: bool = False
+    bias: str = "none"
+
+
+@dataclass
+class QuantizationSpec:
+    """QLoRA: the base model loaded in 4 or 8 bits through bitsandbytes (a CUDA GPU; needs `model.lora`).
+
+    The fields are TRL's `ModelConfig` ones: `quant_type` is `bnb_4bit_quant_type`, `double_quant`
+    `use_bnb_nested_quant`, `quant_storage` `bnb_4bit_quant_storage`; the compute dtype is `model.dtype`.
+    """
+
+    bits: int = 4
+    quant_type: str = "nf4"
+    double_quant: bool = False
+    quant_storage: str | None = None
 
 
 @dataclass
@@ -47,6 +67,8 @@ class ModelSpec:
     attn_implementation: str | None = None
     build_tiny: bool = False
     lora: LoraSpec | None = None
+    quantization: QuantizationSpec | None = None
+    chat_template: str | None = None  # a Jinja chat template replacing the tokenizer's own
 
 
 @dataclass
@@ -64,6 +86,9 @@ class DatasetSpec:
     prompt_template: str | None = None
     system_prompt: str | None = None
     conversational: bool = False
+    streaming: bool = False
+    mixture: list[dict[str, Any]] | None = None  # TRL's DatasetMixtureConfig `datasets` (path, name, split, ...)
+    test_split_size: float | None = None  # with `mixture`: hold out this share as the eval split
 
 
 @dataclass
@@ -75,6 +100,7 @@ class RewardSpec:
     builtin: str | None = None
     function: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None  # a reward model (Hub id or local directory) TRL scores completions with
 
 
 @dataclass
@@ -83,6 +109,9 @@ class BackendSpec:
     `hf_jobs`: a Hugging Face Jobs container of `flavor` in `namespace`, killed after `timeout` ("90m", "2h", seconds;
     unset: the estimated run time × 1.5, see hardware.py). The token is never part of the spec.
     `stall_timeout_s`: a local job silent (no log line, no record) that long is killed and marked failed (null: never).
+    `env`: plain environment variables of the job (no secrets: values are stored with the run). `secrets`: names of
+    variables (e.g. WANDB_API_KEY) whose values are read from the launching environment at launch and handed to the
+    job (a local job's environment; a Jobs secret), never stored.
     """
 
     kind: str = "local"
@@ -93,6 +122,8 @@ class BackendSpec:
     timeout: str | int | None = None
     namespace: str | None = None
     stall_timeout_s: float | None = 1800.0
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -135,6 +166,8 @@ class RunSpec:
     save_model: bool = True
     description: str | None = None
     health: HealthSpec = field(default_factory=HealthSpec)
+    tags: list[str] = field(default_factory=list)
+    group: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict in field order, leaving out values equal to their defaults (so YAML stays short)."""
