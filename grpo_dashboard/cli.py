@@ -84,6 +84,17 @@ def _parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("deploy-space", help="Create or update a Hugging Face Space running this dashboard (OWNER/NAME).",
                    add_help=False)
+    # --- bring your own TRL workflow (issue 16): recipes in and out, resume, runs from other tools -------------
+    sub.add_parser("import-trl", help="Map a flat TRL config (trl grpo --config, open-r1, ...) to a run spec.",
+                   add_help=False)
+    sub.add_parser("export-trl", help="Write a run spec as a flat TRL config, with trl/accelerate/hf jobs commands.",
+                   add_help=False)
+    sub.add_parser("resume", help="Continue a canceled, failed or stopped run from its latest (or a chosen) "
+                   "checkpoint.", add_help=False)
+    sub.add_parser("import-run", help="Import a run made elsewhere (trainer_state.json, checkpoint dir, TRL JSONL, "
+                   "trackio project, TensorBoard dir, W&B history) as a read-only run.", add_help=False)
+    sub.add_parser("export-metrics", help="Write a run's stored metrics (one row per step and split) to .csv, "
+                   ".jsonl or .parquet.", add_help=False)
     return p
 
 
@@ -154,9 +165,41 @@ def _deploy_space(argv: list[str]) -> int:
     return deploy_main(argv)
 
 
+# --- bring your own TRL workflow (issue 16) -------------------------------------------------------------------
+def _import_trl(argv: list[str]) -> int:
+    from grpo_dashboard.spec.trl_cli import import_trl_main  # RECIPE [-o SPEC] [--trl-version V] [--model M] ...
+
+    return import_trl_main(argv)
+
+
+def _export_trl(argv: list[str]) -> int:
+    from grpo_dashboard.spec.trl_cli import export_trl_main  # SPEC [-o RECIPE]
+
+    return export_trl_main(argv)
+
+
+def _resume(argv: list[str]) -> int:
+    from grpo_dashboard.launch.resume import resume_main  # RUN [--checkpoint N] [--wait]
+
+    return resume_main(argv)
+
+
+def _import_run(argv: list[str]) -> int:
+    from grpo_dashboard.store.importers import import_run_main  # PATH [--name N] [--tag T]
+
+    return import_run_main(argv)
+
+
+def _export_metrics(argv: list[str]) -> int:
+    from grpo_dashboard.store.export import export_metrics_main  # RUN -o FILE
+
+    return export_metrics_main(argv)
+
+
 DELEGATED: dict[str, Callable[[list[str]], int]] = {
     "doctor": _doctor, "check-rewards": _check_rewards, "inspect-dataset": _inspect_dataset, "hardware": _hardware,
-    "deploy-space": _deploy_space,
+    "deploy-space": _deploy_space, "import-trl": _import_trl, "export-trl": _export_trl, "resume": _resume,
+    "import-run": _import_run, "export-metrics": _export_metrics,
 }
 
 

@@ -194,6 +194,13 @@ class RunSpec:
         errors: list[FieldError] = []
         spec = _from_dict(cls, data, "", errors)
         if errors:
+            flat = _flat_trl_keys(data)
+            if flat:
+                shown = ", ".join(flat[:4]) + (", ..." if len(flat) > 4 else "")
+                raise SpecError([FieldError("(file)", f"{len(flat)} TRL keys ({shown})",
+                                            "is a flat TRL config (`trl grpo --config` style), not a run spec. Import "
+                                            "it with `python -m grpo_dashboard import-trl FILE -o spec.yaml`: it maps "
+                                            "every key to the spec and prints what was mapped, converted or dropped.")])
             raise SpecError(errors)
         return spec
 
@@ -322,8 +329,10 @@ def _from_dict(cls: Any, data: Any, prefix: str, errors: list[FieldError]) -> An
         shown = key if isinstance(key, str) and key.strip() else repr(key)
         path = f"{prefix}.{shown}" if prefix else shown
         if key not in names:
+            trl_hint = _trl_hint(str(key))
             close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = f" {trl_hint[0].upper()}{trl_hint[1:]}." if trl_hint else (
+                f" Did you mean {close[0]!r}?" if close else "")
             errors.append(FieldError(path, value, f"is not a field of {where}; allowed: {', '.join(names)}.{hint}"))
             continue
         kwargs[key] = _coerce(value, hints[key], path, errors)
@@ -332,6 +341,31 @@ def _from_dict(cls: Any, data: Any, prefix: str, errors: list[FieldError]) -> An
     except TypeError as exc:
         errors.append(FieldError(where, data, f"cannot be built: {exc}."))
         return cls()
+
+
+def _trl_hint(key: str) -> str | None:
+    """Where a TRL key belongs in a spec (trl_keys); GRPOConfig fields are looked up only for unknown keys."""
+    from grpo_dashboard.spec import trl_fields, trl_keys
+
+    hint = trl_keys.spec_hint(key)
+    if hint is None and key.isidentifier():
+        try:
+            hint = trl_keys.spec_hint(key, trl_fields.grpo_fields())
+        except ImportError:
+            return None
+    return hint
+
+
+def _flat_trl_keys(data: Any) -> list[str]:
+    """The top-level keys of `data` that are flat TRL config keys, when they outnumber the spec's own (else [])."""
+    if not isinstance(data, dict):
+        return []
+    names = {f.name for f in dataclasses.fields(RunSpec)}
+    unknown = [str(k) for k in data if k not in names]
+    if len(unknown) < 3:
+        return []
+    flat = [k for k in unknown if _trl_hint(k)]
+    return flat if len(flat) >= max(3, len(data) // 2) else []
 
 
 def _allows_none(annotation: Any) -> bool:

@@ -204,11 +204,15 @@ def commands(spec: RunSpec, recipe: Path) -> dict[str, str]:
         launch += ["--config_file", str(cfg)]
     secrets = " ".join(f"--secrets {n}" for n in ["HF_TOKEN", *b.secrets])
     env = " ".join(f"--env {shlex.quote(f'{k}={v}')}" for k, v in b.env.items())
+    from grpo_dashboard.spec.job_deps import job_deps
+
     flavor = b.flavor or "a10g-small"
-    jobs = (f"hf jobs uv run --flavor {flavor} {secrets} {env} ".replace("  ", " ") +
-            f"-v hf://buckets/{b.namespace or 'YOU'}/jobs-artifacts/{spec.name}:/data "
-            f"/data/{JOB_SCRIPT.name} --config /data/run.yaml   "
-            f"# the bucket folder holds {JOB_SCRIPT.name}, grpo_rewards.py and the spec's run.yaml")
+    withs = " ".join(f"--with {shlex.quote(d.pip)}" for d in job_deps(spec))
+    jobs = (f"hf jobs run --flavor {flavor} {secrets} {env} ".replace("  ", " ") +
+            f"-v hf://buckets/{b.namespace or 'YOU'}/jobs-artifacts/{spec.name}:/data:rw "
+            f"ghcr.io/astral-sh/uv:python3.12-bookworm uv run {withs} /data/{JOB_SCRIPT.name} "
+            f"--config /data/run.yaml".replace("  ", " ") +
+            f"   # the bucket folder holds jobs/*.py ({JOB_SCRIPT.name}, grpo_rewards.py, ...) and the spec's run.yaml")
     return {
         "trl": f"trl grpo --config {shlex.quote(str(recipe))}",
         "accelerate": shlex.join([*launch, str(script), "--config", str(recipe)]),
