@@ -76,6 +76,7 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
     """
     spec, report = check(source, base_dir)
     report.raise_if_errors()
+    require_local_packages(spec)
     backend = backend_for(spec.backend.kind)
     token = backend.launch_token(token)
     store = store or Store()
@@ -98,6 +99,20 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
               output_dir=resolved.output_dir, owner=owner)
     store.insert_run(run)
     return backend.submit(store, run, resolved, token, base)
+
+
+def require_local_packages(spec: RunSpec) -> None:
+    """A local job would fail at start without the optional packages its spec needs: SpecError naming each."""
+    from grpo_dashboard.errors import FieldError, SpecError
+    from grpo_dashboard.spec.job_deps import missing_locally
+    from grpo_dashboard.spec.run_spec import LOCAL
+
+    if spec.backend.kind != LOCAL:
+        return
+    missing = [d for d in missing_locally(spec) if d.module != "vllm"]  # vllm: a warning, as before
+    if missing:
+        raise SpecError([FieldError(d.field, d.reason, f"needs the {d.pip!r} package, which is not installed here. "
+                                    f"`pip install {d.pip}`, or run it on hf_jobs (installed there).") for d in missing])
 
 
 def refresh(store: Store, run: Run) -> Run:
