@@ -17,6 +17,7 @@ import pytest
 from grpo_dashboard.launch.resume import ResumeError, checkpoint_before, checkpoints, choose, resume_run
 from grpo_dashboard.launch.runs import cancel, launch, metrics_path, refresh, wait
 from grpo_dashboard.store.db import Run, RunStatus, Store
+from grpo_dashboard.views.completions import read_step, sample_steps
 
 from .conftest import REPO, smoke_dict, wait_for, write_spec
 from .fake_hub import FakeHub
@@ -27,10 +28,10 @@ def _logged_steps(lines: list[str]) -> list[list[int]]:
     """Train steps per job attempt, in the order each attempt logged them (an attempt starts at `starting`)."""
     attempts: list[list[int]] = []
     for line in lines:
-        pos = line.find("{")
-        if "@@GRPO_DASHBOARD@@" not in line and not line.startswith("{"):
+        marker = line.find("@@GRPO_DASHBOARD@@ ")
+        if marker < 0 and not line.startswith('{"'):
             continue
-        rec = json.loads(line[pos:])
+        rec = json.loads(line[marker + len("@@GRPO_DASHBOARD@@ "):] if marker >= 0 else line)
         if rec.get("event") == "starting":
             attempts.append([])
         elif rec.get("type") == "log" and rec.get("split") == "train":
@@ -110,6 +111,8 @@ def test_hf_jobs_run_resumes_from_its_bucket_checkpoint(hub: FakeHub, tmp_path: 
     _assert_continuous(store, run, ckpt, 10, attempts)
     events = [e["event"] for e in store.events(run.id)]
     assert events.count("starting") == 2 and events[-1] == "finished"
+    sampled = sample_steps(run.run_dir)  # the remote job's completions came back with its log
+    assert sampled and max(sampled) > ckpt and read_step(run.run_dir, sampled[-1])[0]["completion"]
     assert [e["seq"] for e in store.events(run.id)] == sorted(e["seq"] for e in store.events(run.id))
 
 

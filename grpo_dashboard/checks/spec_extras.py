@@ -162,8 +162,10 @@ def _environment(spec: RunSpec, err: Any, warn: Any) -> None:
         elif name == "HF_TOKEN":
             err(FieldError(f"backend.secrets[{i}]", name, "is always sent (your login token); remove it."))
         elif name not in os.environ:
-            warn(FieldError(f"backend.secrets[{i}]", name, f"is not set in this environment, so the job will not get "
-                            f"it. `export {name}=...` before launching.", "warning"))
+            report = err if b.kind == HF_JOBS else warn  # a Jobs job starts without it and fails later
+            report(FieldError(f"backend.secrets[{i}]", name, f"is not set in this environment, so the job would not "
+                              f"get it. `export {name}=...` before launching.",
+                              "error" if b.kind == HF_JOBS else "warning"))
 
 
 def _cuda() -> bool:

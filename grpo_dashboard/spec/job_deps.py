@@ -87,7 +87,8 @@ def job_deps(spec: RunSpec) -> list[Dep]:
 def _deepspeed(config: str | None) -> bool:
     if not config:
         return False
-    if config.startswith("zero"):
+    name = Path(config).stem.lower()  # a preset name, or its shipped copy (/data/accelerate/zero2.yaml)
+    if name.startswith("zero") or "deepspeed" in name:
         return True
     try:
         return "deepspeed" in Path(config).expanduser().read_text(encoding="utf-8").lower()
