@@ -117,6 +117,8 @@ def require_local_packages(spec: RunSpec) -> None:
 
 def refresh(store: Store, run: Run) -> Run:
     """Ingest new records of an active run and settle its status if its job has ended."""
+    if run.backend not in BACKENDS and run.status in TERMINAL:
+        return run  # an imported run (store/importers.py), or one of a backend this dashboard does not know
     return backend_for(run.backend).refresh(store, run)
 
 
@@ -158,6 +160,8 @@ def reattach(store: Store, token: str | None = None, namespace: str | None = Non
 
 def job_summary(run: Run) -> str | None:
     """One line saying where the run's job went (job URL, hardware, timeout), or None when there is nothing to say."""
+    if run.backend not in BACKENDS:
+        return None
     return backend_for(run.backend).job_summary(run)
 
 
