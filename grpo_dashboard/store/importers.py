@@ -235,7 +235,7 @@ def _wandb_jsonl(p: Path) -> Source:
 
 
 def import_run(path: str | Path, store: Store | None = None, name: str | None = None,
-               tags: list[str] | None = None, run_name: str | None = None) -> Run:
+               tags: list[str] | None = None, run_name: str | None = None, owner: str | None = None) -> Run:
     """Import the run at `path` as a read-only run (ImportRunError, nothing written, when it cannot be read)."""
     source = detect(path, run_name)
     if not source.records:
@@ -259,7 +259,7 @@ def import_run(path: str | Path, store: Store | None = None, name: str | None = 
     (run_dir / "run.yaml").write_text(spec.to_yaml(), encoding="utf-8")
     store.insert_run(Run(id=run_id, name=title, spec_yaml=spec.to_yaml(), backend=IMPORTED,
                          status=RunStatus.QUEUED.value, created_at=time.time(), run_dir=str(run_dir),
-                         output_dir=str(source.path)))
+                         output_dir=str(source.path), owner=owner))
     ingest_file(store, run_id, run_dir / "metrics.jsonl")
     return store.get_run(run_id)
 

@@ -23,7 +23,8 @@ from grpo_dashboard.views.memo import LruCache, SingleFlight
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
-RUN_COLUMNS = ("name", "status", "health", "progress", "elapsed", "ETA", "reward", "backend", "started", "id")
+RUN_COLUMNS = ("name", "status", "health", "progress", "elapsed", "ETA", "reward", "backend", "tags", "started",
+               "id")
 # Plain glyphs (present in common fonts, unlike emoji on minimal Linux machines).
 STATUS_ICON = {"queued": "◌", "running": "▶", "completed": "✔", "failed": "✖", "canceled": "■"}
 HEALTH_ICON = {"ok": "●", "info": "ℹ", "warning": "▲", "error": "✖"}
@@ -235,13 +236,24 @@ def _badge(severity: str) -> str:
 
 
 # --- runs table ----------------------------------------------------------------------------------------------
+def run_tags(run: Run) -> list[str]:
+    """The run's tags and, as `group:NAME`, its group (from its spec; an imported run is tagged `imported`)."""
+    spec = run_spec(run)
+    if spec is None:
+        return []
+    return [*spec.tags, *([f"group:{spec.group}"] if spec.group else [])]
+
+
 def runs_frame(store: Store, statuses: list[str] | None = None, now: float | None = None,
-               runs: list[Run] | None = None) -> pd.DataFrame:
-    """The runs table, newest first, optionally filtered by status; `runs`: only these (a user's own)."""
+               runs: list[Run] | None = None, tag: str | None = None) -> pd.DataFrame:
+    """The runs table, newest first, optionally filtered by status and by a tag or `group:NAME`; `runs`: only
+    these (a user's own)."""
     now = now or time.time()
     rows = []
     if runs is None:
         runs = store.list_runs(status=list(statuses) if statuses else None)
+    if tag and tag.strip():
+        runs = [r for r in runs if tag.strip() in run_tags(r)]
     saved = store.health_badges() if runs else {}
     for run in runs:
         latest = store.latest_metrics(run.id) if run.n_records else {}
@@ -249,7 +261,7 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
             "name": run.name, "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
             "health": health_badge(store, run, saved), "progress": progress_text(run),
             "elapsed": fmt_duration(elapsed_s(run, now)), "ETA": fmt_duration(eta_s(run, now)),
-            "reward": fmt_value(latest.get("reward")), "backend": run.backend,
+            "reward": fmt_value(latest.get("reward")), "backend": run.backend, "tags": ", ".join(run_tags(run)),
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),
             "id": run.id,
         })
