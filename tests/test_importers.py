@@ -150,3 +150,26 @@ def test_wandb_history_export_and_bad_paths(tmp_path: Path) -> None:
         import_run(tmp_path / "empty", store)
     assert len(store.list_runs()) == runs_before
     assert {p.name for p in (data_dir() / "runs").iterdir()} == {r.id for r in store.list_runs()}
+
+
+def test_a_monotone_logged_metric_is_the_x_axis(tmp_path: Path) -> None:
+    import numpy as np
+
+    from grpo_dashboard.views import charts
+
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({**r, "step": i + 1}) + "\n" for i, r in enumerate(LOGS)))
+    store = Store()
+    run = import_run(log, store)
+    for axis, expected in (("num_tokens", [100.0 * s for s in range(1, 9)]), ("epoch", [s / 8 for s in range(1, 9)])):
+        specs = charts.run_specs(store, run.id, charts.ChartOptions(smoothing=0.0, xaxis=axis), None, None, None, ())
+        traces, layout = specs["reward"]
+        main = next(t for t in traces if t["name"].startswith("reward"))
+        assert np.allclose(np.asarray(main["x"], dtype=float), expected) and layout["xaxis"]["title"]["text"] == axis
+    bad = tmp_path / "bad.jsonl"  # num_tokens that goes down is no axis
+    bad.write_text("".join(json.dumps({"reward": 0.1, "num_tokens": float(10 - s), "step": s}) + "\n"
+                           for s in range(1, 5)))
+    other = import_run(bad, store)
+    traces, layout = charts.run_specs(store, other.id, charts.ChartOptions(xaxis="num_tokens"), None, None, None,
+                                      ())["reward"]
+    assert not traces and "not logged as a growing metric" in layout["annotations"][0]["text"]
