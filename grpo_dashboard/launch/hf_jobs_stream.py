@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_dashboard.store.db import TERMINAL, RunStatus, Store
 from grpo_dashboard.spec.jobfiles import job_module
+from grpo_dashboard.store.db import TERMINAL, RunStatus, Store
 from grpo_dashboard.store.ingest import MARKER, apply_records, parse_line
 
 TOKEN_PATTERN = re.compile(r"hf_oauth_[A-Za-z0-9._~-]{10,}|hf_[A-Za-z0-9]{10,}")  # user and OAuth tokens

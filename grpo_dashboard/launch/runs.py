@@ -112,7 +112,8 @@ def require_local_packages(spec: RunSpec) -> None:
     missing = [d for d in missing_locally(spec) if d.module != "vllm"]  # vllm: a warning, as before
     if missing:
         raise SpecError([FieldError(d.field, d.reason, f"needs the {d.pip!r} package, which is not installed here. "
-                                    f"`pip install {d.pip}`, or run it on hf_jobs (installed there).") for d in missing])
+                                    f"`pip install {d.pip}`, or run it on hf_jobs (installed there).")
+                         for d in missing])
 
 
 def refresh(store: Store, run: Run) -> Run:

@@ -200,7 +200,8 @@ class RunSpec:
                 raise SpecError([FieldError("(file)", f"{len(flat)} TRL keys ({shown})",
                                             "is a flat TRL config (`trl grpo --config` style), not a run spec. Import "
                                             "it with `python -m grpo_dashboard import-trl FILE -o spec.yaml`: it maps "
-                                            "every key to the spec and prints what was mapped, converted or dropped.")])
+                                            "every key to the spec and prints what was mapped, converted or "
+                                            "dropped.")])
             raise SpecError(errors)
         return spec
 

@@ -212,7 +212,8 @@ def commands(spec: RunSpec, recipe: Path) -> dict[str, str]:
             f"-v hf://buckets/{b.namespace or 'YOU'}/jobs-artifacts/{spec.name}:/data:rw "
             f"ghcr.io/astral-sh/uv:python3.12-bookworm uv run {withs} /data/{JOB_SCRIPT.name} "
             f"--config /data/run.yaml".replace("  ", " ") +
-            f"   # the bucket folder holds jobs/*.py ({JOB_SCRIPT.name}, grpo_rewards.py, ...) and the spec's run.yaml")
+            f"   # the bucket folder holds jobs/*.py ({JOB_SCRIPT.name}, grpo_rewards.py, ...) and the spec's "
+            "run.yaml")
     return {
         "trl": f"trl grpo --config {shlex.quote(str(recipe))}",
         "accelerate": shlex.join([*launch, str(script), "--config", str(recipe)]),

@@ -111,7 +111,8 @@ def read_config(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([FieldError("(file)", str(path), f"cannot be read: {exc}. Give a readable YAML file.")]) from exc
+        problem = FieldError("(file)", str(path), f"cannot be read: {exc}. Give a readable YAML file.")
+        raise SpecError([problem]) from exc
     data = safe_yaml.load(text)
     if not isinstance(data, dict):
         raise SpecError([FieldError("(file)", str(path), "must be a YAML mapping of TRL config keys.")])
@@ -230,9 +231,9 @@ class _Mapper:
         known = [*self.fields, *trl_keys.MODEL_KEYS, *trl_keys.LORA_KEYS, *trl_keys.DATASET_KEYS, *trl_keys.FOREIGN]
         close = difflib.get_close_matches(key, known, n=2)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        return FieldError(key, self.config.get(key), f"is not a key of TRL {LATEST} (GRPOConfig, ModelConfig, the grpo "
-                          f"script's arguments) nor of a recipe format this importer knows (open-r1, Unsloth).{hint} "
-                          f"Fix or remove it in {self.path}; nothing was written.")
+        return FieldError(key, self.config.get(key), f"is not a key of TRL {LATEST} (GRPOConfig, ModelConfig, the "
+                          f"grpo script's arguments) nor of a recipe format this importer knows (open-r1, Unsloth)."
+                          f"{hint} Fix or remove it in {self.path}; nothing was written.")
 
     # Each known key goes to one place; the order of the table follows the file.
     def run(self, unknown: list[str], overrides: dict[str, Any]) -> None:

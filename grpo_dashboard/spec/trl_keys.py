@@ -1,4 +1,4 @@
-"""Where each flat TRL config key lives in a run spec: the tables `trl_import`, `trl_export` and the spec's hints share.
+"""Where each flat TRL config key lives in a run spec: tables shared by `trl_import`, `trl_export` and spec hints.
 
 Light (no trl import): the GRPOConfig field list itself comes from `trl_fields.grpo_fields()`.
 """

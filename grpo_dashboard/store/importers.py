@@ -193,7 +193,8 @@ def _wandb_rows(items: Iterator[dict[str, Any]]) -> list[tuple[str, int, float |
         metrics = {k: v for k, v in _flat(metrics).items() if v is not None}
         if metrics:
             stamp = row.get("_timestamp")
-            rows.append((_split(metrics), int(float(step)), float(stamp) if stamp not in (None, "") else None, metrics))
+            when = float(stamp) if stamp not in (None, "") else None
+            rows.append((_split(metrics), int(float(step)), when, metrics))
     return rows
 
 

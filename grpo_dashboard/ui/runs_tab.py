@@ -45,6 +45,6 @@ def build(ctx: UiContext) -> RunsTab:
         mine = access.visible_runs(ctx.store, user, list(statuses) if statuses else None, ctx.settings)
         return overview.runs_frame(ctx.store, statuses or None, runs=mine, tag=tag_filter)
 
-    gr.on([timer.tick, status_filter.change, tag.submit], refresh, [status_filter, tag], [table], api_name="runs_table",
-          concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
+    gr.on([timer.tick, status_filter.change, tag.submit], refresh, [status_filter, tag], [table],
+          api_name="runs_table", concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
     return RunsTab(table, status_filter, timer)
