@@ -312,8 +312,9 @@ def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int,
             stop = None
             if state.is_world_process_zero and logs:
                 split = "eval" if any(k.startswith("eval_") for k in logs) else "train"
+                metrics = {**logs, **grpo_job_setup.gpu_metrics()} if split == "train" else dict(logs)
                 emitter.emit({"type": "log", "split": split, "step": state.global_step, "time": time.time(),
-                              "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": dict(logs)})
+                              "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": metrics})
                 if samples_path is not None and split == "train" and "reward" in logs and self.trainer is not None:
                     _write_samples(samples_path, state.global_step, self.trainer, max_samples)
                 if health is not None and self.guard_stop is None:

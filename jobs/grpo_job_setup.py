@@ -68,3 +68,23 @@ def print_sample(row: dict[str, Any], default: Any) -> None:
     """Print one sample record behind SAMPLE_MARKER when asked (a remote job's samples reach the dashboard)."""
     if os.environ.get(SAMPLES_STDOUT_ENV) == "1":
         sys.stdout.write(SAMPLE_MARKER + json.dumps(row, default=default) + "\n")
+
+
+def gpu_metrics() -> dict[str, float]:
+    """Memory (GB) and, with pynvml, utilisation (%) of each visible CUDA GPU, as `system/gpu<i>/...` metrics
+    logged with each train record ({} without CUDA): the GPU charts of local and remote runs alike."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    out: dict[str, float] = {}
+    for i in range(torch.cuda.device_count()):
+        out[f"system/gpu{i}/memory_allocated_gb"] = torch.cuda.memory_allocated(i) / 1e9
+        out[f"system/gpu{i}/memory_reserved_gb"] = torch.cuda.memory_reserved(i) / 1e9
+        try:
+            out[f"system/gpu{i}/utilization"] = float(torch.cuda.utilization(i))
+        except Exception:  # noqa: BLE001 - pynvml missing or no NVML: memory only
+            pass
+    return out
