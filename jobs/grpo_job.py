@@ -456,6 +456,9 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
                           eval_dataset=eval_ds, callbacks=callbacks, peft_config=peft_config,
                           processing_class=grpo_job_setup.processing_class(model_path, model_spec))
+    names = [str(r["name"]) for r in reward_specs]
+    if len(getattr(trainer, "reward_func_names", [])) == len(names):
+        trainer.reward_func_names = names  # a reward model logs as rewards/<its spec name>/mean, as a function does
     callback.trainer = trainer
     callback_holder["cb"] = callback
     t0 = time.perf_counter()

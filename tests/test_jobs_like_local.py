@@ -93,3 +93,36 @@ def test_local_launch_checks_the_optional_packages_the_spec_needs(tiny_model: Pa
     text = str(exc.value)
     assert all(f"'{pip}'" in text for pip in missing) and "pip install" in text
     assert not (data_dir() / "runs").exists()
+
+
+@pytest.mark.training
+def test_what_a_recipe_sets_trains_mixture_reward_model_chat_template_init_kwargs(tiny_model: Path,
+                                                                                  tmp_path: Path) -> None:
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
+
+    from grpo_dashboard.launch.runs import wait
+
+    config = Qwen2Config.from_pretrained(tiny_model)
+    config.num_labels = 1
+    rm_dir = tmp_path / "tiny-rm"
+    Qwen2ForSequenceClassification(config).save_pretrained(rm_dir)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(rm_dir)
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    rows = (REPO / "examples" / "data" / "smoke.jsonl").read_text().splitlines()
+    first.write_text("\n".join(rows[:32]) + "\n")
+    second.write_text("\n".join(rows[32:]) + "\n")
+    spec = smoke_dict(tiny_model, max_steps=2, model_init_kwargs={"attn_implementation": "eager"})
+    del spec["dataset"]["data_files"]
+    spec["dataset"].update(mixture=[{"path": "json", "data_files": str(first)},
+                                    {"path": "json", "data_files": str(second)}],
+                           system_prompt="be brief")
+    spec["model"]["chat_template"] = ("{% for m in messages %}[[{{ m['role'] }}: {{ m['content'] }}]]{% endfor %}"
+                                      "{% if add_generation_prompt %}[[assistant: {% endif %}")
+    spec["rewards"].append({"name": "rm", "model": str(rm_dir), "weight": 0.5})
+    store = Store()
+    run = wait(store, launch(write_spec(tmp_path / "s.yaml", spec), store, base_dir=REPO))
+    assert run.status == "completed", (run.error, (Path(run.run_dir) / "job.log").read_text()[-3000:])
+    latest = store.latest_metrics(run.id)
+    assert "rewards/rm/mean" in latest and "rewards/letter_fraction/mean" in latest  # the reward model scored
+    rows_logged = read_step(run.run_dir, sample_steps(run.run_dir)[-1])
+    assert rows_logged and "[[system: be brief]]" in str(rows_logged[0]["prompt"])  # the template override

@@ -37,7 +37,7 @@ SPEC_GROUPS: dict[str, tuple[tuple[str, type], ...]] = {
     "Backend & hardware": (("backend", BackendSpec),),
 }
 TOP_LEVEL: dict[str, tuple[str, ...]] = {
-    "Run": ("name", "description"),
+    "Run": ("name", "description", "tags", "group"),
     "Logging & eval": ("output_dir", "save_model"),
 }
 
