@@ -124,5 +124,7 @@ def test_what_a_recipe_sets_trains_mixture_reward_model_chat_template_init_kwarg
     assert run.status == "completed", (run.error, (Path(run.run_dir) / "job.log").read_text()[-3000:])
     latest = store.latest_metrics(run.id)
     assert "rewards/rm/mean" in latest and "rewards/letter_fraction/mean" in latest  # the reward model scored
-    rows_logged = read_step(run.run_dir, sample_steps(run.run_dir)[-1])
-    assert rows_logged and "[[system: be brief]]" in str(rows_logged[0]["prompt"])  # the template override
+    assert read_step(run.run_dir, sample_steps(run.run_dir)[-1])[0]["rewards"]["rm"] is not None
+    out = Path(run.output_dir)  # the tokenizer saved with the model carries the override
+    saved = "".join(f.read_text() for f in (out / "chat_template.jinja", out / "tokenizer_config.json") if f.is_file())
+    assert "[[assistant: " in saved
