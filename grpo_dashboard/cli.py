@@ -204,12 +204,16 @@ DELEGATED: dict[str, Callable[[list[str]], int]] = {
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from grpo_dashboard.errors import SpecError
     from grpo_dashboard.launch.runs import check
 
     if not Path(args.spec).is_file():
         print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)
         return EXIT_USAGE
-    spec, report = check(args.spec)
+    try:
+        spec, report = check(args.spec)
+    except SpecError as exc:
+        spec, report = _check_partial(args.spec, exc)
     if args.json:
         print(json.dumps({"ok": report.ok, "errors": [e.to_dict() for e in report.errors],
                           "warnings": [w.to_dict() for w in report.warnings]}, indent=2))
@@ -221,6 +225,21 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if report.ok:
             print(f"{args.spec}: valid ({spec.name}).")
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _check_partial(path: str, exc: Any) -> tuple[Any, Any]:
+    """A spec with structural problems: the other checks still run on its well-formed parts, and every problem of
+    both kinds is reported (a flat TRL file keeps its one "import it" error)."""
+    from grpo_dashboard.checks.validation import validate
+    from grpo_dashboard.spec import safe_yaml
+    from grpo_dashboard.spec.run_spec import RunSpec
+
+    if len(exc.errors) == 1 and exc.errors[0].field == "(file)":
+        raise exc
+    spec, structural = RunSpec.from_dict_partial(safe_yaml.load(Path(path).read_text(encoding="utf-8")) or {})
+    report = validate(spec)
+    report.errors = structural + [e for e in report.errors if e.field not in {s.field for s in structural}]
+    return spec, report
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:

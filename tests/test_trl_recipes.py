@@ -199,3 +199,17 @@ def test_smoke_spec_round_trips_through_trl_keys(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "[0.6666666666666666]", proc.stderr + module
     assert import_trl(exported).spec == spec
+
+
+def test_structural_errors_no_longer_stop_the_other_checks(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: x\nmodel: {name_or_path: a/b, torch_dtype: bfloat16}\n"
+                    "dataset: {data_files: missing.jsonl}\nrewards: [{name: nope_reward}]\n"
+                    "training: {num_generations: 1}\n")
+    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "validate", str(spec)], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 1
+    fields = [line.split(" = ")[0] for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert fields == ["error: model.torch_dtype", "error: dataset.data_files", "error: rewards[0].name",
+                      "error: training.num_generations"], proc.stderr

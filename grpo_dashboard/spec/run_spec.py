@@ -206,6 +206,13 @@ class RunSpec:
         return spec
 
     @classmethod
+    def from_dict_partial(cls, data: Any) -> tuple[RunSpec, list[FieldError]]:
+        """The spec built from every well-formed part of `data`, and the structural problems of the rest (so the
+        other checks can still run on what is there)."""
+        errors: list[FieldError] = []
+        return _from_dict(cls, data, "", errors), errors
+
+    @classmethod
     def from_yaml(cls, text: str) -> RunSpec:
         """Parse YAML text into a spec (through `safe_yaml.load`: no aliases, bounded size and depth)."""
         data = safe_yaml.load(text)
