@@ -8,6 +8,7 @@ import gradio as gr
 
 from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.space import access
+from grpo_dashboard.store.importers import IMPORTED
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.views import charts, display, overview
@@ -47,7 +48,8 @@ def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoot
             if got is not None and opts.xaxis in charts.METRIC_XAXES:  # a run without that metric is left out
                 got = (charts.on_metric({ident: got}, ctx.store.arrays(run.id, opts.xaxis)) or {}).get(ident)
             if got is not None and len(got):
-                series.append((f"{run.name} ({run.id[-6:]})", got))
+                mark = " [imported]" if run.backend == IMPORTED else ""  # made elsewhere: read-only
+                series.append((f"{run.name} ({run.id[-6:]}){mark}", got))
     fig = charts.overlay_figure(metric or "", series, opts)
     diff = overview.spec_diff(found) if len(found) > 1 else None
     return gr.update(choices=options, value=metric), fig, diff
