@@ -213,3 +213,17 @@ def test_structural_errors_no_longer_stop_the_other_checks(tmp_path: Path) -> No
     fields = [line.split(" = ")[0] for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert fields == ["error: model.torch_dtype", "error: dataset.data_files", "error: rewards[0].name",
                       "error: training.num_generations"], proc.stderr
+
+
+def test_reward_model_and_weights_follow_trls_order(tmp_path: Path) -> None:
+    recipe = tmp_path / "rm.yaml"
+    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nreward_model_name_or_path: owner/rm\n"
+                      "reward_funcs: [accuracy_reward, cf_code, think_format_reward]\n"
+                      "reward_weights: [0.3, 1.0, 2.0, 0.5]\n")
+    result = import_trl(recipe)
+    assert [(r.name, r.weight, r.model) for r in result.spec.rewards] == [
+        ("rm", 0.3, "owner/rm"), ("accuracy_reward", 1.0, None), ("think_format_reward", 0.5, None)]
+    assert {r.key: r.action for r in result.rows if r.value == "cf_code"} == {"reward_funcs": "unsupported"}
+    exported = _export_to(tmp_path / "out", result.spec) if (tmp_path / "out").mkdir() is None else None
+    flat, _ = read_config(exported)
+    assert flat["reward_model_name_or_path"] == "owner/rm" and flat["reward_weights"] == [0.3, 1.0, 0.5]

@@ -194,6 +194,7 @@ class _Mapper:
         self.rows: list[Row] = []
         self.errors: list[FieldError] = []
         self.reward_params: dict[str, dict[str, Any]] = {}
+        self._kept: list[bool] = []  # per reward_funcs entry: whether it became a spec reward (for its weight)
 
     def row(self, key: str, action: str, target: str | None, note: str = "") -> None:
         self.rows.append(Row(key, self.config.get(key), action, target, note))
@@ -308,7 +309,6 @@ class _Mapper:
         q = m.quantization
         if q is None:
             m.quantization = q = QuantizationSpec()
-            self._quant_pending = True
         setattr(q, trl_keys.QUANT_KEYS[key], value)
         self.row(key, "mapped", f"model.quantization.{trl_keys.QUANT_KEYS[key]}")
 
@@ -374,16 +374,15 @@ class _Mapper:
                 rewards.append(reward)
         weights = v.get("reward_weights")
         if weights is not None:
-            kept = [w for w, keep in zip(weights, self._kept, strict=False) if keep]
-            for r, w in zip(rewards[1 if v.get("reward_model_name_or_path") else 0:], kept, strict=False):
+            # TRL's order: the reward model first, then reward_funcs (entries that became no reward keep no weight).
+            keep = [True] * (1 if v.get("reward_model_name_or_path") else 0) + self._kept
+            kept = [w for w, k in zip(weights, keep, strict=False) if k]
+            for r, w in zip(rewards, kept, strict=False):
                 r.weight = float(w)
             self.row("reward_weights", "mapped", "rewards[*].weight", "one weight per reward entry")
         s.rewards = rewards
 
-    _kept: list[bool]
-
     def _reward(self, fn: str, given: bool) -> RewardSpec | None:
-        self._kept = getattr(self, "_kept", [])
         key = "(--reward)" if given else "reward_funcs"
         generated = generated_reward(fn, self.path.parent)
         if generated is not None:
