@@ -25,6 +25,7 @@ class RunsTab:
     table: gr.Dataframe
     status_filter: gr.CheckboxGroup
     timer: gr.Timer
+    last_choices: gr.State  # the run choices the pickers were last given (the app's refresh compares)
 
 
 def build(ctx: UiContext) -> RunsTab:
@@ -34,7 +35,8 @@ def build(ctx: UiContext) -> RunsTab:
     initial = overview.runs_frame(ctx.store, runs=[] if ctx.settings.on_space else None)
     table = gr.Dataframe(initial, interactive=False, elem_id="runs-table",
                          label="Runs (click a row to open it)", max_height=600, wrap=False)
-    timer = gr.Timer(POLL_S)
+    timer = gr.Timer(POLL_S, active=False)  # ticks while the tab is shown (the app switches it)
+    last_choices = gr.State(None)
 
     def refresh(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, statuses: list[str] | None) -> Any:
         user = user_of(ctx, profile, oauth)
@@ -44,4 +46,4 @@ def build(ctx: UiContext) -> RunsTab:
 
     gr.on([timer.tick, status_filter.change], refresh, [status_filter], [table], api_name="runs_table",
           concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
-    return RunsTab(table, status_filter, timer)
+    return RunsTab(table, status_filter, timer, last_choices)

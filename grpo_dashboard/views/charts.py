@@ -237,7 +237,8 @@ def _layout(title: str, y_title: str, opts: ChartOptions, secondary_title: str |
         "hoverlabel": {"namelength": -1}, "uirevision": "keep",
         "legend": {"orientation": "h", "y": -0.42, "yanchor": "top", "x": 0, "font": {"size": 10}},
         "xaxis": {"title": {"text": x_title, "standoff": 6}, "automargin": True},
-        "yaxis": {"title": {"text": y_title}, "type": "log" if opts.log_y else "linear", "automargin": True}}
+        "yaxis": {"title": {"text": y_title}, "type": "log" if opts.log_y else "linear", "automargin": True,
+                  "tickformat": "~g" if opts.log_y else ".4~g"}}
     if secondary_title:
         layout["yaxis2"] = {"title": {"text": secondary_title}, "overlaying": "y", "side": "right",
                             "range": [0, 1.05], "showgrid": False, "automargin": True}

@@ -278,7 +278,10 @@ def status_markdown(run: Run, now: float | None = None) -> str:
     if eta is not None:
         parts.append(f"ETA {fmt_duration(eta)}")
     text = " · ".join(parts)
-    if run.status in ACTIVE and not run.n_records:
+    if run.status in ACTIVE and run.cancel_requested_at:
+        text += (f"\n\n**Cancel requested** at {time.strftime('%H:%M:%S', time.localtime(run.cancel_requested_at))}: "
+                 f"waiting for the job to stop…")
+    elif run.status in ACTIVE and not run.n_records:
         text += "\n\nWaiting for the first log record (model loading / first steps)…"
     if run.error:
         text += f"\n\n**Error:** {run.error}"
