@@ -22,7 +22,8 @@ from .conftest import free_port_app, wait_for
 EXPECTED_ENDPOINTS = {
     "/load_preset", "/form_to_yaml", "/yaml_to_form", "/validate", "/launch", "/runs_table", "/run_choices",
     "/detail_poll", "/detail_render", "/detail_step", "/cancel_run", "/compare", "/open_run_by_ref",
-    "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who",
+    "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who", "/detail_view", "/page_state",
+    "/rename_run", "/note_run", "/delete_run",
 }
 N_GROUPS = len(forms.GROUPS) - 1  # "Run" fields sit above the accordions
 

@@ -185,7 +185,8 @@ def _wire_page_state(ctx: UiContext, demo: gr.Blocks, runs_t: runs_tab.RunsTab, 
     search = gr.Textbox(visible=False)
     page_js = "() => [window.grpoLive ? window.grpoLive.initialSearch : window.location.search]"
     demo.load(load, [search], [det.run, compare_dd, tabs, runs_t.timer, runs_t.last_choices], api_name="page_state",
-              show_progress="hidden", js=page_js).then(None, det.live_inputs, None, js=detail.FOLLOW_JS)
+              show_progress="hidden", js=page_js).then(None, det.live_inputs, None, js=detail.FOLLOW_JS,
+                                                   api_visibility="private")
     for tab_id, block in tab_blocks.items():
         block.select(lambda tid=tab_id: gr.Timer(active=tid == "runs"), None, [runs_t.timer], show_progress="hidden",
-                     queue=False, js=f"() => {{ window.grpoLive && window.grpoLive.setTab('{tab_id}'); return []; }}")
+                     queue=False, api_visibility="private", js=f"() => {{ window.grpoLive && window.grpoLive.setTab('{tab_id}'); return []; }}")

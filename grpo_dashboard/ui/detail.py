@@ -226,26 +226,31 @@ def build(ctx: UiContext) -> DetailTab:
 
     timer.tick(poll, controls, outputs, api_name="detail_poll", concurrency_limit=None, show_progress="hidden",
                trigger_mode="always_last", preprocess=False, postprocess=False)
+    # preprocess=False: the inputs are plain values, and a step outside the slider's build-time range (or none,
+    # from an API client) is the handler's to resolve (samples_table), not an input error.
     api_render.click(update, controls, outputs, api_name="detail_render", concurrency_limit=None,
-                     show_progress="hidden")
+                     show_progress="hidden", preprocess=False)
     gr.on([run_dd.change, follow.input, sort_by.input, descending.input, refresh.click], view, controls, outputs,
-          api_name="detail_view", concurrency_limit=None, trigger_mode="always_last", show_progress="hidden")
+          api_name="detail_view", concurrency_limit=None, trigger_mode="always_last", show_progress="hidden",
+          preprocess=False)
     live_inputs = [run_dd, smoothing, log_y, xaxis]
-    gr.on([run_dd.change, smoothing.release, log_y.input, xaxis.input], None, live_inputs, None, js=FOLLOW_JS)
+    gr.on([run_dd.change, smoothing.release, log_y.input, xaxis.input], None, live_inputs, None, js=FOLLOW_JS,
+          api_visibility="private")
 
     def sort_choices(table: Any) -> Any:
         headers = list(getattr(table, "columns", None) if table is not None else []) or []
         extra = [h for h in headers if h not in completions.SORTS and h not in ("#", "prompt", "completion")]
         return gr.update(choices=[*completions.SORTS[:-1], *extra, completions.SORTS[-1]])
 
-    samples_df.change(sort_choices, [samples_df], [sort_by], show_progress="hidden", queue=False)
+    samples_df.change(sort_choices, [samples_df], [sort_by], show_progress="hidden", queue=False,
+                      api_visibility="private")
 
     def pick_step(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
         user = user_of(ctx, profile, oauth)
         return [False, *render(ctx, args[0], args[1], args[2], args[3], False, *args[5:], user=user, live=True)]
 
     step_sl.release(pick_step, controls, [follow, *outputs], api_name="detail_step", concurrency_limit=None,
-                    show_progress="hidden")
+                    show_progress="hidden", preprocess=False)
 
     def cancel(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> Any:
         if not run_id:

@@ -97,7 +97,8 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
             return ["", "", ""]
         return [run.name, ctx.store.notes().get(run.id, ""), ""]
 
-    run_dd.change(fill, [run_dd], [name, note, message], show_progress="hidden", queue=False)
+    run_dd.change(fill, [run_dd], [name, note, message], show_progress="hidden", queue=False,
+                  api_visibility="private")
 
     def do_rename(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
                   new_name: str) -> list[Any]:
