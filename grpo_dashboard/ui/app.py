@@ -188,5 +188,6 @@ def _wire_page_state(ctx: UiContext, demo: gr.Blocks, runs_t: runs_tab.RunsTab, 
               show_progress="hidden", js=page_js).then(None, det.live_inputs, None, js=detail.FOLLOW_JS,
                                                    api_visibility="private")
     for tab_id, block in tab_blocks.items():
+        url_js = f"() => {{ window.grpoLive && window.grpoLive.setTab('{tab_id}'); return []; }}"
         block.select(lambda tid=tab_id: gr.Timer(active=tid == "runs"), None, [runs_t.timer], show_progress="hidden",
-                     queue=False, api_visibility="private", js=f"() => {{ window.grpoLive && window.grpoLive.setTab('{tab_id}'); return []; }}")
+                     queue=False, api_visibility="private", js=url_js)

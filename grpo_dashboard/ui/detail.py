@@ -89,7 +89,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     token = ctx.store.change_token(run.id)
     if live:
         state["charts"] = state["log"] = None
-    status = overview.status_markdown(run)
+    status = overview.status_markdown(run, pace=overview.recent_pace(ctx.store, run))
     remote = remote_status.hf_job_markdown(run)
     if remote:
         status += f"\n\n{remote}"

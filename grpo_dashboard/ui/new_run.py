@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +39,20 @@ class NewRunTab:
     validate: gr.Button | None = None
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]#|~])")
+
+
+def as_text(text: str | None) -> str | None:
+    """Help text as it reads, for places that render markdown (a field's info, the rewards list): tags such as
+    `<think>` and markdown characters escaped, argparse's `%%` as `%`."""
+    if not text:
+        return None
+    text = text.replace("%%", "%")
+    return html.escape(_MARKDOWN_SPECIAL.sub(r"\\\1", text), quote=False)
+
+
 def _component(f: forms.FormField, value: Any) -> gr.components.Component:
-    info = f.help or None
+    info = as_text(f.help)
     if f.widget in ("bool", "toggle"):
         return gr.Checkbox(value=bool(value), label=f.label, info=info, elem_id=_elem(f))
     if f.widget == "choice":
@@ -67,7 +81,7 @@ def _rewards_help() -> str:
     lines = ["Built-in rewards (TRL logs each as `rewards/<name>/mean`):"]
     for name, rdef in rdefs.items():
         params = ", ".join(f"`{k}`={v!r}" for k, v in rdef.params.items()) or "no params"
-        lines.append(f"- **{name}**: {rdef.description} ({params})")
+        lines.append(f"- **{as_text(name)}**: {as_text(rdef.description)} ({params})")
     return "\n".join(lines)
 
 
@@ -139,9 +153,10 @@ def _form_updates(tab: NewRunTab, values: dict[str, Any], errors: dict[str, list
         kwargs: dict[str, Any] = {}
         if f.key in values:
             kwargs["value"] = values[f.key]
+        msgs = errors.get(f.key)
         if f.widget != "rewards":
-            msgs = errors.get(f.key)
-            kwargs["info"] = ("✖ " + " / ".join(_capped(msgs, 5))) if msgs else (f.help or None)
+            kwargs["info"] = as_text("✖ " + " / ".join(_capped(msgs, 5))) if msgs else as_text(f.help)
+        kwargs["elem_classes"] = ["has-error"] if msgs else []
         out.append(gr.update(**kwargs))
     return out
 

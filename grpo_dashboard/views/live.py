@@ -96,6 +96,7 @@ class Feed:
         self._run: Run | None = None
         self._status: dict[str, Any] | None = None
         self._status_at = 0.0
+        self._pace: float | None = None
         self._findings: str | None = None
         self._log_size: int | None = None
         self._log = ""
@@ -117,7 +118,9 @@ class Feed:
             version = Version(self.version + 1)
             if token != self._token:
                 self._advance_series(run, version)
-            status = status_parts(run, now)
+            if token != self._token:
+                self._pace = overview.recent_pace(self.store, run)
+            status = status_parts(run, now, self._pace)
             if status != self._status:
                 version.status = self._status = status
             self._status_at = now
@@ -233,11 +236,11 @@ def _size(path: Path | None) -> int | None:
 
 
 # --- the page's live text ------------------------------------------------------------------------------------------
-def status_parts(run: Run, now: float | None = None) -> dict[str, Any]:
+def status_parts(run: Run, now: float | None = None, pace: float | None = None) -> dict[str, Any]:
     """The status block as data: its HTML (escaped), whether the run is active and whether a cancel is pending."""
     from grpo_dashboard.views import remote_status
 
-    text = overview.status_markdown(run, now)
+    text = overview.status_markdown(run, now, pace)
     remote = remote_status.hf_job_markdown(run)
     if remote:
         text += f"\n\n{remote}"

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from grpo_dashboard.spec import safe_yaml
@@ -51,13 +52,37 @@ def elapsed_s(run: Run, now: float | None = None) -> float | None:
     return max(0.0, end - start)
 
 
-def eta_s(run: Run, now: float | None = None) -> float | None:
-    """Remaining seconds at the observed pace (from start to the last logged step); None when unknown or ended."""
+def eta_s(run: Run, now: float | None = None, pace: float | None = None) -> float | None:
+    """Remaining seconds; None when unknown or ended. `pace` (seconds per step, `recent_pace`) is the recent step
+    rate; without it, the pace from the start to the last logged step (which counts model loading as training)."""
     if run.status in TERMINAL or not run.max_steps or not run.last_step or not run.started_at:
         return None
-    last = run.last_time or now or time.time()
-    per_step = (last - run.started_at) / max(run.last_step, 1)
-    return max(0.0, (run.max_steps - run.last_step) * per_step)
+    if pace is None:
+        last = run.last_time or now or time.time()
+        pace = (last - run.started_at) / max(run.last_step, 1)
+    return max(0.0, (run.max_steps - run.last_step) * pace)
+
+
+PACE_WINDOW = 20  # logged steps the recent step rate is measured over
+
+
+def recent_pace(store: Store, run: Run, window: int = PACE_WINDOW) -> float | None:
+    """Seconds per step over the run's last `window` logged train records, leaving out the first record (its time
+    includes loading the model and the first generation: warm-up); None until two records past it exist."""
+    if not run.is_active or not run.n_records or run.n_records < 3:
+        return None
+    heads = store.series_heads(run.id)
+    key = next((k for k in (("train", "loss"), ("train", "reward")) if k in heads),
+               next((k for k in heads if k[0] == "train"), None))
+    if key is None:
+        return None
+    a = store.arrays(run.id, key[1], key[0])
+    steps, times = a.steps[1:][-window:], a.times[1:][-window:]
+    ok = np.isfinite(times)
+    steps, times = steps[ok], times[ok]
+    if len(steps) < 2 or steps[-1] <= steps[0]:
+        return None
+    return float((times[-1] - times[0]) / (steps[-1] - steps[0]))
 
 
 def progress_text(run: Run, width: int = 10) -> str:
@@ -248,7 +273,8 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
         rows.append({
             "name": run.name, "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
             "health": health_badge(store, run, saved), "progress": progress_text(run),
-            "elapsed": fmt_duration(elapsed_s(run, now)), "ETA": fmt_duration(eta_s(run, now)),
+            "elapsed": fmt_duration(elapsed_s(run, now)),
+            "ETA": fmt_duration(eta_s(run, now, recent_pace(store, run))),
             "reward": fmt_value(latest.get("reward")), "backend": run.backend,
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),
             "id": run.id,
@@ -266,15 +292,15 @@ def run_choices(store: Store, runs: list[Run] | None = None) -> list[tuple[str, 
     return [(run_label(r), r.id) for r in (store.list_runs() if runs is None else runs)]
 
 
-def status_markdown(run: Run, now: float | None = None) -> str:
-    """Status block of the run detail page."""
+def status_markdown(run: Run, now: float | None = None, pace: float | None = None) -> str:
+    """Status block of the run detail page; `pace`: the recent seconds per step (`recent_pace`)."""
     now = now or time.time()
     parts = [f"**{STATUS_ICON.get(run.status, '')} {run.status}** · `{run.id}` · backend {run.backend}"]
     prog = progress_text(run)
     if prog:
         parts.append(f"progress {prog}")
     parts.append(f"elapsed {fmt_duration(elapsed_s(run, now)) or '—'}")
-    eta = eta_s(run, now)
+    eta = eta_s(run, now, pace)
     if eta is not None:
         parts.append(f"ETA {fmt_duration(eta)}")
     text = " · ".join(parts)
