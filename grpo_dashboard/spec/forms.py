@@ -246,6 +246,23 @@ def values_from_spec(spec: RunSpec) -> dict[str, Any]:
     return out
 
 
+def unshowable(text: str) -> list[FieldError]:
+    """Number fields whose YAML value is not a number (`beta: 0.0 [unclosed` reads as text): the form would show
+    them blank, so they are reported instead, naming the field and the value."""
+    spec = RunSpec.from_yaml(text)
+    out = []
+    for f in form_fields():
+        if f.widget in ("int", "float") and f.is_training:
+            value = spec.training.get(f.key[len("training."):])
+            if isinstance(value, str):
+                try:
+                    float(value)
+                except ValueError:
+                    out.append(FieldError(f.key, value, f"is not a number; write a {f.widget} such as "
+                                          f"{f.default if f.default is not None else 1}, or delete the line."))
+    return out
+
+
 def values_from_yaml(text: str) -> dict[str, Any]:
     """Widget values from YAML text; raises SpecError for structural problems."""
     return values_from_spec(RunSpec.from_yaml(text))

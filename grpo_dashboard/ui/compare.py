@@ -39,13 +39,15 @@ def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoot
     opts = charts.ChartOptions(smoothing=float(smoothing or 0), log_y=bool(log_y),
                                xaxis="relative time" if xaxis == "wall time" else (xaxis or "step"))
     series = []
+    differs = overview.differences(found)
     if metric:
         ident = ("eval" if metric.startswith("eval_") else "train", metric)
         for run in found:
             # The same display series (and cached summaries) as the run's own charts.
             got = display.downsampled(ctx.store, run.id, opts.max_points, opts.smoothing, keys=[ident]).get(ident)
             if got is not None and len(got):
-                series.append((f"{run.name} ({run.id[-6:]})", got))
+                what = differs.get(run.id)
+                series.append((f"{run.name} ({run.id[-6:]}{': ' + what if what else ''})", got))
     fig = charts.overlay_figure(metric or "", series, opts)
     diff = overview.spec_diff(found) if len(found) > 1 else None
     return gr.update(choices=options, value=metric), fig, diff

@@ -124,7 +124,7 @@ def build(ctx: UiContext) -> NewRunTab:
                                 add(f)
         with gr.Column(scale=2):
             yaml_code = gr.Code(initial_yaml, language="yaml", label="Run spec (YAML, editable)", interactive=True,
-                                lines=30, max_lines=60, elem_id="spec-yaml")
+                                lines=30, max_lines=60, elem_id="spec-yaml", wrap_lines=True)
             command = gr.Code(_command(initial_yaml), language="shell", label="Equivalent command", lines=8,
                               interactive=False, elem_id="spec-command")
     tab = NewRunTab(preset, ordered, inputs, yaml_code, command, summary, group_errors, launch_btn, validate_btn)
@@ -249,8 +249,13 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
     def yaml_to_form(yaml_text: str) -> list[Any]:
         try:
             values = forms.values_from_yaml(yaml_text)
+            bad = forms.unshowable(yaml_text)
         except SpecError as exc:
             return [gr.skip(), _summary(exc.errors, [], ""), *([gr.skip()] * len(tab.inputs))]
+        if bad:  # never blank a field: it keeps its value and shows what is wrong with the YAML's
+            placed = {e.field: [str(e.message)] for e in bad}
+            updates = _form_updates(tab, {k: v for k, v in values.items() if k not in placed}, placed)
+            return [gr.skip(), _summary(bad, [], ""), *updates]
         return [_command(yaml_text), "YAML applied to the form.", *_form_updates(tab, values)]
 
     tab.yaml.input(guarded(ctx, yaml_to_form, what="form update", scrub=False), [tab.yaml],

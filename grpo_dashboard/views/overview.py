@@ -24,7 +24,8 @@ from grpo_dashboard.views.memo import LruCache, SingleFlight
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
-RUN_COLUMNS = ("name", "status", "health", "progress", "elapsed", "ETA", "reward", "backend", "started", "id")
+RUN_COLUMNS = ("name", "differs", "note", "status", "health", "progress", "elapsed", "ETA", "reward", "backend",
+               "started", "id")
 # Plain glyphs (present in common fonts, unlike emoji on minimal Linux machines).
 STATUS_ICON = {"queued": "◌", "running": "▶", "completed": "✔", "failed": "✖", "canceled": "■"}
 HEALTH_ICON = {"ok": "●", "info": "ℹ", "warning": "▲", "error": "✖"}
@@ -268,10 +269,13 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
     if runs is None:
         runs = store.list_runs(status=list(statuses) if statuses else None)
     saved = store.health_badges() if runs else {}
+    differs = differences(runs)
+    notes = store.notes() if runs else {}
     for run in runs:
         latest = store.latest_metrics(run.id) if run.n_records else {}
         rows.append({
-            "name": run.name, "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
+            "name": run.name, "differs": differs.get(run.id, ""), "note": _short(notes.get(run.id, "")),
+            "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
             "health": health_badge(store, run, saved), "progress": progress_text(run),
             "elapsed": fmt_duration(elapsed_s(run, now)),
             "ETA": fmt_duration(eta_s(run, now, recent_pace(store, run))),
@@ -282,14 +286,22 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
     return pd.DataFrame(rows, columns=list(RUN_COLUMNS))
 
 
-def run_label(run: Run) -> str:
-    """Dropdown label of a run (no status: a selected label is not refreshed when the status moves)."""
-    return f"{run.name} · {run.id}"
+def _short(text: str, n: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def run_label(run: Run, differs: str = "") -> str:
+    """Dropdown label of a run (no status: a selected label is not refreshed when the status moves), with what sets
+    it apart from runs of the same name."""
+    return f"{run.name} · {run.id}" + (f" · {differs}" if differs else "")
 
 
 def run_choices(store: Store, runs: list[Run] | None = None) -> list[tuple[str, str]]:
     """(label, id) pairs of every run (or of `runs`), newest first."""
-    return [(run_label(r), r.id) for r in (store.list_runs() if runs is None else runs)]
+    runs = store.list_runs() if runs is None else runs
+    differs = differences(runs)
+    return [(run_label(r, differs.get(r.id, "")), r.id) for r in runs]
 
 
 def status_markdown(run: Run, now: float | None = None, pace: float | None = None) -> str:
@@ -376,6 +388,40 @@ def _spec_dict(run: Run) -> dict[str, Any]:
     for path_key in ("output_dir",):
         data.pop(path_key, None)
     return flatten(data)
+
+
+DIFFERS_SHOWN = 3  # differing fields named per run in the table and the pickers
+
+
+@functools.lru_cache(maxsize=1024)
+def _flat_spec(spec_yaml: str) -> tuple[tuple[str, str], ...]:
+    try:
+        data = safe_yaml.load(spec_yaml) or {}
+    except Exception:  # noqa: BLE001 - an unreadable stored spec only loses its differences
+        return ()
+    data.pop("output_dir", None)
+    return tuple((k, repr(v)) for k, v in flatten(data).items() if k != "name")
+
+
+def differences(runs: list[Run]) -> dict[str, str]:
+    """Run id -> the spec fields in which it differs from the other runs of the same name (`training.beta=0.04,
+    max_steps=300`, short keys, at most DIFFERS_SHOWN), for names used by more than one run."""
+    by_name: dict[str, list[Run]] = {}
+    for r in runs:
+        by_name.setdefault(r.name, []).append(r)
+    out: dict[str, str] = {}
+    for group in by_name.values():
+        if len(group) < 2:
+            continue
+        flats = [dict(_flat_spec(r.spec_yaml)) for r in group]
+        keys = sorted({k for f in flats for k in f})
+        varying = [k for k in keys if len({f.get(k) for f in flats}) > 1]
+        for r, flat in zip(group, flats, strict=True):
+            parts = [f"{k.removeprefix('training.')}={flat.get(k, '—').strip(chr(39))}" for k in varying]
+            text = ", ".join(parts[:DIFFERS_SHOWN]) + (f" +{len(parts) - DIFFERS_SHOWN}" if len(parts) > DIFFERS_SHOWN
+                                                         else "")
+            out[r.id] = text or "same spec"
+    return out
 
 
 def spec_diff(runs: list[Run]) -> pd.DataFrame:
