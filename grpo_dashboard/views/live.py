@@ -47,10 +47,11 @@ def series_delta(points: Any, keep: int) -> dict[str, Any]:
     """The points of a display series after its first `keep` (arrays; non-finite values become JSON nulls: gaps)."""
     tail = slice(keep, None)
     smooth = points.smooth if points.smooth is not None else points.values
-    out = {"keep": keep, "step": points.steps[tail], "time": points.times[tail], "value": points.values[tail],
-           "smooth": smooth[tail]}
+    c = np.ascontiguousarray
+    out = {"keep": keep, "step": c(points.steps[tail]), "time": c(points.times[tail]),
+           "value": c(points.values[tail]), "smooth": c(smooth[tail])}
     if points.band is not None:
-        out["band"] = points.band[tail]
+        out["band"] = c(points.band[tail])
     return out
 
 
