@@ -131,7 +131,7 @@ def test_form_to_yaml(served: tuple[Any, Client, Store]) -> None:
     yaml_text, command, _ = client.predict(*form_args(demo, values), text, api_name="/form_to_yaml")
     assert "num_generations: 4" in yaml_text and "epsilon_high: 0.3" in yaml_text
     assert yaml_text in command
-    assert yaml_text.startswith("name: smoke")
+    assert "\nname: smoke\n" in yaml_text and yaml_text.startswith("# ")  # the preset's comment line is kept
 
 
 def test_yaml_to_form(served: tuple[Any, Client, Store]) -> None:
