@@ -22,6 +22,8 @@ from grpo_dashboard.ui.serving import DashboardBlocks, page_head, short_circuit_
 from grpo_dashboard.views import overview
 
 CSS = (Path(__file__).resolve().parent / "static" / "dashboard.css").read_text()
+# Ingestion passes: a live page shows a record at most this long (plus its push) after the job wrote it.
+MONITOR_S = 0.2
 TAB_IDS = ("new", "preflight", "runs", "detail", "compare")
 
 
@@ -45,7 +47,7 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
     if settings.on_space():
         hub_client.forbid_implicit_hub_token()
     ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT,
-                    runs.Monitor(store, on_end=overview.health_badge) if monitor else None)
+                    runs.Monitor(store, interval_s=MONITOR_S, on_end=overview.health_badge) if monitor else None)
     with DashboardBlocks(title="GRPO Dashboard") as demo:
         gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs")
         who = auth.header(ctx)
