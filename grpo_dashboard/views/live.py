@@ -98,6 +98,7 @@ class Feed:
         self._status: dict[str, Any] | None = None
         self._status_at = 0.0
         self._pace: float | None = None
+        self._found: list[Any] = []
         self._findings: str | None = None
         self._log_size: int | None = None
         self._log = ""
@@ -106,8 +107,9 @@ class Feed:
         self._lock = threading.Lock()
 
     # --- advancing ---------------------------------------------------------------------------------------------
-    def advance(self, now: float | None = None) -> bool:
-        """Publish a new version if anything the page shows changed; True when one was published."""
+    def advance(self, now: float | None = None, findings: bool = True) -> bool:
+        """Publish a new version if anything the page shows changed; True when one was published. With `findings`
+        False the doctor's findings are not brought up to date (the ones last read stay)."""
         now = time.time() if now is None else now
         with self._lock:
             token = self.store.change_token(self.run_id)
@@ -118,7 +120,7 @@ class Feed:
             run = self.store.get_run(self.run_id)
             version = Version(self.version + 1)
             if token != self._token:
-                self._advance_series(run, version)
+                self._advance_series(run, version, findings)
             if token != self._token:
                 self._pace = overview.recent_pace(self.store, run)
             status = status_parts(run, now, self._pace)
@@ -142,10 +144,11 @@ class Feed:
             self._snapshots.clear()
             return True
 
-    def _advance_series(self, run: Run, version: Version) -> None:
+    def _advance_series(self, run: Run, version: Version, with_findings: bool) -> None:
         frames = display.run_series(self.store, self.run_id, self.smoothing, self.max_points)
         groups = charts.group_metrics(frames.keys())
-        found = overview.findings(self.store, run)
+        found = overview.findings(self.store, run) if with_findings else self._found
+        self._found = found
         marks = charts.finding_marks(found, groups)
         t0 = charts.run_t0(frames, run.started_at)
         findings = findings_html(self.store, run, found)
@@ -221,8 +224,9 @@ class Feed:
 
 
 def version_json(feed: Feed, v: Version) -> str:
-    """One version as the JSON a viewer gets (the same text for every viewer)."""
-    return orjson.dumps({"cursor": f"{feed.epoch}:{v.number}", "series": v.series, "status": v.status,
+    """One version as the JSON a viewer gets (the same text for every viewer); `at`: when it was published."""
+    return orjson.dumps({"cursor": f"{feed.epoch}:{v.number}", "at": time.time(), "series": v.series,
+                         "status": v.status,
                          "findings": v.findings, "log": v.log, "samples": v.samples},
                         option=orjson.OPT_SERIALIZE_NUMPY).decode()
 

@@ -77,8 +77,11 @@ def recent_pace(store: Store, run: Run, window: int = PACE_WINDOW) -> float | No
                next((k for k in heads if k[0] == "train"), None))
     if key is None:
         return None
-    a = store.arrays(run.id, key[1], key[0])
-    steps, times = a.steps[1:][-window:], a.times[1:][-window:]
+    n, last = heads[key]
+    whole = n <= 4 * window + 1  # short: read it all (the first record is left out below)
+    a = store.arrays(run.id, key[1], key[0], None if whole else max(0, last - 4 * window * max(1, last // n)))
+    steps, times = (a.steps[1:], a.times[1:]) if whole else (a.steps, a.times)
+    steps, times = steps[-window:], times[-window:]
     ok = np.isfinite(times)
     steps, times = steps[ok], times[ok]
     if len(steps) < 2 or steps[-1] <= steps[0]:
