@@ -38,11 +38,13 @@ BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-timer-thr
 PEER_REV = "c230c55"
 TARGET_P50_S, TARGET_P95_S, TARGET_USABLE_S = 0.5, 1.0, 2.0
 
-# The newest step the reward chart shows, sampled every 20 ms into window.__drawn as [wall ms, step] changes.
+# The newest step the reward chart shows, sampled every 20 ms into window.__drawn as [wall ms, step] changes (the
+# pushed page publishes it as data-grpo-step after each draw; the polling page's plotly data is read).
 SAMPLER = """() => {
   window.__drawn = [];
   let last = -1;
   const newest = () => {
+    if (document.body.dataset.grpoStep !== undefined) return Number(document.body.dataset.grpoStep);  // live.js
     const gd = document.querySelector('#plot-reward .js-plotly-plot');
     if (!gd || !gd._fullData) return -1;
     let best = -1;

@@ -279,7 +279,9 @@ def test_cancel_and_compare(served: tuple[Any, Client, Store], finished_run: str
     metric, fig, diff = client.predict([finished_run, run_id], "reward", 0.0, False, "step", api_name="/compare")
     assert metric["value"] == "reward" and "entropy" in str(metric["choices"])
     traces = plot_traces(fig)
-    assert [t["name"] for t in traces] == [f"smoke ({finished_run[-6:]})", f"smoke ({run_id[-6:]})"]
+    names = [t["name"] for t in traces]
+    assert [n.split(":")[0] for n in names] == [f"smoke ({finished_run[-6:]}", f"smoke ({run_id[-6:]}"]
+    assert all("max_steps=" in n for n in names)  # same-name runs are told apart by what differs
     diff_rows = {r[0]: r[1:] for r in diff["data"]}
     assert diff_rows["training.max_steps"] == ["20", "400"]
     assert diff_rows["training.learning_rate"] == ["0.001", "0.002"]
