@@ -47,7 +47,9 @@ def series_delta(points: Any, keep: int) -> dict[str, Any]:
     """The points of a display series after its first `keep` (arrays; non-finite values become JSON nulls: gaps)."""
     tail = slice(keep, None)
     smooth = points.smooth if points.smooth is not None else points.values
-    c = np.ascontiguousarray
+    def c(a: np.ndarray) -> np.ndarray:
+        return np.array(a, copy=True)  # a copy: a view would keep the whole display array alive in the version log
+
     out = {"keep": keep, "step": c(points.steps[tail]), "time": c(points.times[tail]),
            "value": c(points.values[tail]), "smooth": c(smooth[tail])}
     if points.band is not None:
