@@ -80,6 +80,7 @@
   }
 
   function drawSnapshot(msg) {
+    state.queue = null;
     state.t0 = msg.t0;
     state.lens = {};
     state.figs = {};
@@ -89,6 +90,36 @@
     }
     whenPlotly(() => { for (const pid of Object.keys(state.figs)) draw(pid); markDrawn(); });
     applyText(msg);
+  }
+
+  // Deltas that arrive while the page is busy are merged and drawn together: a slow or starved page redraws once per
+  // turn of its event loop, not once per delta, so it never falls further and further behind.
+  const FIELDS = ["step", "time", "value", "smooth", "band"];
+
+  function merge(a, b) {
+    if (!a || b.keep < a.keep) return b;
+    const cut = b.keep - a.keep, out = { keep: a.keep };
+    for (const f of FIELDS) {
+      if (a[f] === undefined && b[f] === undefined) continue;
+      out[f] = (a[f] || []).slice(0, cut).concat(b[f] || []);
+    }
+    return out;
+  }
+
+  function queueDelta(msg) {
+    const q = state.queue || (state.queue = { series: {}, texts: [] });
+    for (const [k, d] of Object.entries(msg.series || {})) q.series[k] = merge(q.series[k], d);
+    q.texts.push(msg);
+    if (!state.flushTimer) state.flushTimer = setTimeout(flush, 0);
+  }
+
+  function flush() {
+    state.flushTimer = null;
+    const q = state.queue;
+    state.queue = null;
+    if (!q) return;
+    applyDelta({ series: q.series });
+    for (const msg of q.texts) applyText(msg);
   }
 
   function applyDelta(msg) {
@@ -126,7 +157,6 @@
         markDrawn();
       });
     }
-    applyText(msg);
   }
 
   function markDrawn() {
@@ -206,7 +236,7 @@
     const source = new EventSource(STREAM + "?" + q.toString());
     state.source = source;
     source.addEventListener("snapshot", e => { state.received++; state.retry = 0; drawSnapshot(JSON.parse(e.data)); });
-    source.addEventListener("delta", e => { state.received++; state.retry = 0; applyDelta(JSON.parse(e.data)); });
+    source.addEventListener("delta", e => { state.received++; state.retry = 0; queueDelta(JSON.parse(e.data)); });
     source.addEventListener("gone", () => { source.close(); placeholders("This run no longer exists."); });
     source.onerror = () => {
       // EventSource reconnects by itself (sending Last-Event-ID); after a refusal (404/400) it stops: say so.
