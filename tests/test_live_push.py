@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.settings import Settings
 from grpo_dashboard.space import access
 from grpo_dashboard.store import ingest
@@ -114,7 +115,7 @@ def test_one_feed_per_run_and_smoothing(tmp_path: Path) -> None:
     feeds = live.Feeds()
     a, b, c = feeds.get(store, "r1", 0.6), feeds.get(store, "r1", 0.6), feeds.get(store, "r1", 0.0)
     assert a is b and a is not c and len(feeds) == 2
-    with pytest.raises(live.RunNotFound):
+    with pytest.raises(RunNotFound):
         feeds.get(store, "nope", 0.6)
 
 

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.store.db import Run, Store
 from grpo_dashboard.views import charts, completions, display, overview
 
@@ -325,6 +324,3 @@ class Feeds:
         with self._lock:
             return any(f is feed for f in self._feeds.values())
 
-
-__all__ = ["Feed", "Feeds", "RunNotFound", "Version", "common_prefix", "findings_html", "series_delta",
-           "status_parts", "version_json"]
