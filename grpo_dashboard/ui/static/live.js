@@ -217,10 +217,14 @@
   }
 
   function open(run, smoothing, logY, xaxis) {
+    const sm = Number(smoothing);
+    const opts = { run: run || "", smoothing: isFinite(sm) ? sm : 0.6, logY: !!logY, xaxis: xaxis || "step" };
+    const o = state.opts;
+    if (state.source && o && o.run === opts.run && o.smoothing === opts.smoothing && o.logY === opts.logY &&
+        o.xaxis === opts.xaxis && state.source.readyState !== EventSource.CLOSED) return;  // already following it
     if (state.source) { state.source.close(); state.source = null; }
     clearTimeout(state.timer);
-    const sm = Number(smoothing);
-    state.opts = { run: run || "", smoothing: isFinite(sm) ? sm : 0.6, logY: !!logY, xaxis: xaxis || "step" };
+    state.opts = opts;
     state.samples = undefined;
     setParam("run", run || null);
     if (!run) { placeholders("Select a run (or launch one from New run)."); return; }
@@ -260,6 +264,11 @@
     pending = true;
     requestAnimationFrame(() => { pending = false; drawMissing(); });
   }).observe(document.documentElement, { childList: true, subtree: true });
+
+  // A deep link starts following its run at once, with the page's default options, while Gradio is still starting;
+  // the app's own call with the same run and options then keeps this stream.
+  const linked = new URLSearchParams(initialSearch).get("run");
+  if (linked) open(linked, 0.6, false, "step");
 
   window.grpoLive = { open, setTab, loaded, state, initialSearch };
 })();
