@@ -30,9 +30,11 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("training_overhead", [], "5. training overhead of the job's metrics callback"),
     ("store_scale", [], "6. store scale: 200 runs x 10,000 steps"),
     ("doctor_long_log", [], "7. the doctor on long logs"),
-    ("push_latency", [], "8. live page: record written -> drawn in Chromium, pushed vs polled"),
-    ("push_viewers", [], "9. 50 viewers on 5 live runs, pushed vs polled"),
-    ("push_refresh", [], "10. refresh work of 100 new records, pushed vs polled"),
+    ("doctor_real_logs", [], "8. the doctor on labelled real GRPO logs, against rldoctor"),
+    ("forecast_backtest", [], "9. the forecast, backtested on real GRPO logs"),
+    ("push_latency", [], "10. live page: record written -> drawn in Chromium, pushed vs polled"),
+    ("push_viewers", [], "11. 50 viewers on 5 live runs, pushed vs polled"),
+    ("push_refresh", [], "12. refresh work of 100 new records, pushed vs polled"),
 ]
 
 

@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("doctor", help="Diagnose a GRPO log (trainer_state.json, checkpoint dir, metrics.jsonl, JSONL).",
                    add_help=False)
+    sub.add_parser("forecast", help="Forecast a GRPO log: reward ceiling, plateau, stop step, cost (LOG [--json] "
+                   "[--at-step N] [--flavor NAME | --price-per-hour USD]).", add_help=False)
     sub.add_parser("check-rewards", help="Run every reward on real rows (ideal, wrong-format, empty, garbage) in a "
                    "sandbox and flag broken ones.", add_help=False)
     sub.add_parser("inspect-dataset", help="Show a spec's dataset: columns, prompt column, chat template, prompt "
@@ -130,6 +132,31 @@ def _doctor(argv: list[str]) -> int:
     return doctor_main(argv)
 
 
+def _forecast(argv: list[str]) -> int:
+    """LOG [--json] [--at-step N] [--max-steps N] [--flavor NAME | --price-per-hour USD]; the flavor's price comes from
+    the Hub's live hardware list when reachable, else the built-in table."""
+    from grpo_dashboard.health.forecast_cli import forecast_main
+
+    rest, flavor = list(argv), None
+    if "--flavor" in rest:
+        i = rest.index("--flavor")
+        if i + 1 >= len(rest):
+            print("forecast: --flavor needs a Jobs flavor name, e.g. --flavor a10g-small", file=sys.stderr)
+            return 2
+        flavor = rest[i + 1]
+        del rest[i : i + 2]
+    if flavor is None:
+        return forecast_main(rest)
+    from grpo_dashboard.spec.flavors import flavors
+
+    table = flavors(live=os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True"))
+    if flavor not in table:
+        print(f"forecast: unknown HF Jobs flavor {flavor!r}; known: {', '.join(sorted(table))}", file=sys.stderr)
+        return 2
+    chosen = table[flavor]
+    return forecast_main(rest, chosen.price_per_hour, f" ({flavor}, {chosen.source} price)")
+
+
 def _check_rewards(argv: list[str]) -> int:
     from grpo_dashboard.checks.reward_check import check_rewards_main  # SPEC [--rows N] [--json]
 
@@ -155,7 +182,8 @@ def _deploy_space(argv: list[str]) -> int:
 
 
 DELEGATED: dict[str, Callable[[list[str]], int]] = {
-    "doctor": _doctor, "check-rewards": _check_rewards, "inspect-dataset": _inspect_dataset, "hardware": _hardware,
+    "doctor": _doctor, "forecast": _forecast, "check-rewards": _check_rewards, "inspect-dataset": _inspect_dataset,
+    "hardware": _hardware,
     "deploy-space": _deploy_space,
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -241,3 +242,34 @@ def served_client(data: Path) -> Iterator[Any]:
             yield Client(free_port_app(demo), verbose=False)
         finally:
             demo.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Slurm cluster on this host (tests/slurm_cluster.py: munged, slurmctld, two slurmd), started once per
+    session and stopped by pid; the test is skipped, with the reason, where Slurm is missing or cannot start."""
+    from .slurm_cluster import SlurmCluster, missing_commands
+
+    missing = missing_commands()
+    if missing:
+        pytest.skip(f"Slurm is not installed here (missing {', '.join(missing)}): apt-get install slurm-wlm munge")
+    if os.geteuid() != 0:
+        pytest.skip("the test cluster's slurmd must run as root (it starts jobs as their users)")
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        cluster.stop()
+        pytest.skip(f"Slurm could not start here: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The session's Slurm cluster, with this test's Slurm commands (and the backend's) pointed at it."""
+    for key, value in slurm_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    return slurm_cluster

@@ -57,11 +57,11 @@ def test_the_table_covers_every_kind_a_spec_may_name() -> None:
 
 
 def test_an_unknown_kind_gets_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(BackendError, match=r"'slurm'.*'local'.*'hf_jobs'"):
-        backends.backend_for("slurm")
-    run = Run(id="r", name="r", spec_yaml="", backend="slurm", status="running", created_at=0.0,
+    with pytest.raises(BackendError, match=r"'kubernetes'.*'local', 'hf_jobs', 'slurm'"):
+        backends.backend_for("kubernetes")
+    run = Run(id="r", name="r", spec_yaml="", backend="kubernetes", status="running", created_at=0.0,
               run_dir=str(tmp_path))
-    with pytest.raises(BackendError, match="slurm"):
+    with pytest.raises(BackendError, match="kubernetes"):
         runs.job_summary(run)
 
 

@@ -92,8 +92,9 @@ def plot_traces(payload: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def plot_points(payload: dict[str, Any]) -> int:
-    """Points of the longest trace in a gr.Plot payload."""
-    return max((trace_len(t["x"]) for t in plot_traces(payload) if "x" in t), default=0)
+    """Points of the longest logged-metric trace in a gr.Plot payload (the forecast's drawn curves excluded)."""
+    return max((trace_len(t["x"]) for t in plot_traces(payload) if "x" in t and t.get("meta") != "forecast"),
+               default=0)
 
 
 def test_every_named_endpoint_is_covered(served: tuple[Any, Client, Store]) -> None:
@@ -230,6 +231,7 @@ def test_detail_render_then_poll_redraws_only_on_change(served: tuple[Any, Clien
     assert findings
     points = {p.id: plot_points(pl) for p, pl in zip(charts.PANELS, plots, strict=True)}
     assert points["reward"] == 20 and points["entropy"] == 20 and points["length"] == 20
+    assert any(t.get("meta") == "forecast" for t in plot_traces(plots[0]))  # the fit drawn over the reward
     assert "KL not logged: beta is 0" in plots[2]["plot"]
     assert spec_yaml.startswith("name: smoke") and "@@GRPO_DASHBOARD@@" not in log
     assert step_dd["value"] == 20 and "Step 20" in note

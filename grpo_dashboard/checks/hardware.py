@@ -16,14 +16,23 @@ at once per GPU (B × steps_per_generation), h / i / L / V = hidden size / MLP s
   KV cache     G·T·L·2·kv·hd·2 bytes while generating with transformers
   overhead     1 GiB CUDA context, then +10 % for allocator fragmentation and library workspaces
 vLLM colocate reserves `vllm_gpu_memory_utilization` of each card; training must fit in the rest. vLLM server mode
-needs one more GPU than the training processes.
+needs its own GPUs besides the training processes (one, or the `generation` section's server GPUs / nodes); N is the
+world size across every training node.
 
 Time per step = generation (C decoding steps, each bounded by reading the weights from GPU memory, at least 20 ms
 per step with transformers' generate and 4 ms with vLLM, shared over num_iterations) + training (2·P per token per
 forward; backward 2×, recompute 1× with checkpointing, one more forward for the reference model or old log-probs,
-at 30 % of the GPU's peak bf16 FLOP/s) + 10 %. Total = startup (5 min for the image and `uv` installing torch and
-trl, plus the model download at 150 MB/s) + steps × step time. Timeout = total × 1.5, at least 30 min, rounded up
-to 15 min. Every number is an estimate: the UI and the CLI show the parts and the assumptions.
+at 30 % of the GPU's peak bf16 FLOP/s) + ZeRO-3/FSDP communication + the weight sync to vLLM + 10 %.
+Generation also reads each sequence's KV cache per decoded token (the longer the completions, the slower each step),
+and runs once per `steps_per_generation` micro-batches (rounds = gradient_accumulation_steps × B ÷ G).
+ZeRO-3 / FSDP gather the sharded weights for every pass over the model (forward, recompute, backward, reference
+forward) and reduce-scatter the gradients, per micro-batch: bytes P·w·(N−1)/N each at the interconnect's effective
+bandwidth (NVLink for SXM cards, PCIe otherwise, the inter-node network once training spans nodes), plus a latency per
+gathered module (7 per layer) and pass. vLLM gets the new weights once per generation: per weight tensor (12 per
+layer) one gather and one transfer, 20 ms each to a server (HTTP call + NCCL broadcast), 1 ms colocated.
+Total = startup (5 min for the image and `uv` installing torch and trl, plus the model download at 150 MB/s) +
+steps × step time. Timeout = total × 1.5, at least 30 min, rounded up to 15 min. Every number is an estimate: the
+UI and the CLI show the parts and the assumptions.
 """
 
 from __future__ import annotations
@@ -34,6 +43,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_dashboard.checks.cluster_estimate import (  # noqa: F401 - re-exported: the estimator's vocabulary
+    CLUSTER_SOURCE,
+    SYNC_COLOCATE_S,
+    SYNC_SERVER_S,
+    TENSORS_PER_LAYER,
+    cluster_flavor,
+    sharding_communication,
+)
 from grpo_dashboard.checks.model_shape import DTYPE_BYTES, ModelShape, model_shape
 from grpo_dashboard.spec.flavors import (  # noqa: F401 - re-exported: the estimator's public vocabulary
     BUILTIN_FLAVORS,
@@ -43,7 +60,7 @@ from grpo_dashboard.spec.flavors import (  # noqa: F401 - re-exported: the estim
     format_duration,
     parse_timeout,
 )
-from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.spec.run_spec import HF_JOBS, SLURM, RunSpec, server_nodes, training_nodes, world_size
 
 GIB = 2 ** 30
 CONTEXT_GIB = 1.0
@@ -79,6 +96,8 @@ class Workload:
     weight_bytes: int
     steps: int | None
     notes: list[str] = field(default_factory=list)
+    server_gpus: int = 0
+    nodes: int = 1
 
 
 def workload(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None = None, num_rows: int | None = None
@@ -90,7 +109,7 @@ def workload(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None = None,
     eff = lambda name: trl_fields.effective(t, name)  # noqa: E731
     notes: list[str] = []
     batch, ga = int(eff("per_device_train_batch_size") or 8), int(eff("gradient_accumulation_steps") or 1)
-    procs = max(1, spec.backend.num_processes)
+    procs = world_size(spec)
     spg = eff("steps_per_generation")
     gbs = eff("generation_batch_size")
     gen_batch = int(gbs) // procs if gbs else batch * int(spg or ga)
@@ -102,7 +121,18 @@ def workload(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None = None,
     zero = 3 if acc.startswith("fsdp") or acc == "zero3" else int(acc[-1]) if re.fullmatch(r"zero[12]", acc) else 0
     use_vllm = bool(eff("use_vllm"))
     mode = str(eff("vllm_mode")) if use_vllm else None
+    if spec.generation is not None and spec.backend.kind != HF_JOBS:
+        use_vllm, mode = True, "server"
     share = float(eff("vllm_gpu_memory_utilization") or 0.3) if mode == "colocate" else 0.0
+    g = spec.generation
+    if mode != "server":
+        served = 0
+    elif g is not None and g.server_gpus:
+        served = len(g.server_gpus)
+    elif g is not None and spec.backend.kind == SLURM:
+        served = server_nodes(spec) * max(1, spec.backend.gpus_per_node or 1)
+    else:
+        served = 1
     steps = int(eff("max_steps") or -1)
     iterations = int(eff("num_iterations") or 1)
     gens = int(eff("num_generations") or 8)
@@ -116,7 +146,7 @@ def workload(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None = None,
     return Workload(batch, ga, gen_batch, gens, int(eff("max_completion_length") or 512), int(prompt_tokens),
                     iterations, float(eff("beta") or 0.0), bool(eff("gradient_checkpointing")),
                     spec.model.lora.r if spec.model.lora else None, mode, share, procs, zero if procs > 1 else 0,
-                    DTYPE_BYTES.get(dtype, 2), steps, notes)
+                    DTYPE_BYTES.get(dtype, 2), steps, notes, served, training_nodes(spec))
 
 
 def lora_params(shape: ModelShape, r: int) -> int:
@@ -139,9 +169,28 @@ class MemoryEstimate:
 
     def fits(self, flavor: Flavor) -> bool:
         """True when the run fits each device of `flavor` (with enough devices)."""
-        if flavor.is_gpu and flavor.gpus < self.processes + self.extra_gpus:
-            return False
+        return self.enough_gpus(flavor) and self.fits_memory(flavor)
+
+    def fits_memory(self, flavor: Flavor) -> bool:
+        """True when one device of `flavor` holds a training process."""
         return self.total <= flavor.memory_gib * (1.0 - self.vllm_share)
+
+    def gpus_needed(self) -> int:
+        """Training processes plus the vLLM server's GPUs."""
+        return self.processes + self.extra_gpus
+
+    def enough_gpus(self, flavor: Flavor) -> bool:
+        """True when `flavor` has a GPU for every training process and for the vLLM server."""
+        return not flavor.is_gpu or flavor.gpus >= self.gpus_needed()
+
+    def gpu_shortfall(self, flavor: Flavor) -> str:
+        """Why `flavor` lacks GPUs for this run ("needs N+1 GPUs ..."), or "" when it has enough."""
+        if self.enough_gpus(flavor):
+            return ""
+        server = f"+{self.extra_gpus}" if self.extra_gpus else ""
+        why = (f" ({self.processes} training + {self.extra_gpus} for the vLLM server)" if self.extra_gpus
+               else " (one per training process)")
+        return f"needs {self.processes}{server} GPUs{why}; {flavor.name} has {flavor.gpus}"
 
     def card_needed(self) -> float:
         """Card memory (GiB) this needs, counting the share reserved by a colocated vLLM."""
@@ -176,7 +225,7 @@ def estimate_memory(shape: ModelShape, w: Workload) -> MemoryEstimate:
     subtotal = sum(gib.values()) + CONTEXT_GIB
     gib["CUDA context"] = CONTEXT_GIB
     gib["fragmentation and workspaces (+10 %)"] = subtotal * FRAGMENTATION
-    return MemoryEstimate(gib, subtotal * (1 + FRAGMENTATION), w.vllm_share, n, 1 if w.vllm_mode == "server" else 0)
+    return MemoryEstimate(gib, subtotal * (1 + FRAGMENTATION), w.vllm_share, n, w.server_gpus)
 
 
 @dataclass
@@ -187,6 +236,7 @@ class TimeEstimate:
     steps: int | None
     startup_s: float
     total_s: float | None
+    parts: dict[str, float] = field(default_factory=dict)
 
 
 def estimate_time(shape: ModelShape, w: Workload, flavor: Flavor) -> TimeEstimate:
@@ -194,17 +244,28 @@ def estimate_time(shape: ModelShape, w: Workload, flavor: Flavor) -> TimeEstimat
     weights = shape.params * w.weight_bytes
     active = shape.params * shape.active_fraction
     floor = 0.004 if w.vllm_mode else (0.02 if flavor.is_gpu else 0.005)
-    decode = max(weights * shape.active_fraction / (flavor.bandwidth_gbs * 1e9 * 0.7), floor)
+    bandwidth = flavor.bandwidth_gbs * 1e9 * 0.7
+    decode = max(weights * shape.active_fraction / bandwidth, floor)
+    kv = shape.kv_heads * shape.head_dim * shape.layers * 2 * 2  # bytes of K and V per token
+    # Per decoded token, every sequence of the round reads its KV cache (on average half the completion long).
+    kv_read = w.gen_batch * (w.prompt + w.completion / 2) * kv / bandwidth
     rounds = w.grad_accum * w.batch / max(1, w.gen_batch)
-    generation = rounds * w.completion * decode / max(1, w.iterations)
+    generation = rounds * w.completion * (decode + kv_read) / max(1, w.iterations)
     passes = 1 + 2 + (1 if w.checkpointing else 0) + (1 if (w.beta > 0 or w.iterations > 1) else 0)
     if w.lora_r:
         passes -= 1  # no weight gradients for the frozen base
     flops = 2 * active * passes * w.batch * w.grad_accum * (w.prompt + w.completion)
     training = flops / (flavor.tflops * 1e12 * MFU)
-    step = (generation + training) * 1.1
+    parts = {"generation": generation, "training compute": training}
+    if w.zero >= 3 and w.processes > 1:
+        parts["ZeRO-3/FSDP communication"] = sharding_communication(shape, w, flavor)
+    if w.vllm_mode:
+        tensors = shape.layers * TENSORS_PER_LAYER + 3
+        per_tensor = SYNC_SERVER_S if w.vllm_mode == "server" else SYNC_COLOCATE_S
+        parts["weight sync to vLLM"] = (tensors * per_tensor + weights / bandwidth) / max(1, w.iterations)
+    step = sum(parts.values()) * 1.1
     startup = STARTUP_S + weights / DOWNLOAD_BPS
-    return TimeEstimate(step, w.steps, startup, startup + step * w.steps if w.steps else None)
+    return TimeEstimate(step, w.steps, startup, startup + step * w.steps if w.steps else None, parts)
 
 
 @dataclass
@@ -219,6 +280,8 @@ class FlavorFit:
     hours: float | None
     cost_usd: float | None
     note: str = ""
+    step_s: float | None = None
+    step_parts: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -264,11 +327,17 @@ class HardwareReport:
                              f"{self.memory.card_needed():.1f} GiB card")
         for label, fit in (("Chosen", self.chosen), ("Recommended", self.recommended)):
             if fit is not None:
-                verdict = "fits" if fit.fits else "does NOT fit"
+                verdict = "fits" if fit.fits else (fit.note if fit.note.startswith("needs") else "does NOT fit")
                 cost = (f", ~{format_duration(fit.hours * 3600)} ≈ ${fit.cost_usd:.2f}" if fit.hours is not None
                         and fit.cost_usd is not None else "")
-                lines.append(f"{label}: {fit.name} (${fit.price_per_hour:.2f}/h, {fit.memory_gib:.0f} GiB per device)"
-                             f" {verdict}{cost}")
+                price = f"${fit.price_per_hour:.2f}/h, " if fit.price_per_hour else ""
+                duration = (f", ~{format_duration(fit.hours * 3600)}" if fit.hours is not None and fit.cost_usd is None
+                            else cost)
+                lines.append(f"{label}: {fit.name} ({price}{fit.memory_gib:.0f} GiB per device) {verdict}{duration}")
+        fit = self.chosen or self.recommended
+        if fit is not None and fit.step_s is not None:
+            parts = ", ".join(f"{k} {v:.1f} s" for k, v in fit.step_parts.items() if v >= 0.05)
+            lines.append(f"Time per step on {fit.name}: ~{fit.step_s:.1f} s ({parts}; +10 %)")
         if self.reason:
             lines.append(f"Why: {self.reason}")
         lines.append(f"Timeout: {format_duration(self.timeout_s)} ({self.timeout_reason})")
@@ -285,6 +354,10 @@ def estimate(spec: RunSpec, base_dir: str | None = None, prompt_tokens: int | No
     shape = shape or model_shape(spec.model.name_or_path, spec.model.revision, base_dir, spec.model.build_tiny,
                                  token, endpoint)
     chosen_name = spec.backend.flavor
+    cluster = cluster_flavor(spec)
+    if cluster is not None:
+        table = {cluster.name: cluster, **table}
+        chosen_name = cluster.name
     if shape is None:
         warnings = ["model size unknown: no memory or cost estimate"]
         timeout, reason = _timeout(spec, None, warnings)
@@ -304,16 +377,46 @@ def estimate(spec: RunSpec, base_dir: str | None = None, prompt_tokens: int | No
     chosen = next((f for f in fits if f.name == chosen_name), None)
     warnings = list(w.notes)
     if chosen is not None and not chosen.fits:
-        warnings.append(f"{chosen.name} does not fit: ~{memory.card_needed():.1f} GiB needed per device, "
-                        f"{chosen.memory_gib:.0f} GiB available" + (f"; {recommended.name} fits" if recommended
-                                                                     else ""))
+        shortfall = memory.gpu_shortfall(table[chosen.name])
+        if shortfall and memory.fits_memory(table[chosen.name]):
+            warnings.append(f"{chosen.name} lacks GPUs: the run {shortfall} (~{memory.card_needed():.1f} GiB per "
+                            f"device fits its {chosen.memory_gib:.0f} GiB)" + (f"; {recommended.name} has enough"
+                                                                              if recommended else ""))
+        else:
+            warnings.append(f"{chosen.name} does not fit: ~{memory.card_needed():.1f} GiB needed per device, "
+                            f"{chosen.memory_gib:.0f} GiB available" + (f"; {recommended.name} fits" if recommended
+                                                                         else ""))
     if chosen is not None and table[chosen.name].gpu == "T4" and bf16:
         warnings.append("T4 GPUs do not support bf16; set training.bf16: false and fp16: true, or choose l4x1")
+    if cluster is not None:
+        recommended = _nodes_that_fit(spec, shape, prompt_tokens, num_rows, cluster)
+        served = server_nodes(spec)
+        reason = (f"{recommended.name}: the fewest nodes on which the run fits"
+                  + (f" ({served} of them serving vLLM)" if served else "") if recommended is not None
+                  else "no node count up to 16 fits; see the options")
+        warnings.append(f"Slurm nodes assumed to hold {cluster.gpu} GPUs ({cluster.memory_gib:.0f} GiB each); name "
+                        f"the GPU in backend.constraint (e.g. h100, a100) to estimate for another")
     timeout, timeout_reason = _timeout(spec, chosen or recommended, warnings)
     suggestions = _suggestions(spec, shape, w, memory, table, prompt_tokens, num_rows) if (
         chosen is not None and not chosen.fits) or recommended is None else []
     return HardwareReport(shape, memory, w, sorted(fits, key=lambda f: f.price_per_hour), chosen, recommended,
                           reason, timeout, timeout_reason, warnings, suggestions)
+
+
+def _nodes_that_fit(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None, num_rows: int | None,
+                    cluster: Flavor) -> FlavorFit | None:
+    """The fewest Slurm nodes (same per-node GPUs and sharding) on which the run fits, or None up to 16."""
+    for n in range(1, 17):
+        trial = copy.deepcopy(spec)
+        trial.backend.nodes = n + server_nodes(spec)
+        flavor = cluster_flavor(trial)
+        if flavor is None:
+            return None
+        w = workload(trial, shape, prompt_tokens, num_rows)
+        memory = estimate_memory(shape, w)
+        if memory.fits(flavor):
+            return _fit(shape, w, memory, flavor)
+    return None
 
 
 def _eligible(flavor: Flavor, shape: ModelShape, bf16: bool) -> bool:
@@ -328,13 +431,21 @@ def _fit(shape: ModelShape, w: Workload, memory: MemoryEstimate, flavor: Flavor)
     t = estimate_time(shape, w, flavor)
     hours = t.total_s / 3600 if t.total_s is not None else None
     note = "" if flavor.is_gpu else "CPU only: for tiny test models"
+    if memory.fits_memory(flavor) and not memory.enough_gpus(flavor):
+        note = memory.gpu_shortfall(flavor)
+    priced = hours is not None and flavor.source != CLUSTER_SOURCE  # a cluster's own nodes have no price here
     return FlavorFit(flavor.name, flavor.price_per_hour, fits, memory.card_needed(), flavor.memory_gib,
-                     hours, hours * flavor.price_per_hour if hours is not None else None, note)
+                     hours, hours * flavor.price_per_hour if priced else None, note, t.step_s, t.parts)
 
 
 def _timeout(spec: RunSpec, fit: FlavorFit | None, warnings: list[str]) -> tuple[int, str]:
     try:
-        given = parse_timeout(spec.backend.timeout)
+        if spec.backend.kind == SLURM:
+            from grpo_dashboard.spec.slurm_options import time_seconds
+
+            given = time_seconds(spec.backend.time)  # Slurm's own time limit is the timeout
+        else:
+            given = parse_timeout(spec.backend.timeout)
     except ValueError:
         given = None  # reported by validation; estimate as if unset
     expected = fit.hours * 3600 if fit is not None and fit.hours is not None else None

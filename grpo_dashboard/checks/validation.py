@@ -14,11 +14,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.checks.cluster_checks import (
+    check_generation,
+    check_processes,
+    check_slurm,
+    gpu_count,
+    world_note,
+)
 from grpo_dashboard.checks.dataset_files import DatasetFileError, DatasetSample, is_conversational, read_sample
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_fields
 from grpo_dashboard.spec.jobfiles import rewards_module
-from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS, BACKENDS, DTYPES, HF_JOBS, LOCAL, RunSpec
+from grpo_dashboard.spec.run_spec import (
+    ACCELERATE_CONFIGS,
+    BACKENDS,
+    DTYPES,
+    HF_JOBS,
+    LOCAL,
+    SLURM,
+    RunSpec,
+    world_size,
+)
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 REWARD_NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
@@ -61,9 +77,14 @@ def validate(spec: RunSpec, base_dir: str | Path | None = None) -> ValidationRep
     _check_rewards(spec, base, sample, err)
     _check_training(spec, err, warn)
     _check_backend(spec, base, err)
+    visible = gpu_count() if spec.backend.kind == LOCAL else None
+    check_processes(spec, base, visible, err, warn)
+    check_generation(spec, visible, err)
     _check_health(spec, err)
     if spec.backend.kind == HF_JOBS:
         _check_hf_jobs(spec, base, err, warn)
+    if spec.backend.kind == SLURM and not report.errors:
+        check_slurm(spec, report.errors, warn)
     if sample is not None:
         _check_chat_template(spec, base, sample, err, warn)
     return report
@@ -286,7 +307,7 @@ def _check_training(spec: RunSpec, err: Any, warn: Any) -> None:
     if isinstance(g, int) and g < 2:
         err(FieldError("training.num_generations", g, "must be ≥ 2: GRPO compares completions within a group of "
                        "num_generations to compute advantages. Use 4, 8 or 16."))
-    world = max(1, spec.backend.num_processes)
+    world = world_size(spec)
     bs, ga = eff("per_device_train_batch_size"), eff("gradient_accumulation_steps")
     gbs, spg = eff("generation_batch_size"), eff("steps_per_generation")
     if gbs is not None and spg is not None:
@@ -298,7 +319,7 @@ def _check_training(spec: RunSpec, err: Any, warn: Any) -> None:
             gbs = global_bs * (spg if isinstance(spg, int) and spg > 0 else ga)
             gbs_field = "training.per_device_train_batch_size"
             shown = bs
-            how = (f"per_device_train_batch_size ({bs}) × processes ({world}) × steps_per_generation "
+            how = (f"per_device_train_batch_size ({bs}) × processes ({world_note(spec)}) × steps_per_generation "
                    f"({spg if spg else ga}) = {gbs}")
         else:
             gbs_field, shown, how = "training.generation_batch_size", gbs, f"generation_batch_size = {gbs}"
@@ -392,7 +413,7 @@ def _check_backend(spec: RunSpec, base: Path, err: Any) -> None:
                        "must be a positive number of seconds (e.g. 1800), or null to never call a silent job hung."))
     if b.num_processes < 1:
         err(FieldError("backend.num_processes", b.num_processes, "must be ≥ 1."))
-    elif b.num_processes > 1 and spec.training.get("use_cpu"):
+    elif b.num_processes > 1 and spec.training.get("use_cpu") and b.kind != SLURM:
         err(FieldError("backend.num_processes", b.num_processes,
                        "must be 1 with training.use_cpu: accelerate launches one process per GPU, and a CPU run is a "
                        "single process. Remove use_cpu to train on GPUs, or set num_processes: 1."))
@@ -402,7 +423,7 @@ def _check_backend(spec: RunSpec, base: Path, err: Any) -> None:
         elif b.num_processes > len(b.gpus) and b.gpus:
             err(FieldError("backend.num_processes", b.num_processes,
                            f"is more than the {len(b.gpus)} GPU(s) listed in backend.gpus; use one process per GPU."))
-        count = _gpu_count() if b.kind == LOCAL else None
+        count = gpu_count() if b.kind == LOCAL else None
         if count is not None and b.gpus and max(b.gpus) >= count:
             err(FieldError("backend.gpus", b.gpus, f"names GPU {max(b.gpus)}, but this machine has {count} GPU(s) "
                            f"(indices 0..{count - 1})." if count else "names GPUs, but this machine has none."))
@@ -466,7 +487,7 @@ def _check_hf_jobs(spec: RunSpec, base: Path, err: Any, warn: Any) -> None:
         return
     report = hardware.estimate_for_spec(spec, base)
     for w in report.warnings:
-        if "does not fit" in w or "shorter than" in w or "bf16" in w:
+        if "does not fit" in w or "lacks GPUs" in w or "shorter than" in w or "bf16" in w:
             field = "backend.timeout" if "shorter than" in w else "backend.flavor"
             more = f" Options: {'; '.join(report.suggestions)}." if report.suggestions and "fit" in w else ""
             warn(FieldError(field, b.timeout if "shorter" in w else b.flavor, f"{w}.{more}", "warning"))
@@ -532,15 +553,6 @@ def _chat_template(spec: RunSpec, base: Path) -> bool | None:
     except ImportError:
         return None
     return None
-
-
-def _gpu_count() -> int | None:
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def _has_module(name: str) -> bool:

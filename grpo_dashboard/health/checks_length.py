@@ -94,6 +94,10 @@ def check_truncation(ctx: Context) -> list[Finding]:
             # One batch of 16 can come out all truncated by chance; on a short log every record must be.
             extreme_required=min(persist, n),
         )
+        nearly = trailing_streak(v >= ctx.t("truncation.nearly_all"))
+        if severity is None and n < persist and nearly >= max(2, n // 2):
+            # A short log whose latest logs (each a whole batch) are practically all cut: a state, no window needed.
+            severity, length = ERROR, nearly
         if severity is None:
             return []
         start = extend_onset(v > ctx.t("truncation.warn"), n - length, s)
@@ -218,6 +222,12 @@ def check_length_collapse(ctx: Context) -> list[Finding]:
     severity, run = judge_state(n - nb, persist, persist, warn, None, extreme, extreme_severity=WARNING)
     if severity is None:
         return []
+    if nb < 3:
+        # A baseline of one or two logs is itself noise: only an unmistakable state counts (a few tokens, or a
+        # tenth of what the first logs wrote).
+        few = ctx.t("length_collapse.few_tokens")
+        if not (v[-1] <= few or v[-1] <= ctx.t("length_collapse.thin_baseline_ratio") * base):
+            return []
     start = extend_onset(post & (v < ratio * base), n - run, s)
     onset = int(length.steps[start])
     current = float(v[-1]) if s == 1 else float(sm[-1])

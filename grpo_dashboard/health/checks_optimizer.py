@@ -69,7 +69,12 @@ def check_grad_spike(ctx: Context) -> list[Finding]:
     if v.size < ctx.t("grad_spike.min_history") + 1 or np.mean(v == 0.0) >= zero_frac:
         return []
     med, count, zero_share = trailing_median_ref(v, int(ctx.t("grad_spike.history")))
+    # Saturated stretches (every group at its maximum) leave gradients near zero; measured against that, an ordinary
+    # step looks like a spike. The reference is therefore never below a fraction of the run's own typical level.
+    typical = _expanding_median(v)
+    med = np.maximum(med, ctx.t("grad_spike.typical_floor") * typical)
     valid = (count >= ctx.t("grad_spike.min_history")) & (zero_share < zero_frac) & (med > 0)
+    valid &= ~_saturated_reference(ctx, series.steps, int(ctx.t("grad_spike.history")))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(valid, v / np.where(med > 0, med, 1.0), 0.0)
     spikes = np.flatnonzero(ratio >= ctx.t("grad_spike.ratio"))
@@ -110,6 +115,35 @@ def check_grad_spike(ctx: Context) -> list[Finding]:
     ]
 
 
+def _saturated_reference(ctx: Context, steps: np.ndarray, history: int) -> np.ndarray:
+    """Per grad_norm log: True where most groups of the preceding logs had no reward spread.
+
+    The gradient then scales with the few groups that still have spread, so a batch with more of them is a jump
+    against a near-zero median, not a pathology.
+    """
+    frac = ctx.frame.get("frac_reward_zero_std")
+    if frac is None:
+        return np.zeros(steps.size, dtype=bool)
+    frac = frac.finite()
+    if frac.values.size == 0:
+        return np.zeros(steps.size, dtype=bool)
+    level = trailing_mean(frac.values, history)
+    at = np.searchsorted(frac.steps, steps, side="left") - 1  # the frac logs strictly before each grad log
+    return (at >= 0) & (level[np.maximum(at, 0)] >= ctx.t("zero_variance.warn"))
+
+
+def _expanding_median(values: np.ndarray) -> np.ndarray:
+    """For each index, the median of every earlier value (NaN for the first); never looks ahead."""
+    out = np.full(values.size, np.nan)
+    if values.size < 2:
+        return out
+    # Exact running medians would be quadratic; medians over blocks of earlier values are enough for a floor.
+    stride = max(1, values.size // 256)
+    for end in range(1, values.size, stride):
+        out[end : end + stride] = np.median(values[:end])
+    return out
+
+
 def check_zero_gradient(ctx: Context) -> list[Finding]:
     """grad_norm exactly 0 on many recent logs: those optimizer steps did not move the policy."""
     series = ctx.frame.get("grad_norm")
@@ -121,7 +155,15 @@ def check_zero_gradient(ctx: Context) -> list[Finding]:
     zero = v == 0.0
     n_zero = int(zero.sum())
     share = n_zero / max(v.size, 1)
-    if n_zero < ctx.t("zero_gradient.min_zero") or share < ctx.t("zero_gradient.warn_frac"):
+    # On a log shorter than the window, exactly-zero gradients on a third of it is a state, not noise.
+    # The latest log must be one of them: the first logs of many runs have no gradient yet (warmup, no spread).
+    short = (
+        3 <= series.values.size < window
+        and bool(zero[-1])
+        and n_zero >= 2
+        and share >= ctx.t("zero_gradient.short_frac")
+    )
+    if not short and (n_zero < ctx.t("zero_gradient.min_zero") or share < ctx.t("zero_gradient.warn_frac")):
         return []
     severity = ERROR if share >= ctx.t("zero_gradient.error_frac") else WARNING
     onset = int(steps[np.argmax(zero)])

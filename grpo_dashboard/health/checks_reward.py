@@ -9,6 +9,7 @@ import numpy as np
 from .checks_length import MEAN_LENGTH_KEYS
 from .checks_signal import reward_range
 from .findings import INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
+from .forecast import fit_reward_curve, reward_series
 from .series import Series, aligned, corr, extend_onset, fmt, linear_fit, short_required, trailing_mean
 
 FORMAT_NAME = re.compile(r"format|tag|xml|think|style|struct|syntax|template|markdown|json|box", re.I)
@@ -122,6 +123,20 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         severity, run = judge_state(n - 1, persist, persist, extreme=warn, extreme_severity=WARNING)
     if severity is None:
         return None
+    if n - 1 < 2 * persist and not (_pinned_at_floor(ctx, series, lo) or _falls_from_start(v)):
+        # A few noisy logs fall and rise by chance; on a short log only a reward pinned at its floor, or one that
+        # falls on every log from the first, is a drop.
+        return None
+    w = max(persist, int(n * ctx.t("reward_drop.long_window")))
+    if n >= 4 * w:
+        # Long logs: the peak of a short trailing mean is biased up by noise; re-measure on w-log means.
+        wide = trailing_mean(v, w)
+        before = float(np.max(wide[: n - w])) if n - w > 0 else float(wide[-1])
+        lost_w = before - float(wide[-1])
+        if lost_w < ctx.t("reward_drop.min_drop") * max(1.0, hi - lo) or lost_w < ctx.t("reward_drop.frac") * max(
+            before - lo, 1e-12
+        ):
+            return None
     start = extend_onset(warn, n - run, s)
     onset = int(series.steps[start])
     peak_idx = int(np.argmax(sm[: start + 1])) if start > 0 else 0
@@ -152,6 +167,21 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         floor=lo,
         threshold=ctx.t("reward_drop.frac"),
     )
+
+
+def _falls_from_start(v: np.ndarray) -> bool:
+    """Every log is below the one before it, from the first on (at least three logs)."""
+    return v.size >= 3 and bool(np.all(np.diff(v) < 0))
+
+
+def _pinned_at_floor(ctx: Context, series: Series, lo: float) -> bool:
+    """The latest value is the reward's floor with zero spread (its ``/std`` exactly 0 when one is logged)."""
+    atol = ctx.t("flat_reward.std_atol")
+    if series.values[-1] > lo + atol:
+        return False
+    std = ctx.frame.get(series.key[: -len("/mean")] + "/std") if series.key.endswith("/mean") else None
+    std_values = std.finite().values if std is not None else np.empty(0)
+    return std_values.size == 0 or float(std_values[-1]) <= atol
 
 
 def check_reward_drop(ctx: Context) -> list[Finding]:
@@ -377,5 +407,47 @@ def check_plateau(ctx: Context) -> list[Finding]:
             window=int(tail.size),
             level=float(np.mean(tail)),
             kind="trend",
+        )
+    ]
+
+
+def check_forecast_stop(ctx: Context) -> list[Finding]:
+    """The fitted reward curve says the rest of the run (to max_steps) buys almost nothing: an info to stop."""
+    max_steps = ctx.config.number("max_steps")
+    series, source = reward_series(ctx.frame)
+    if not max_steps or series is None or series.values.size < ctx.t("forecast_stop.min_points"):
+        return []
+    now = int(series.steps[-1])
+    if now >= max_steps:
+        return []
+    curve, _ = fit_reward_curve(series.steps, series.values)
+    if curve is None:
+        return []
+    lo, hi = reward_range(series.values)
+    gain = float(curve(float(max_steps)) - curve(float(now)))
+    if gain >= ctx.t("forecast_stop.min_gain") * (hi - lo):
+        return []
+    left = int(max_steps) - now
+    message = (
+        f"The {curve.model} fit of the {source} reward (held-out error {fmt(curve.holdout_rmse)}) forecasts "
+        f"{gain:+.3g} more by max_steps {int(max_steps)}, under {ctx.t('forecast_stop.min_gain'):.0%} of the reward's "
+        f"range, plateau {fmt(curve.plateau)}: continuing for the remaining {left} steps is not worth it."
+    )
+    remedy = (
+        "Stop here and keep the last checkpoint, or change what limits the run (harder prompts, a graded reward, a "
+        "larger num_generations); `python -m grpo_dashboard forecast LOG` prints the band and the cost saved."
+    )
+    return [
+        make_finding(
+            "forecast_stop",
+            INFO,
+            now,
+            message,
+            remedy,
+            series.key,
+            forecast_gain=gain,
+            plateau=curve.plateau,
+            model=curve.model,
+            steps_left=left,
         )
     ]

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks_policy import entropy_series
+from .checks_policy import check_entropy_collapse, entropy_series
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
 from .series import Series, extend_onset, fmt, trailing_mean, trailing_streak
 
@@ -53,6 +53,9 @@ def check_zero_variance(ctx: Context) -> list[Finding]:
         sm > err_t,
         v >= ctx.t("zero_variance.extreme"),
     )
+    if severity is None and 3 <= n < int(ctx.t("zero_variance.warn_persist")) and trailing_streak(v > warn_t) == n:
+        # A short log with most groups spread-less on every single log: a state, no persistence window needed.
+        severity, run = (ERROR if trailing_streak(v > err_t) == n else WARNING), n
     if severity is None:
         return []
     start = extend_onset(v > warn_t, n - run, s)
@@ -82,15 +85,43 @@ def check_zero_variance(ctx: Context) -> list[Finding]:
                 cause = "saturated"
             elif position <= ctx.t("zero_variance.starved"):
                 cause = "starved"
+    collapse = [f for f in check_entropy_collapse(ctx) if f.severity != INFO]
     entropy = entropy_series(ctx)
-    if entropy is not None:
+    if collapse:
+        # A policy that collapsed produces identical completions: that, not easy prompts, explains the zero spread.
+        cause = "collapse"
+        evidence.update(entropy_collapse_step=collapse[0].step, entropy=collapse[0].evidence.get("current"))
+    elif entropy is not None:
         e = entropy.values
         if e.size >= 2 and e[-1] < 0.1 * max(float(np.median(e[: max(1, e.size // 4)])), 1e-9):
             cause = "deterministic" if cause == "mixed" else cause
             evidence["entropy"] = float(e[-1])
+    # Saturation reached late, after the reward rose to it, is the run having learned the data: converged.
+    converged = cause == "saturated" and float(np.median(v[: ctx.baseline_n(n)])) <= warn_t and _rose(ctx, onset)
+    if converged and severity == WARNING:
+        severity = INFO
     cfg = ctx.config
     more = f"raise num_generations{cfg.now('num_generations')} and temperature{cfg.now('temperature')}"
-    if cause == "saturated":
+    if cause == "collapse":
+        message += (
+            f" This follows the entropy collapse from step {collapse[0].step}: the policy produces the same "
+            "completion for every sample of a prompt, so the groups have no spread to learn from."
+        )
+        fixes = [
+            f"fix the collapse first (see entropy_collapse): lower learning_rate{cfg.now('learning_rate')}",
+            f"resume from a checkpoint saved before step {collapse[0].step}",
+            more,
+        ]
+    elif converged:
+        message += (
+            f" The reward rose to near its maximum ({fmt(level)}) before this: the run has converged on these prompts."
+            " Stop here, or make the task harder to keep learning."
+        )
+        fixes = [
+            "stop the run (the last checkpoint is as good as it gets on this data)",
+            "or continue on harder prompts / a curriculum; drop prompts the model always solves (filter by pass rate)",
+        ]
+    elif cause == "saturated":
         message += (
             f" Groups are saturated: the reward is near its maximum ({fmt(level)}), the prompts are too easy now."
         )
@@ -120,6 +151,20 @@ def check_zero_variance(ctx: Context) -> list[Finding]:
         evidence["expected_for_binary_reward"] = expected
         message += f" (For a 0/1 reward at this pass rate with {int(g)} generations about {expected:.0%} is expected.)"
     return [make_finding("zero_variance", severity, onset, message, join_fixes(fixes), frac.key, **evidence)]
+
+
+def _rose(ctx: Context, onset: int) -> bool:
+    """The reward before ``onset`` rose: its last logs before it sit well above its first ones."""
+    reward = ctx.frame.get("reward")
+    if reward is None:
+        return False
+    r = reward.finite()
+    before = r.values[r.steps < onset]
+    if before.size < 6:
+        return False
+    lo, hi = reward_range(r.values)
+    k = max(3, before.size // 5)
+    return float(np.mean(before[-k:]) - np.mean(before[:k])) >= 2 * ctx.t("plateau.min_gain") * (hi - lo)
 
 
 def check_flat_reward(ctx: Context) -> list[Finding]:
@@ -177,7 +222,10 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
             )
             remedy = "Consider lowering its weight in reward_weights or removing it now that it is always satisfied."
         else:
-            severity = ERROR if all_flat else WARNING
+            # Constant on a few first logs only (fewer than `persist`): a warning when no reward function gives any
+            # signal (the run cannot learn), else a note until it holds (a rarely firing penalty looks the same).
+            every = len(flat) == len(functions) and not any(g["saturated"] for g in flat)
+            severity = (ERROR if all_flat else WARNING) if f["confirmed"] else (WARNING if every else INFO)
             since = "since the first log" if f["from_start"] else f"since step {f['onset']}"
             message = (
                 f"rewards/{f['name']} is {fmt(f['value'])} on every sample {since} ({f['logs']} logs, std 0): "

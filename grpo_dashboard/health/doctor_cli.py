@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .findings import Finding
+from .history import finding_history
 from .loaders import load_completions, load_log_frame
-from .rules import diagnose, worst_severity
+from .rules import worst_severity
 from .series import MetricFrame
 from .thresholds import RULE_IDS
 
@@ -91,7 +92,7 @@ def doctor_main(argv: list[str] | None = None) -> int:
     config = {**hints, **overrides}
     try:
         completions = None if args.no_samples else load_completions(args.path)
-        findings = diagnose(frame, config=config, thresholds=thresholds, completions=completions)
+        findings = finding_history(frame, config=config, thresholds=thresholds, completions=completions)
     except ValueError as exc:
         print(f"doctor: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -99,7 +100,7 @@ def doctor_main(argv: list[str] | None = None) -> int:
         print(json.dumps([f.to_dict() for f in findings], indent=2))
     else:
         render_report(args.path, frame, config, findings, sys.stdout)
-    return EXIT_ERROR_FINDING if worst_severity(findings) == "error" else EXIT_OK
+    return EXIT_ERROR_FINDING if worst_severity([f for f in findings if f.status == "active"]) == "error" else EXIT_OK
 
 
 def render_report(
@@ -116,12 +117,15 @@ def render_report(
     out.write("\n")
     for f in findings:
         metric = f"  [{f.metric}]" if f.metric else ""
-        out.write(f"{f.severity.upper():<8} {f.rule:<22} step {f.step}{metric}\n")
+        state = f"  resolved at step {f.resolved_step}" if f.status == "resolved" else ""
+        out.write(f"{f.severity.upper():<8} {f.rule:<22} step {f.step}{metric}{state}\n")
         out.write(textwrap.fill(f.message, _WIDTH, initial_indent="  ", subsequent_indent="  ") + "\n")
         out.write(textwrap.fill(f.remedy, _WIDTH, initial_indent="  fix: ", subsequent_indent="       ") + "\n\n")
-    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    counts = {s: sum(f.severity == s and f.status == "active" for f in findings) for s in ("error", "warning", "info")}
+    resolved = sum(f.status == "resolved" for f in findings)
     if findings:
         summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
+        summary = ", ".join(filter(None, [summary, f"{resolved} resolved" if resolved else ""]))
         out.write(f"{len(findings)} finding{'s' if len(findings) != 1 else ''}: {summary}.\n")
     else:
         out.write(f"No problems found ({len(RULE_IDS)} rules checked).\n")

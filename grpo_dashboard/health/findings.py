@@ -29,6 +29,10 @@ class Finding:
     remedy: str
     metric: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    # History (see history.py): "active" while the rule still fires on the log so far, else "resolved" at the step
+    # of the first evaluation it no longer fired at; ``step`` stays the first onset either way.
+    status: str = "active"
+    resolved_step: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (numpy scalars become Python numbers, non-finite floats become strings)."""
@@ -47,6 +51,16 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+# Symptoms: what a collapse, a truncation or a KL blow-up leaves behind. With the same severity and onset, the cause
+# is listed before them.
+SYMPTOMS = ("zero_variance", "zero_gradient", "flat_reward", "reward_drop", "plateau", "forecast_stop")
+
+
+def order_key(f: Finding, rule_order: dict[str, int]) -> tuple[int, int, int, int]:
+    """Sort key that puts causes before symptoms: worst severity, earliest onset, causes before symptoms."""
+    return (-SEVERITY_RANK[f.severity], f.step, f.rule in SYMPTOMS, rule_order.get(f.rule, len(rule_order)))
 
 
 class RunConfig:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import checks_length, checks_optimizer, checks_policy, checks_reward, checks_signal
-from .findings import SEVERITY_RANK, Context, Finding, RunConfig
+from .findings import SEVERITY_RANK, Context, Finding, RunConfig, order_key
 from .series import MetricFrame
 from .thresholds import RULE_IDS, resolve_thresholds
 
@@ -37,6 +37,7 @@ RULES: dict[str, Rule] = {
     "zero_gradient": checks_optimizer.check_zero_gradient,
     "overfitting": checks_reward.check_overfitting,
     "plateau": checks_reward.check_plateau,
+    "forecast_stop": checks_reward.check_forecast_stop,
     "duplicate_completions": checks_signal.check_duplicate_completions,
 }
 assert tuple(RULES) == RULE_IDS
@@ -48,7 +49,7 @@ def diagnose(
     thresholds: Mapping[str, Any] | None = None,
     completions: list[dict[str, Any]] | None = None,
 ) -> list[Finding]:
-    """Run every enabled health rule over a run's log and return the findings, newest onset first.
+    """Run every enabled health rule over a run's log and return the findings, worst first, then by onset.
 
     Args:
         records: flat TRL log dicts in log order (each with a ``step``; keys as TRL logged them, eval ones with the
@@ -74,7 +75,8 @@ def diagnose(
             except Exception:  # one broken rule must not take the dashboard or a training job down with it
                 log.exception("health rule %s failed", rule_id)
     order = {rule_id: i for i, rule_id in enumerate(RULE_IDS)}
-    findings.sort(key=lambda f: (-f.step, -SEVERITY_RANK[f.severity], order[f.rule]))
+    # Causes before symptoms: the worst first, then the earliest onset (a collapse before the zero spread it causes).
+    findings.sort(key=lambda f: order_key(f, order))
     return findings
 
 

@@ -186,6 +186,16 @@ class MetricFrame:
             columns[key] = Series(key, steps, values)
         return cls(columns, sum(_distinct_steps([p[0] for p in split.values()]) for split in splits if split))
 
+    def upto(self, step: int) -> MetricFrame:
+        """The frame as it was when ``step`` was the last logged step (every series cut after it)."""
+        columns = {}
+        for key, series in self.columns.items():
+            end = int(np.searchsorted(series.steps, step, side="right"))
+            if end:
+                columns[key] = Series(key, series.steps[:end], series.values[:end])
+        steps = [s.steps for s in columns.values()]
+        return MetricFrame(columns, _distinct_steps(steps) if steps else 0)
+
     def get(self, *keys: str) -> Series | None:
         """The first of ``keys`` that was logged at least once (aliases across TRL versions)."""
         for key in keys:

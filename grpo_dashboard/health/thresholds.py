@@ -36,6 +36,7 @@ RULE_IDS: tuple[str, ...] = (
     "zero_gradient",
     "overfitting",
     "plateau",
+    "forecast_stop",
     "duplicate_completions",
 )
 
@@ -92,12 +93,15 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("truncation.error", 0.5, "smoothed completions/clipped_ratio above this: error", "TRL"),
     Threshold("truncation.extreme", 0.99, "clipped_ratio of every completion: an error at once, even on short logs"),
     Threshold("truncation.persist", 5, "logs the condition must hold"),
+    Threshold("truncation.nearly_all", 0.95, "short log: the latest 2+ logs at or above this clipped_ratio: error"),
     Threshold("truncation.cap_fraction", 0.98, "old logs: mean length at or above this fraction of the cap = pinned"),
     # length_collapse
     Threshold("length_collapse.ratio", 0.5, "smoothed mean length below this fraction of its baseline", "PTT"),
     Threshold("length_collapse.extreme_ratio", 0.2, "raw mean length below this fraction: unmistakable"),
     Threshold("length_collapse.persist", 3, "logs the condition must hold"),
     Threshold("length_collapse.empty_tokens", 2.0, "mean length at or below this many tokens is an error"),
+    Threshold("length_collapse.few_tokens", 5.0, "baseline under 3 logs: fires only at or below this many tokens"),
+    Threshold("length_collapse.thin_baseline_ratio", 0.1, "... or below this fraction of the baseline"),
     # length_drift
     Threshold("length_drift.ratio", 0.3, "|smoothed mean length / baseline - 1| above this", "PTT"),
     Threshold("length_drift.persist", 10, "logs the drift must hold"),
@@ -113,6 +117,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("reward_drop.error_frac", 0.8, "fraction lost that makes it an error"),
     Threshold("reward_drop.min_drop", 0.1, "absolute fall, times max(1, the reward's range), below which it is noise"),
     Threshold("reward_drop.persist", 3, "logs the drop must hold"),
+    Threshold("reward_drop.long_window", 0.1, "long logs: the drop is re-measured on means over this share of logs"),
     # reward_length_corr
     Threshold("reward_length_corr.window", 50, "trailing logs over which correlation is measured", "PTT"),
     Threshold("reward_length_corr.min_points", 20, "fewest joint logs before judging"),
@@ -126,6 +131,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("kl_spike.history", 10, "trailing logs forming the reference median"),
     Threshold("kl_spike.start_window", 3, "first logs compared with the median of the rest (start explosions)"),
     Threshold("kl_spike.error_ratio", 20.0, "spike multiple that is an error while kl has not come back down"),
+    Threshold("kl_spike.blip_beta", 0.1, "beta up to this (or unknown): isolated blips while reward rises are info"),
     Threshold("kl_spike.zero_frac", 0.5, "skip when this fraction of the reference window is exactly 0"),
     # kl_high
     Threshold("kl_high.value", 0.5, "warm-up median kl at or above this, and flat: info"),
@@ -148,12 +154,14 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("grad_spike.ratio", 10.0, "grad_norm above this multiple of the trailing median", "PTT"),
     Threshold("grad_spike.history", 20, "trailing logs forming the reference median"),
     Threshold("grad_spike.min_history", 5, "fewest earlier logs before a spike can be judged"),
+    Threshold("grad_spike.typical_floor", 1.0, "the reference is at least this multiple of the run's median so far"),
     Threshold("grad_spike.zero_frac", 0.5, "skip when this fraction of the window is exactly 0 (see zero_gradient)"),
     # zero_gradient
     Threshold("zero_gradient.warn_frac", 0.5, "fraction of trailing logs with grad_norm exactly 0: warning", "TRL"),
     Threshold("zero_gradient.error_frac", 0.9, "... error"),
     Threshold("zero_gradient.window", 20, "trailing logs examined"),
     Threshold("zero_gradient.min_zero", 3, "fewest zero-gradient logs before firing"),
+    Threshold("zero_gradient.short_frac", 0.33, "log shorter than the window: share of exactly-0 logs that fires"),
     # overfitting
     Threshold("overfitting.min_evals", 3, "eval points needed (the last ones must fall)", "anchors B9"),
     Threshold("overfitting.min_drop", 0.02, "eval fall from its peak, times max(1, eval range), below which: noise"),
@@ -166,6 +174,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("plateau.t_stat", 2.0, "a rising slope with this t-statistic counts as learning"),
     Threshold("plateau.constant_frac", 0.6, "share of recent logs at exactly one value (zero spread) = plateau"),
     Threshold("plateau.constant_min_points", 10, "fewest logs for the zero-spread plateau"),
+    # forecast_stop
+    Threshold("forecast_stop.min_gain", 0.02, "forecast gain to max_steps below this share of the reward's range"),
+    Threshold("forecast_stop.min_points", 30, "fewest reward logs before the forecast is trusted for this"),
     # duplicate_completions
     Threshold("duplicate_completions.warn", 0.5, "duplicate share within prompt groups (or across prompts): warning"),
     Threshold("duplicate_completions.error", 0.9, "... error"),

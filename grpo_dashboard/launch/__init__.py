@@ -1,8 +1,7 @@
 """Launching and supervising runs: orchestration (`runs`) over backends that all provide one interface.
 
 `runs` finds a run's backend module by its `backend.kind` in the table `backends.BACKENDS` (`backend_for(kind)`), the
-only place a kind picks code. Each backend module (`local`, `hf_jobs`; a Slurm one would be a sibling module and a
-table entry) provides:
+only place a kind picks code. Each backend module (`local`, `hf_jobs`, `slurm`) provides:
 
 - `KIND`: the `backend.kind` it runs.
 - `launch_token(token=None)`: the Hugging Face token a launch uses, the user's `token` else the saved login;
@@ -24,5 +23,6 @@ table entry) provides:
 - `job_summary(run)`: one line saying where the run's job went (URL, hardware, timeout), or None.
 
 A backend may add keyword parameters with defaults (hf_jobs: `endpoint=`). Beside them: `logs` (a job's log, for
-every backend), `local_process` (process identity), `hub_client`, `hf_jobs_payload` and `hf_jobs_stream`.
+every backend), `local_process` (process identity), `hub_client`, `hf_jobs_payload` and `hf_jobs_stream`, and
+`vllm_server` (the job-side supervisor of vLLM server mode, used by local and slurm).
 """

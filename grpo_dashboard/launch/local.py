@@ -19,7 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_dashboard.checks.cluster_checks import gpu_count
 from grpo_dashboard.errors import RunNotFound
+from grpo_dashboard.launch import vllm_server
 from grpo_dashboard.launch.hub_client import saved_token
 from grpo_dashboard.launch.local_process import (  # noqa: F401 - re-exported for callers and tests
     group_alive,
@@ -148,6 +150,11 @@ def start(spec: RunSpec, run_dir: Path, config_path: Path, metrics_path: Path, t
     `token`: the launching user's Hugging Face token, the job's HF_TOKEN (see `job_environment`).
     """
     cmd = build_command(spec, config_path, metrics_path)
+    if spec.generation is not None:  # vLLM server mode: the supervisor starts the server, then this command
+        served = build_command(spec, run_dir / vllm_server.SERVED_CONFIG, metrics_path)
+        plan = vllm_server.local_plan(spec, run_dir, served, metrics_path, gpu_count())
+        plan.write(run_dir / vllm_server.PLAN)
+        cmd = vllm_server.supervisor_command(run_dir / vllm_server.PLAN)
     log = open(run_dir / "job.log", "ab")  # noqa: SIM115 - handed to the child, closed here after spawn
     try:
         popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -117,7 +117,7 @@ def refresh_active(store: Store) -> list[Run]:
 def cancel(store: Store, run: Run, wait: bool = False, grace_s: float | None = None, token: str | None = None
            ) -> Run:
     """Ask a run to stop on its backend: locally SIGTERM to its process group, SIGKILL after the grace period; on
-    Hugging Face Jobs the job is canceled, with `token` (the user's own) when given.
+    Hugging Face Jobs the job is canceled, with `token` (the user's own) when given; on Slurm `scancel`.
 
     With `wait`, return once the run is settled or `grace_s` (default: the backend's) has passed.
     """
@@ -135,7 +135,8 @@ def reattach(store: Store, token: str | None = None, namespace: str | None = Non
              ) -> list[Run]:
     """After a dashboard restart: find this dashboard's runs on every backend and follow them again.
 
-    Local runs need nothing (refresh finds their processes again); Hugging Face Jobs are listed in `namespace`.
+    Local runs need nothing (refresh finds their processes again); Hugging Face Jobs are listed in `namespace`;
+    Slurm jobs are found by their run label (`squeue --me`).
     Raises BackendError when not logged in.
     """
     return [run for backend in BACKENDS.values()

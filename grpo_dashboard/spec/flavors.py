@@ -36,8 +36,8 @@ class Flavor:
 # GPU model: usable GiB (what the card reports), peak dense bf16 TFLOP/s, memory bandwidth GB/s, bf16 support.
 GPUS: dict[str, tuple[float, float, float, bool]] = {
     "T4": (15.0, 65, 320, False), "L4": (22.0, 121, 300, True), "L40S": (44.4, 362, 864, True),
-    "A10G": (21.3, 70, 600, True), "A100": (79.1, 312, 2039, True), "H200": (139.8, 989, 4800, True),
-    "RTX PRO 6000": (94.9, 500, 1792, True),
+    "A10G": (21.3, 70, 600, True), "A100": (79.1, 312, 2039, True), "H100": (79.1, 989, 3350, True),
+    "H200": (139.8, 989, 4800, True), "RTX PRO 6000": (94.9, 500, 1792, True),
 }
 # Prices in $/h as Hugging Face publishes them for Jobs; the live hardware list replaces them when reachable.
 _TABLE: list[tuple[str, str | None, int, float]] = [

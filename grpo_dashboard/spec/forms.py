@@ -311,7 +311,7 @@ def _parse(field: FormField, value: Any) -> Any:
                 return [field.item(p) for p in parts]
             except ValueError as exc:
                 raise ValueError(f"must be comma-separated numbers, got {short_repr(text)}.") from exc
-        return parts[0] if len(parts) == 1 else parts
+        return parts[0] if len(parts) == 1 and str in field.types else parts  # str | list[str]: one item, a str
     if not text and (field.nullable or field.default is None):
         return None
     if int in field.types and re.fullmatch(r"-?\d+", text):

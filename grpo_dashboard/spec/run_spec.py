@@ -21,8 +21,8 @@ from grpo_dashboard.spec import safe_yaml
 from grpo_dashboard.spec.jobfiles import job_module
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-LOCAL, HF_JOBS = "local", "hf_jobs"  # the backend kinds (launch/backends.py maps each to its module)
-BACKENDS = (LOCAL, HF_JOBS)
+LOCAL, HF_JOBS, SLURM = "local", "hf_jobs", "slurm"  # the backend kinds (launch/backends.py maps each to its module)
+BACKENDS = (LOCAL, HF_JOBS, SLURM)
 ACCELERATE_CONFIGS = ("multi_gpu", "single_gpu", "zero1", "zero2", "zero3", "fsdp1", "fsdp2")  # TRL presets
 
 
@@ -83,6 +83,10 @@ class BackendSpec:
     `hf_jobs`: a Hugging Face Jobs container of `flavor` in `namespace`, killed after `timeout` ("90m", "2h", seconds;
     unset: the estimated run time × 1.5, see hardware.py). The token is never part of the spec.
     `stall_timeout_s`: a local job silent (no log line, no record) that long is killed and marked failed (null: never).
+    `slurm`: a batch job (`sbatch`) in `partition` under `account` / `qos`, with Slurm's `time` limit ("30" minutes,
+    "2:00:00", "1-00:00:00"), on `nodes` nodes of `gpus_per_node` GPUs each (unset: CPU-only nodes, one process per
+    node), `cpus_per_task` CPUs per node's launcher, a node `constraint`, and `extra_sbatch` options passed as they
+    are (e.g. ["--exclusive", "--mem=0"]). One launcher per node; the world size is nodes × processes per node.
     """
 
     kind: str = "local"
@@ -93,6 +97,36 @@ class BackendSpec:
     timeout: str | int | None = None
     namespace: str | None = None
     stall_timeout_s: float | None = 1800.0
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | int | None = None
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    cpus_per_task: int | None = None
+    constraint: str | None = None
+    extra_sbatch: list[str] | None = None
+
+
+@dataclass
+class GenerationSpec:
+    """vLLM server mode, orchestrated: the backend starts `trl vllm-serve` and trains against it.
+
+    Local runs give `server_gpus` (GPU indices for the server; training uses the others); Slurm runs give
+    `server_nodes` (the first node(s) of the allocation serve, the rest train). The server runs
+    `tensor_parallel_size` × `data_parallel_size` GPUs (unset data_parallel_size: server GPUs ÷ tensor_parallel_size)
+    with `gpu_memory_utilization` of each, on `port`; training waits up to `health_timeout_s` for its /health/
+    endpoint. `model`: what the server loads (unset: the policy model).
+    """
+
+    server_gpus: list[int] | None = None
+    server_nodes: int | None = None
+    tensor_parallel_size: int = 1
+    data_parallel_size: int | None = None
+    gpu_memory_utilization: float = 0.9
+    port: int = 8000
+    health_timeout_s: float = 600.0
+    model: str | None = None
 
 
 @dataclass
@@ -135,6 +169,7 @@ class RunSpec:
     save_model: bool = True
     description: str | None = None
     health: HealthSpec = field(default_factory=HealthSpec)
+    generation: GenerationSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict in field order, leaving out values equal to their defaults (so YAML stays short)."""
@@ -303,6 +338,34 @@ def _from_dict(cls: Any, data: Any, prefix: str, errors: list[FieldError]) -> An
 
 def _allows_none(annotation: Any) -> bool:
     return type(None) in _allowed_types(annotation)
+
+
+def processes_per_node(spec: RunSpec) -> int:
+    """Training processes on each training node: one per GPU (`gpus_per_node`), or one on CPU-only Slurm nodes."""
+    b = spec.backend
+    if b.kind == SLURM:
+        return max(1, b.gpus_per_node or 1)
+    return max(1, b.num_processes)
+
+
+def server_nodes(spec: RunSpec) -> int:
+    """Slurm nodes that serve vLLM (0 without a generation section or off Slurm)."""
+    g = spec.generation
+    if spec.backend.kind != SLURM or g is None:
+        return 0
+    return g.server_nodes if g.server_nodes is not None else 1
+
+
+def training_nodes(spec: RunSpec) -> int:
+    """Nodes that run training processes (Slurm: the allocation less the server nodes; otherwise 1)."""
+    if spec.backend.kind != SLURM:
+        return 1
+    return max(1, spec.backend.nodes - server_nodes(spec))
+
+
+def world_size(spec: RunSpec) -> int:
+    """Training processes across every node: what TRL's batch divisibility rules count."""
+    return training_nodes(spec) * processes_per_node(spec)
 
 
 def load_spec(source: str | Path | dict[str, Any] | RunSpec) -> RunSpec:

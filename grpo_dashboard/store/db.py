@@ -58,6 +58,22 @@ CREATE TABLE IF NOT EXISTS health (
     token TEXT NOT NULL,
     badge TEXT NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS findings (
+    run_id TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    first_step INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    resolved_step INTEGER,
+    finding TEXT NOT NULL,
+    PRIMARY KEY (run_id, rule, metric)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS forecast_cells (
+    run_id TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    cell TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -349,6 +365,42 @@ class Store:
             conn.execute("INSERT OR REPLACE INTO health (run_id, token, badge) VALUES (?, ?, ?)",
                          (run_id, token_text(token), badge))
 
+    # --- findings history: every finding that fired on a run, with its first onset and when it resolved ---------
+    def save_findings(self, run_id: str, findings: list[dict[str, Any]]) -> None:
+        """Record a run's findings history (``Finding.to_dict()`` rows with ``status`` / ``resolved_step``): a
+        finding already stored keeps its earliest onset; the rest of the row is the latest."""
+        with self.transaction() as conn:
+            known = {(r, m): s for r, m, s in conn.execute(
+                "SELECT rule, metric, first_step FROM findings WHERE run_id = ?", (run_id,)).fetchall()}
+            for f in findings:
+                metric = f.get("metric") or ""
+                first = min(int(f["step"]), known.get((f["rule"], metric), int(f["step"])))
+                row = {**f, "step": first}
+                conn.execute(
+                    "INSERT OR REPLACE INTO findings (run_id, rule, metric, severity, first_step, status, "
+                    "resolved_step, finding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run_id, f["rule"], metric, f["severity"], first, f.get("status", "active"),
+                     f.get("resolved_step"), json.dumps(row)))
+
+    def findings(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's recorded findings history (as saved by ``save_findings``), oldest onset first."""
+        with _translated(self.path):
+            rows = self.connection().execute(
+                "SELECT finding FROM findings WHERE run_id = ? ORDER BY first_step, rule", (run_id,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def forecast_cells(self) -> dict[str, tuple[str, str]]:
+        """Saved runs-table forecast cells: run id -> (the run's change token as JSON when computed, cell text)."""
+        with _translated(self.path):
+            rows = self.connection().execute("SELECT run_id, token, cell FROM forecast_cells").fetchall()
+        return {r: (t, c) for r, t, c in rows}
+
+    def save_forecast_cell(self, run_id: str, token: tuple[Any, ...], cell: str) -> None:
+        """Keep a finished run's forecast cell for its change token (the runs table then fits nothing)."""
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO forecast_cells (run_id, token, cell) VALUES (?, ?, ?)",
+                         (run_id, token_text(token), cell))
+
     # --- naming, notes and deleting runs ------------------------------------------------------------------------
     def rename_run(self, run_id: str, name: str) -> None:
         """Give a run another display name (its id and directory stay); RunNotFound for an unknown id."""
@@ -376,11 +428,12 @@ class Store:
         return {}
 
     def delete_run_rows(self, run_id: str) -> None:
-        """Remove a run and everything stored about it (metrics, events, badge, note) in one transaction; its files
+        """Remove a run and everything stored about it (metrics, events, badge, note, findings history, forecast
+        cell) in one transaction; its files
         are the caller's (`launch.runs.delete`)."""
         with self.transaction() as conn:
             conn.execute(NOTES_SCHEMA)
-            for table in ("chunks", "series", "events", "health", "run_notes"):
+            for table in ("chunks", "series", "events", "health", "run_notes", "findings", "forecast_cells"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             if conn.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount == 0:
                 raise RunNotFound(f"No run with id {run_id!r}. List runs with `python -m grpo_dashboard runs`.")

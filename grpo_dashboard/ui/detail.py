@@ -28,6 +28,7 @@ from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.serving import postprocessed
 from grpo_dashboard.views import chart_json, charts, completions, overview, remote_status
+from grpo_dashboard.views import forecast as forecast_view
 
 POLL_S = 1.5
 LOG_LINES = 200
@@ -90,7 +91,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     if live:
         state["charts"] = state["log"] = None
     status = overview.status_markdown(run, pace=overview.recent_pace(ctx.store, run))
-    remote = remote_status.hf_job_markdown(run)
+    remote = remote_status.hf_job_markdown(run) or remote_status.slurm_job_markdown(run)
     if remote:
         status += f"\n\n{remote}"
     problem = ctx.monitor_problem() if run.is_active else None
@@ -112,8 +113,9 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     shown_key = None if found is None else (run.id, found[0], opts.smoothing, opts.log_y, opts.xaxis)
     if found is not None and state.get("charts") != shown_key:
         # gr.Plot passes PlotData through as is: the JSON is built once per run state, not once per viewer
-        out += [overview.findings_markdown(ctx.store, run),
-                *(PlotData(type="plotly", plot=p) for p in found[1].values())]
+        out += [overview.findings_markdown(ctx.store, run) + "\n\n" + forecast_view.panel_markdown(ctx.store, run),
+                *(PlotData(type="plotly", plot=p)
+                  for p in forecast_view.overlay_plots(found[1], ctx.store, run, opts.xaxis).values())]
         state["charts"] = shown_key
     else:
         out += [gr.skip()] * (1 + n_plots)

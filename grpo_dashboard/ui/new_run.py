@@ -135,10 +135,10 @@ def build(ctx: UiContext) -> NewRunTab:
 def _command(yaml_text: str) -> str:
     try:
         spec = RunSpec.from_yaml(yaml_text)
-        job = overview.job_command(spec)
+        job, script = overview.job_command(spec), overview.batch_script(spec)
     except (SpecError, OSError):
-        job = None
-    return overview.command_text(yaml_text, job)
+        job = script = None
+    return overview.command_text(yaml_text, job, script)
 
 
 def _values(tab: NewRunTab, args: tuple[Any, ...]) -> dict[str, Any]:

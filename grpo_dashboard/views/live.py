@@ -13,6 +13,7 @@ chart options.
 from __future__ import annotations
 
 import html
+import json
 import secrets
 import threading
 import time
@@ -215,11 +216,17 @@ class Feed:
                                     self._t0, self._marks)
             from plotly.io.json import to_json_plotly
 
-            panels = {pid: {"data": data, "layout": {"template": charts._TEMPLATE, **layout}}
-                      for pid, (data, layout) in specs.items()}
-            text = to_json_plotly({"cursor": self.cursor(), "t0": self._t0, "xaxis": xaxis, "log_y": bool(log_y),
-                                   "panels": panels, "status": self._status, "findings": self._findings,
-                                   "log": self._log, "samples": self._samples_size})
+            from grpo_dashboard.views import forecast
+
+            panels = {pid: to_json_plotly({"data": data, "layout": {"template": charts._TEMPLATE, **layout}})
+                      for pid, (data, layout) in specs.items()}  # plain lists: the page appends to them
+            if run is not None:
+                panels = forecast.overlay_plots(panels, self.store, run, xaxis)  # the fit, as the polled page has it
+            rest = to_json_plotly({"cursor": self.cursor(), "t0": self._t0, "xaxis": xaxis, "log_y": bool(log_y),
+                                   "status": self._status, "findings": self._findings, "log": self._log,
+                                   "samples": self._samples_size})
+            body = ",".join(f"{json.dumps(pid)}:{text}" for pid, text in panels.items())
+            text = rest[:-1] + ',"panels":{' + body + "}}"
             self._snapshots[key] = text
             return text
 
@@ -247,7 +254,7 @@ def status_parts(run: Run, now: float | None = None, pace: float | None = None) 
     from grpo_dashboard.views import remote_status
 
     text = overview.status_markdown(run, now, pace)
-    remote = remote_status.hf_job_markdown(run)
+    remote = remote_status.hf_job_markdown(run) or remote_status.slurm_job_markdown(run)
     if remote:
         text += f"\n\n{remote}"
     return {"html": markdown_html(text), "active": run.is_active, "status": run.status,
@@ -268,7 +275,22 @@ def markdown_html(text: str) -> str:
 
 
 def findings_html(store: Store, run: Run, found: list[Any] | None = None) -> str:
-    """The findings panel as HTML: one entry per finding with its step, message and remedy (all text escaped)."""
+    """The health panel as HTML: the findings (all text escaped), then the forecast panel."""
+    from grpo_dashboard.views import forecast
+
+    panel = forecast.panel_markdown(store, run)
+    return _findings_html(store, run, found) + (markdown_to_html(panel) if panel else "")
+
+
+def markdown_to_html(text: str) -> str:
+    """Markdown (tables included) as HTML, with any raw HTML in it escaped."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table").enable("strikethrough").render(text)
+
+
+def _findings_html(store: Store, run: Run, found: list[Any] | None = None) -> str:
+    """The findings as HTML: one entry per finding with its step, message and remedy (all text escaped)."""
     if not overview.health_available():
         return f"<p>Health checks unavailable; status: <strong>{html.escape(run.status)}</strong>.</p>"
     if not run.n_records:
@@ -279,6 +301,11 @@ def findings_html(store: Store, run: Run, found: list[Any] | None = None) -> str
     items = []
     for f in found:
         metric = f" (<code>{html.escape(str(f.metric))}</code>)" if f.metric else ""
+        if getattr(f, "status", None) == "resolved":
+            items.append(f"<li><s>{html.escape(str(f.severity))}</s> resolved <strong>{html.escape(str(f.rule))}"
+                         f"</strong>{metric} from step {int(f.step)} to step {f.resolved_step}: "
+                         f"{html.escape(str(f.message))}</li>")
+            continue
         items.append(f"<li>{_badge(f.severity)} <strong>{html.escape(str(f.rule))}</strong>{metric} from step "
                      f"{int(f.step)}: {html.escape(str(f.message))}<br><em>Remedy:</em> {html.escape(str(f.remedy))}"
                      f"</li>")

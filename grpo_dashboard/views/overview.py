@@ -19,13 +19,14 @@ from grpo_dashboard.spec import safe_yaml
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store import ingest
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, StoreError, token_text
+from grpo_dashboard.views import forecast as forecast_view
 from grpo_dashboard.views.completions import recent_samples
 from grpo_dashboard.views.memo import LruCache, SingleFlight
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
-RUN_COLUMNS = ("name", "differs", "note", "status", "health", "progress", "elapsed", "ETA", "reward", "backend",
-               "started", "id")
+RUN_COLUMNS = ("name", "differs", "note", "status", "health", "progress", "elapsed", "ETA", "reward", "forecast",
+               "backend", "started", "id")
 # Plain glyphs (present in common fonts, unlike emoji on minimal Linux machines).
 STATUS_ICON = {"queued": "◌", "running": "▶", "completed": "✔", "failed": "✖", "canceled": "■"}
 HEALTH_ICON = {"ok": "●", "info": "ℹ", "warning": "▲", "error": "✖"}
@@ -173,15 +174,25 @@ def findings(store: Store, run: Run) -> list[Any]:
         if result is not None:
             return result
         try:
-            from grpo_dashboard.health import diagnose
+            from grpo_dashboard.health import Finding, finding_history
         except ImportError:
             return []
         config, thresholds = run_config(run)
         try:
-            result = list(diagnose(metric_frame(store, run.id), config=config, thresholds=thresholds or None,
-                                   completions=recent_samples(run.run_dir, output_dir=run.output_dir)))
+            # The run's record: every finding that fired keeps its first onset (and is shown resolved, with when,
+            # once it stops firing), the same replay `doctor` does on the run's metrics.jsonl.
+            saved = store.findings(run.id)
+            previous = [Finding(**{k: v for k, v in f.items() if k in _FINDING_FIELDS}) for f in saved]
+            result = list(finding_history(metric_frame(store, run.id), config=config, thresholds=thresholds or None,
+                                          completions=recent_samples(run.run_dir, output_dir=run.output_dir),
+                                          previous=previous))
         except ValueError as exc:  # bad threshold overrides in the spec
             result = [_BadThresholds(str(exc))]
+        else:
+            try:
+                store.save_findings(run.id, [f.to_dict() for f in result])
+            except StoreError:  # a read-only data directory: the history is only replayed next time
+                pass
         FINDINGS.entries.put(key, (token, time.monotonic(), result))
         return result
 
@@ -205,12 +216,16 @@ def metric_frame(store: Store, run_id: str) -> Any:
     return MetricFrame.from_splits([by_split[s] for s in sorted(by_split, key=lambda s: s != "train")])
 
 
+_FINDING_FIELDS = ("rule", "severity", "step", "message", "remedy", "metric", "evidence", "status", "resolved_step")
+
+
 class _BadThresholds:
     """A finding-like object for a spec whose health thresholds the doctor rejects."""
 
     def __init__(self, message: str) -> None:
         self.rule, self.severity, self.step, self.metric = "health.thresholds", "warning", 0, None
         self.message, self.remedy = message, "Fix `health.thresholds` in the run spec."
+        self.status, self.resolved_step = "active", None
 
 
 def health_badge(store: Store, run: Run, saved: dict[str, tuple[str, str]] | None = None) -> str:
@@ -225,7 +240,7 @@ def health_badge(store: Store, run: Run, saved: dict[str, tuple[str, str]] | Non
     known = (saved if saved is not None else store.health_badges()).get(run.id)
     if known is not None and known[0] == token_text(token):
         return known[1]
-    found = findings(store, run)
+    found = [f for f in findings(store, run) if f.status == "active"]
     if not found:
         badge = f"{HEALTH_ICON['ok']} ok"
     else:
@@ -252,6 +267,10 @@ def findings_markdown(store: Store, run: Run) -> str:
     lines = []
     for f in found:
         metric = f" (`{f.metric}`)" if f.metric else ""
+        if f.status == "resolved":
+            lines.append(f"- ~~{f.severity}~~ resolved **{f.rule}**{metric} from step {f.step} to step "
+                         f"{f.resolved_step}: {f.message}")
+            continue
         lines.append(f"- {_badge(f.severity)} **{f.rule}**{metric} from step {f.step}: {f.message}"
                      f"<br>*Remedy:* {f.remedy}")
     return "\n".join(lines)
@@ -274,6 +293,7 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
     saved = store.health_badges() if runs else {}
     differs = differences(runs)
     notes = store.notes() if runs else {}
+    cells = store.forecast_cells() if runs else {}
     for run in runs:
         latest = store.latest_metrics(run.id) if run.n_records else {}
         rows.append({
@@ -282,7 +302,8 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
             "health": health_badge(store, run, saved), "progress": progress_text(run),
             "elapsed": fmt_duration(elapsed_s(run, now)),
             "ETA": fmt_duration(eta_s(run, now, recent_pace(store, run))),
-            "reward": fmt_value(latest.get("reward")), "backend": run.backend,
+            "reward": fmt_value(latest.get("reward")), "forecast": forecast_view.forecast_cell(store, run, cells),
+            "backend": run.backend,
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),
             "id": run.id,
         })
@@ -356,13 +377,28 @@ def log_text(path: Path, n: int = 200) -> str:
     return "\n".join(lines[-n:])
 
 
-def command_text(spec_yaml: str, job_command: list[str] | None = None) -> str:
-    """The shell commands that launch this spec from the CLI (and the raw job command, when known)."""
+def command_text(spec_yaml: str, job_command: list[str] | None = None, batch_script: str | None = None) -> str:
+    """The shell commands that launch this spec from the CLI (and the raw job command or batch script, when known)."""
     lines = ["# Save the spec, then launch and follow it:", "cat > run.yaml <<'EOF'", spec_yaml.rstrip("\n"), "EOF",
              "python -m grpo_dashboard launch run.yaml --wait"]
-    if job_command:
+    if batch_script:
+        lines += ["", "# The batch script the Slurm backend writes as <run_dir>/job.sbatch and submits with "
+                      "`sbatch --parsable`:", batch_script.rstrip("\n")]
+    elif job_command:
         lines += ["", "# What the local backend runs (paths inside the run directory):", shlex.join(job_command)]
     return "\n".join(lines)
+
+
+def batch_script(spec: RunSpec) -> str | None:
+    """The Slurm batch script of this spec with placeholder run-directory paths (None off Slurm)."""
+    from grpo_dashboard.launch import slurm
+    from grpo_dashboard.store.db import Run
+
+    if spec.backend.kind != slurm.KIND:
+        return None
+    run = Run(id="<run id>", name=spec.name, spec_yaml="", backend=slurm.KIND, status="queued", created_at=0.0,
+              run_dir="<run_dir>")
+    return slurm.batch_script(spec, run)
 
 
 def job_command(spec: RunSpec) -> list[str]:

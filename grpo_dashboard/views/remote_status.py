@@ -1,5 +1,6 @@
-"""Run-detail text for Hugging Face Jobs runs: where the job runs, its timeout, the log follower's state, and the
-job's latest GPU utilisation and memory from the Jobs metrics stream (pure: no gradio)."""
+"""Run-detail text for remote runs (pure: no gradio). Hugging Face Jobs runs: where the job runs, its timeout, the log
+follower's state, and the job's latest GPU utilisation and memory from the Jobs metrics stream. Slurm runs: the job's
+state, why it waits and where it runs."""
 
 from __future__ import annotations
 
@@ -36,3 +37,14 @@ def hf_job_markdown(run: Run) -> str:
         lines.append("**Hardware now** " + ("; ".join(parts) if parts else "no GPU reported") +
                      f"; CPU {samples[-1].get('cpu_usage_pct', '?')}%")
     return "\n\n".join(lines)
+
+
+def slurm_job_markdown(run: Run) -> str:
+    """One line for a Slurm run: Slurm's last answer (why it waits, where it runs), partition, nodes, processes and
+    the batch script (empty for other backends or before the job is submitted)."""
+    from grpo_dashboard.launch import slurm
+
+    if run.backend != slurm.KIND:
+        return ""
+    summary = slurm.job_summary(run)
+    return f"**Slurm** {summary}" if summary else ""

@@ -1,0 +1,209 @@
+"""Benchmark: the doctor (and rldoctor where its detectors map) on every labelled real GRPO log found.
+
+Corpora: ``tests/fixtures/real_logs/`` (ours) and ``../shared/realdata/grpo_logs/`` when present (read in place).
+Each has an ``expect.json``: per log, ``items`` (lists of rule ids of which at least one must be reported, at any
+severity), ``forbid`` (rules that are false alarms at warning or error level) and ``healthy`` (no error expected).
+
+Prints, per log and in total: expected items caught, forbidden alarms, errors and warnings on healthy runs, and the
+same for rldoctor 0.2 (``pip install --no-deps rldoctor==0.2.0``) through the detector -> rule map below; an item
+no rldoctor detector maps to is left out of rldoctor's denominator.
+
+    python benchmarks/doctor_real_logs.py [--verbose]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grpo_dashboard.health import diagnose, finding_history, load_log_frame  # noqa: E402
+
+CORPORA = (ROOT / "tests" / "fixtures" / "real_logs", ROOT.parent / "shared" / "realdata" / "grpo_logs")
+SHARED_FALLBACK = Path("/work/shared/realdata/grpo_logs")
+
+# rldoctor detector -> the rules of ours that say the same thing.
+RLDOCTOR_MAP: dict[str, tuple[str, ...]] = {
+    "advantage_collapse": ("zero_variance",),
+    "clip_saturation": ("clip_high",),
+    "entropy_collapse": ("entropy_collapse",),
+    "gradient_pathology": ("grad_spike", "zero_gradient", "nan"),
+    "kl_drift": ("kl_high", "kl_spike", "kl_outpaces_reward"),
+    "length_pathology": ("truncation", "length_collapse", "length_drift"),
+    "plateau": ("plateau", "flat_reward"),
+    "reward_composition": ("flat_reward", "format_hacking"),
+    "reward_hacking": ("format_hacking", "reward_length_corr", "kl_outpaces_reward"),
+}
+_RLD_SEVERITY = {2: "info", 3: "warning", 4: "error"}
+
+
+def corpora() -> list[Path]:
+    """Corpus folders that exist here (ours first)."""
+    found = [c for c in CORPORA if (c / "expect.json").is_file()]
+    if not any("shared" in str(c) for c in found) and (SHARED_FALLBACK / "expect.json").is_file():
+        found.append(SHARED_FALLBACK)
+    return found
+
+
+def labelled_logs() -> list[tuple[Path, dict[str, Any]]]:
+    """(log path, its labels) for every labelled log in every corpus found."""
+    out = []
+    for corpus in corpora():
+        expect = json.loads((corpus / "expect.json").read_text())
+        for name, label in expect.items():
+            if not name.startswith("_") and (corpus / name).is_file():
+                out.append((corpus / name, label))
+    return out
+
+
+def ours(path: Path, history: bool = True) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """What ``doctor PATH`` reports on ``path``: (active findings, findings resolved before the end), each as
+    (rule, severity) pairs; with ``history=False`` only ``diagnose`` on the whole log (nothing resolved)."""
+    frame, hints = load_log_frame(path)
+    found = finding_history(frame, hints) if history else diagnose(frame, hints)
+    active = [(f.rule, f.severity) for f in found if f.status == "active"]
+    resolved = [(f.rule, f.severity) for f in found if f.status == "resolved"]
+    return active, resolved
+
+
+def rldoctor(path: Path) -> list[tuple[str, str]] | None:
+    """(detector, severity) pairs of rldoctor's findings, or None when rldoctor is not installed."""
+    if importlib.util.find_spec("rl_doctor") is None:
+        return None
+    from rl_doctor.diagnosis import diagnose as rld_diagnose
+    from rl_doctor.ingest import load_run
+
+    out = []
+    for finding in rld_diagnose(load_run(str(path))).findings:
+        severity = _RLD_SEVERITY.get(int(finding.severity))
+        if severity is not None:
+            out.append((finding.detector, severity))
+    return out
+
+
+def score(found: list[tuple[str, str]], label: dict[str, Any], mappable: set[str] | None = None) -> dict[str, Any]:
+    """Caught items, forbidden alarms and severity counts of one tool on one log (rldoctor: ``mappable`` given and
+    ``found`` holds detector names, scored through ``RLDOCTOR_MAP``)."""
+    per_sev = {s: len({r for r, sev in found if sev == s}) for s in ("error", "warning", "info")}
+    if mappable is not None:
+        found = [(rule, s) for d, s in found for rule in RLDOCTOR_MAP.get(d, ())]
+    rules = {r for r, _ in found}
+    items = [item for item in label.get("items", []) if mappable is None or set(item) & mappable]
+    caught = [item for item in items if set(item) & rules]
+    alarms = sorted({r for r, s in found if s in ("warning", "error") and r in set(label.get("forbid", []))})
+    if mappable is not None:
+        # A detector maps to several rules: its alarm is false only when every rule it stands for is forbidden.
+        forbidden = set(label.get("forbid", []))
+        alarms = sorted(
+            {
+                d
+                for d, mapped in RLDOCTOR_MAP.items()
+                if set(mapped) <= forbidden and any(r in mapped and s in ("warning", "error") for r, s in found)
+            }
+        )
+    return {
+        "items": len(items),
+        "caught": len(caught),
+        "missed": [item for item in items if item not in caught],
+        "alarms": alarms,
+        **per_sev,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="print the findings of every log")
+    parser.add_argument("--snapshot", action="store_true", help="score diagnose on the whole log, not the history")
+    args = parser.parse_args(argv)
+    logs = labelled_logs()
+    if not logs:
+        print("no labelled logs found")
+        return 1
+    mappable = {r for rules in RLDOCTOR_MAP.values() for r in rules}
+    print(f"{len(logs)} labelled logs from: {', '.join(str(c) for c in corpora())}")
+    header = ("log", "n", "ours caught", "ours false", "ours E/W", "rld caught", "rld false", "rld E/W")
+    print("{:<58} {:>5} {:>11} {:>10} {:>8} {:>10} {:>9} {:>8}".format(*header))
+    totals: dict[str, dict[str, Any]] = {"ours": {}, "rld": {}}
+    healthy_runs = 0
+    rld_available = True
+    for path, label in logs:
+        frame, _ = load_log_frame(path)
+        found, resolved = ours(path, history=not args.snapshot)
+        peer = rldoctor(path)
+        rld_available = rld_available and peer is not None
+        a = score(found, label)
+        past = score(found + resolved, label)
+        a["caught"], a["missed"] = past["caught"], past["missed"]  # a finding that fired and resolved was reported
+        a["past_alarms"] = sorted(set(past["alarms"]) - set(a["alarms"]))
+        b = score(peer or [], label, mappable) if peer is not None else None
+        healthy = bool(label.get("healthy"))
+        healthy_runs += healthy
+        for key, s in (("ours", a), ("rld", b)):
+            if s is None:
+                continue
+            t = totals[key]
+            t["items"] = t.get("items", 0) + s["items"]
+            t["caught"] = t.get("caught", 0) + s["caught"]
+            t["alarms"] = t.get("alarms", 0) + len(s["alarms"])
+            t["past_alarms"] = t.get("past_alarms", 0) + len(s.get("past_alarms", []))
+            if healthy:
+                t["healthy_errors"] = t.get("healthy_errors", 0) + s["error"]
+                t["healthy_warnings"] = t.get("healthy_warnings", 0) + s["warning"]
+                t["healthy_max_warnings"] = max(t.get("healthy_max_warnings", 0), s["warning"])
+        name = path.name[:55] + ("*" if healthy else "")
+        rld_cols = (
+            (f"{b['caught']}/{b['items']}", len(b["alarms"]), f"{b['error']}/{b['warning']}") if b else ("-", "-", "-")
+        )
+        print(
+            f"{name:<58} {frame.n_records:>5} {a['caught']:>5}/{a['items']:<5} {len(a['alarms']):>10} "
+            f"{a['error']:>3}/{a['warning']:<4} {rld_cols[0]:>10} {rld_cols[1]:>9} {rld_cols[2]:>8}"
+        )
+        if args.verbose or a["missed"] or a["alarms"]:
+            if a["missed"]:
+                print(f"    ours missed: {a['missed']}")
+            if a["alarms"]:
+                print(f"    ours false alarms: {a['alarms']}")
+            if args.verbose:
+                print(f"    ours: {found}; resolved: {resolved}")
+        if a["past_alarms"]:
+            print(f"    ours false alarms raised earlier and resolved since: {a['past_alarms']}")
+    print("(* = labelled healthy; E/W = error/warning findings active at the end; caught counts resolved ones too)")
+    print("| figure | ours | peer (rldoctor 0.2) | ratio | target | met |\n|---|---|---|---|---|---|")
+    o, r = totals["ours"], totals["rld"]
+
+    def frac(t: dict[str, Any]) -> str:
+        return f"{t['caught']}/{t['items']} ({t['caught'] / max(t['items'], 1):.0%})" if t else "-"
+
+    peer_note = "" if rld_available else " (rldoctor not installed)"
+    print(
+        f"| expected findings caught, {len(logs)} real logs | {frac(o)} | {frac(r)}{peer_note} | - | all | "
+        f"{'yes' if o['caught'] == o['items'] else 'NO'} |"
+    )
+    print(
+        f"| forbidden alarms (warning/error) at the end of the log | {o['alarms']} | {r.get('alarms', '-')} | - | 0 | "
+        f"{'yes' if o['alarms'] == 0 else 'NO'} |"
+    )
+    print(
+        f"| forbidden alarms raised during the run and resolved since (findings history) | {o['past_alarms']} | "
+        "- | - | - | - |"
+    )
+    if healthy_runs:
+        ok = o.get("healthy_errors", 0) == 0 and o.get("healthy_max_warnings", 0) <= 1
+        print(
+            f"| healthy runs ({healthy_runs}): errors / warnings per run (max) | {o.get('healthy_errors', 0)} / "
+            f"{o.get('healthy_warnings', 0) / healthy_runs:.2f} ({o.get('healthy_max_warnings', 0)}) | "
+            f"{r.get('healthy_errors', '-')} / "
+            + (f"{r['healthy_warnings'] / healthy_runs:.2f} ({r['healthy_max_warnings']})" if r else "-")
+            + f" | - | 0 / <= 1 | {'yes' if ok else 'NO'} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The saturating fits of reward over steps that the forecast blends: exponential and power-law approaches and a
+constant.
+
+Each family is fitted for every value on a grid of its shape parameter with its linear parameters in closed form
+(least squares), on at most ``_MAX_POINTS`` bin means. ``fit_reward_curve`` scores each family on the last fifth of
+the log after fitting the first four fifths and blends them by 1 / that error; ``bootstrap`` varies the blend by
+resampling its residuals. Only numpy is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_POINTS = 8
+_HOLDOUT = 0.2
+_BOOTSTRAP = 60
+_MAX_POINTS = 400
+_RATE_GRID = np.geomspace(0.03, 30.0, 36)  # tau or s, as a multiple of the fitted step span
+_ALPHA_GRID = np.array([0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0])
+
+
+@dataclass
+class Curve:
+    """A fitted saturating curve of reward over steps."""
+
+    model: str
+    plateau: float
+    start: float
+    x0: float
+    shape: tuple[float, ...]
+    coef: tuple[float, float]
+    rmse: float
+    holdout_rmse: float
+
+    def __call__(self, x: np.ndarray | float) -> np.ndarray:
+        return _basis(self.model, np.asarray(x, dtype=float), self.x0, self.shape) @ np.array(self.coef)
+
+    def gain_step(self, share: float) -> float:
+        """Step at which ``share`` of the gain from ``x0`` to the plateau is reached (inf when never)."""
+        left = 1.0 - share
+        if self.model == "exp":
+            return self.x0 + self.shape[0] * math.log(1.0 / left)
+        if self.model == "power":
+            s, alpha = self.shape
+            return self.x0 + s * (left ** (-1.0 / alpha) - 1.0)
+        return self.x0
+
+
+def _basis(model: str, x: np.ndarray, x0: float, shape: tuple[float, ...]) -> np.ndarray:
+    ones = np.ones_like(x)
+    if model == "exp":
+        return np.stack([ones, np.exp(-(x - x0) / shape[0])], axis=-1)
+    if model == "power":
+        s, alpha = shape
+        return np.stack([ones, (np.maximum(x - x0, 0.0) / s + 1.0) ** (-alpha)], axis=-1)
+    return np.stack([ones, np.zeros_like(x)], axis=-1)
+
+
+def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
+    """Best curve of one family on (x, y): grid over the shape parameter, linear least squares for the rest."""
+    x0, span = float(x[0]), max(float(x[-1] - x[0]), 1.0)
+    if model == "const":
+        mean = float(np.mean(y))
+        rmse = float(np.sqrt(np.mean((y - mean) ** 2)))
+        return Curve("const", mean, mean, x0, (), (mean, 0.0), rmse, math.nan)
+    shapes: list[tuple[float, ...]]
+    if model == "exp":
+        shapes = [(r * span,) for r in _RATE_GRID]
+    else:
+        shapes = [(r * span, a) for r in _RATE_GRID[::3] for a in _ALPHA_GRID]
+    best: tuple[float, tuple[float, ...], np.ndarray] | None = None
+    for shape in shapes:
+        basis = _basis(model, x, x0, shape)
+        coef, *_ = np.linalg.lstsq(basis, y, rcond=None)
+        # A saturating approach: the curve must not bend back (B's sign fixes the direction, any is allowed), and
+        # a plateau absurdly far from the data means the grid point is a straight line in disguise.
+        sse = float(np.sum((basis @ coef - y) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, shape, coef)
+    if best is None:
+        return None
+    sse, shape, coef = best
+    start = float(coef[0] + coef[1])
+    rmse = math.sqrt(sse / x.size)
+    return Curve(model, float(coef[0]), start, x0, shape, (float(coef[0]), float(coef[1])), rmse, 0.0)
+
+
+@dataclass
+class Blend:
+    """The three families fitted on every point, weighted by 1 / their held-out error: a family that predicted the
+    last fifth of the log well dominates, and when none clearly wins the forecast does not bet on one extrapolation.
+    Quacks like a ``Curve`` (call it, ``plateau``, ``gain_step``)."""
+
+    members: list[Curve]
+    weights: list[float]
+    holdout_rmse: float
+    rmse: float = 0.0
+
+    @property
+    def model(self) -> str:
+        """The dominant family when it carries >= 60 % of the weight, else ``blend``."""
+        top = int(np.argmax(self.weights))
+        return self.members[top].model if self.weights[top] >= 0.6 else "blend"
+
+    @property
+    def x0(self) -> float:
+        return self.members[0].x0
+
+    @property
+    def plateau(self) -> float:
+        return float(sum(w * m.plateau for w, m in zip(self.weights, self.members, strict=True)))
+
+    @property
+    def start(self) -> float:
+        return float(self(self.x0))
+
+    def describe(self) -> str:
+        """``exp 0.62 / power 0.31 / const 0.07``."""
+        return " / ".join(f"{m.model} {w:.2f}" for m, w in zip(self.members, self.weights, strict=True))
+
+    def __call__(self, x: np.ndarray | float) -> np.ndarray:
+        return sum(w * m(x) for w, m in zip(self.weights, self.members, strict=True))
+
+    def gain_step(self, share: float) -> float:
+        """Step at which ``share`` of the gain from ``x0`` to the plateau is reached (inf when never)."""
+        span = max([1.0] + [float(m.shape[0]) for m in self.members if m.shape])
+        gain = self.plateau - self.start
+        if abs(gain) < 1e-12:
+            return self.x0
+        grid = self.x0 + np.concatenate(([0.0], np.geomspace(1e-3, 1e4, 4000))) * span
+        reached = (np.asarray(self(grid)) - self.start) / gain >= share
+        hit = np.flatnonzero(reached)
+        return float(grid[hit[0]]) if hit.size else math.inf
+
+    def refit(self, x: np.ndarray, y: np.ndarray) -> Blend:
+        """The same weights on the families refitted to ``(x, y)`` (what the bootstrap varies)."""
+        members = [_fit_model(m.model, x, y) or m for m in self.members]
+        return Blend(members, self.weights, self.holdout_rmse, self.rmse)
+
+
+def binned(x: np.ndarray, y: np.ndarray, bins: int = _MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``bins`` points: means over consecutive equal-count groups (a 100,000-step log fits as fast as a
+    short one, and a bin mean is what the curve describes anyway)."""
+    if x.size <= bins:
+        return x, y
+    groups = np.array_split(np.arange(x.size), bins)
+    return np.array([x[g].mean() for g in groups]), np.array([y[g].mean() for g in groups])
+
+
+def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Blend | None, str | None]:
+    """The saturating families fitted on every point, weighted by their error on the last fifth of the log when
+    fitted on the first four fifths; or None and why."""
+    ok = np.isfinite(values) & np.isfinite(steps)
+    x, y = steps[ok].astype(float), values[ok].astype(float)
+    if x.size < MIN_POINTS:
+        return None, f"too few reward points ({x.size}; at least {MIN_POINTS} needed)"
+    if np.any(np.diff(x) <= 0):
+        return None, "the step column is not strictly increasing (a resumed or merged log?): cannot fit over steps"
+    x, y = binned(x, y)
+    cut = max(MIN_POINTS // 2, int(round(x.size * (1 - _HOLDOUT))))
+    members, errors = [], []
+    for model in ("exp", "power", "const"):
+        early = _fit_model(model, x[:cut], y[:cut])
+        full = _fit_model(model, x, y)
+        if early is None or full is None:
+            continue
+        err = float(np.sqrt(np.mean((early(x[cut:]) - y[cut:]) ** 2))) if cut < x.size else full.rmse
+        full.holdout_rmse = err
+        members.append(full)
+        errors.append(max(err, 1e-9))
+    if not members:
+        return None, "no model could be fitted"
+    inverse = 1.0 / np.array(errors)
+    weights = (inverse / inverse.sum()).tolist()
+    blend = Blend(members, weights, float(np.dot(weights, errors)))
+    blend.rmse = float(np.sqrt(np.mean((np.asarray(blend(x)) - y) ** 2)))
+    return blend, None
+
+
+def bootstrap(curve: Blend, x: np.ndarray, y: np.ndarray, targets: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Residual-bootstrap predictions at ``targets`` plus the plateau and the 95 % step: (draws, len(targets) + 2)."""
+    rng = np.random.default_rng(seed)
+    fitted = np.asarray(curve(x))
+    resid = y - fitted
+    out = []
+    for _ in range(_BOOTSTRAP):
+        refit = curve.refit(x, fitted + rng.choice(resid, size=resid.size, replace=True))
+        out.append(np.concatenate((np.asarray(refit(targets)), [refit.plateau, refit.gain_step(0.95)])))
+    return np.array(out)

@@ -1,0 +1,110 @@
+"""Findings that hold still: a finding that has fired stays in the run's history with its first onset.
+
+``diagnose`` judges the log as it is *now*, so a state that fired early (an entropy collapse at step 5) can drop out
+once smoothing windows and baselines move, and onsets drift as the window slides. ``finding_history`` replays the
+doctor on the log as it was at a fixed, deterministic series of cut points (every one of the first logged steps,
+then geometrically spaced, and the last step) and merges what it saw: each (rule, metric) keeps the onset it first
+fired with and its worst severity; one that no longer fires at the end is ``resolved`` at the first cut it stopped
+firing at. The cuts depend only on the log, so the live panel and ``doctor`` on the same log agree.
+Findings are ordered causes first: by severity, then by onset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .findings import SEVERITY_RANK, Finding, order_key
+from .rules import diagnose
+from .series import MetricFrame
+from .thresholds import RULE_IDS
+
+DENSE_CUTS = 12
+GROWTH = 1.5
+
+
+def cut_steps(steps: np.ndarray) -> list[int]:
+    """Steps at which the log is replayed: the first ``DENSE_CUTS`` logged steps, then every ``GROWTH``-fold more
+    logs, and always the last step."""
+    n = int(steps.size)
+    if n == 0:
+        return []
+    idx = list(range(min(n, DENSE_CUTS)))
+    i = float(DENSE_CUTS)
+    while i < n:
+        idx.append(int(i) - 1)
+        i *= GROWTH
+    idx.append(n - 1)
+    return sorted({int(steps[j]) for j in idx})
+
+
+def _key(f: Finding) -> tuple[str, str | None]:
+    return f.rule, f.metric
+
+
+def order(findings: Sequence[Finding]) -> list[Finding]:
+    """Causes before symptoms: worst severity first (active before resolved), then earliest onset, then rule order."""
+    rank = {rule: i for i, rule in enumerate(RULE_IDS)}
+    return sorted(findings, key=lambda f: (f.status != "active", *order_key(f, rank)))
+
+
+def finding_history(
+    records: Sequence[Mapping[str, Any]] | MetricFrame,
+    config: Mapping[str, Any] | None = None,
+    thresholds: Mapping[str, Any] | None = None,
+    completions: list[dict[str, Any]] | None = None,
+    previous: Sequence[Finding] = (),
+) -> list[Finding]:
+    """Every finding that fired on the log so far, with its first onset; active ones carry their latest message.
+
+    Args:
+        records / config / thresholds / completions: as for ``diagnose``.
+        previous: a history saved earlier for the same run (e.g. from the store): its onsets and resolutions are
+            kept when they are earlier than what the replay sees (a log that was cut or resumed since).
+    """
+    frame = records if isinstance(records, MetricFrame) else MetricFrame.from_records(records)
+    all_steps = np.unique(np.concatenate([s.steps for s in frame.columns.values()])) if frame.columns else np.empty(0)
+    cuts = cut_steps(all_steps)
+    seen: dict[tuple[str, str | None], Finding] = {_key(f): f for f in previous}
+    fired: dict[tuple[str, str | None], int] = {_key(f): 2 for f in previous}  # consecutive cuts each one fired at
+    recorded = set(fired)
+    replayed: set[tuple[str, str | None]] = set()
+    for i, cut in enumerate(cuts):
+        last = i == len(cuts) - 1
+        now = diagnose(frame if last else frame.upto(cut), config, thresholds, completions if last else None)
+        current = {_key(f): f for f in now}
+        for key in list(fired):
+            if key not in current and fired[key] < 2:
+                # Fired at one cut only and gone at the next: a flicker of the first noisy logs, not a record.
+                del fired[key]
+                seen.pop(key, None)
+        for key, f in current.items():
+            fired[key] = fired.get(key, 0) + 1
+            before = seen.get(key)
+            if before is None:
+                seen[key] = replace(f, status="active", resolved_step=None)
+                continue
+            worst = max(before.severity, f.severity, key=SEVERITY_RANK.__getitem__)
+            onset = min(before.step, f.step)
+            # The latest evaluation's wording and evidence, with the first onset and the worst severity seen.
+            seen[key] = replace(
+                f, step=onset, severity=worst if not last else f.severity, status="active", resolved_step=None
+            )
+            if last and SEVERITY_RANK[worst] > SEVERITY_RANK[f.severity]:
+                seen[key].evidence = {**f.evidence, "peak_severity": worst}
+        for key, f in list(seen.items()):
+            if key in current or f.status != "active":
+                continue
+            if key in recorded and not last and key not in replayed:
+                continue  # known from the saved record but not reached yet by the replay of the early log
+            seen[key] = replace(f, status="resolved", resolved_step=cut)
+        replayed.update(current)
+    out = []
+    for f in seen.values():
+        if f.status == "resolved":
+            f = replace(f, message=f"Resolved at step {f.resolved_step}. " + f.message)
+        out.append(f)
+    return order(out)

@@ -1,0 +1,67 @@
+"""The doctor on real public GRPO logs: our labelled corpus (tests/fixtures/real_logs) always, and the shared
+labelled logs (../shared/realdata/grpo_logs) when that folder is present. Every expected finding is reported, no
+forbidden alarm is active at the end, and a healthy run gets no error and at most one warning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpo_dashboard.health import diagnose, finding_history, load_log_frame
+
+ROOT = Path(__file__).resolve().parent.parent
+OURS = ROOT / "tests" / "fixtures" / "real_logs"
+SHARED = next(
+    (p for p in (ROOT.parent / "shared" / "realdata" / "grpo_logs", Path("/work/shared/realdata/grpo_logs"))
+     if (p / "expect.json").is_file()),
+    None,
+)
+
+
+def _labelled(folder: Path | None) -> list[tuple[Path, dict]]:
+    if folder is None:
+        return []
+    expect = json.loads((folder / "expect.json").read_text())
+    return [(folder / name, label) for name, label in expect.items() if not name.startswith("_")]
+
+
+def _check(path: Path, label: dict) -> None:
+    frame, hints = load_log_frame(path)
+    history = finding_history(frame, hints)
+    reported = {f.rule for f in history}
+    for item in label["items"]:
+        assert set(item) & reported, (path.name, item, sorted(reported))
+    active = [f for f in history if f.status == "active"]
+    alarms = {f.rule for f in active if f.severity in ("warning", "error")} & set(label["forbid"])
+    assert not alarms, (path.name, alarms)
+    if label["healthy"]:
+        assert not [f for f in active if f.severity == "error"], path.name
+        assert sum(f.severity == "warning" for f in active) <= 1, (path.name, [(f.rule, f.severity) for f in active])
+    # The doctor's snapshot of the whole log is what the history's active part says now.
+    now = {(f.rule, f.metric, f.severity) for f in diagnose(frame, hints)}
+    assert {(f.rule, f.metric, f.severity) for f in active} == now
+
+
+def test_our_corpus_has_provenance_and_labels_for_every_log() -> None:
+    files = sorted(p.name for p in OURS.glob("*.jsonl"))
+    expect = json.loads((OURS / "expect.json").read_text())
+    index = (OURS / "INDEX.md").read_text()
+    assert files and set(files) == {k for k in expect if not k.startswith("_")}
+    for name in files:
+        assert name in index and expect[name]["items"] is not None and "forbid" in expect[name]
+        for line in (OURS / name).read_text().splitlines():
+            record = json.loads(line)
+            assert isinstance(record["step"], int) and all(isinstance(k, str) for k in record)
+
+
+@pytest.mark.parametrize("path,label", _labelled(OURS), ids=lambda x: x.name[:40] if isinstance(x, Path) else "")
+def test_our_real_logs(path: Path, label: dict) -> None:
+    _check(path, label)
+
+
+@pytest.mark.skipif(SHARED is None, reason="../shared/realdata/grpo_logs is not present here")
+@pytest.mark.parametrize("path,label", _labelled(SHARED), ids=lambda x: x.name[:40] if isinstance(x, Path) else "")
+def test_shared_real_logs(path: Path, label: dict) -> None:
+    _check(path, label)
