@@ -161,11 +161,12 @@
 
   function markDrawn() {
     const gd = document.querySelector("#plot-reward .js-plotly-plot");
-    const n = gd && gd.data ? Math.max(0, ...gd.data.map(t => (t.x ? t.x.length : 0))) : 0;
+    // Logged series only (traces with a series in meta): the forecast's fit is drawn to max_steps at once.
+    const logged = gd && gd.data ? gd.data.filter(t => t.meta && t.meta.s) : [];
+    const n = Math.max(0, ...logged.map(t => (t.x ? t.x.length : 0)));
     document.body.dataset.grpoPoints = String(n);
     // The newest step the reward chart shows (what a latency measurement compares with the record's write time).
-    const last = gd && gd.data ? Math.max(-1, ...gd.data.map(t => (t.x && t.x.length ? Number(t.x[t.x.length - 1])
-      : -1))) : -1;
+    const last = Math.max(-1, ...logged.map(t => (t.x && t.x.length ? Number(t.x[t.x.length - 1]) : -1)));
     document.body.dataset.grpoStep = String(last);
     document.body.dataset.grpoEvents = String(state.received);
   }
