@@ -53,16 +53,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_app(data: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """`python app.py` on a free port with its store in `data`; returns (process, url) once it answers."""
+def start_app(data: Path, log: Path, cwd: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """`python app.py` on a free port with its store in `data`; returns (process, url) once it answers.
+
+    Args:
+        cwd: the checkout whose app.py to serve (default: this one; e.g. an older commit as a peer).
+    """
     port = free_port()
     env = {**os.environ, "GRPO_DASHBOARD_DATA_DIR": str(data), "GRADIO_SERVER_PORT": str(port),
            "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
     with log.open("wb") as out:
         # BENCH_APP: another entry point serving the same app (e.g. one that profiles it)
         entry = os.environ.get("BENCH_APP", "app.py")
-        proc = subprocess.Popen([sys.executable, entry], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen([sys.executable, entry], cwd=cwd or ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -103,6 +107,17 @@ def add_live_run(data: Path, run_id: str, interval: float, n_steps: int, history
                          pid=proc.pid, pid_start=process_start_time(proc.pid)))
     store.close()
     return proc
+
+
+def written_times(path: Path) -> dict[int, float]:
+    """Step -> the wall time the writer stamped its record with, from a run's metrics.jsonl."""
+    out = {}
+    with path.open() as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec.get("type") == "log":
+                out[rec["step"]] = rec["time"]
+    return out
 
 
 def stop(proc: subprocess.Popen[bytes] | None) -> None:

@@ -32,6 +32,9 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("doctor_long_log", [], "7. the doctor on long logs"),
     ("doctor_real_logs", [], "8. the doctor on labelled real GRPO logs, against rldoctor"),
     ("forecast_backtest", [], "9. the forecast, backtested on real GRPO logs"),
+    ("push_latency", [], "10. live page: record written -> drawn in Chromium, pushed vs polled"),
+    ("push_viewers", [], "11. 50 viewers on 5 live runs, pushed vs polled"),
+    ("push_refresh", [], "12. refresh work of 100 new records, pushed vs polled"),
 ]
 
 

@@ -135,6 +135,7 @@ def test_launch_watch_completions_and_cancel(page: Any, app_url: tuple[str, Stor
     launch_from_form(page, max_steps=300)
     second_id = current_run_id(page, store, {run_id})
     page.wait_for_function(f"() => document.querySelector('#detail-status').innerText.includes('{second_id}')")
+    page.once("dialog", lambda d: d.accept())  # Cancel asks first
     page.locator("#cancel-btn").click()
     wait_for(lambda: store.get_run(second_id).status in TERMINAL, timeout=120)
     assert store.get_run(second_id).status == "canceled"

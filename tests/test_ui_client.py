@@ -22,7 +22,8 @@ from .conftest import free_port_app, wait_for
 EXPECTED_ENDPOINTS = {
     "/load_preset", "/form_to_yaml", "/yaml_to_form", "/validate", "/launch", "/runs_table", "/run_choices",
     "/detail_poll", "/detail_render", "/detail_step", "/cancel_run", "/compare", "/open_run_by_ref",
-    "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who",
+    "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who", "/detail_view", "/page_state",
+    "/rename_run", "/note_run", "/delete_run",
     "/import_trl", "/resume_choices", "/resume_run", "/export_metrics", "/import_run",
 }
 N_GROUPS = len(forms.GROUPS) - 1  # "Run" fields sit above the accordions
@@ -132,7 +133,7 @@ def test_form_to_yaml(served: tuple[Any, Client, Store]) -> None:
     yaml_text, command, _ = client.predict(*form_args(demo, values), text, api_name="/form_to_yaml")
     assert "num_generations: 4" in yaml_text and "epsilon_high: 0.3" in yaml_text
     assert yaml_text in command
-    assert yaml_text.startswith("name: smoke")
+    assert "\nname: smoke\n" in yaml_text and yaml_text.startswith("# ")  # the preset's comment line is kept
 
 
 def test_yaml_to_form(served: tuple[Any, Client, Store]) -> None:
@@ -281,7 +282,9 @@ def test_cancel_and_compare(served: tuple[Any, Client, Store], finished_run: str
     metric, fig, diff = client.predict([finished_run, run_id], "reward", 0.0, False, "step", api_name="/compare")
     assert metric["value"] == "reward" and "entropy" in str(metric["choices"])
     traces = plot_traces(fig)
-    assert [t["name"] for t in traces] == [f"smoke ({finished_run[-6:]})", f"smoke ({run_id[-6:]})"]
+    names = [t["name"] for t in traces]
+    assert [n.split(":")[0] for n in names] == [f"smoke ({finished_run[-6:]}", f"smoke ({run_id[-6:]}"]
+    assert all("max_steps=" in n for n in names)  # same-name runs are told apart by what differs
     diff_rows = {r[0]: r[1:] for r in diff["data"]}
     assert diff_rows["training.max_steps"] == ["20", "400"]
     assert diff_rows["training.learning_rate"] == ["0.001", "0.002"]

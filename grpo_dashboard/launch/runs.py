@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.checks.validation import ValidationReport, validate
+from grpo_dashboard.errors import BackendError
 from grpo_dashboard.health.ship import ship as ship_health
 from grpo_dashboard.launch.backends import BACKENDS, backend_for
 from grpo_dashboard.launch.local import metrics_path  # noqa: F401 - re-exported for callers and tests
@@ -143,6 +144,26 @@ def reattach(store: Store, token: str | None = None, namespace: str | None = Non
     """
     return [run for backend in BACKENDS.values()
             for run in backend.reattach(store, token=token, namespace=namespace, owner=owner)]
+
+
+def delete(store: Store, run: Run) -> list[str]:
+    """Remove an ended run: its rows in the store, and its run directory when that lies inside the data directory
+    (a directory elsewhere is left alone and named in the returned notes). An active run must be canceled first."""
+    import shutil
+
+    current = store.get_run(run.id)
+    if current.is_active:
+        raise BackendError(f"Run {run.id} is {current.status}: cancel it first, then delete it.")
+    notes = []
+    run_dir = Path(current.run_dir).resolve()
+    roots = {store.path.parent.resolve(), data_dir().resolve()}
+    inside = any(root in run_dir.parents for root in roots)
+    store.delete_run_rows(run.id)
+    if inside and run_dir.is_dir():
+        shutil.rmtree(run_dir, ignore_errors=True)
+    elif run_dir.exists():
+        notes.append(f"{run_dir} is outside the data directory and was left in place.")
+    return notes
 
 
 def job_summary(run: Run) -> str | None:

@@ -244,12 +244,12 @@ def find_run(store: Store, ref: str, user: User, settings: Settings | None = Non
     named = [r for r in mine if r.name == ref]
     if exact:
         return exact[0]
+    if named:
+        return named[0]  # newest first: a name means its newest run
     if len(prefixed) > 1:
         raise RunNotFound(f"{ref!r} matches {len(prefixed)} of your runs; give more of the id.")
     if prefixed:
         return prefixed[0]
-    if named:
-        return named[0]
     raise _denied(ref, user)
 
 
@@ -494,6 +494,15 @@ def cancel(store: Store, run_id: str, user: User, settings: Settings | None = No
         return runs.cancel(store, run, token=user.token)
     except BackendError as exc:
         raise BackendError(redact(str(exc), user.token)) from None
+
+
+def manage(store: Store, run_id: str, user: User, settings: Settings | None = None) -> Run:
+    """One of the user's runs that they may rename, annotate or delete (on a Space: signed in, their own)."""
+    settings = settings or Settings.from_env()
+    run = get_run(store, run_id, user, settings)
+    if settings.on_space and not user.signed_in:
+        raise NotAllowed(SIGN_IN)
+    return run
 
 
 def resume_following(store: Store, user: User, settings: Settings | None = None) -> int:

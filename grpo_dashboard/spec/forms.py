@@ -247,6 +247,23 @@ def values_from_spec(spec: RunSpec) -> dict[str, Any]:
     return out
 
 
+def unshowable(text: str) -> list[FieldError]:
+    """Number fields whose YAML value is not a number (`beta: 0.0 [unclosed` reads as text): the form would show
+    them blank, so they are reported instead, naming the field and the value."""
+    spec = RunSpec.from_yaml(text)
+    out = []
+    for f in form_fields():
+        if f.widget in ("int", "float") and f.is_training:
+            value = spec.training.get(f.key[len("training."):])
+            if isinstance(value, str):
+                try:
+                    float(value)
+                except ValueError:
+                    out.append(FieldError(f.key, value, f"is not a number; write a {f.widget} such as "
+                                          f"{f.default if f.default is not None else 1}, or delete the line."))
+    return out
+
+
 def values_from_yaml(text: str) -> dict[str, Any]:
     """Widget values from YAML text; raises SpecError for structural problems."""
     return values_from_spec(RunSpec.from_yaml(text))
@@ -408,17 +425,97 @@ def _set_training(training: dict[str, Any], field: FormField, value: Any) -> Non
 
 
 def yaml_from_values(values: dict[str, Any], base_yaml: str | None = None) -> str:
-    """YAML text of the form values applied onto `base_yaml` (raises SpecError if either is invalid)."""
+    """YAML text of the form values applied onto `base_yaml` (raises SpecError if either is invalid), keeping the
+    base text's comments and layout wherever its values did not change (`keep_layout`)."""
     base = RunSpec.from_yaml(base_yaml) if base_yaml and base_yaml.strip() else None
-    return spec_from_values(values, base).to_yaml()
+    spec = spec_from_values(values, base)
+    return keep_layout(base_yaml, spec) if base is not None and base_yaml else spec.to_yaml()
+
+
+def keep_layout(base_yaml: str, spec: RunSpec) -> str:
+    """`spec` as YAML written over `base_yaml` with ruamel.yaml's round trip: the user's comments, key order and
+    quoting stay where values are unchanged; changed values are replaced, new keys added, dropped keys removed.
+    Falls back to the canonical text (`spec.to_yaml()`) if the result would not read back as `spec`."""
+    import io
+
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    canonical = spec.to_yaml()
+    rt = YAML(typ="rt")
+    rt.width = 4096
+    rt.preserve_quotes = True
+    rt.representer.add_representer(float, _float_as_pyyaml)  # `2e-05` would read back as text in YAML 1.1
+    try:
+        old = rt.load(base_yaml)
+        new = YAML(typ="safe").load(canonical)
+        merged = _merge_layout(old, new)
+        out = io.StringIO()
+        rt.dump(merged, out)
+        text = out.getvalue()
+        if RunSpec.from_yaml(text) == spec:
+            return text
+    except (YAMLError, SpecError, ValueError, TypeError, RecursionError):
+        pass
+    return canonical
+
+
+def _merge_layout(old: Any, new: Any) -> Any:
+    """`new`'s values in `old`'s containers (which carry the comments); unchanged scalars keep their old spelling."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in [k for k in old if k not in new]:
+            del old[key]
+        for key, value in new.items():
+            old[key] = _merge_layout(old[key], value) if key in old else _quoted(value)
+        return old
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, value in enumerate(new):
+            old[i] = _merge_layout(old[i], value)
+        return old
+    same_kind = isinstance(old, bool) == isinstance(new, bool) and isinstance(old, str) == isinstance(new, str)
+    return old if same_kind and old == new else _quoted(new)
+
+
+def _float_as_pyyaml(representer: Any, value: float) -> Any:
+    import yaml
+
+    text = yaml.safe_dump(value).split("\n", 1)[0]
+    return representer.represent_scalar("tag:yaml.org,2002:float", text)
+
+
+def _quoted(value: Any) -> Any:
+    """New values for the round-trip dump: strings the spec's YAML 1.1 reader would take for something else
+    (`no`, `1e-3`, `null`) double-quoted."""
+    import yaml
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    if isinstance(value, dict):
+        return {k: _quoted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_quoted(v) for v in value]
+    if isinstance(value, str):
+        try:
+            plain = yaml.safe_load(value) == value
+        except yaml.YAMLError:
+            plain = False
+        return value if plain and "\n" not in value else DoubleQuotedScalarString(value)
+    return value
 
 
 def place_errors(errors: list[FieldError], keys: list[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """Map each error to the form field it belongs to; returns (key -> messages, errors with no field)."""
+    """Map each error to the form field it belongs to, and to every other training field its message names (a
+    batch that num_generations does not divide involves both); returns (key -> messages, errors with no field)."""
+    import re
+
     by_key: dict[str, list[str]] = {}
     unplaced: list[str] = []
     ordered = sorted(keys, key=len, reverse=True)
+    named = {k: re.compile(rf"(?<![\w.]){re.escape(k.rsplit('.', 1)[-1])}(?!\w)") for k in keys
+             if k.startswith("training.")}
     for e in errors:
+        for key, pattern in named.items():
+            if key != e.field and not e.field.startswith(key + ".") and pattern.search(e.message):
+                by_key.setdefault(key, []).append(f"{e.field}: {e.message}")
         path = e.field
         if path.startswith("rewards"):
             target: str | None = "rewards" if "rewards" in keys else None

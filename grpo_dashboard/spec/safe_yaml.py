@@ -30,6 +30,17 @@ MAX_BYTES = 128 * 1024
 MAX_DEPTH = 50
 
 
+def yaml_problem(exc: Exception) -> str:
+    """A YAML parse error as one line with its place first (so shortening never cuts it off): `is not valid YAML at
+    line 3, column 9: did not find expected ',' or ']' (while parsing a flow sequence). Fix the syntax.`"""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    what = f"{problem} ({context})" if problem and context else (problem or str(exc))
+    return f"is not valid YAML{where}: {shorten(' '.join(str(what).split()), 300)}. Fix the syntax."
+
+
 def _line(event: Any) -> str:
     mark = getattr(event, "start_mark", None)
     return f" (line {mark.line + 1})" if mark is not None else ""
@@ -135,7 +146,7 @@ def load(text: str, *, what: str = "the run spec", field: str = "(yaml)", loader
         raise refuse(f"nests too deeply to parse; at most {MAX_DEPTH} levels are allowed in {what}. "
                      "Flatten the structure.") from None
     except yaml.YAMLError as exc:
-        raise refuse(f"is not valid YAML: {shorten(str(exc), 400)}. Fix the syntax.") from exc
+        raise refuse(yaml_problem(exc)) from exc
     except (ValueError, OverflowError) as exc:  # e.g. `2001-13-45` as a date, an int past Python's digit limit
         raise refuse(f"holds a value YAML cannot convert: {shorten(str(exc), 200)}. "
                      "Quote it to keep it as text, or fix it.") from None

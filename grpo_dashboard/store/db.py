@@ -85,6 +85,9 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
+NOTES_SCHEMA = "CREATE TABLE IF NOT EXISTS run_notes (run_id TEXT PRIMARY KEY, note TEXT NOT NULL, updated_at REAL)"
+
+
 class RunStatus(str, Enum):
     """Lifecycle of a run; a failed run is a state, not an exception."""
 
@@ -238,9 +241,11 @@ class Store:
         return Run(**dict(row))
 
     def find_run(self, ref: str) -> Run:
-        """A run by exact id, unique id prefix, or name (the newest run of that name)."""
+        """A run by exact id, name (the newest run of that name), or unique id prefix, in that order."""
         conn = self.connection()
         row = conn.execute("SELECT * FROM runs WHERE id = ?", (ref,)).fetchone()
+        if row is None:
+            row = conn.execute("SELECT * FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,)).fetchone()
         if row is None:
             rows = conn.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created_at DESC",
                                 (_like_prefix(ref),)).fetchall()
@@ -248,8 +253,6 @@ class Store:
                 ids = ", ".join(r["id"] for r in rows[:5])
                 raise RunNotFound(f"{ref!r} matches {len(rows)} runs ({ids}...); give more of the id.")
             row = rows[0] if rows else None
-        if row is None:
-            row = conn.execute("SELECT * FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,)).fetchone()
         if row is None:
             raise RunNotFound(f"No run matches {ref!r} (by id, id prefix or name). "
                               f"List runs with `python -m grpo_dashboard runs`.")
@@ -416,6 +419,43 @@ class Store:
         with self.transaction() as conn:
             conn.execute("INSERT OR REPLACE INTO forecast_cells (run_id, token, cell) VALUES (?, ?, ?)",
                          (run_id, token_text(token), cell))
+
+    # --- naming, notes and deleting runs ------------------------------------------------------------------------
+    def rename_run(self, run_id: str, name: str) -> None:
+        """Give a run another display name (its id and directory stay); RunNotFound for an unknown id."""
+        with self.transaction() as conn:
+            if conn.execute("UPDATE runs SET name = ? WHERE id = ?", (name, run_id)).rowcount == 0:
+                raise RunNotFound(f"No run with id {run_id!r}. List runs with `python -m grpo_dashboard runs`.")
+
+    def set_note(self, run_id: str, note: str) -> None:
+        """Keep a free-text note on a run (an empty note removes it)."""
+        self.get_run(run_id)
+        with self.transaction() as conn:
+            conn.execute(NOTES_SCHEMA)
+            if note.strip():
+                conn.execute("INSERT OR REPLACE INTO run_notes (run_id, note, updated_at) VALUES (?, ?, ?)",
+                             (run_id, note, time.time()))
+            else:
+                conn.execute("DELETE FROM run_notes WHERE run_id = ?", (run_id,))
+
+    def notes(self) -> dict[str, str]:
+        """Run id -> note, for every run that has one."""
+        with _translated(self.path):
+            conn = self.connection()
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_notes'").fetchone():
+                return dict(conn.execute("SELECT run_id, note FROM run_notes").fetchall())
+        return {}
+
+    def delete_run_rows(self, run_id: str) -> None:
+        """Remove a run and everything stored about it (metrics, events, badge, note, findings history, forecast
+        cell) in one transaction; its files
+        are the caller's (`launch.runs.delete`)."""
+        with self.transaction() as conn:
+            conn.execute(NOTES_SCHEMA)
+            for table in ("chunks", "series", "events", "health", "run_notes", "findings", "forecast_cells"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            if conn.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount == 0:
+                raise RunNotFound(f"No run with id {run_id!r}. List runs with `python -m grpo_dashboard runs`.")
 
     def change_token(self, run_id: str) -> tuple[Any, ...]:
         """A cheap value that changes whenever anything visible about the run changes."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +18,18 @@ from grpo_dashboard.store.db import Store
 from grpo_dashboard.ui import auth, compare, detail, new_run, preflight, runs_tab
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.guard import guarded
-from grpo_dashboard.ui.serving import DashboardBlocks, short_circuit_missing_optional_imports
+from grpo_dashboard.ui.serving import DashboardBlocks, page_head, short_circuit_missing_optional_imports
 from grpo_dashboard.views import overview
 
-CSS = """
-.field-errors { color: #b42318; }
-#runs-table table { font-variant-numeric: tabular-nums; }
-#samples-table td { white-space: pre-wrap; font-family: ui-monospace, monospace; font-size: 12px; }
-"""
+CSS = (Path(__file__).resolve().parent / "static" / "dashboard.css").read_text()
+# Ingestion passes: a live page shows a record at most this long (plus its push) after the job wrote it.
+MONITOR_S = 0.2
+TAB_IDS = ("new", "preflight", "runs", "detail", "compare")
 
 
 def launch_options() -> dict[str, Any]:
-    """Keyword arguments for `demo.launch()` (theme and CSS moved there in Gradio 6)."""
-    return {"theme": gr.themes.Soft(), "css": CSS}
+    """Keyword arguments for `demo.launch()` (theme, CSS and the page's scripts moved there in Gradio 6)."""
+    return {"theme": gr.themes.Soft(), "css": CSS, "head": page_head()}
 
 
 def build_app(store: Store | None = None, base_dir: str | Path | None = None, monitor: bool = True
@@ -47,29 +47,32 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
     if settings.on_space():
         hub_client.forbid_implicit_hub_token()
     ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT,
-                    runs.Monitor(store, on_end=overview.health_badge) if monitor else None)
+                    runs.Monitor(store, interval_s=MONITOR_S, on_end=overview.health_badge) if monitor else None)
     with DashboardBlocks(title="GRPO Dashboard") as demo:
         gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs")
         who = auth.header(ctx)
-        with gr.Tabs(selected="new", elem_id="main-tabs") as tabs:
-            with gr.Tab("New run", id="new", elem_id="tab-new"):
+        with gr.Tabs(selected="new", elem_id="main-tabs", overflow_behavior="wrap") as tabs:
+            with gr.Tab("New run", id="new", elem_id="tab-new") as t_new:
                 new = new_run.build(ctx)
-            with gr.Tab("Pre-flight", id="preflight", elem_id="tab-preflight"):
+            with gr.Tab("Pre-flight", id="preflight", elem_id="tab-preflight") as t_pre:
                 preflight.build(ctx, new.yaml)
-            with gr.Tab("Runs", id="runs", elem_id="tab-runs"):
+            with gr.Tab("Runs", id="runs", elem_id="tab-runs") as t_runs:
                 runs_t = runs_tab.build(ctx)
-            with gr.Tab("Run detail", id="detail", elem_id="tab-detail"):
+            with gr.Tab("Run detail", id="detail", elem_id="tab-detail") as t_detail:
                 det = detail.build(ctx)
-            with gr.Tab("Compare", id="compare", elem_id="tab-compare"):
+            with gr.Tab("Compare", id="compare", elem_id="tab-compare") as t_compare:
                 compare_dd = compare.build(ctx)
+        tab_blocks = dict(zip(TAB_IDS, (t_new, t_pre, t_runs, t_detail, t_compare), strict=True))
         _wire_launch(ctx, new, det, tabs)
         _wire_navigation(ctx, runs_t, det, compare_dd, tabs)
+        _wire_page_state(ctx, demo, runs_t, det, compare_dd, tabs, tab_blocks)
 
         def who_text(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None) -> str:
             return auth.who_text(ctx, profile, oauth)
 
         demo.load(who_text, None, [who], api_name="who", show_progress="hidden")
     demo.monitor = ctx.monitor.start() if ctx.monitor else None
+    demo.ctx = ctx
     demo.form_keys = [f.key for f in new.fields]
     return demo
 
@@ -149,6 +152,44 @@ def _wire_navigation(ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.Detai
             return [gr.skip(), gr.skip(), last]
         return [gr.update(choices=current), gr.update(choices=current), current]
 
-    last_choices = gr.State(overview.run_choices(ctx.store, runs=[] if ctx.settings.on_space else None))
-    runs_t.timer.tick(choices, [last_choices], [det.run, compare_dd, last_choices], api_name="run_choices",
-                      concurrency_limit=None, show_progress="hidden")
+    runs_t.timer.tick(choices, [runs_t.last_choices], [det.run, compare_dd, runs_t.last_choices],
+                      api_name="run_choices", concurrency_limit=None, show_progress="hidden")
+
+
+def initial_view(ctx: UiContext, user: access.User, query: dict[str, str]) -> tuple[list[tuple[str, str]], str | None,
+                                                                                      str]:
+    """(run choices, run to show, tab to show) for a page just loaded with these query parameters: `?run=` (an id,
+    id prefix or name the user may see) and `?tab=`; without them the newest run, and its detail tab when given."""
+    choices = overview.run_choices(ctx.store, access.visible_runs(ctx.store, user, settings=ctx.settings))
+    ref = (query.get("run") or "").strip()
+    run_id = choices[0][1] if choices else None
+    if ref:
+        try:
+            run_id = access.find_run(ctx.store, ref, user, ctx.settings).id
+        except LookupError:
+            pass
+    tab = query.get("tab") if query.get("tab") in TAB_IDS else ("detail" if ref and run_id else "new")
+    return choices, run_id, tab
+
+
+def _wire_page_state(ctx: UiContext, demo: gr.Blocks, runs_t: runs_tab.RunsTab, det: detail.DetailTab,
+                     compare_dd: gr.Dropdown, tabs: gr.Tabs, tab_blocks: dict[str, Any]) -> None:
+    """Fill the pickers when the page loads (from the URL's ?run= and ?tab=), keep the tab in the URL, and poll the
+    runs table only while it is shown."""
+    def load(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, search: str | None) -> list[Any]:
+        user = auth.user_of(ctx, profile, oauth)
+        query = dict(urllib.parse.parse_qsl((search or "").lstrip("?")))
+        choices, run_id, tab = initial_view(ctx, user, query)
+        return [gr.update(choices=choices, value=run_id), gr.update(choices=choices), gr.Tabs(selected=tab),
+                gr.Timer(active=tab == "runs"), choices]
+
+    # The page's own query string (a queued event's request is Gradio's, not the page's URL).
+    search = gr.Textbox(visible=False)
+    page_js = "() => [window.grpoLive ? window.grpoLive.initialSearch : window.location.search]"
+    demo.load(load, [search], [det.run, compare_dd, tabs, runs_t.timer, runs_t.last_choices], api_name="page_state",
+              show_progress="hidden", js=page_js).then(None, det.live_inputs, None, js=detail.FOLLOW_JS,
+                                                   api_visibility="private")
+    for tab_id, block in tab_blocks.items():
+        url_js = f"() => {{ window.grpoLive && window.grpoLive.setTab('{tab_id}'); return []; }}"
+        block.select(lambda tid=tab_id: gr.Timer(active=tid == "runs"), None, [runs_t.timer], show_progress="hidden",
+                     queue=False, api_visibility="private", js=url_js)

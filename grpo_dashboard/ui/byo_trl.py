@@ -93,7 +93,7 @@ def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tup
     return steps, steps[-1], f"Latest checkpoint: {steps[-1]}."
 
 
-def detail_tools(ctx: UiContext, run_dd: gr.Dropdown, status: gr.Markdown) -> None:
+def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
     """A Resume action (checkpoint picker) and an Export metrics download under the run selector."""
     from grpo_dashboard.launch.resume import resume_run
     from grpo_dashboard.store.export import export_metrics
@@ -127,7 +127,7 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown, status: gr.Markdown) -> No
             raise gr.Error(access.redact(str(exc), user.token)) from None
         return access.redact(overview.status_markdown(run) + f"\n\nResumed from step {run.last_step}.", user.token)
 
-    resume_btn.click(resume, [run_dd, checkpoint], [status], api_name="resume_run")
+    resume_btn.click(resume, [run_dd, checkpoint], [note], api_name="resume_run")  # the live status follows
 
     def export(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
                suffix: str) -> str:

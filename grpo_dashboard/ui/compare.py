@@ -40,6 +40,7 @@ def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoot
     opts = charts.ChartOptions(smoothing=float(smoothing or 0), log_y=bool(log_y),
                                xaxis="relative time" if xaxis == "wall time" else (xaxis or "step"))
     series = []
+    differs = overview.differences(found)
     if metric:
         ident = ("eval" if metric.startswith("eval_") else "train", metric)
         for run in found:
@@ -48,8 +49,9 @@ def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoot
             if got is not None and opts.xaxis in charts.METRIC_XAXES:  # a run without that metric is left out
                 got = (charts.on_metric({ident: got}, ctx.store.arrays(run.id, opts.xaxis)) or {}).get(ident)
             if got is not None and len(got):
+                what = differs.get(run.id)
                 mark = " [imported]" if run.backend == IMPORTED else ""  # made elsewhere: read-only
-                series.append((f"{run.name} ({run.id[-6:]}){mark}", got))
+                series.append((f"{run.name} ({run.id[-6:]}{': ' + what if what else ''}){mark}", got))
     fig = charts.overlay_figure(metric or "", series, opts)
     diff = overview.spec_diff(found) if len(found) > 1 else None
     return gr.update(choices=options, value=metric), fig, diff

@@ -1,12 +1,17 @@
-"""The "Run detail" tab: live charts, health findings, sample completions, spec, log tail, status and Cancel.
+"""The "Run detail" tab: live charts, health findings, sample completions, spec, log tail, status, Cancel, and
+managing a run (rename, note, delete).
 
-A gr.Timer polls `detail_poll`; each part is recomputed only when its own cheap token moved (the store's change
-token for charts and health, file sizes for the log and the samples), otherwise the handler returns gr.skip().
-Every handler resolves the run through access.py: on a Space, another user's run reads as "not among your runs".
+The page's live parts (status, findings, charts, log) are pushed: the page script (static/live.js) follows the run's
+stream (stream.py) and appends new points to the charts; Gradio serves the rest (spec, completions, buttons). The
+same parts as Gradio outputs stay available to API clients: `detail_render`, and `detail_poll`, the polling path
+(its timer is inactive in the page), where each part is recomputed only when its own cheap token moved and is
+otherwise gr.skip(). Every handler resolves the run through access.py: on a Space, another user's run reads as
+"not among your runs".
 """
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +23,7 @@ from grpo_dashboard.errors import BackendError, RunNotFound
 from grpo_dashboard.launch import runs
 from grpo_dashboard.space import access
 from grpo_dashboard.store.db import Run
-from grpo_dashboard.ui import byo_trl
+from grpo_dashboard.ui import byo_trl, manage_run
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.serving import postprocessed
@@ -27,6 +32,9 @@ from grpo_dashboard.views import forecast as forecast_view
 
 POLL_S = 1.5
 LOG_LINES = 200
+# The page script follows the shown run with these options (and marks the page loaded: the URL then tracks tabs).
+FOLLOW_JS = ("(r, s, l, x) => { if (window.grpoLive) { window.grpoLive.open(r, s, l, x); window.grpoLive.loaded(); }"
+             " return []; }")
 N_FIXED_OUTPUTS = 9  # status, cancel, findings, spec, log, step, samples table, samples note, state
 
 
@@ -36,6 +44,8 @@ class DetailTab:
 
     run: gr.Dropdown
     outputs: list[gr.components.Component]
+    manage: Any = None
+    live_inputs: list[gr.components.Component] | None = None  # what the page script follows the run with
 
 
 def _size(path: Path) -> int:
@@ -51,17 +61,19 @@ def _weights(run: Run) -> dict[str, float]:
 
 
 def samples_table(run: Run, step: Any, sort_by: str, descending: bool) -> tuple[Any, list[int], int | None]:
-    """(table, available steps, shown step) for the completions view; the latest step when `step` is empty."""
+    """(table, available steps, shown step) for the completions view: the latest step when `step` is empty, else
+    the nearest sampled step at or before it (a slider moves in steps of 1; samples come every logged step)."""
     steps = completions.sample_steps(run.run_dir, run.output_dir)
-    chosen = int(step) if step not in (None, "") and int(step) in steps else (steps[-1] if steps else None)
+    chosen = completions.nearest_step(steps, step)
     rows = completions.read_step(run.run_dir, chosen, run.output_dir) if chosen is not None else []
     return completions.samples_frame(rows, _weights(run), sort_by, bool(descending)), steps, chosen
 
 
 def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xaxis: str, follow: bool,
            step: Any, sort_by: str, descending: bool, state: dict[str, Any] | None,
-           user: access.User | None = None) -> list[Any]:
-    """Every output of the tab for `user` (default: an anonymous request); unchanged parts are gr.skip()."""
+           user: access.User | None = None, live: bool = False) -> list[Any]:
+    """Every output of the tab for `user` (default: an anonymous request); unchanged parts are gr.skip(). With
+    `live`, the parts the page gets from its stream (status, findings, charts, log) are skipped too."""
     user = user or access.current_user(None, None, ctx.settings)
     n_plots = len(charts.PANELS)
     skip_all = [gr.skip()] * (N_FIXED_OUTPUTS + n_plots)
@@ -76,14 +88,16 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     state = dict(state or {})
     opts = charts.ChartOptions(smoothing=float(smoothing or 0), log_y=bool(log_y), xaxis=xaxis or "step")
     token = ctx.store.change_token(run.id)
-    status = overview.status_markdown(run)
+    if live:
+        state["charts"] = state["log"] = None
+    status = overview.status_markdown(run, pace=overview.recent_pace(ctx.store, run))
     remote = remote_status.hf_job_markdown(run) or remote_status.slurm_job_markdown(run)
     if remote:
         status += f"\n\n{remote}"
     problem = ctx.monitor_problem() if run.is_active else None
     if problem:
         status += f"\n\n**{problem}**"
-    out: list[Any] = [access.redact(status, user.token)]
+    out: list[Any] = [gr.skip() if live else access.redact(status, user.token)]
     if state.get("cancel") != (run.id, run.is_active):  # an update re-creates the button: only when it changes
         out.append(gr.update(interactive=run.is_active))
         state["cancel"] = (run.id, run.is_active)
@@ -92,7 +106,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
 
     chart_key = (run.id, token, opts.smoothing, opts.log_y, opts.xaxis)
     found = None
-    if state.get("charts") != chart_key:
+    if not live and state.get("charts") != chart_key:
         # While another viewer builds this state's charts, the newest finished ones (or none) instead of waiting.
         found = chart_json.live_plots(ctx.store, run.id, opts, started_at=run.started_at,
                                       findings=overview.findings(ctx.store, run), **overview.spec_settings(run))
@@ -114,7 +128,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
 
     log = runs.log_path(run)
     log_key = (run.id, _size(log))
-    if state.get("log") != log_key:
+    if not live and state.get("log") != log_key:
         out.append(access.redact(overview.log_text(log, LOG_LINES), user.token) or "(no output yet)")
         state["log"] = log_key
     else:
@@ -126,7 +140,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
         table, steps, shown = samples_table(run, None if follow else step, sort_by, descending)
         note = (f"Step {shown}: {len(table)} completions." if shown is not None else
                 "No sample completions yet (the job writes them at each logged step).")
-        out += [gr.update(choices=steps, value=shown), table, note]
+        out += [step_update(steps, shown), table, note]
         state["samples"] = samples_key
     else:
         out += [gr.skip()] * 3
@@ -134,54 +148,80 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     return out
 
 
+def step_update(steps: list[int], shown: int | None) -> Any:
+    """The step slider over the sampled steps, at `shown`."""
+    if not steps:
+        return gr.update(minimum=0, maximum=1, value=0, interactive=False)
+    return gr.update(minimum=steps[0], maximum=max(steps[-1], steps[0] + 1), value=shown, interactive=len(steps) > 1)
+
+
+def charts_html() -> str:
+    """The live charts' containers: a titled placeholder per panel until its first data arrives (live.js)."""
+    boxes = []
+    for p in charts.PANELS:
+        title = html.escape(p.title)
+        boxes.append(f'<div class="grpo-panel" id="plot-{p.id}" data-title="{title}" role="figure" '
+                     f'aria-label="{title}"><div class="grpo-placeholder"><h4>{title}</h4>'
+                     f'<p>Select a run (or launch one from New run).</p></div></div>')
+    return '<div id="live-charts" class="grpo-grid">' + "".join(boxes) + "</div>"
+
+
 def build(ctx: UiContext) -> DetailTab:
-    """Lay out the tab and wire its timer and controls."""
+    """Lay out the tab and wire its controls; the live parts follow the run's stream in the page."""
     choices = overview.run_choices(ctx.store, runs=[] if ctx.settings.on_space else None)
-    with gr.Row():
-        # Custom values allowed: runs appear after the page was built (choices are refreshed by a timer).
+    with gr.Row(elem_classes=["grpo-detail-head"]):
+        # Custom values allowed: runs appear after the page was built (the app fills the choices on load).
         run_dd = gr.Dropdown(choices, value=choices[0][1] if choices else None, label="Run", scale=4,
                              elem_id="detail-run", allow_custom_value=True)
         cancel_btn = gr.Button("Cancel run", variant="stop", scale=1, elem_id="cancel-btn")
-    status = gr.Markdown(elem_id="detail-status")
-    byo_trl.detail_tools(ctx, run_dd, status)  # Resume from a checkpoint, Export metrics
+    gr.HTML('<div id="live-status" role="status" aria-live="polite"></div>', elem_id="detail-status", js_on_load=None)
+    byo_trl.detail_tools(ctx, run_dd)  # Resume from a checkpoint, Export metrics
     with gr.Accordion("Health", open=True):
-        findings_md = gr.Markdown(elem_id="detail-findings")
-    with gr.Tabs(elem_id="detail-tabs"):
+        gr.HTML('<div id="live-findings"></div>', elem_id="detail-findings", js_on_load=None)
+    manage = manage_run.build(ctx, run_dd)
+    with gr.Tabs(elem_id="detail-tabs", overflow_behavior="wrap"):
         with gr.Tab("Charts", id="charts", elem_id="tab-charts"):
             with gr.Row():
                 smoothing = gr.Slider(0.0, 0.99, value=0.6, step=0.01, label="Smoothing (EMA, debiased)",
                                       elem_id="smoothing")
                 log_y = gr.Checkbox(False, label="Log-scale y", elem_id="log-y")
                 xaxis = gr.Radio(list(charts.XAXES), value="step", label="x axis", elem_id="x-axis")
-            plots = []
-            panels = list(charts.PANELS)
-            for i in range(0, len(panels), 2):
-                with gr.Row():
-                    for panel in panels[i:i + 2]:
-                        plots.append(gr.Plot(label=panel.title, show_label=False, elem_id=f"plot-{panel.id}"))
+            gr.HTML(charts_html(), elem_id="live-charts-box", js_on_load=None)
         with gr.Tab("Completions", id="completions", elem_id="tab-completions"):
             with gr.Row():
                 follow = gr.Checkbox(True, label="Follow the latest step", elem_id="samples-follow")
-                step_dd = gr.Dropdown([], label="Step", elem_id="samples-step", allow_custom_value=True)
+                step_sl = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="samples-step", interactive=False)
                 sort_by = gr.Dropdown(list(completions.SORTS), value=completions.SORTS[0], label="Sort by",
                                       allow_custom_value=True, elem_id="samples-sort",
-                                      info="or type a reward function's name")
+                                      info="any column: the totals, or one reward function")
                 descending = gr.Checkbox(True, label="Descending", elem_id="samples-desc")
             samples_note = gr.Markdown(elem_id="samples-note")
             samples_df = gr.Dataframe(interactive=False, wrap=True, max_height=700, elem_id="samples-table",
                                       label="Sample completions")
+            refresh = gr.Button("Refresh completions", size="sm", elem_id="samples-refresh",
+                                elem_classes=["grpo-offscreen"])
         with gr.Tab("Spec & log", id="speclog", elem_id="tab-speclog"):
             spec_code = gr.Code(language="yaml", label="Run spec (as launched)", interactive=False,
-                                elem_id="detail-spec")
-            log_box = gr.Textbox(label=f"Job log (last {LOG_LINES} lines)", lines=20, max_lines=30,
-                                 elem_id="detail-log", autoscroll=True)
+                                elem_id="detail-spec", wrap_lines=True)
+            gr.HTML(f'<div class="grpo-log-label" id="live-log-label">Job log (last {LOG_LINES} lines, newest at '
+                    f'the bottom)</div><pre id="live-log" class="grpo-log" tabindex="0" '
+                    f'aria-labelledby="live-log-label"></pre>', elem_id="detail-log-box", js_on_load=None)
+    # What API clients get from detail_render / detail_poll; the page shows the pushed versions above instead.
+    status = gr.Markdown(visible=False)
+    findings_md = gr.Markdown(visible=False)
+    plots = [gr.Plot(label=p.title, show_label=False, visible=False) for p in charts.PANELS]
+    log_box = gr.Textbox(label=f"Job log (last {LOG_LINES} lines)", visible=False)
     state = gr.State({})
-    timer = gr.Timer(POLL_S)
-    controls = [run_dd, smoothing, log_y, xaxis, follow, step_dd, sort_by, descending, state]
-    outputs = [status, cancel_btn, findings_md, *plots, spec_code, log_box, step_dd, samples_df, samples_note, state]
+    timer = gr.Timer(POLL_S, active=False)
+    api_render = gr.Button(visible=False)
+    controls = [run_dd, smoothing, log_y, xaxis, follow, step_sl, sort_by, descending, state]
+    outputs = [status, cancel_btn, findings_md, *plots, spec_code, log_box, step_sl, samples_df, samples_note, state]
 
     def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
         return render(ctx, *args, user=user_of(ctx, profile, oauth))
+
+    def view(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
+        return render(ctx, *args, user=user_of(ctx, profile, oauth), live=True)
 
     def poll(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
         # The timer's inputs are plain values (no preprocessing needed); outputs are postprocessed here, in one thread.
@@ -189,18 +229,33 @@ def build(ctx: UiContext) -> DetailTab:
 
     timer.tick(poll, controls, outputs, api_name="detail_poll", concurrency_limit=None, show_progress="hidden",
                trigger_mode="always_last", preprocess=False, postprocess=False)
-    gr.on([run_dd.change, smoothing.release, log_y.input, xaxis.input, follow.input, sort_by.input,
-           descending.input], update, controls, outputs, api_name="detail_render", concurrency_limit=None,
-          trigger_mode="always_last", show_progress="hidden")
+    # preprocess=False: the inputs are plain values, and a step outside the slider's build-time range (or none,
+    # from an API client) is the handler's to resolve (samples_table), not an input error.
+    api_render.click(update, controls, outputs, api_name="detail_render", concurrency_limit=None,
+                     show_progress="hidden", preprocess=False)
+    gr.on([run_dd.change, follow.input, sort_by.input, descending.input, refresh.click], view, controls, outputs,
+          api_name="detail_view", concurrency_limit=None, trigger_mode="always_last", show_progress="hidden",
+          preprocess=False)
+    live_inputs = [run_dd, smoothing, log_y, xaxis]
+    gr.on([run_dd.change, smoothing.release, log_y.input, xaxis.input], None, live_inputs, None, js=FOLLOW_JS,
+          api_visibility="private")
+
+    def sort_choices(table: Any) -> Any:
+        headers = list(getattr(table, "columns", None) if table is not None else []) or []
+        extra = [h for h in headers if h not in completions.SORTS and h not in ("#", "prompt", "completion")]
+        return gr.update(choices=[*completions.SORTS[:-1], *extra, completions.SORTS[-1]])
+
+    samples_df.change(sort_choices, [samples_df], [sort_by], show_progress="hidden", queue=False,
+                      api_visibility="private")
 
     def pick_step(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
         user = user_of(ctx, profile, oauth)
-        return [False, *render(ctx, args[0], args[1], args[2], args[3], False, *args[5:], user=user)]
+        return [False, *render(ctx, args[0], args[1], args[2], args[3], False, *args[5:], user=user, live=True)]
 
-    step_dd.input(pick_step, controls, [follow, *outputs], api_name="detail_step", concurrency_limit=None,
-                  show_progress="hidden")
+    step_sl.release(pick_step, controls, [follow, *outputs], api_name="detail_step", concurrency_limit=None,
+                    show_progress="hidden", preprocess=False)
 
-    def cancel(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> str:
+    def cancel(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> Any:
         if not run_id:
             raise gr.Error("Select a run to cancel.")
         user = user_of(ctx, profile, oauth)
@@ -208,8 +263,21 @@ def build(ctx: UiContext) -> DetailTab:
             run = access.cancel(ctx.store, run_id, user, ctx.settings)
         except (RunNotFound, access.NotAllowed, BackendError) as exc:
             raise gr.Error(access.redact(str(exc), user.token)) from None
-        text = overview.status_markdown(run) + ("\n\nCancel requested…" if run.is_active else "")
-        return access.redact(text, user.token)
+        return access.redact(overview.status_markdown(run), user.token)
 
-    cancel_btn.click(cancel, [run_dd], [status], api_name="cancel_run")
-    return DetailTab(run_dd, outputs)
+    # A run may be hours of paid GPU time: the browser asks first (an empty answer cancels nothing).
+    confirm = ("(r) => (r && window.confirm('Cancel run ' + r + '? The job is stopped; its logged metrics are kept.')"
+               " ? [r] : [null])")
+    cancel_btn.click(guarded_cancel(cancel), [run_dd], [status], api_name="cancel_run", js=confirm)
+    return DetailTab(run_dd, outputs, manage, live_inputs)
+
+
+def guarded_cancel(cancel: Any) -> Any:
+    """`cancel` that does nothing when the confirmation was declined (the page sends no run id)."""
+    def handler(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> Any:
+        if run_id is None:
+            return gr.skip()
+        return cancel(profile, oauth, run_id)
+
+    handler.__doc__ = cancel.__doc__
+    return handler

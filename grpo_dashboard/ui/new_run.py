@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +40,20 @@ class NewRunTab:
     validate: gr.Button | None = None
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]#|~])")
+
+
+def as_text(text: str | None) -> str | None:
+    """Help text as it reads, for places that render markdown (a field's info, the rewards list): tags such as
+    `<think>` and markdown characters escaped, argparse's `%%` as `%`."""
+    if not text:
+        return None
+    text = text.replace("%%", "%")
+    return html.escape(_MARKDOWN_SPECIAL.sub(r"\\\1", text), quote=False)
+
+
 def _component(f: forms.FormField, value: Any) -> gr.components.Component:
-    info = f.help or None
+    info = as_text(f.help)
     if f.widget in ("bool", "toggle"):
         return gr.Checkbox(value=bool(value), label=f.label, info=info, elem_id=_elem(f))
     if f.widget == "choice":
@@ -68,7 +82,7 @@ def _rewards_help() -> str:
     lines = ["Built-in rewards (TRL logs each as `rewards/<name>/mean`):"]
     for name, rdef in rdefs.items():
         params = ", ".join(f"`{k}`={v!r}" for k, v in rdef.params.items()) or "no params"
-        lines.append(f"- **{name}**: {rdef.description} ({params})")
+        lines.append(f"- **{as_text(name)}**: {as_text(rdef.description)} ({params})")
     return "\n".join(lines)
 
 
@@ -111,7 +125,7 @@ def build(ctx: UiContext) -> NewRunTab:
                                 add(f)
         with gr.Column(scale=2):
             yaml_code = gr.Code(initial_yaml, language="yaml", label="Run spec (YAML, editable)", interactive=True,
-                                lines=30, max_lines=60, elem_id="spec-yaml")
+                                lines=30, max_lines=60, elem_id="spec-yaml", wrap_lines=True)
             command = gr.Code(_command(initial_yaml), language="shell", label="Equivalent command", lines=8,
                               interactive=False, elem_id="spec-command")
     tab = NewRunTab(preset, ordered, inputs, yaml_code, command, summary, group_errors, launch_btn, validate_btn)
@@ -141,9 +155,10 @@ def _form_updates(tab: NewRunTab, values: dict[str, Any], errors: dict[str, list
         kwargs: dict[str, Any] = {}
         if f.key in values:
             kwargs["value"] = values[f.key]
+        msgs = errors.get(f.key)
         if f.widget != "rewards":
-            msgs = errors.get(f.key)
-            kwargs["info"] = ("✖ " + " / ".join(_capped(msgs, 5))) if msgs else (f.help or None)
+            kwargs["info"] = as_text("✖ " + " / ".join(_capped(msgs, 5))) if msgs else as_text(f.help)
+        kwargs["elem_classes"] = ["has-error"] if msgs else []
         out.append(gr.update(**kwargs))
     return out
 
@@ -236,8 +251,13 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
     def yaml_to_form(yaml_text: str) -> list[Any]:
         try:
             values = forms.values_from_yaml(yaml_text)
+            bad = forms.unshowable(yaml_text)
         except SpecError as exc:
             return [gr.skip(), _summary(exc.errors, [], ""), *([gr.skip()] * len(tab.inputs))]
+        if bad:  # never blank a field: it keeps its value and shows what is wrong with the YAML's
+            placed = {e.field: [str(e.message)] for e in bad}
+            updates = _form_updates(tab, {k: v for k, v in values.items() if k not in placed}, placed)
+            return [gr.skip(), _summary(bad, [], ""), *updates]
         return [_command(yaml_text), "YAML applied to the form.", *_form_updates(tab, values)]
 
     tab.yaml.input(guarded(ctx, yaml_to_form, what="form update", scrub=False), [tab.yaml],

@@ -19,6 +19,7 @@ from grpo_dashboard.ui.guard import guarded
 INSPECT_LIMIT_S = 120.0
 REWARDS_LIMIT_S = 300.0
 HARDWARE_LIMIT_S = 60.0
+FENCE = "`" * 3 + "\n"
 
 
 def _spec(yaml_text: str, ctx: UiContext | None = None) -> RunSpec:
@@ -42,7 +43,7 @@ def inspect_text(ctx: UiContext, yaml_text: str, user: access.User | None = None
         report = inspect_dataset(spec, base_dir=ctx.base_dir, token=access.hub_token(user, ctx.settings),
                                  load_tokenizers=not ctx.settings.on_space)
         return "```\n" + report.to_text() + "\n```"
-    except (SpecError, ValueError, OSError) as exc:
+    except (SpecError, ValueError, OSError, RuntimeError) as exc:
         return f"**Dataset problem:** {exc}"
 
 
@@ -59,7 +60,7 @@ def rewards_text(ctx: UiContext, yaml_text: str, rows: float, user: access.User 
     try:
         report = check_rewards(spec, n_rows=min(64, max(1, int(rows or 8))), base_dir=ctx.base_dir,
                                token=access.hub_token(user, ctx.settings))
-    except (SpecError, ValueError, OSError) as exc:
+    except (SpecError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a Hub dataset that cannot load
         return f"**Reward check could not run:** {exc}"
     verdict = "✅ no problem found" if report.ok else "⚠️ problems found"
     return f"**{verdict}**\n\n```\n{report.to_text()}\n```"
@@ -72,8 +73,10 @@ def hardware_text(ctx: UiContext, yaml_text: str, user: access.User | None = Non
     spec = _spec(yaml_text, ctx)
     user = user or access.ANONYMOUS
     try:
-        return estimate_for_spec(spec, base_dir=ctx.base_dir, token=access.hub_token(user, ctx.settings)).to_text()
-    except (SpecError, ValueError, OSError) as exc:
+        text = estimate_for_spec(spec, base_dir=ctx.base_dir, token=access.hub_token(user, ctx.settings)).to_text()
+        # Verbatim: as markdown, the conclusion lines would run into the memory breakdown's last bullet.
+        return FENCE + text.replace(FENCE, "") + "\n" + FENCE
+    except (SpecError, ValueError, OSError, RuntimeError) as exc:
         return f"**Estimate not possible:** {exc}"
 
 

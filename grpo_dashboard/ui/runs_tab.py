@@ -26,6 +26,7 @@ class RunsTab:
     table: gr.Dataframe
     status_filter: gr.CheckboxGroup
     timer: gr.Timer
+    last_choices: gr.State  # the run choices the pickers were last given (the app's refresh compares)
 
 
 def build(ctx: UiContext) -> RunsTab:
@@ -35,7 +36,8 @@ def build(ctx: UiContext) -> RunsTab:
     initial = overview.runs_frame(ctx.store, runs=[] if ctx.settings.on_space else None)
     table = gr.Dataframe(initial, interactive=False, elem_id="runs-table",
                          label="Runs (click a row to open it)", max_height=600, wrap=False)
-    timer = gr.Timer(POLL_S)
+    timer = gr.Timer(POLL_S, active=False)  # ticks while the tab is shown (the app switches it)
+    last_choices = gr.State(None)
     tag = byo_trl.runs_tools(ctx)  # tag filter, import a run made elsewhere
 
     def refresh(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, statuses: list[str] | None,
@@ -47,4 +49,4 @@ def build(ctx: UiContext) -> RunsTab:
 
     gr.on([timer.tick, status_filter.change, tag.submit], refresh, [status_filter, tag], [table],
           api_name="runs_table", concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
-    return RunsTab(table, status_filter, timer)
+    return RunsTab(table, status_filter, timer, last_choices)

@@ -11,6 +11,9 @@ changes any of it):
 - `gradio.components.plot.PlotData`, the payload of a gr.Plot built from ready plotly JSON (`plot_data`).
 - `sys.modules` entries for optional plotting libraries gradio tries to import on every event
   (`short_circuit_missing_optional_imports`).
+- `Blocks.server_app` (the FastAPI app `launch` serves), `Blocks.block_thread()`, and the session's `oauth_info`
+  (`gradio.oauth._get_valid_oauth_info_from_session`) for the dashboard's own routes: the live stream
+  (`stream.py`) and the page's static files (`request_user`, `DashboardBlocks.launch`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import ctypes
 import importlib.util
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -86,15 +90,72 @@ async def _too_large(send: Any, limit: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+STATIC_PATH = "/grpo/static"
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+def static_files() -> dict[str, tuple[Path, str]]:
+    """The page's own static files: name -> (path, media type)."""
+    import plotly
+
+    return {"live.js": (STATIC_DIR / "live.js", "text/javascript"),
+            "plotly.min.js": (Path(plotly.__file__).parent / "package_data" / "plotly.min.js", "text/javascript")}
+
+
+def page_head() -> str:
+    """The `<head>` additions of the page: plotly.js and the live-page script (both served by `install_routes`)."""
+    return (f'<script src="{STATIC_PATH}/plotly.min.js" defer></script>\n'
+            f'<script src="{STATIC_PATH}/live.js" defer></script>')
+
+
+def request_user(ctx: Any, request: Any) -> Any:
+    """The user of a plain HTTP request to one of the dashboard's own routes, from Gradio's session cookie exactly
+    as a Gradio handler gets it (`gr.OAuthProfile` / `gr.OAuthToken`), through `access.current_user`."""
+    from gradio import oauth
+
+    from grpo_dashboard.space import access
+
+    session = request.scope.get("session") if "session" in request.scope else None
+    info = oauth._get_valid_oauth_info_from_session(session) if session is not None else None
+    profile = gr.OAuthProfile(info["userinfo"]) if info else None
+    token = gr.OAuthToken(token=info["access_token"], scope=info["scope"], expires_at=info["expires_at"]) \
+        if info else None
+    return access.current_user(profile, token, ctx.settings)
+
+
+def install_routes(app: Any, ctx: Any) -> Any:
+    """The dashboard's own routes on the app Gradio serves, ahead of Gradio's: the live stream and static files.
+    Returns the stream's hub."""
+    from starlette.responses import FileResponse, PlainTextResponse
+    from starlette.routing import Route
+
+    from grpo_dashboard.ui import stream
+
+    files = static_files()
+
+    async def static(request: Any) -> Any:
+        found = files.get(request.path_params["name"])
+        if found is None or not found[0].is_file():
+            return PlainTextResponse("not found", status_code=404)
+        return FileResponse(found[0], media_type=found[1], headers={"Cache-Control": "public, max-age=3600"})
+
+    app.router.routes.insert(0, Route(STATIC_PATH + "/{name}", static, methods=["GET"]))
+    return stream.install(app, ctx, lambda request: request_user(ctx, request))
+
+
 class DashboardBlocks(gr.Blocks):
-    """gr.Blocks whose handlers' gr.skip() outputs cost nothing to post-process, with bounded uploads and bodies.
+    """gr.Blocks whose handlers' gr.skip() outputs cost nothing to post-process, with bounded uploads and bodies,
+    serving the dashboard's own routes (`install_routes`) beside Gradio's.
 
     `monitor`: the ingestion Monitor the app started (None without one); `form_keys`: the spec keys of the New run
-    form's inputs, in the order the form endpoints take them.
+    form's inputs, in the order the form endpoints take them; `ctx`: the UiContext its routes use; `live`: the live
+    stream's hub once launched.
     """
 
     monitor: Any = None
     form_keys: list[str]
+    ctx: Any = None
+    live: Any = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("delete_cache", UPLOAD_CACHE)
@@ -102,14 +163,22 @@ class DashboardBlocks(gr.Blocks):
         self.form_keys = []
 
     def launch(self, *args: Any, **kwargs: Any) -> Any:
-        """gr.Blocks.launch with an upload size limit and a request body limit unless the caller sets its own."""
+        """gr.Blocks.launch with an upload size limit and a request body limit unless the caller sets its own, and
+        the dashboard's routes installed before the call returns or blocks."""
         from starlette.middleware import Middleware
 
         kwargs.setdefault("max_file_size", MAX_UPLOAD)
         app_kwargs = dict(kwargs.get("app_kwargs") or {})
         app_kwargs.setdefault("middleware", [Middleware(BodyLimit)])
         kwargs["app_kwargs"] = app_kwargs
-        return super().launch(*args, **kwargs)
+        block = not kwargs.get("prevent_thread_lock", False) and not bool(getattr(sys, "ps1", sys.flags.interactive))
+        kwargs["prevent_thread_lock"] = True
+        result = super().launch(*args, **kwargs)
+        if self.ctx is not None:
+            self.live = install_routes(self.server_app, self.ctx)
+        if block:
+            self.block_thread()
+        return result
 
     async def postprocess_data(self, block_fn: Any, predictions: Any, state: Any) -> list[Any]:  # noqa: D102
         outputs = list(block_fn.outputs)

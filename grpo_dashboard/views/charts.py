@@ -45,19 +45,22 @@ class Panel:
 
 PANELS: tuple[Panel, ...] = (
     Panel("reward", "Reward per function (mean ± std)", "reward"),
-    Panel("reward_spread", "Reward spread: reward_std and frac_reward_zero_std", "value"),
-    Panel("kl", "KL to the reference model", "kl"),
-    Panel("clip", "Clip ratios (low / high / region)", "fraction"),
+    Panel("reward_spread", "Reward spread: reward_std and frac_reward_zero_std", "reward std"),
+    Panel("kl", "KL to the reference model", "KL (nats / token)"),
+    Panel("clip", "Clip ratios (low / high / region)", "fraction of tokens (0-1)"),
     Panel("entropy", "Entropy", "nats / token"),
-    Panel("length", "Completion length (tokens) and clipped ratio", "tokens"),
-    Panel("grad_norm", "Gradient norm", "grad_norm"),
-    Panel("learning_rate", "Learning rate", "learning_rate"),
+    Panel("length", "Completion length and clipped ratio", "tokens"),
+    Panel("grad_norm", "Gradient norm", "L2 norm"),
+    Panel("learning_rate", "Learning rate", "learning rate"),
     Panel("loss", "Loss", "loss"),
-    Panel("step_time", "Step time (s)", "seconds"),
+    Panel("step_time", "Step time", "seconds"),
     Panel("other", "Other metrics", "value"),
 )
 PANEL_IDS = tuple(p.id for p in PANELS)
 UNSMOOTHED = frozenset({"learning_rate"})  # a schedule, not a noisy signal: an EMA would only make it lag
+# Series drawn against a right-hand axis of their own (a 0-1 fraction beside a quantity with another unit).
+SECONDARY = {"length": ("completions/clipped_ratio", "clipped ratio (0-1)"),
+             "reward_spread": ("frac_reward_zero_std", "fraction of groups (0-1)")}
 
 _EXACT = {
     "reward": "reward", "reward_std": "reward_spread", "frac_reward_zero_std": "reward_spread", "kl": "kl",
@@ -71,6 +74,11 @@ _TEMPLATE = {"layout": {"plot_bgcolor": "white", "paper_bgcolor": "white", "font
                         "xaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
                         "yaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
                         "colorway": list(PALETTE)}}
+
+
+def series_id(ident: tuple[str, str]) -> str:
+    """How a live page names a (split, key) series: `split|key`."""
+    return f"{ident[0]}|{ident[1]}"
 
 
 def panel_of(key: str) -> str | None:
@@ -132,20 +140,21 @@ def _x(series: SeriesArrays, xaxis: str, t0: float | None) -> tuple[np.ndarray, 
     return mask, (times[mask] - origin) / 60.0
 
 
-def _y(values: np.ndarray) -> np.ndarray:
-    """Plot values: non-finite ones as NaN, which plotly draws as a gap (arrays also skip per-item validation)."""
-    return np.where(np.isfinite(values), values, np.nan)
-
-
 def _rgba(color: str, alpha: float) -> str:
     r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
 
 def line_traces(series: SeriesArrays, name: str, color: str, opts: ChartOptions, t0: float | None = None,
-                dash: str | None = None, secondary: bool = False) -> list[dict[str, Any]]:
+                dash: str | None = None, secondary: bool = False, series_key: str | None = None
+                ) -> list[dict[str, Any]]:
     """The traces of one series reduced for display (`display.py`) as plain dicts: a faint raw line, the smoothed
-    line on top, and a ±band around it where the series has a band (a reward's std)."""
+    line on top, and a ±band around it where the series has a band (a reward's std).
+
+    Every trace carries `meta` = {"s": series_key, "r": role} (role: value, smooth, lo, hi) and one point per point
+    of the series (a gap where a value is missing), so a live page can append a series' new points to each trace
+    (`views/live.py`). With log-y, values at or below zero are gaps: a log axis cannot show them.
+    """
     if not len(series):
         return []
     mask, xs = _x(series, opts.xaxis, t0)
@@ -156,30 +165,42 @@ def line_traces(series: SeriesArrays, name: str, color: str, opts: ChartOptions,
         raise ValueError(f"{name}: a series for display (display.reduce) is needed to draw it smoothed")
     else:
         smooth = series.smooth[mask]
-    raw = np.where(np.isinf(raw), np.nan, raw)
-    smooth = np.where(np.isinf(smooth), np.nan, smooth)
+    raw, smooth = _plotted(raw, opts.log_y), _plotted(smooth, opts.log_y)
     yaxis = "y2" if secondary else "y"
+    hover = "%{y:.4g}"
     traces: list[dict[str, Any]] = []
-    if series.band is not None:
+
+    def meta(role: str) -> dict[str, str]:
+        return {"s": series_key or name, "r": role}
+
+    if series.band is not None and np.isfinite(series.band).any():
         band = series.band[mask]
-        ok = np.isfinite(smooth) & np.isfinite(band)
-        if ok.any():
-            bx, bm, bs = xs[ok], smooth[ok], band[ok]
-            traces.append({"type": "scatter", "x": bx, "y": bm - bs, "mode": "lines", "line": {"width": 0},
-                           "legendgroup": name, "showlegend": False, "hoverinfo": "skip", "yaxis": yaxis,
-                           "name": f"{name} -std"})
-            traces.append({"type": "scatter", "x": bx, "y": bm + bs, "mode": "lines", "line": {"width": 0},
-                           "fill": "tonexty", "fillcolor": _rgba(color, 0.15), "legendgroup": name,
-                           "showlegend": False, "hoverinfo": "skip", "yaxis": yaxis, "name": f"{name} ±std"})
+        traces.append({"type": "scatter", "x": xs, "y": _plotted(smooth - band, opts.log_y), "mode": "lines",
+                       "line": {"width": 0}, "legendgroup": name, "showlegend": False, "hoverinfo": "skip",
+                       "yaxis": yaxis, "name": f"{name} -std", "meta": meta("lo")})
+        traces.append({"type": "scatter", "x": xs, "y": _plotted(smooth + band, opts.log_y), "mode": "lines",
+                       "line": {"width": 0}, "fill": "tonexty", "fillcolor": _rgba(color, 0.15), "legendgroup": name,
+                       "showlegend": False, "hoverinfo": "skip", "yaxis": yaxis, "name": f"{name} ±std",
+                       "meta": meta("hi")})
     markers = "lines+markers" if len(xs) < 30 or dash == "dot" else "lines"
     if opts.smoothing > 0:
-        traces.append({"type": "scatter", "x": xs, "y": _y(raw), "mode": "lines", "name": f"{name} (raw)",
-                       "legendgroup": name, "showlegend": False,
-                       "line": {"color": _rgba(color, 0.3), "width": 1, "dash": dash}, "yaxis": yaxis})
-    traces.append({"type": "scatter", "x": xs, "y": _y(smooth), "mode": markers, "name": name,
+        traces.append({"type": "scatter", "x": xs, "y": raw, "mode": "lines", "name": f"{name} (raw)",
+                       "legendgroup": name, "showlegend": False, "hovertemplate": hover,
+                       "line": {"color": _rgba(color, 0.3), "width": 1, "dash": dash}, "yaxis": yaxis,
+                       "meta": meta("value")})
+    traces.append({"type": "scatter", "x": xs, "y": smooth, "mode": markers, "name": name, "hovertemplate": hover,
                    "legendgroup": name, "line": {"color": color, "width": 2, "dash": dash}, "marker": {"size": 4},
-                   "yaxis": yaxis})
+                   "yaxis": yaxis, "meta": meta("smooth" if opts.smoothing > 0 else "value")})
     return traces
+
+
+def _plotted(values: np.ndarray, log_y: bool) -> np.ndarray:
+    """Plot values: non-finite ones (and, on a log axis, those <= 0) as NaN, which plotly draws as a gap."""
+    ok = np.isfinite(values)
+    if log_y:
+        with np.errstate(invalid="ignore"):
+            ok &= values > 0
+    return np.where(ok, values, np.nan)
 
 
 Spec = tuple[list[dict[str, Any]], dict[str, Any]]  # a figure as plain dicts: (traces, layout without template)
@@ -204,7 +225,7 @@ def empty_figure(title: str, note: str) -> go.Figure:
 def _empty_spec(title: str, note: str) -> Spec:
     return ([], {"annotations": [{"text": note, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
                                   "showarrow": False, "font": {"size": 14}}],
-                 "title": {"text": title, "font": {"size": 14}}, "height": 300,
+                 "title": _title(title), "height": 300,
                  "margin": {"l": 50, "r": 20, "t": 40, "b": 40}, "xaxis": {"visible": False},
                  "yaxis": {"visible": False}})
 
@@ -213,16 +234,22 @@ def _layout(title: str, y_title: str, opts: ChartOptions, secondary_title: str |
     x_title = {"step": "step", "wall time": "wall time (UTC)", "relative time": "minutes since start"}.get(
         opts.xaxis, opts.xaxis)
     layout: dict[str, Any] = {
-        "title": {"text": title, "font": {"size": 14}}, "height": 320,
-        "margin": {"l": 55, "r": 60 if secondary_title else 20, "t": 40, "b": 80}, "hovermode": "x unified",
-        "uirevision": "keep",
-        "legend": {"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0, "font": {"size": 10}},
-        "xaxis": {"title": {"text": x_title}},
-        "yaxis": {"title": {"text": y_title}, "type": "log" if opts.log_y else "linear", "automargin": True}}
+        "title": _title(title), "height": 340,
+        "margin": {"l": 60, "r": 70 if secondary_title else 20, "t": 48, "b": 110}, "hovermode": "x unified",
+        "hoverlabel": {"namelength": -1}, "uirevision": "keep",
+        "legend": {"orientation": "h", "y": -0.42, "yanchor": "top", "x": 0, "font": {"size": 10}},
+        "xaxis": {"title": {"text": x_title, "standoff": 6}, "automargin": True},
+        "yaxis": {"title": {"text": y_title}, "type": "log" if opts.log_y else "linear", "automargin": True,
+                  "tickformat": "~g" if opts.log_y else ".4~g"}}
     if secondary_title:
         layout["yaxis2"] = {"title": {"text": secondary_title}, "overlaying": "y", "side": "right",
-                            "rangemode": "tozero", "showgrid": False}
+                            "range": [0, 1.05], "showgrid": False, "automargin": True}
     return layout
+
+
+def _title(text: str) -> dict[str, Any]:
+    """A chart title at the top left, clear of plotly's toolbar (top right)."""
+    return {"text": text, "font": {"size": 14}, "x": 0.01, "xanchor": "left", "xref": "paper"}
 
 
 def _label(key: str) -> str:
@@ -264,17 +291,18 @@ def panel_spec(panel_id: str, keys: Sequence[str], frames: SeriesMap, opts: Char
     secondary = None
     for i, key in enumerate(keys):
         color = PALETTE[i % len(PALETTE)]
-        on_right = panel_id == "length" and key == "completions/clipped_ratio"
+        on_right = SECONDARY.get(panel_id, ("",))[0] == key
         if on_right:
-            secondary = "clipped ratio"
+            secondary = SECONDARY[panel_id][1]
         name = "reward (weighted sum)" if key == "reward" else _label(key)
         frame = frames.get(("train", key))
         if frame is not None:
-            traces += line_traces(frame, name, color, opts, t0,
-                                  dash="dash" if key == "reward" and len(keys) > 1 else None, secondary=on_right)
+            traces += line_traces(frame, name, color, opts, t0, dash="dash" if key == "reward" and len(keys) > 1
+                                  else None, secondary=on_right, series_key=series_id(("train", key)))
         eval_frame = frames.get(("eval", f"eval_{key}"))
         if eval_frame is not None:
-            traces += line_traces(eval_frame, f"eval {name}", color, opts, t0, dash="dot", secondary=on_right)
+            traces += line_traces(eval_frame, f"eval {name}", color, opts, t0, dash="dot", secondary=on_right,
+                                  series_key=series_id(("eval", f"eval_{key}")))
     if panel_id == "clip" and _all_zero(frames, keys):
         annotations.append({"text": "all 0: expected while training is exactly on-policy (num_iterations = 1, no "
                                     "vLLM)", "x": 0.5, "y": 0.9, "xref": "paper", "yref": "paper",
@@ -284,8 +312,9 @@ def panel_spec(panel_id: str, keys: Sequence[str], frames: SeriesMap, opts: Char
         shapes.append({"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y", "y0": max_completion_length,
                        "y1": max_completion_length, "line": {"color": "#d62728", "dash": "dash", "width": 1}})
         annotations.append({"text": f"max_completion_length = {max_completion_length}", "showarrow": False,
-                            "xref": "x domain", "x": 0, "xanchor": "left", "yref": "y", "y": max_completion_length,
-                            "yanchor": "bottom"})
+                            "xref": "x domain", "x": 0.98, "xanchor": "right", "yref": "y",
+                            "y": max_completion_length, "yanchor": "top", "bgcolor": "rgba(255,255,255,0.8)",
+                            "font": {"size": 10, "color": "#d62728"}})
     if opts.xaxis == "step":
         for step, rule, severity in markers:  # health findings: a vertical line at the onset step
             color = FINDING_COLORS.get(severity, "#57606a")
@@ -321,12 +350,13 @@ def _other_spec(keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, t0: 
         for split, name in (("train", key), ("eval", f"eval_{key}")):
             frame = frames.get((split, name))
             if frame is not None:
-                for trace in line_traces(frame, name, color, opts, t0, dash="dot" if split == "eval" else None):
+                for trace in line_traces(frame, name, color, opts, t0, dash="dot" if split == "eval" else None,
+                                         series_key=series_id((split, name))):
                     traces.append({**trace, "xaxis": f"x{axis}", "yaxis": f"y{axis}"})
         if opts.log_y:
             layout[f"yaxis{axis}"]["type"] = "log"
     title = "Other metrics" + (f" (first {max_rows} of {len(keys)})" if len(keys) > max_rows else "")
-    layout.update(title={"text": title, "font": {"size": 14}}, height=max(300, 170 * len(shown)),
+    layout.update(title=_title(title), height=max(300, 170 * len(shown)), hoverlabel={"namelength": -1},
                   margin={"l": 55, "r": 20, "t": 60, "b": 40}, showlegend=False, uirevision="keep")
     return [_drop_none(t) for t in traces], layout
 
@@ -404,19 +434,34 @@ def run_specs(store: Store, run_id: str, opts: ChartOptions, beta: float | None,
               started_at: float | None, findings: Sequence[Any]) -> dict[str, Spec]:
     """Every panel of a run as plain dicts, in PANELS order (see `run_figures`)."""
     frames = display.run_series(store, run_id, opts.smoothing, opts.max_points)
-    groups = group_metrics(frames.keys())
     t0 = run_t0(frames, started_at)
-    marks: dict[str, list[tuple[int, str, str]]] = {}
     if opts.xaxis in METRIC_XAXES:
         mapped = on_metric(frames, store.arrays(run_id, opts.xaxis))
         if mapped is None:
             note = f"{opts.xaxis} is not logged as a growing metric by this run; choose step or time"
             return {pid: _empty_spec(next(p.title for p in PANELS if p.id == pid), note) for pid in PANEL_IDS}
         frames, findings = mapped, ()  # findings mark steps: not drawn on a metric axis
+    marks = finding_marks(findings, group_metrics(frames.keys()))
+    return specs_of(frames, opts, beta, max_completion_length, t0, marks)
+
+
+Marks = dict[str, list[tuple[int, str, str]]]  # panel id -> (step, rule, severity) of findings drawn on it
+
+
+def finding_marks(findings: Sequence[Any], groups: Mapping[str, Sequence[str]]) -> Marks:
+    """Panel id -> (step, rule, severity) of the warnings and errors among `findings` whose metric it draws."""
+    marks: Marks = {}
     for f in findings:
         pid = next((p for p in PANEL_IDS if f.metric and f.metric in groups[p]), None)
         if pid is not None and f.severity in ("warning", "error"):
             marks.setdefault(pid, []).append((int(f.step), f.rule, f.severity))
+    return marks
+
+
+def specs_of(frames: SeriesMap, opts: ChartOptions, beta: float | None, max_completion_length: int | None,
+             t0: float | None, marks: Mapping[str, Sequence[tuple[int, str, str]]]) -> dict[str, Spec]:
+    """Every panel as plain dicts from a run's series reduced for display, in PANELS order."""
+    groups = group_metrics(frames.keys())
     return {pid: panel_spec(pid, groups[pid], frames, opts, t0=t0, beta=beta,
                             max_completion_length=max_completion_length, markers=marks.get(pid, ()))
             for pid in PANEL_IDS}

@@ -110,6 +110,28 @@ def sample_steps(run_dir: str | Path, output_dir: str | Path | None = None) -> l
     return sorted(_parquet_files(output_dir))
 
 
+def nearest_step(steps: list[int], wanted: Any) -> int | None:
+    """The sampled step to show for `wanted`: the latest when it is empty, else the nearest at or before it (the
+    first one when it is before them all); None without samples."""
+    if not steps:
+        return None
+    try:
+        target = int(float(wanted))
+    except (TypeError, ValueError):
+        return steps[-1]
+    import bisect
+
+    i = bisect.bisect_right(steps, target)
+    return steps[max(0, i - 1)]
+
+
+SCORE_DIGITS = 4  # significant digits of the scores shown (rewards, totals, advantages)
+
+
+def _shown(value: float | None) -> float | None:
+    return None if value is None else float(f"{value:.{SCORE_DIGITS}g}")
+
+
 def read_step(run_dir: str | Path, step: int, output_dir: str | Path | None = None) -> list[dict[str, Any]]:
     """The sample rows of one step: dicts with prompt, completion, rewards (name -> value) and advantage."""
     path = samples_path(run_dir)
@@ -158,7 +180,8 @@ def _num(value: Any) -> float | None:
 
 def samples_frame(rows: list[dict[str, Any]], weights: dict[str, float] | None = None, sort_by: str = SORTS[0],
                   descending: bool = True) -> pd.DataFrame:
-    """A table of one step's samples: prompt, completion, one column per reward, weighted total, advantage.
+    """A table of one step's samples: prompt, completion, one column per reward, weighted total, advantage (scores
+    rounded to SCORE_DIGITS significant digits; the total is summed before rounding).
 
     Args:
         rows: rows from `read_step`.
@@ -179,9 +202,10 @@ def samples_frame(rows: list[dict[str, Any]], weights: dict[str, float] | None =
         values = {n: _num(rewards.get(n)) for n in names}
         present = [weights.get(n, 1.0) * v for n, v in values.items() if v is not None]
         completion = text_of(r.get("completion"))
-        records.append({"#": i, "prompt": text_of(r.get("prompt")), "completion": completion, **values,
-                        "total reward": sum(present) if present else None, "advantage": _num(r.get("advantage")),
-                        "completion length": len(completion)})
+        records.append({"#": i, "prompt": text_of(r.get("prompt")), "completion": completion,
+                        **{n: _shown(v) for n, v in values.items()},
+                        "total reward": _shown(sum(present)) if present else None,
+                        "advantage": _shown(_num(r.get("advantage"))), "completion length": len(completion)})
     columns = ["#", "prompt", "completion", *names, "total reward", "advantage", "completion length"]
     frame = pd.DataFrame(records, columns=columns)
     key = sort_by if sort_by in frame.columns and sort_by != "original order" else None

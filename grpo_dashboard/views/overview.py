@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from grpo_dashboard.spec import safe_yaml
@@ -24,8 +25,8 @@ from grpo_dashboard.views.memo import LruCache, SingleFlight
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
-RUN_COLUMNS = ("name", "status", "health", "progress", "elapsed", "ETA", "reward", "forecast", "backend", "tags",
-               "started", "id")
+RUN_COLUMNS = ("name", "differs", "note", "status", "health", "progress", "elapsed", "ETA", "reward", "forecast",
+               "backend", "tags", "started", "id")
 # Plain glyphs (present in common fonts, unlike emoji on minimal Linux machines).
 STATUS_ICON = {"queued": "◌", "running": "▶", "completed": "✔", "failed": "✖", "canceled": "■"}
 HEALTH_ICON = {"ok": "●", "info": "ℹ", "warning": "▲", "error": "✖"}
@@ -53,13 +54,40 @@ def elapsed_s(run: Run, now: float | None = None) -> float | None:
     return max(0.0, end - start)
 
 
-def eta_s(run: Run, now: float | None = None) -> float | None:
-    """Remaining seconds at the observed pace (from start to the last logged step); None when unknown or ended."""
+def eta_s(run: Run, now: float | None = None, pace: float | None = None) -> float | None:
+    """Remaining seconds; None when unknown or ended. `pace` (seconds per step, `recent_pace`) is the recent step
+    rate; without it, the pace from the start to the last logged step (which counts model loading as training)."""
     if run.status in TERMINAL or not run.max_steps or not run.last_step or not run.started_at:
         return None
-    last = run.last_time or now or time.time()
-    per_step = (last - run.started_at) / max(run.last_step, 1)
-    return max(0.0, (run.max_steps - run.last_step) * per_step)
+    if pace is None:
+        last = run.last_time or now or time.time()
+        pace = (last - run.started_at) / max(run.last_step, 1)
+    return max(0.0, (run.max_steps - run.last_step) * pace)
+
+
+PACE_WINDOW = 20  # logged steps the recent step rate is measured over
+
+
+def recent_pace(store: Store, run: Run, window: int = PACE_WINDOW) -> float | None:
+    """Seconds per step over the run's last `window` logged train records, leaving out the first record (its time
+    includes loading the model and the first generation: warm-up); None until two records past it exist."""
+    if not run.is_active or not run.n_records or run.n_records < 3:
+        return None
+    heads = store.series_heads(run.id)
+    key = next((k for k in (("train", "loss"), ("train", "reward")) if k in heads),
+               next((k for k in heads if k[0] == "train"), None))
+    if key is None:
+        return None
+    n, last = heads[key]
+    whole = n <= 4 * window + 1  # short: read it all (the first record is left out below)
+    a = store.arrays(run.id, key[1], key[0], None if whole else max(0, last - 4 * window * max(1, last // n)))
+    steps, times = (a.steps[1:], a.times[1:]) if whole else (a.steps, a.times)
+    steps, times = steps[-window:], times[-window:]
+    ok = np.isfinite(times)
+    steps, times = steps[ok], times[ok]
+    if len(steps) < 2 or steps[-1] <= steps[0]:
+        return None
+    return float((times[-1] - times[0]) / (steps[-1] - steps[0]))
 
 
 def progress_text(run: Run, width: int = 10) -> str:
@@ -274,13 +302,17 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
     if tag and tag.strip():
         runs = [r for r in runs if tag.strip() in run_tags(r)]
     saved = store.health_badges() if runs else {}
+    differs = differences(runs)
+    notes = store.notes() if runs else {}
     cells = store.forecast_cells() if runs else {}
     for run in runs:
         latest = store.latest_metrics(run.id) if run.n_records else {}
         rows.append({
-            "name": run.name, "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
+            "name": run.name, "differs": differs.get(run.id, ""), "note": _short(notes.get(run.id, "")),
+            "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
             "health": health_badge(store, run, saved), "progress": progress_text(run),
-            "elapsed": fmt_duration(elapsed_s(run, now)), "ETA": fmt_duration(eta_s(run, now)),
+            "elapsed": fmt_duration(elapsed_s(run, now)),
+            "ETA": fmt_duration(eta_s(run, now, recent_pace(store, run))),
             "reward": fmt_value(latest.get("reward")), "forecast": forecast_view.forecast_cell(store, run, cells),
             "backend": run.backend, "tags": ", ".join(run_tags(run)),
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),
@@ -289,29 +321,40 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
     return pd.DataFrame(rows, columns=list(RUN_COLUMNS))
 
 
-def run_label(run: Run) -> str:
-    """Dropdown label of a run (no status: a selected label is not refreshed when the status moves)."""
-    return f"{run.name} · {run.id}"
+def _short(text: str, n: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def run_label(run: Run, differs: str = "") -> str:
+    """Dropdown label of a run (no status: a selected label is not refreshed when the status moves), with what sets
+    it apart from runs of the same name."""
+    return f"{run.name} · {run.id}" + (f" · {differs}" if differs else "")
 
 
 def run_choices(store: Store, runs: list[Run] | None = None) -> list[tuple[str, str]]:
     """(label, id) pairs of every run (or of `runs`), newest first."""
-    return [(run_label(r), r.id) for r in (store.list_runs() if runs is None else runs)]
+    runs = store.list_runs() if runs is None else runs
+    differs = differences(runs)
+    return [(run_label(r, differs.get(r.id, "")), r.id) for r in runs]
 
 
-def status_markdown(run: Run, now: float | None = None) -> str:
-    """Status block of the run detail page."""
+def status_markdown(run: Run, now: float | None = None, pace: float | None = None) -> str:
+    """Status block of the run detail page; `pace`: the recent seconds per step (`recent_pace`)."""
     now = now or time.time()
     parts = [f"**{STATUS_ICON.get(run.status, '')} {run.status}** · `{run.id}` · backend {run.backend}"]
     prog = progress_text(run)
     if prog:
         parts.append(f"progress {prog}")
     parts.append(f"elapsed {fmt_duration(elapsed_s(run, now)) or '—'}")
-    eta = eta_s(run, now)
+    eta = eta_s(run, now, pace)
     if eta is not None:
         parts.append(f"ETA {fmt_duration(eta)}")
     text = " · ".join(parts)
-    if run.status in ACTIVE and not run.n_records:
+    if run.status in ACTIVE and run.cancel_requested_at:
+        text += (f"\n\n**Cancel requested** at {time.strftime('%H:%M:%S', time.localtime(run.cancel_requested_at))}: "
+                 f"waiting for the job to stop…")
+    elif run.status in ACTIVE and not run.n_records:
         text += "\n\nWaiting for the first log record (model loading / first steps)…"
     if run.error:
         text += f"\n\n**Error:** {run.error}"
@@ -395,6 +438,40 @@ def _spec_dict(run: Run) -> dict[str, Any]:
     for path_key in ("output_dir",):
         data.pop(path_key, None)
     return flatten(data)
+
+
+DIFFERS_SHOWN = 3  # differing fields named per run in the table and the pickers
+
+
+@functools.lru_cache(maxsize=1024)
+def _flat_spec(spec_yaml: str) -> tuple[tuple[str, str], ...]:
+    try:
+        data = safe_yaml.load(spec_yaml) or {}
+    except Exception:  # noqa: BLE001 - an unreadable stored spec only loses its differences
+        return ()
+    data.pop("output_dir", None)
+    return tuple((k, repr(v)) for k, v in flatten(data).items() if k != "name")
+
+
+def differences(runs: list[Run]) -> dict[str, str]:
+    """Run id -> the spec fields in which it differs from the other runs of the same name (`training.beta=0.04,
+    max_steps=300`, short keys, at most DIFFERS_SHOWN), for names used by more than one run."""
+    by_name: dict[str, list[Run]] = {}
+    for r in runs:
+        by_name.setdefault(r.name, []).append(r)
+    out: dict[str, str] = {}
+    for group in by_name.values():
+        if len(group) < 2:
+            continue
+        flats = [dict(_flat_spec(r.spec_yaml)) for r in group]
+        keys = sorted({k for f in flats for k in f})
+        varying = [k for k in keys if len({f.get(k) for f in flats}) > 1]
+        for r, flat in zip(group, flats, strict=True):
+            parts = [f"{k.removeprefix('training.')}={flat.get(k, '—').strip(chr(39))}" for k in varying]
+            text = ", ".join(parts[:DIFFERS_SHOWN]) + (f" +{len(parts) - DIFFERS_SHOWN}" if len(parts) > DIFFERS_SHOWN
+                                                         else "")
+            out[r.id] = text or "same spec"
+    return out
 
 
 def spec_diff(runs: list[Run]) -> pd.DataFrame:

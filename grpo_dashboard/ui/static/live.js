@@ -1,0 +1,275 @@
+// The live Run detail page: one EventSource per open run (/grpo/live, see grpo_dashboard/ui/stream.py). A snapshot
+// draws every panel with Plotly.react; each delta appends its series' new points with Plotly.extendTraces (or, when
+// the display reduction rewrote a series' tail, replaces that tail). Also keeps ?run= and ?tab= in the URL.
+(function () {
+  "use strict";
+  const STREAM = "/grpo/live";
+  const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
+  const state = { source: null, opts: null, t0: null, lens: {}, figs: {}, retry: 0, received: 0, loaded: false };
+  // The query string the page was opened with: Gradio selects its first tab while mounting, before the app's
+  // load handler has read ?run= and ?tab=.
+  const initialSearch = window.location.search;
+
+  function el(id) { return document.getElementById(id); }
+
+  function setParam(name, value) {
+    const url = new URL(window.location.href);
+    if (value === null || value === undefined || value === "") url.searchParams.delete(name);
+    else url.searchParams.set(name, value);
+    window.history.replaceState(null, "", url.toString());
+  }
+
+  function whenPlotly(fn) {
+    if (window.Plotly) return fn();
+    setTimeout(() => whenPlotly(fn), 50);
+  }
+
+  function graph(pid) {
+    const box = el("plot-" + pid);
+    if (!box) return null;
+    let gd = box.querySelector(".grpo-gd");
+    if (!gd) {
+      gd = document.createElement("div");
+      gd.className = "grpo-gd";
+      box.appendChild(gd);
+    }
+    return gd;
+  }
+
+  function xs(d) {
+    const x = state.opts.xaxis;
+    if (x === "step") return d.step;
+    if (x === "relative time") return d.time.map(t => (t === null ? null : (t - (state.t0 || 0)) / 60));
+    return d.time.map(t => (t === null ? null : new Date(t * 1000).toISOString().replace("Z", "")));
+  }
+
+  function ys(d, role) {
+    let y;
+    if (role === "value") y = d.value;
+    else if (role === "smooth") y = d.smooth;
+    else {
+      const sign = role === "lo" ? -1 : 1;
+      const band = d.band || [];
+      y = d.smooth.map((m, i) => (m === null || band[i] === null || band[i] === undefined ? null : m + sign * band[i]));
+    }
+    if (state.opts.logY) y = y.map(v => (v !== null && v > 0 ? v : null));
+    return y;
+  }
+
+  // The figures are kept here (state.figs) and drawn into their containers when those exist: Gradio renders a
+  // tab's content only once it is shown. A drawn figure's data is the graph's own (Plotly keeps the objects).
+  function draw(pid) {
+    const fig = state.figs[pid], box = el("plot-" + pid);
+    if (!fig || !box) return false;
+    const gd = graph(pid);
+    const ph = box.querySelector(".grpo-placeholder");
+    if (ph) ph.remove();
+    Plotly.react(gd, fig.data, fig.layout, CONFIG);
+    fig.gd = gd;
+    fig.data = gd.data;
+    return true;
+  }
+
+  function drawMissing() {
+    if (!window.Plotly) return;
+    for (const pid of Object.keys(state.figs)) {
+      const fig = state.figs[pid];
+      if (!fig.gd || !fig.gd.isConnected) draw(pid);
+    }
+    markDrawn();
+  }
+
+  function drawSnapshot(msg) {
+    state.queue = null;
+    state.t0 = msg.t0;
+    state.lens = {};
+    state.figs = {};
+    for (const [pid, fig] of Object.entries(msg.panels)) {
+      state.figs[pid] = { data: fig.data, layout: fig.layout, gd: null };
+      for (const t of fig.data) if (t.meta && t.meta.s) state.lens[t.meta.s] = (t.x || []).length;
+    }
+    whenPlotly(() => { for (const pid of Object.keys(state.figs)) draw(pid); markDrawn(); });
+    applyText(msg);
+  }
+
+  // Deltas that arrive while the page is busy are merged and drawn together: a slow or starved page redraws once per
+  // turn of its event loop, not once per delta, so it never falls further and further behind.
+  const FIELDS = ["step", "time", "value", "smooth", "band"];
+
+  function merge(a, b) {
+    if (!a || b.keep < a.keep) return b;
+    const cut = b.keep - a.keep, out = { keep: a.keep };
+    for (const f of FIELDS) {
+      if (a[f] === undefined && b[f] === undefined) continue;
+      out[f] = (a[f] || []).slice(0, cut).concat(b[f] || []);
+    }
+    return out;
+  }
+
+  function queueDelta(msg) {
+    const q = state.queue || (state.queue = { series: {}, texts: [] });
+    for (const [k, d] of Object.entries(msg.series || {})) q.series[k] = merge(q.series[k], d);
+    q.texts.push(msg);
+    if (!state.flushTimer) state.flushTimer = setTimeout(flush, 0);
+  }
+
+  function flush() {
+    state.flushTimer = null;
+    const q = state.queue;
+    state.queue = null;
+    if (!q) return;
+    applyDelta({ series: q.series });
+    for (const msg of q.texts) applyText(msg);
+  }
+
+  function applyDelta(msg) {
+    const series = msg.series || {};
+    const keys = Object.keys(series);
+    if (keys.length) {
+      whenPlotly(() => {
+        for (const fig of Object.values(state.figs)) {
+          const drawn = fig.gd && fig.gd.isConnected;
+          const ext = { x: [], y: [] }, idx = [];
+          let rewritten = false;
+          fig.data.forEach((t, i) => {
+            const d = t.meta && series[t.meta.s];
+            if (!d) return;
+            const have = state.lens[t.meta.s] || 0;
+            if (d.keep === have && drawn) {
+              ext.x.push(xs(d));
+              ext.y.push(ys(d, t.meta.r));
+              idx.push(i);
+            } else {
+              t.x = Array.from(t.x || []).slice(0, d.keep).concat(xs(d));
+              t.y = Array.from(t.y || []).slice(0, d.keep).concat(ys(d, t.meta.r));
+              rewritten = true;
+            }
+          });
+          if (!drawn) continue;
+          if (idx.length) Plotly.extendTraces(fig.gd, ext, idx);
+          if (rewritten) {
+            fig.layout.datarevision = (fig.layout.datarevision || 0) + 1;
+            Plotly.react(fig.gd, fig.gd.data, fig.layout, CONFIG);
+          }
+          fig.data = fig.gd.data;
+        }
+        for (const k of keys) state.lens[k] = series[k].keep + series[k].step.length;
+        markDrawn();
+      });
+    }
+  }
+
+  function markDrawn() {
+    const gd = document.querySelector("#plot-reward .js-plotly-plot");
+    // Logged series only (traces with a series in meta): the forecast's fit is drawn to max_steps at once.
+    const logged = gd && gd.data ? gd.data.filter(t => t.meta && t.meta.s) : [];
+    const n = Math.max(0, ...logged.map(t => (t.x ? t.x.length : 0)));
+    document.body.dataset.grpoPoints = String(n);
+    // The newest step the reward chart shows (what a latency measurement compares with the record's write time).
+    const last = Math.max(-1, ...logged.map(t => (t.x && t.x.length ? Number(t.x[t.x.length - 1]) : -1)));
+    document.body.dataset.grpoStep = String(last);
+    document.body.dataset.grpoEvents = String(state.received);
+  }
+
+  function applyText(msg) {
+    if (msg.status) {
+      const box = el("live-status");
+      if (box) box.innerHTML = msg.status.html;
+      const cancel = document.querySelector("#cancel-btn");
+      if (cancel) cancel.disabled = !msg.status.active;
+    }
+    if (msg.findings !== null && msg.findings !== undefined) {
+      const box = el("live-findings");
+      if (box) box.innerHTML = msg.findings;
+    }
+    if (msg.log !== null && msg.log !== undefined) {
+      const pre = el("live-log");
+      if (pre) {
+        const atEnd = !pre.dataset.filled || pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+        pre.textContent = msg.log;
+        pre.dataset.filled = "1";
+        if (atEnd) pre.scrollTop = pre.scrollHeight;
+      }
+    }
+    if (msg.samples !== null && msg.samples !== undefined && state.samples !== msg.samples) {
+      const first = state.samples === undefined;
+      state.samples = msg.samples;
+      const follow = document.querySelector("#samples-follow input");
+      const refresh = document.querySelector("#samples-refresh");
+      if (!first && refresh && (!follow || follow.checked)) refresh.click();
+    }
+  }
+
+  function placeholders(note) {
+    state.figs = {};
+    document.querySelectorAll("#live-charts .grpo-panel").forEach(box => {
+      const gd = box.querySelector(".grpo-gd");
+      if (gd && window.Plotly) Plotly.purge(gd);
+      if (gd) gd.remove();
+      if (!box.querySelector(".grpo-placeholder")) {
+        const ph = document.createElement("div");
+        ph.className = "grpo-placeholder";
+        ph.innerHTML = "<h4></h4><p></p>";
+        ph.querySelector("h4").textContent = box.dataset.title || "";
+        box.appendChild(ph);
+      }
+      box.querySelector(".grpo-placeholder p").textContent = note;
+    });
+  }
+
+  function open(run, smoothing, logY, xaxis) {
+    const sm = Number(smoothing);
+    const opts = { run: run || "", smoothing: isFinite(sm) ? sm : 0.6, logY: !!logY, xaxis: xaxis || "step" };
+    const o = state.opts;
+    if (state.source && o && o.run === opts.run && o.smoothing === opts.smoothing && o.logY === opts.logY &&
+        o.xaxis === opts.xaxis && state.source.readyState !== EventSource.CLOSED) return;  // already following it
+    if (state.source) { state.source.close(); state.source = null; }
+    clearTimeout(state.timer);
+    state.opts = opts;
+    state.samples = undefined;
+    setParam("run", run || null);
+    if (!run) { placeholders("Select a run (or launch one from New run)."); return; }
+    placeholders("Waiting for the first log record…");
+    connect(null);
+  }
+
+  function connect(cursor) {
+    const o = state.opts;
+    const q = new URLSearchParams({ run: o.run, smoothing: String(o.smoothing), xaxis: o.xaxis,
+                                    log_y: o.logY ? "1" : "0" });
+    if (cursor) q.set("cursor", cursor);
+    const source = new EventSource(STREAM + "?" + q.toString());
+    state.source = source;
+    source.addEventListener("snapshot", e => { state.received++; state.retry = 0; drawSnapshot(JSON.parse(e.data)); });
+    source.addEventListener("delta", e => { state.received++; state.retry = 0; queueDelta(JSON.parse(e.data)); });
+    source.addEventListener("gone", () => { source.close(); placeholders("This run no longer exists."); });
+    source.onerror = () => {
+      // EventSource reconnects by itself (sending Last-Event-ID); after a refusal (404/400) it stops: say so.
+      if (source.readyState === EventSource.CLOSED && state.source === source) {
+        const box = el("live-status");
+        if (box && !box.innerHTML) box.textContent = "No such run among yours.";
+        state.retry = Math.min(5, state.retry + 1);
+        state.timer = setTimeout(() => { if (state.source === source) connect(null); }, 1000 * state.retry);
+      }
+    };
+  }
+
+  function setTab(tab) { if (state.loaded) setParam("tab", tab); }
+
+  function loaded() { state.loaded = true; }
+
+  // Draw what is kept once its container appears (a tab opened, the page re-rendered).
+  let pending = false;
+  new MutationObserver(() => {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; drawMissing(); });
+  }).observe(document.documentElement, { childList: true, subtree: true });
+
+  // A deep link starts following its run at once, with the page's default options, while Gradio is still starting;
+  // the app's own call with the same run and options then keeps this stream.
+  const linked = new URLSearchParams(initialSearch).get("run");
+  if (linked) open(linked, 0.6, false, "step");
+
+  window.grpoLive = { open, setTab, loaded, state, initialSearch };
+})();
