@@ -55,6 +55,7 @@ from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpo_agents  # noqa: E402
 import grpo_rewards  # noqa: E402
 
 MARKER = "@@GRPO_DASHBOARD@@ "
@@ -338,6 +339,7 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
     prompts, completions = list(logs.get("prompt", [])), list(logs.get("completion", []))
     advantages = list(logs.get("advantages", []))
     rewards = {name: list(vals) for name, vals in (logs.get("rewards") or {}).items()}
+    extra = {name: list(vals) for name, vals in (logs.get("extra") or {}).items()}
     rows = []
     for i, completion in enumerate(completions[:limit]):
         rows.append({
@@ -346,6 +348,7 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
             "completion": completion,
             "rewards": {n: (v[i] if i < len(v) else None) for n, v in rewards.items()},
             "advantage": advantages[i] if i < len(advantages) else None,
+            **({"extra": {n: (v[i] if i < len(v) else None) for n, v in extra.items()}} if extra else {}),
         })
     with open(path, "a", encoding="utf-8") as f:
         for row in rows:
@@ -371,6 +374,7 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     model_spec, ds_spec, reward_specs = need(spec, "model"), need(spec, "dataset"), need(spec, "rewards")
     output_dir, save_model = need(spec, "output_dir"), need(spec, "save_model")
     training = dict(need(spec, "training") or {})
+    agent = need(spec, "agent")
 
     def on_sigterm(signum: int, frame: Any) -> None:
         cb = callback_holder.get("cb")
@@ -384,12 +388,15 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
 
     model_path = str(need(model_spec, "name_or_path", "model."))
     if need(model_spec, "build_tiny", "model."):
-        model_path = str(build_tiny_model(model_path))
+        warm = agent and agent.get("tiny_warmup")  # a tool-calling tiny model (jobs/grpo_agents.py)
+        built = grpo_agents.build_warm_model(model_path, build_tiny_model) if warm else build_tiny_model(model_path)
+        model_path = str(built)
 
     # With local files a split's name is not used: each file list is one split.
     train_split, train_files = need(ds_spec, "split", "dataset."), need(ds_spec, "data_files", "dataset.")
     eval_split, eval_files = need(ds_spec, "eval_split", "dataset."), need(ds_spec, "eval_data_files", "dataset.")
-    train = map_prompts(load_split(ds_spec, train_split, train_files), ds_spec)
+    train = None if grpo_agents.datasetless(agent, ds_spec) else map_prompts(
+        load_split(ds_spec, train_split, train_files), ds_spec)
     eval_ds = map_prompts(load_split(ds_spec, eval_split, eval_files), ds_spec) if eval_split or eval_files else None
 
     funcs, weights = [], []
@@ -399,6 +406,7 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
             need(r, "name", where), need(r, "builtin", where), need(r, "function", where),
             dict(need(r, "params", where) or {}), str(base_dir)))
         weights.append(float(need(r, "weight", where)))
+    funcs = grpo_agents.tag_rewards(funcs, agent, list(train.column_names) if train is not None else [])
     training.setdefault("report_to", "none")  # the job's own choice (no tracker unless asked), not a TRL default
     init_kwargs = dict(training.pop("model_init_kwargs", None) or {})
     dtype = need(model_spec, "dtype", "model.")
@@ -412,10 +420,10 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         training["trust_remote_code"] = True
     lora = need(model_spec, "lora", "model.")
 
-    from trl import GRPOConfig, GRPOTrainer
-
-    config = GRPOConfig(
+    config_class, trainer_class = grpo_agents.trainer_classes(agent)
+    config = config_class(
         **training,
+        **grpo_agents.config_kwargs(agent),
         output_dir=output_dir,
         reward_weights=weights,
         model_init_kwargs=init_kwargs or None,
@@ -435,8 +443,9 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     # GRPO_JOB_NO_CALLBACK=1 trains without the dashboard callback (no metrics stream, cancellation or guard): only
     # for benchmarks/training_overhead.py, which measures what the callback costs.
     callbacks = [] if os.environ.get(NO_CALLBACK_ENV) == "1" else [callback]
-    trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
-                          eval_dataset=eval_ds, callbacks=callbacks, peft_config=peft_config)
+    trainer = trainer_class(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
+                            eval_dataset=eval_ds, callbacks=callbacks, peft_config=peft_config,
+                            **grpo_agents.trainer_kwargs(agent, base_dir))
     callback.trainer = trainer
     callback_holder["cb"] = callback
     t0 = time.perf_counter()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpo_agents  # noqa: E402
 from grpo_answers import (  # noqa: E402,F401 - re-exported for the dashboard and tests
     _ANSWER_TAG,
     _FENCE,
@@ -602,6 +603,7 @@ REWARDS: dict[str, RewardDef] = {d.name: d for d in (
          {"schema": (None, "a JSON schema (mapping or JSON text) every completion must match"),
           "schema_column": (None, "dataset column with one JSON schema per row"),
           "partial_credit": (0.5, "reward for valid JSON that fails the schema")}),
+    *grpo_agents.process_rewards(_def),
     _def("python", _python_inline, "custom", "Your own reward written inline: `code` defines `function` with TRL's "
          "signature (completions, **kwargs) -> list[float | None]; runs only in the job.",
          {"code": ("", "Python source"), "function": ("reward", "the function's name in the code"),
