@@ -223,6 +223,67 @@ def malformed_calls(completion: Any) -> int:
                and any(marker in str(m.get("content") or "") for marker in CALL_MARKERS))
 
 
+def _total(rewards: Mapping[str, Any], weights: Mapping[str, float], i: int) -> float | None:
+    parts = []
+    for name, values in rewards.items():
+        v = values[i] if i < len(values) else None
+        if isinstance(v, (int, float)) and v == v:
+            parts.append(weights.get(name, 1.0) * float(v))
+    return sum(parts) if parts else None
+
+
+def episode_metrics(trainer: Any) -> dict[str, float]:
+    """Agent metrics of the last generation batch (TRL's `_logs`), logged beside TRL's own at each log step.
+
+    `agent/turns/mean` (assistant turns per episode), `agent/tool_calls/<name>` (calls per episode),
+    `agent/turn_limit_ratio` (episodes that used all max_tool_calling_iterations rounds),
+    `agent/malformed_ratio` (episodes with an unparsed tool call), `agent/repeated_failure_ratio`, and for every
+    column recorded with the samples (environment, log_columns) `tasks/<column>/<value>/reward_mean` and
+    `.../reward_std` (total weighted reward). Empty for runs without tools.
+    """
+    logs = getattr(trainer, "_logs", None)
+    if not getattr(trainer, "tools", None) or not isinstance(logs, dict) or not logs.get("completion"):
+        return {}
+    completions = list(logs["completion"])
+    n = len(completions)
+    limit = getattr(trainer, "max_tool_calling_iterations", None)
+    out: dict[str, float] = {}
+    turns, limited, malformed, repeated = 0, 0, 0, 0
+    per_tool: dict[str, int] = {}
+    for c in completions:
+        calls = tool_turns(c)
+        msgs = c if isinstance(c, list) else []
+        turns += sum(1 for m in msgs if isinstance(m, dict) and m.get("role") == "assistant")
+        rounds = sum(1 for m in msgs if isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls")
+                     and any(isinstance(x, dict) and x.get("role") == "tool" for x in msgs[msgs.index(m) + 1:]))
+        limited += int(isinstance(limit, int) and limit < sys.maxsize and rounds >= limit)
+        malformed += int(malformed_calls(c) > 0)
+        repeated += int(any(t["repeated_failure"] for t in calls))
+        for t in calls:
+            per_tool[t["name"]] = per_tool.get(t["name"], 0) + 1
+    out["agent/turns/mean"] = turns / n
+    out["agent/turn_limit_ratio"] = limited / n
+    out["agent/malformed_ratio"] = malformed / n
+    out["agent/repeated_failure_ratio"] = repeated / n
+    for name, count in sorted(per_tool.items()):
+        out[f"agent/tool_calls/{name}"] = count / n
+    names = list(getattr(trainer, "reward_func_names", None) or [])
+    w = getattr(trainer, "reward_weights", None)
+    weights = dict(zip(names, w.tolist() if hasattr(w, "tolist") else list(w or []), strict=False))
+    rewards = logs.get("rewards") or {}
+    for column, values in (logs.get("extra") or {}).items():
+        groups: dict[str, list[float]] = {}
+        for i, v in enumerate(list(values)[:n]):
+            total = _total(rewards, weights, i)
+            if total is not None and v is not None:
+                groups.setdefault(str(v), []).append(total)
+        for value, totals in sorted(groups.items()):
+            mean = sum(totals) / len(totals)
+            out[f"tasks/{column}/{value}/reward_mean"] = mean
+            out[f"tasks/{column}/{value}/reward_std"] = (sum((t - mean) ** 2 for t in totals) / len(totals)) ** 0.5
+    return out
+
+
 # ---------------------------------------------------------------- process rewards
 
 def _tool_success(no_calls: float | None = None) -> Callable[..., list[float | None]]:

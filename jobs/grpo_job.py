@@ -304,6 +304,8 @@ def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int,
             stop = None
             if state.is_world_process_zero and logs:
                 split = "eval" if any(k.startswith("eval_") for k in logs) else "train"
+                if split == "train" and "reward" in logs and self.trainer is not None:
+                    logs.update(grpo_agents.episode_metrics(self.trainer))  # agent/* and tasks/* (tool runs only)
                 emitter.emit({"type": "log", "split": split, "step": state.global_step, "time": time.time(),
                               "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": dict(logs)})
                 if samples_path is not None and split == "train" and "reward" in logs and self.trainer is not None:
