@@ -1,0 +1,115 @@
+"""Real agent runs on CPU (TRL's GRPOTrainer with tools, the warmed tiny tool-calling model): tool calls happen,
+their results come back into the trajectory, reward rises by a margin a near-zero learning rate does not reach,
+the multi-turn environment keeps its state, and the agent health rules fire on a run whose tool fails on purpose
+and on one that stops calling tools (and on neither the healthy run nor a run without tools)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_dashboard.health import diagnose
+from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.views import completions
+
+from .health_scenarios import run_spec, train_records
+
+pytestmark = pytest.mark.training
+
+REPO = Path(__file__).resolve().parent.parent
+CODE = Path(__file__).resolve().parent / "agent_code" / "failing_tools.py"
+AGENT_RULES = {"tool_failures", "tool_use_collapse", "turn_limit", "malformed_tool_calls", "task_regression"}
+MARGIN = 0.2  # reward gain (mean of the last 6 logs minus the first 6) the learning run must reach
+
+
+@pytest.fixture(scope="session")
+def agent_model() -> Path:
+    """The warmed tiny tool-calling model, built once and cached under .cache like the presets' copy."""
+    sys.path.insert(0, str(REPO / "jobs"))
+    import grpo_agents
+    import grpo_job
+
+    return grpo_agents.build_warm_model(REPO / ".cache" / f"tiny-agent-warm-v{grpo_agents.AGENT_VERSION}",
+                                        grpo_job.build_tiny_model)
+
+
+def preset(name: str, model: Path, **training: object) -> dict:
+    spec = RunSpec.from_file(REPO / "examples" / name).to_dict()
+    spec["model"]["name_or_path"] = str(model)
+    if spec.get("dataset", {}).get("data_files"):
+        spec["dataset"]["data_files"] = str(REPO / spec["dataset"]["data_files"])
+    spec["training"].update(training)
+    return spec
+
+
+def gain(values: list[float]) -> float:
+    return sum(values[-6:]) / 6 - sum(values[:6]) / 6
+
+
+def test_calculator_agent_calls_tools_gets_results_and_learns(agent_model: Path) -> None:
+    store, run = run_spec(preset("agent_calculator.yaml", agent_model))
+    assert run.status == "completed", run.error
+    records = [r for r in train_records(store, run) if "reward" in r]
+    calls = [r["tools/call_frequency"] for r in records]
+    assert sum(c > 0 for c in calls) >= 0.8 * len(calls), calls
+    rows = [row for s in completions.sample_steps(run.run_dir) for row in completions.read_step(run.run_dir, s)]
+    results = [(m, row) for row in rows for m in row["completion"] if m["role"] == "tool"]
+    assert results, "no tool result came back into any trajectory"
+    sys.path.insert(0, str(REPO / "jobs"))
+    import grpo_agents
+
+    for message, row in results[:20]:
+        call = next(m for m in row["completion"] if m.get("tool_calls"))
+        expr = call["tool_calls"][0]["function"]["arguments"].get("expression")
+        if expr is not None and not grpo_agents.is_failure(message["content"]):
+            assert message["content"] == grpo_agents.calculator(expr)
+    learned = gain([r["reward"] for r in records])
+    store, control = run_spec(preset("agent_calculator.yaml", agent_model, learning_rate=1e-8), store)
+    control_records = [r for r in train_records(store, control) if "reward" in r]
+    flat = gain([r["reward"] for r in control_records])
+    print(f"reward gain: learning {learned:+.3f}, control {flat:+.3f}")
+    assert learned >= MARGIN > flat, (learned, flat)
+    assert not AGENT_RULES & {f.rule for f in diagnose(records) if f.severity != "info"}
+
+
+def test_guessing_game_keeps_state_across_turns(agent_model: Path) -> None:
+    store, run = run_spec(preset("agent_guess.yaml", agent_model, max_steps=3))
+    assert run.status == "completed", run.error
+    rows = completions.read_step(run.run_dir, completions.sample_steps(run.run_dir)[-1])
+    answers = [[m["content"] for m in row["completion"] if m["role"] == "tool"] for row in rows]
+    assert any(len(a) >= 2 for a in answers)
+    for row, a in zip(rows, answers, strict=True):
+        if "correct" in a:  # the game ended where the env's secret is
+            assert row["rewards"]["GuessNumberEnv"] > 0
+        assert all(x in ("higher", "lower", "correct") or x.startswith("{'error'") for x in a)
+    records = train_records(store, run)
+    assert any("agent/tool_calls/guess" in r for r in records)
+
+
+def test_failing_tool_is_a_counted_failure_and_flagged(agent_model: Path) -> None:
+    spec = preset("agent_calculator.yaml", agent_model, max_steps=6, learning_rate=1e-8, max_completion_length=96)
+    spec["agent"]["tools"] = [f"{CODE}:calculator"]
+    store, run = run_spec(spec)
+    assert run.status == "completed", run.error
+    records = [r for r in train_records(store, run) if "reward" in r]
+    assert all(r["tools/failure_frequency"] == 1.0 for r in records if r["tools/call_frequency"] > 0)
+    findings = {f.rule: f for f in diagnose(records)}
+    assert findings["tool_failures"].severity == "error"
+    rows = [row for s in completions.sample_steps(run.run_dir) for row in completions.read_step(run.run_dir, s)]
+    assert any("calculator service is down" in m["content"] for row in rows for m in row["completion"]
+               if m["role"] == "tool")
+
+
+def test_agent_that_stops_calling_tools_is_flagged(agent_model: Path) -> None:
+    spec = preset("agent_calculator.yaml", agent_model, max_steps=14, learning_rate=0.003)
+    code = "def reward(completions, **kw):\n    return [-float(sum(m['role'] == 'tool' for m in c)) for c in completions]\n"
+    spec["rewards"] = [{"name": "no_tools", "builtin": "python", "params": {"code": code}}]
+    store, run = run_spec(spec)
+    assert run.status == "completed", run.error
+    records = [r for r in train_records(store, run) if "reward" in r]
+    calls = [r["tools/call_frequency"] for r in records]
+    assert max(calls[:4]) > 0.2 and calls[-1] <= 0.05, calls
+    assert "tool_use_collapse" in {f.rule for f in diagnose(records)}
