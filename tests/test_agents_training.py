@@ -5,7 +5,6 @@ and on one that stops calling tools (and on neither the healthy run nor a run wi
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -105,7 +104,8 @@ def test_failing_tool_is_a_counted_failure_and_flagged(agent_model: Path) -> Non
 
 def test_agent_that_stops_calling_tools_is_flagged(agent_model: Path) -> None:
     spec = preset("agent_calculator.yaml", agent_model, max_steps=14, learning_rate=0.003)
-    code = "def reward(completions, **kw):\n    return [-float(sum(m['role'] == 'tool' for m in c)) for c in completions]\n"
+    code = ("def reward(completions, **kw):\n"
+            "    return [-float(sum(m['role'] == 'tool' for m in c)) for c in completions]\n")
     spec["rewards"] = [{"name": "no_tools", "builtin": "python", "params": {"code": code}}]
     store, run = run_spec(spec)
     assert run.status == "completed", run.error

@@ -18,6 +18,7 @@ from grpo_dashboard.errors import BackendError, RunNotFound
 from grpo_dashboard.launch import runs
 from grpo_dashboard.space import access
 from grpo_dashboard.store.db import Run
+from grpo_dashboard.ui import trajectories as trajectories_tab
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.serving import postprocessed
@@ -166,6 +167,7 @@ def build(ctx: UiContext) -> DetailTab:
             samples_note = gr.Markdown(elem_id="samples-note")
             samples_df = gr.Dataframe(interactive=False, wrap=True, max_height=700, elem_id="samples-table",
                                       label="Sample completions")
+        trajectories_tab.build(ctx, run_dd)  # agent runs: conversations, tool calls, failures (ui/trajectories.py)
         with gr.Tab("Spec & log", id="speclog", elem_id="tab-speclog"):
             spec_code = gr.Code(language="yaml", label="Run spec (as launched)", interactive=False,
                                 elem_id="detail-spec")
