@@ -59,6 +59,7 @@ import grpo_agents  # noqa: E402
 import grpo_rewards  # noqa: E402
 
 MARKER = "@@GRPO_DASHBOARD@@ "
+SAMPLES_MARKER = "@@GRPO_SAMPLE@@ "  # `--samples-stdout`: each samples.jsonl row also on stdout (HF Jobs)
 PROTOCOL_VERSION = 1
 EXIT_FAILED = 1
 EXIT_CANCELED = 143
@@ -354,7 +355,13 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
         })
     with open(path, "a", encoding="utf-8") as f:
         for row in rows:
-            f.write(json.dumps(row, default=_json_default) + "\n")
+            line = json.dumps(row, default=_json_default)
+            f.write(line + "\n")
+            if _SAMPLES_TO_STDOUT:
+                sys.stdout.write(SAMPLES_MARKER + line + "\n")
+
+
+_SAMPLES_TO_STDOUT = False
 
 
 def _config_dict(args: Any) -> dict[str, Any]:
@@ -480,7 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="Run spec YAML (as written by the dashboard).")
     parser.add_argument("--metrics", default=None, help="metrics.jsonl path (default: beside the config).")
     parser.add_argument("--build-tiny-model", action="store_true", help="Only build the tiny model and exit.")
+    parser.add_argument("--samples-stdout", action="store_true", help="Also print sample rows on stdout.")
     args = parser.parse_args(argv)
+    global _SAMPLES_TO_STDOUT
+    _SAMPLES_TO_STDOUT = args.samples_stdout
 
     import yaml
 

@@ -111,5 +111,5 @@ def test_agent_that_stops_calling_tools_is_flagged(agent_model: Path) -> None:
     assert run.status == "completed", run.error
     records = [r for r in train_records(store, run) if "reward" in r]
     calls = [r["tools/call_frequency"] for r in records]
-    assert max(calls[:4]) > 0.2 and calls[-1] <= 0.05, calls
+    assert max(calls[:4]) > 0.2 and sum(calls[-4:]) / 4 <= 0.1, calls
     assert "tool_use_collapse" in {f.rule for f in diagnose(records)}

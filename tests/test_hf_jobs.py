@@ -79,7 +79,7 @@ def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeH
     (create,) = hub.requests_to("POST", "/api/jobs/alice")
     body = json.loads(create.body)
     assert body["command"] == ["uv", "run", "/data/grpo_job.py", "--config", "/data/run.yaml", "--metrics",
-                               "/tmp/grpo_dashboard_metrics.jsonl"]
+                               "/tmp/grpo_dashboard_metrics.jsonl", "--samples-stdout"]
     assert body["dockerImage"] == hf_jobs.IMAGE and body["flavor"] == "cpu-basic" and body["timeoutSeconds"] == 1800
     assert body["environment"] == {"PYTHONUNBUFFERED": "1"}
     assert body["labels"] == {"app": "grpo-dashboard", "grpo-dashboard-run": run.id, "name": "smoke"}
@@ -118,6 +118,12 @@ def test_a_real_job_runs_from_the_uploaded_files_and_the_store_matches_its_outpu
     assert same_values(on_disk, store_records(store, run.id))
     assert (job.workdir / "data" / "output" / "model.safetensors").is_file()  # the model lands in the bucket folder
     assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
+    # The job's sample rows travel back in its log (`--samples-stdout`): the completions and trajectory views read
+    # them from the run directory like a local run's.
+    from grpo_dashboard.views import completions
+
+    steps = completions.sample_steps(run.run_dir)
+    assert steps and completions.read_step(run.run_dir, steps[-1])[0]["completion"]
     assert_token_confined(hub, capsys)
 
 

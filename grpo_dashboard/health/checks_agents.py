@@ -71,7 +71,7 @@ def check_tool_use_collapse(ctx: Context) -> list[Finding]:
     peak = float(sm[peak_i])
     if peak < ctx.t("tool_use_collapse.min_peak"):
         return []
-    low = s.values <= ctx.t("tool_use_collapse.ratio") * peak
+    low = sm <= ctx.t("tool_use_collapse.ratio") * peak
     streak = trailing_streak(low)
     if streak < int(ctx.t("tool_use_collapse.persist")) or len(s) - streak <= peak_i - 1:
         return []

@@ -181,7 +181,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("tool_failures.persist", 3, "logs the level must hold"),
     Threshold("tool_failures.rise", 0.3, "rise of the failure share from the first to the last third: warning"),
     Threshold("tool_use_collapse.min_peak", 0.2, "calls per episode the agent must have reached", "derived"),
-    Threshold("tool_use_collapse.ratio", 0.1, "calls per episode at or below this share of the peak = stopped"),
+    Threshold("tool_use_collapse.ratio", 0.25, "smoothed calls per episode at or below this share of the peak = "
+              "stopped"),
     Threshold("tool_use_collapse.persist", 3, "logs the agent must have stopped for"),
     Threshold("turn_limit.warn", 0.5, "share of episodes cut off at max_tool_calling_iterations", "derived"),
     Threshold("turn_limit.persist", 3, "logs the share must hold"),

@@ -78,7 +78,7 @@ def job_command(spec: RunSpec) -> list[str]:
     """The container command: `uv run` of the script (PEP 723), or `accelerate launch` for several processes."""
     t = spec.training
     extras = [e for e, on in (("peft", spec.model.lora is not None), ("vllm", bool(t.get("use_vllm")))) if on]
-    args = [f"{MOUNT}/grpo_job.py", "--config", f"{MOUNT}/run.yaml", "--metrics", JOB_METRICS]
+    args = [f"{MOUNT}/grpo_job.py", "--config", f"{MOUNT}/run.yaml", "--metrics", JOB_METRICS, "--samples-stdout"]
     trl = next((d for d in script_dependencies() if d.startswith("trl")), "trl>=1.16,<2")
     with_trl = [f"trl[{','.join(extras)}]{trl[3:]}"] if extras else []
     b = spec.backend

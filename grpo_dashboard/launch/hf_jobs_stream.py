@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.store.db import TERMINAL, RunStatus, Store
 from grpo_dashboard.store.ingest import MARKER, apply_records, parse_line
 
@@ -36,6 +37,7 @@ SETTLE_GRACE_S = 20.0
 DRAIN_RETRIES = 3  # re-reads of a replay that came back empty or short before the log is taken as complete
 SYSTEM_METRICS = "system_metrics.jsonl"
 _MARK = MARKER.strip()
+_SAMPLE_MARK = job_module().SAMPLES_MARKER
 
 
 def redact(text: Any) -> Any:
@@ -264,6 +266,9 @@ class Follower:
                     skipped += index - run.ingest_offset  # the log really lacks those lines: count them as lost
                 pos = line.find(_MARK)
                 record = parse_line(line[pos:]) if pos >= 0 else None
+                sample_pos = line.find(_SAMPLE_MARK) if pos < 0 else -1
+                if sample_pos >= 0:  # a samples.jsonl row of the job (`--samples-stdout`): the trajectory view's data
+                    self._append_sample(line[sample_pos + len(_SAMPLE_MARK):])
                 if pos >= 0 and record is None:
                     skipped += 1
                 if record is not None:
@@ -277,6 +282,13 @@ class Follower:
             except OSError:
                 pass
             return True
+
+    def _append_sample(self, text: str) -> None:
+        try:
+            with open(self.run_dir / "samples.jsonl", "a", encoding="utf-8") as f:
+                f.write(text.strip() + "\n")
+        except OSError:
+            pass
 
     # --- the stage watcher ------------------------------------------------------------------------------------
     def _watch_loop(self) -> None:
