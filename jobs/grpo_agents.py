@@ -448,6 +448,12 @@ def tag_rewards(funcs: list[Any], agent: Mapping[str, Any] | None, columns: list
     return [ColumnTagger(funcs[0], list(dict.fromkeys(wanted))), *funcs[1:]]
 
 
+def grpo_only(agent: Mapping[str, Any] | None, **kwargs: Any) -> dict[str, Any]:
+    """`kwargs` for GRPOConfig/GRPOTrainer; {} for async GRPO, whose config and trainer lack them (reward_weights,
+    eval_dataset)."""
+    return {} if agent and agent.get("trainer") == "async_grpo" else kwargs
+
+
 def trainer_classes(agent: Mapping[str, Any] | None) -> tuple[Any, Any]:
     """(config class, trainer class): GRPOConfig/GRPOTrainer, or TRL's experimental AsyncGRPOConfig/Trainer."""
     if agent and agent.get("trainer") == "async_grpo":

@@ -433,8 +433,8 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     config = config_class(
         **training,
         **grpo_agents.config_kwargs(agent),
+        **grpo_agents.grpo_only(agent, reward_weights=weights),
         output_dir=output_dir,
-        reward_weights=weights,
         model_init_kwargs=init_kwargs or None,
         logging_nan_inf_filter=False,
     )
@@ -453,7 +453,8 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     # for benchmarks/training_overhead.py, which measures what the callback costs.
     callbacks = [] if os.environ.get(NO_CALLBACK_ENV) == "1" else [callback]
     trainer = trainer_class(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
-                            eval_dataset=eval_ds, callbacks=callbacks, peft_config=peft_config,
+                            callbacks=callbacks, peft_config=peft_config,
+                            **grpo_agents.grpo_only(agent, eval_dataset=eval_ds),
                             **grpo_agents.trainer_kwargs(agent, base_dir))
     callback.trainer = trainer
     callback_holder["cb"] = callback

@@ -672,11 +672,18 @@ def build_reward(name: str, builtin: str | None, function: str | None, params: d
         named_async.__name__ = named_async.__qualname__ = name
         return named_async
 
-    def named(*args: Any, **kwargs: Any) -> list[float | None]:
-        return fn(*args, **kwargs)
+    return NamedReward(fn, name)
 
-    named.__name__ = named.__qualname__ = name
-    return named
+
+class NamedReward:
+    """A reward function under its spec name (TRL logs `rewards/<__name__>/mean`); a top-level class, so it pickles
+    whenever the function does (async GRPO sends rewards to a spawned rollout process)."""
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        self.fn, self.__name__ = fn, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
+        return self.fn(*args, **kwargs)
 
 
 def _bind(fn: Callable[..., Any], params: dict[str, Any]) -> Callable[..., Any]:

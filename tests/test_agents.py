@@ -131,3 +131,22 @@ def test_process_rewards_and_trajectory_reading() -> None:
     assert fns["tool_success"](completions=[traj, [{"role": "assistant", "content": "x"}]]) == [1 / 3, None]
     assert fns["repeated_failure_penalty"](completions=[traj]) == [-0.5]
     assert agents.calculator("(3*4)-5") == "7"
+
+
+def test_agent_group_in_the_form_round_trips_and_toggles() -> None:
+    from grpo_dashboard.spec import forms
+
+    spec = presets.preset_spec("agent: calculator tool (offline CPU, warmed tiny model)")
+    values = forms.values_from_spec(spec)
+    assert values["agent"] is True and values["agent.tools"] == "calculator"
+    assert {f.group for f in forms.form_fields() if f.key.startswith("agent")} == {"Agent"}
+    assert forms.spec_from_values(values, spec).agent == spec.agent
+    values["agent.environment_factory"] = "{game: guess_number, calc: tests/agent_code/failing_tools.py:NoReset}"
+    mapped = forms.spec_from_values(values, spec)
+    assert mapped.agent.environment_factory == {"game": "guess_number",
+                                                "calc": "tests/agent_code/failing_tools.py:NoReset"}
+    assert forms.values_from_spec(mapped)["agent.environment_factory"].startswith("{game: guess_number")
+    assert forms.spec_from_values({**values, "agent": False}, spec).agent is None
+    smoke = presets.preset_spec("smoke (offline CPU test)")
+    on = forms.spec_from_values({**forms.values_from_spec(smoke), "agent": True, "agent.tools": "calculator"}, smoke)
+    assert on.agent is not None and on.agent.tools == ["calculator"]

@@ -5,6 +5,9 @@ and on one that stops calling tools (and on neither the healthy run nor a run wi
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -113,3 +116,27 @@ def test_agent_that_stops_calling_tools_is_flagged(agent_model: Path) -> None:
     calls = [r["tools/call_frequency"] for r in records]
     assert max(calls[:4]) > 0.2 and sum(calls[-4:]) / 4 <= 0.1, calls
     assert "tool_use_collapse" in {f.rule for f in diagnose(records)}
+
+
+def test_async_grpo_is_wired_up_to_the_trainer_construction(agent_model: Path, tmp_path: Path) -> None:
+    """No vLLM server and no GPU here: validation, AsyncGRPOConfig from the spec and the job's wiring are real;
+    AsyncGRPOTrainer.__init__ then stops at its first CUDA call (peak-FLOPs probe), before any vLLM contact,
+    weight transfer or rollout worker, none of which ran."""
+    from grpo_dashboard.checks.validation import validate
+    from grpo_dashboard.launch.runs import resolve_paths
+
+    spec = RunSpec.from_dict(preset("agent_calculator.yaml", agent_model))
+    spec.agent.trainer, spec.agent.async_config = "async_grpo", {"max_staleness": 2}
+    # An importable module (a spawned rollout process re-imports it); file.py targets would be refused.
+    spec.rewards = [type(spec.rewards[0])(name="answer", function="tests.agent_code.failing_tools:answer_reward")]
+    del spec.training["beta"]  # not an AsyncGRPOConfig field
+    errors = {e.field: e.message for e in validate(spec, REPO).errors}
+    assert set(errors) == {"training.use_cpu"}, errors  # picklable code, URL, FSDP: all fine; CPU is refused
+    job = resolve_paths(spec, REPO, tmp_path)
+    (tmp_path / "run.yaml").write_text(job.to_job_yaml())
+    subprocess.run([sys.executable, str(REPO / "jobs" / "grpo_job.py"), "--config", str(tmp_path / "run.yaml")],
+                   capture_output=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    events = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    failed = next(e for e in events if e.get("event") == "failed")
+    assert "async_grpo_trainer.py" in failed["traceback"] and "get_peak_flops_per_device" in failed["traceback"]
+    assert "CUDA" in failed["message"]

@@ -39,11 +39,25 @@ def schema_problem(fn: Any) -> str | None:
     return None
 
 
+_UNPICKLE = "import pickle, sys\npickle.loads(sys.stdin.buffer.read())\n"
+
+
 def _picklable(obj: Any) -> str | None:
+    """Why `obj` cannot reach a spawned process (pickled here, unpickled by a fresh interpreter with the same
+    sys.path, as multiprocessing's spawn does), or None."""
+    import os
+    import subprocess
+
     try:
-        pickle.dumps(obj)
+        data = pickle.dumps(obj)
     except Exception as exc:  # noqa: BLE001
         return _short(exc)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    res = subprocess.run([sys.executable, "-c", _UNPICKLE], input=data, capture_output=True, timeout=60, env=env)
+    if res.returncode:
+        last = (res.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+        return (f"a fresh process cannot load it ({last[:300]}): a file.py target is imported under a private "
+                "module name; use an importable `package.module:name`")
     return None
 
 

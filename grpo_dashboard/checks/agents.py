@@ -24,7 +24,7 @@ from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec import trl_fields
 from grpo_dashboard.spec.agent_spec import is_file_target, resolve
 from grpo_dashboard.spec.jobfiles import agents_module
-from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.spec.run_spec import LOCAL, RunSpec
 
 TOOLS_MIN, ENVIRONMENTS_MIN = "5.0.0", "5.2.0"  # transformers versions TRL 1.16 requires (GRPOTrainer.__init__)
 ENV_ROWS = 100_000  # rows read to compare the environment column with the mapping
@@ -207,7 +207,7 @@ def _template_mode(spec: RunSpec, base: Path) -> tuple[str | None, str | None]:
 
 
 def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any) -> dict[str, Any]:
-    from grpo_dashboard.checks.sandbox import run_module
+    from grpo_dashboard.checks.sandbox import reward_paths, run_module
 
     a = spec.agent
     assert a is not None
@@ -217,12 +217,12 @@ def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any) -> dict[str, Any
               and t not in agents_module().BUILTIN_ENVIRONMENTS]
     if not custom and not template and not is_async and not a.environment_factory:
         return {}
-    visible = sorted({str(resolve(base, t.rsplit(":", 1)[0])) for t in custom if is_file_target(t)})
+    # What the worker sees of the host: each file.py target alone, a package.module target's package under base.
+    visible = sorted({p for t in custom for p in reward_paths(t, base)})
     if template == "model" and model and Path(model).is_dir():
         visible.append(model)
     if is_async:
-        visible += [str(resolve(base, r.function.rsplit(":", 1)[0])) for r in spec.rewards
-                    if r.function and is_file_target(r.function)]
+        visible += [p for r in spec.rewards for p in reward_paths(r.function, base)]
     request = {"agent": dataclasses.asdict(a), "base_dir": str(base), "model": model, "template": template,
                "async": is_async, "rewards": [dataclasses.asdict(r) for r in spec.rewards]}
     res = run_module("grpo_dashboard.checks.agent_worker", json.dumps(request, default=str),
@@ -281,10 +281,19 @@ def _check_async(spec: RunSpec, err: Any, warn: Any) -> None:
         err(FieldError("backend.accelerate_config", spec.backend.accelerate_config,
                        "must be fsdp2 (or unset for one process): async GRPO supports FSDP2 only, not DeepSpeed or "
                        "FSDP1."))
+    if any(r.weight != 1.0 for r in spec.rewards):
+        err(FieldError("rewards", [r.weight for r in spec.rewards], "must all weigh 1.0 with async_grpo: "
+                       "AsyncGRPOConfig has no reward_weights (rewards are summed). Scale inside the functions."))
+    if spec.dataset.eval_split or spec.dataset.eval_data_files:
+        err(FieldError("dataset.eval_split", spec.dataset.eval_split or spec.dataset.eval_data_files,
+                       "is not supported by AsyncGRPOTrainer (no eval_dataset); remove the eval data."))
+    if a.rollout_func:
+        err(FieldError("agent.rollout_func", a.rollout_func, "is not supported by AsyncGRPOTrainer (it streams "
+                       "rollouts from vLLM); remove it or use trainer: grpo."))
     if spec.training.get("use_cpu"):
         err(FieldError("training.use_cpu", True, "cannot be used with async_grpo: it needs a GPU (weights go to the "
                        "vLLM server over NCCL). Remove use_cpu and run on a GPU machine."))
-    if _version("vllm") is None and spec.backend.kind == "local":
+    if _version("vllm") is None and spec.backend.kind == LOCAL:
         warn(FieldError("agent.trainer", a.trainer, "vllm is not installed here; async GRPO needs a running vLLM "
                         "server (vllm ≥ 0.22) reachable at vllm_server_base_url.", "warning"))
     if spec.model.lora is not None:
