@@ -150,3 +150,19 @@ def test_agent_group_in_the_form_round_trips_and_toggles() -> None:
     smoke = presets.preset_spec("smoke (offline CPU test)")
     on = forms.spec_from_values({**forms.values_from_spec(smoke), "agent": True, "agent.tools": "calculator"}, smoke)
     assert on.agent is not None and on.agent.tools == ["calculator"]
+
+
+def test_space_refuses_agent_code_outside_examples_and_custom_code_when_disabled() -> None:
+    import dataclasses
+
+    from grpo_dashboard.settings import Settings
+    from grpo_dashboard.space import access
+
+    space = dataclasses.replace(Settings.from_env(), on_space=True, allow_custom_code=False)
+    spec = RunSpec.from_file(REPO / "examples" / "agent_calculator.yaml")
+    assert access.spec_policy_errors(spec, settings=space) == []  # built-in tools only
+    spec.agent.tools.append(f"{CODE}:calculator")
+    messages = [e.message for e in access.spec_policy_errors(spec, settings=space) if e.field == "agent.tools[1]"]
+    assert any("disabled on this Space" in m for m in messages)
+    assert any("Space's disk" in e.message for e in access.spec_policy_errors(
+        spec, settings=dataclasses.replace(space, allow_custom_code=True)))
