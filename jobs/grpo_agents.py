@@ -153,7 +153,27 @@ class GuessNumberEnv:
         return max(0.0, 1.0 - 0.1 * (len(self.guesses) - 1)) if self.solved else 0.0
 
 
-BUILTIN_ENVIRONMENTS: dict[str, type] = {"guess_number": GuessNumberEnv}
+class CalculatorEnv:
+    """The calculator as an environment (for runs mixing environments by an `environment` column): the row's prompt
+    is the problem (`reset` adds nothing); its one tool is `calculator`. It owns no reward (use e.g. numeric_match)."""
+
+    def reset(self, **kwargs: Any) -> None:
+        """Nothing to set up: the dataset row's prompt is the problem."""
+        return None
+
+    def calculator(self, expression: str) -> str:
+        """Evaluate an arithmetic expression and return the result.
+
+        Args:
+            expression: The arithmetic expression to evaluate, e.g. 37+48 or (3*4)-5.
+
+        Returns:
+            The value of the expression as text.
+        """
+        return calculator(expression)
+
+
+BUILTIN_ENVIRONMENTS: dict[str, type] = {"guess_number": GuessNumberEnv, "calculator": CalculatorEnv}
 
 
 # ---------------------------------------------------------------- reading trajectories

@@ -140,3 +140,20 @@ def test_async_grpo_is_wired_up_to_the_trainer_construction(agent_model: Path, t
     failed = next(e for e in events if e.get("event") == "failed")
     assert "async_grpo_trainer.py" in failed["traceback"] and "get_peak_flops_per_device" in failed["traceback"]
     assert "CUDA" in failed["message"]
+
+
+def test_environment_column_routes_rows_and_drives_per_task_metrics_and_filters(agent_model: Path) -> None:
+    from grpo_dashboard.views import trajectories
+
+    store, run = run_spec(preset("agent_mixed.yaml", agent_model, max_steps=3))
+    assert run.status == "completed", run.error
+    records = [r for r in train_records(store, run) if "reward" in r]
+    keys = set().union(*records)
+    assert {"tasks/environment/calc/reward_mean", "tasks/environment/game/reward_mean"} <= keys, sorted(keys)
+    assert any(k.startswith("tasks/task/") for k in keys)
+    rows = completions.read_step(run.run_dir, completions.sample_steps(run.run_dir)[-1])
+    assert {r["extra"]["environment"] for r in rows} == {"calc", "game"}
+    game = trajectories.trajectories(rows, filters={"environment": "game"})
+    assert game and all(c["name"] == "guess" for t in game for turn in t["turns"] for c in turn["calls"])
+    calc = trajectories.trajectories(rows, filters={"environment": "calc"}, sort_by="tool calls")
+    assert calc and all(c["name"] == "calculator" for t in calc for turn in t["turns"] for c in turn["calls"])

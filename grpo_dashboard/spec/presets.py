@@ -13,6 +13,7 @@ PRESETS: dict[str, str] = {
     "DAPO-style (clip-higher, no KL, on the smoke task)": "dapo.yaml",
     "agent: calculator tool (offline CPU, warmed tiny model)": "agent_calculator.yaml",
     "agent: guessing-game environment (offline CPU, no dataset)": "agent_guess.yaml",
+    "agent: two environments by an `environment` column (offline CPU)": "agent_mixed.yaml",
 }
 BLANK = "blank form"
 DEFAULT_PRESET = next(iter(PRESETS))
