@@ -179,7 +179,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("tool_failures.warn", 0.3, "smoothed tools/failure_frequency at or above this: warning", "derived"),
     Threshold("tool_failures.error", 0.7, "... error", "derived"),
     Threshold("tool_failures.persist", 3, "logs the level must hold"),
-    Threshold("tool_failures.rise", 0.3, "rise of the failure share from the first to the last third: warning"),
+    Threshold("tool_failures.rise", 0.15, "rise of the failure share from the first to the last third: warning"),
     Threshold("tool_use_collapse.min_peak", 0.2, "calls per episode the agent must have reached", "derived"),
     Threshold("tool_use_collapse.ratio", 0.25, "smoothed calls per episode at or below this share of the peak = "
               "stopped"),
