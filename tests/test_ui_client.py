@@ -22,7 +22,7 @@ from .conftest import free_port_app, wait_for
 EXPECTED_ENDPOINTS = {
     "/load_preset", "/form_to_yaml", "/yaml_to_form", "/validate", "/launch", "/runs_table", "/run_choices",
     "/detail_poll", "/detail_render", "/detail_step", "/cancel_run", "/compare", "/open_run_by_ref",
-    "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who",
+    "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who", "/detail_trajectories",
 }
 N_GROUPS = len(forms.GROUPS) - 1  # "Run" fields sit above the accordions
 
@@ -256,6 +256,14 @@ def test_detail_step_picks_a_step_and_stops_following(served: tuple[Any, Client,
     assert step_dd["value"] == 5 and "Step 5" in note
     adv = [r[table["headers"].index("advantage")] for r in table["data"]]
     assert adv == sorted(adv)
+
+
+def test_trajectories_tab_shows_a_step_as_conversations(served: tuple[Any, Client, Store], finished_run: str) -> None:
+    _, client, _ = served
+    step_dd, table, body = client.predict(finished_run, "5", "", "advantage", True, api_name="/detail_trajectories")
+    assert step_dd["value"] == "5" and body.startswith("Step 5: 16 of 16 samples")
+    adv = [r[table["headers"].index("advantage")] for r in table["data"]]
+    assert adv == sorted(adv, reverse=True) and "**final answer:**" in body
 
 
 def test_open_run_by_ref(served: tuple[Any, Client, Store], finished_run: str) -> None:
