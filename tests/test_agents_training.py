@@ -27,17 +27,6 @@ AGENT_RULES = {"tool_failures", "tool_use_collapse", "turn_limit", "malformed_to
 MARGIN = 0.2  # reward gain (mean of the last 6 logs minus the first 6) the learning run must reach
 
 
-@pytest.fixture(scope="session")
-def agent_model() -> Path:
-    """The warmed tiny tool-calling model, built once and cached under .cache like the presets' copy."""
-    sys.path.insert(0, str(REPO / "jobs"))
-    import grpo_agents
-    import grpo_job
-
-    return grpo_agents.build_warm_model(REPO / ".cache" / f"tiny-agent-warm-v{grpo_agents.AGENT_VERSION}",
-                                        grpo_job.build_tiny_model)
-
-
 def preset(name: str, model: Path, **training: object) -> dict:
     spec = RunSpec.from_file(REPO / "examples" / name).to_dict()
     spec["model"]["name_or_path"] = str(model)

@@ -266,6 +266,22 @@ def test_trajectories_tab_shows_a_step_as_conversations(served: tuple[Any, Clien
     assert adv == sorted(adv, reverse=True) and "**final answer:**" in body
 
 
+@pytest.mark.training
+def test_agent_preset_launched_from_the_form_shows_tool_calls_in_trajectories(
+        served: tuple[Any, Client, Store], agent_model: Path) -> None:
+    demo, client, store = served
+    text = presets.preset_yaml("agent: calculator tool (offline CPU, warmed tiny model)")
+    values = forms.values_from_yaml(text)
+    values["model.name_or_path"], values["training.max_steps"] = str(agent_model), 4
+    out = client.predict(*form_args(demo, values), text, api_name="/launch")
+    assert "Launched" in out[0], out[0]
+    run = wait_for(lambda: (r := store.get_run(out[-1])).status in TERMINAL and r, timeout=600)
+    assert run.status == "completed", run.error
+    _, table, body = client.predict(run.id, "", "", "tool calls", True, api_name="/detail_trajectories")
+    assert "→ call `calculator(" in body and "🔧 tool →" in body
+    assert table["data"][0][table["headers"].index("tool calls")] >= 1
+
+
 def test_open_run_by_ref(served: tuple[Any, Client, Store], finished_run: str) -> None:
     _, client, _ = served
     dropdown = client.predict(finished_run[:12], api_name="/open_run_by_ref")  # (the tab switch is not API data)
