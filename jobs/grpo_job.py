@@ -55,6 +55,7 @@ from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpo_agent_model  # noqa: E402
 import grpo_agents  # noqa: E402
 import grpo_rewards  # noqa: E402
 
@@ -397,8 +398,10 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
 
     model_path = str(need(model_spec, "name_or_path", "model."))
     if need(model_spec, "build_tiny", "model."):
-        warm = agent and agent.get("tiny_warmup")  # a tool-calling tiny model (jobs/grpo_agents.py)
-        built = grpo_agents.build_warm_model(model_path, build_tiny_model) if warm else build_tiny_model(model_path)
+        if agent and agent.get("tiny_warmup"):  # the tiny model taught tool calls (jobs/grpo_agent_model.py)
+            built = grpo_agent_model.build_warm_model(model_path, build_tiny_model)
+        else:
+            built = build_tiny_model(model_path)
         model_path = str(built)
 
     # With local files a split's name is not used: each file list is one split.

@@ -45,11 +45,11 @@ def agent_model() -> Path:
     """The warmed tiny tool-calling model (jobs/grpo_agents.py), built once and cached under .cache/ where the agent
     presets find it (its SFT warm-up takes about a minute on one core)."""
     sys.path.insert(0, str(REPO / "jobs"))
-    import grpo_agents
+    import grpo_agent_model
     import grpo_job
 
-    return grpo_agents.build_warm_model(REPO / ".cache" / f"tiny-agent-warm-v{grpo_agents.AGENT_VERSION}",
-                                        grpo_job.build_tiny_model)
+    path = REPO / ".cache" / f"tiny-agent-warm-v{grpo_agent_model.AGENT_VERSION}"
+    return grpo_agent_model.build_warm_model(path, grpo_job.build_tiny_model)
 
 
 def smoke_dict(model: Path, **training: Any) -> dict[str, Any]:

@@ -212,7 +212,9 @@ def _tokenizer(template: str, model: str | None, agents: Any) -> Any:
         from grpo_dashboard.spec.jobfiles import job_module
 
         with tempfile.TemporaryDirectory() as tmp:
-            return agents.agent_tokenizer(job_module().build_tiny_model(f"{tmp}/tiny"))
+            import grpo_agent_model  # beside grpo_agents in jobs/, on sys.path
+
+            return grpo_agent_model.agent_tokenizer(job_module().build_tiny_model(f"{tmp}/tiny"))
     return AutoTokenizer.from_pretrained(model)
 
 
