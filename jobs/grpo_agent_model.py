@@ -117,13 +117,13 @@ def agent_tokenizer(base: str | Path) -> Any:
     return tokenizer
 
 
-def build_warm_model(path: str | Path, build_base: Callable[[Path], Path], seed: int = 0, steps: int = 1500,
-                     batch: int = 32, lr: float = 3e-3) -> Path:
+def build_warm_model(path: str | Path, build_base: Callable[[Path], Path], save: Callable[[Any, Any, Path], Path],
+                     seed: int = 0, steps: int = 1500, batch: int = 32, lr: float = 3e-3) -> Path:
     """The tiny model taught the tool-call format: the char-level tiny model (`build_base`) with `<call>`/`</call>`
     tokens, a tool role, AGENT_CHAT_TEMPLATE and AGENT_RESPONSE_TEMPLATE, after a short SFT on `warmup_transcripts`.
 
-    Built on first use at `path` (idempotent, atomic rename like the tiny model); a random char-level model never
-    emits a tool call, so GRPO would have no tool use to reinforce.
+    Built on first use at `path` (idempotent; `save` writes it atomically, as the tiny model's builder does): a random
+    char-level model never emits a tool call, so GRPO would have no tool use to reinforce.
     """
     target = Path(path).expanduser()
     if (target / "config.json").is_file():
@@ -156,16 +156,7 @@ def build_warm_model(path: str | Path, build_base: Callable[[Path], Path], seed:
         optim.step()
         optim.zero_grad()
     model.eval()
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
     import shutil
 
     shutil.rmtree(base, ignore_errors=True)
-    try:
-        os.rename(tmp, target)
-    except OSError:
-        if not (target / "config.json").is_file():
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return save(model, tokenizer, target)

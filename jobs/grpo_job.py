@@ -165,6 +165,14 @@ def build_tiny_model(path: str | Path, seed: int = 0) -> Path:
     model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = vocab["<pad>"]
     model.generation_config.eos_token_id = vocab["<eos>"]
+    return save_atomically(model, tokenizer, target)
+
+
+def save_atomically(model: Any, tokenizer: Any, target: Path) -> Path:
+    """save_pretrained into a temporary sibling of `target`, then rename it into place (a concurrent builder that
+    got there first wins; its copy is kept)."""
+    import shutil
+
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
@@ -173,8 +181,6 @@ def build_tiny_model(path: str | Path, seed: int = 0) -> Path:
     except OSError:
         if not (target / "config.json").is_file():
             raise
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 
@@ -399,7 +405,7 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     model_path = str(need(model_spec, "name_or_path", "model."))
     if need(model_spec, "build_tiny", "model."):
         if agent and agent.get("tiny_warmup"):  # the tiny model taught tool calls (jobs/grpo_agent_model.py)
-            built = grpo_agent_model.build_warm_model(model_path, build_tiny_model)
+            built = grpo_agent_model.build_warm_model(model_path, build_tiny_model, save_atomically)
         else:
             built = build_tiny_model(model_path)
         model_path = str(built)

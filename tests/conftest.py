@@ -49,7 +49,7 @@ def agent_model() -> Path:
     import grpo_job
 
     path = REPO / ".cache" / f"tiny-agent-warm-v{grpo_agent_model.AGENT_VERSION}"
-    return grpo_agent_model.build_warm_model(path, grpo_job.build_tiny_model)
+    return grpo_agent_model.build_warm_model(path, grpo_job.build_tiny_model, grpo_job.save_atomically)
 
 
 def smoke_dict(model: Path, **training: Any) -> dict[str, Any]:
