@@ -44,9 +44,14 @@ def test_one_task_regressing_or_flat_while_others_improve() -> None:
 
 
 def test_async_staleness_and_empty_queue() -> None:
-    found = [f for f in diagnose(logs(**{"sample/staleness": 6.0, "sample/queue_size": lambda i: 0 if i > 5 else 3}),
+    # AsyncGRPOTrainer's own names (trl/experimental/async_grpo): sample/*, perf/*
+    found = [f for f in diagnose(logs(**{"sample/staleness_mean": 3.5, "sample/dropped_stale_total": lambda i: 2 * i,
+                                         "sample/rollout_queue_size": lambda i: 0 if i > 5 else 3,
+                                         "perf/rollout_wait_s": 0.8, "perf/step_s": 1.0}),
                                  {"max_staleness": 4}) if f.rule == "async_staleness"]
-    assert len(found) == 2 and any("max_staleness (4" in f.message for f in found)
+    assert {f.metric for f in found} == {"sample/dropped_stale_total", "sample/staleness_mean",
+                                         "sample/rollout_queue_size"}
+    assert any("waiting 80% of each step" in f.message for f in found)
 
 
 def test_no_agent_rule_fires_without_tools() -> None:

@@ -169,25 +169,39 @@ def check_task_regression(ctx: Context) -> list[Finding]:
 
 
 def check_async_staleness(ctx: Context) -> list[Finding]:
-    """Async GRPO: rollouts older than max_staleness dominate, or an empty queue stalls training."""
+    """Async GRPO: rollouts dropped for being older than max_staleness, rollouts used at the staleness limit, or an
+    empty rollout queue stalling training (AsyncGRPOTrainer's sample/* and perf/* metrics)."""
     out: list[Finding] = []
-    stale = next((s for k in ("sample/staleness", "sample/staleness/mean", "sample/staleness_mean")
-                  if (s := _series(ctx, k)) is not None), None)
     limit = ctx.config.number("max_staleness")
-    if stale is not None and isinstance(limit, (int, float)) and limit > 0:
-        mask = _smoothed(ctx, stale) > limit
-        if trailing_streak(mask) >= min(3, len(stale)):
+    dropped = _series(ctx, "sample/dropped_stale_total")
+    if dropped is not None and len(dropped) >= 2 and dropped.values[-1] > dropped.values[0]:
+        out.append(make_finding(
+            "async_staleness", WARNING, int(dropped.steps[int(np.argmax(dropped.values > dropped.values[0]))]),
+            f"{fmt(float(dropped.values[-1] - dropped.values[0]))} rollouts were dropped for being older than "
+            f"max_staleness{ctx.config.now('max_staleness')}: generation outruns training and is wasted.",
+            "raise max_staleness, lower max_inflight_tasks or queue_maxsize, or speed up training (weight_sync_steps)",
+            "sample/dropped_stale_total"))
+    stale = _series(ctx, "sample/staleness_mean")
+    if stale is not None and limit is not None and limit > 0:
+        mask = _smoothed(ctx, stale) >= ctx.t("async_staleness.near") * limit
+        if trailing_streak(mask) >= min(int(ctx.t("async_staleness.persist")), len(stale)):
             out.append(make_finding(
                 "async_staleness", WARNING, _onset(stale, mask),
-                f"rollouts are {fmt(float(stale.values[-1]))} steps old on average, above max_staleness ({limit}).",
-                "speed up generation (more vLLM replicas) or lower weight_sync_steps", stale.key))
-    queue = next((s for k in ("sample/queue_size", "sample/queue_size/mean") if (s := _series(ctx, k)) is not None),
-                 None)
-    if queue is not None:
+                f"rollouts are {fmt(float(stale.values[-1]))} policy versions old on average, close to max_staleness "
+                f"({fmt(limit)}): the updates are computed on stale samples.",
+                "sync weights more often (weight_sync_steps) or add generation capacity", "sample/staleness_mean"))
+    queue = _series(ctx, "sample/rollout_queue_size")
+    wait, step = _series(ctx, "perf/rollout_wait_s"), _series(ctx, "perf/step_s")
+    if queue is not None and len(queue) >= 3:
         empty = queue.values <= 0
-        if trailing_streak(empty) >= min(int(ctx.t("async_staleness.persist")), len(queue)) and len(queue) >= 3:
+        streak = trailing_streak(empty)
+        share = (float(np.mean(wait.values[-streak:])) / max(1e-9, float(np.mean(step.values[-streak:])))
+                 if wait is not None and step is not None and streak else None)
+        if streak >= min(int(ctx.t("async_staleness.persist")), len(queue)) and (share is None or share >= 0.3):
+            waiting = f" (waiting {fmt(share * 100)}% of each step)" if share is not None else ""
             out.append(make_finding(
                 "async_staleness", WARNING, _onset(queue, empty),
-                f"the rollout queue has been empty for {trailing_streak(empty)} logs: training waits for the vLLM "
-                "server.", "add generation capacity or raise max_inflight_tasks / max_staleness", queue.key))
+                f"the rollout queue has been empty for {streak} logs{waiting}: training waits for the vLLM server.",
+                "add generation capacity (vLLM replicas, tensor parallelism) or raise max_inflight_tasks",
+                "sample/rollout_queue_size"))
     return out

@@ -190,7 +190,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("malformed_tool_calls.persist", 3, "logs the share must hold"),
     Threshold("task_regression.min_drop", 0.1, "a task's reward fall, times the largest task reward range"),
     Threshold("task_regression.persist", 3, "logs a task's reward_std must stay 0"),
-    Threshold("async_staleness.persist", 3, "logs the async rollout queue must stay empty"),
+    Threshold("async_staleness.persist", 3, "logs the rollout queue must stay empty (or staleness stay high)"),
+    Threshold("async_staleness.near", 0.75, "sample/staleness_mean at or above this share of max_staleness"),
 )
 
 DEFAULT_THRESHOLDS: dict[str, float | int | bool] = {t.key: t.default for t in THRESHOLDS}
