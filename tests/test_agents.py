@@ -166,3 +166,19 @@ def test_space_refuses_agent_code_outside_examples_and_custom_code_when_disabled
     assert any("disabled on this Space" in m for m in messages)
     assert any("Space's disk" in e.message for e in access.spec_policy_errors(
         spec, settings=dataclasses.replace(space, allow_custom_code=True)))
+
+
+def test_old_transformers_is_refused_for_tools_and_environments(monkeypatch: pytest.MonkeyPatch) -> None:
+    from grpo_dashboard.checks import agents
+
+    monkeypatch.setattr(agents, "_version", lambda name: "5.1.0" if name == "transformers" else None)
+    spec = RunSpec.from_dict(calc_spec(environment_factory="guess_number"))
+    errors: list = []
+    agents.check_agent(spec, REPO, None, errors.append, errors.append, run_code=False)
+    messages = {e.field: e.message for e in errors}
+    assert "agent.tools" not in messages  # 5.1 >= 5.0
+    assert "transformers ≥ 5.2.0 (installed 5.1.0)" in messages["agent.environment_factory"]
+    monkeypatch.setattr(agents, "_version", lambda name: "4.57.1" if name == "transformers" else None)
+    errors.clear()
+    agents.check_agent(spec, REPO, None, errors.append, errors.append, run_code=False)
+    assert "transformers ≥ 5.0.0" in {e.field: e.message for e in errors}["agent.tools"]
