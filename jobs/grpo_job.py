@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     config_path = Path(args.config).resolve()
     spec = yaml.safe_load(config_path.read_text(encoding="utf-8"))
     if args.build_tiny_model:
-        agent = spec.get("agent") or {}
+        agent = need(spec, "agent") or {}
         path = spec["model"]["name_or_path"]
         print(grpo_agent_model.build_warm_model(path, build_tiny_model, save_atomically) if agent.get("tiny_warmup")
               else build_tiny_model(path))
