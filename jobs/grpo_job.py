@@ -57,6 +57,8 @@ from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpo_agent_model  # noqa: E402
+import grpo_agents  # noqa: E402
 import grpo_job_setup  # noqa: E402
 import grpo_rewards  # noqa: E402
 
@@ -165,6 +167,14 @@ def build_tiny_model(path: str | Path, seed: int = 0) -> Path:
     model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = vocab["<pad>"]
     model.generation_config.eos_token_id = vocab["<eos>"]
+    return save_atomically(model, tokenizer, target)
+
+
+def save_atomically(model: Any, tokenizer: Any, target: Path) -> Path:
+    """save_pretrained into a temporary sibling of `target`, then rename it into place (a concurrent builder that
+    got there first wins; its copy is kept)."""
+    import shutil
+
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
@@ -173,8 +183,6 @@ def build_tiny_model(path: str | Path, seed: int = 0) -> Path:
     except OSError:
         if not (target / "config.json").is_file():
             raise
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 
@@ -312,6 +320,8 @@ def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int,
             stop = None
             if state.is_world_process_zero and logs:
                 split = "eval" if any(k.startswith("eval_") for k in logs) else "train"
+                if split == "train" and "reward" in logs and self.trainer is not None:
+                    logs.update(grpo_agents.episode_metrics(self.trainer))  # agent/* and tasks/* (tool runs only)
                 metrics = {**logs, **grpo_job_setup.gpu_metrics()} if split == "train" else dict(logs)
                 emitter.emit({"type": "log", "split": split, "step": state.global_step, "time": time.time(),
                               "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": metrics})
@@ -348,6 +358,7 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
     prompts, completions = list(logs.get("prompt", [])), list(logs.get("completion", []))
     advantages = list(logs.get("advantages", []))
     rewards = {name: list(vals) for name, vals in (logs.get("rewards") or {}).items()}
+    extra = {name: list(vals) for name, vals in (logs.get("extra") or {}).items()}
     rows = []
     for i, completion in enumerate(completions[:limit]):
         rows.append({
@@ -356,6 +367,7 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
             "completion": completion,
             "rewards": {n: (v[i] if i < len(v) else None) for n, v in rewards.items()},
             "advantage": advantages[i] if i < len(advantages) else None,
+            **({"extra": {n: (v[i] if i < len(v) else None) for n, v in extra.items()}} if extra else {}),
         })
     with open(path, "a", encoding="utf-8") as f:
         for row in rows:
@@ -382,6 +394,7 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     model_spec, ds_spec, reward_specs = need(spec, "model"), need(spec, "dataset"), need(spec, "rewards")
     output_dir, save_model = need(spec, "output_dir"), need(spec, "save_model")
     training = dict(need(spec, "training") or {})
+    agent = need(spec, "agent")
 
     def on_sigterm(signum: int, frame: Any) -> None:
         cb = callback_holder.get("cb")
@@ -395,7 +408,11 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
 
     model_path = str(need(model_spec, "name_or_path", "model."))
     if need(model_spec, "build_tiny", "model."):
-        model_path = str(build_tiny_model(model_path))
+        if agent and agent.get("tiny_warmup"):  # the tiny model taught tool calls (jobs/grpo_agent_model.py)
+            built = grpo_agent_model.build_warm_model(model_path, build_tiny_model, save_atomically)
+        else:
+            built = build_tiny_model(model_path)
+        model_path = str(built)
 
     # With local files a split's name is not used: each file list is one split.
     train_split, train_files = need(ds_spec, "split", "dataset."), need(ds_spec, "data_files", "dataset.")
@@ -404,7 +421,8 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         train, eval_ds = grpo_job_setup.load_mixture(ds_spec)
         train, eval_ds = map_prompts(train, ds_spec), map_prompts(eval_ds, ds_spec) if eval_ds is not None else None
     else:
-        train = map_prompts(load_split(ds_spec, train_split, train_files), ds_spec)
+        train = None if grpo_agents.datasetless(agent, ds_spec) else map_prompts(
+            load_split(ds_spec, train_split, train_files), ds_spec)
         eval_ds = (map_prompts(load_split(ds_spec, eval_split, eval_files), ds_spec) if eval_split or eval_files
                    else None)
 
@@ -418,6 +436,7 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         funcs.append(grpo_rewards.build_reward(
             need(r, "name", where), need(r, "builtin", where), need(r, "function", where),
             dict(need(r, "params", where) or {}), str(base_dir)))
+    funcs = grpo_agents.tag_rewards(funcs, agent, list(train.column_names) if train is not None else [])
     training.setdefault("report_to", "none")  # the job's own choice (no tracker unless asked), not a TRL default
     init_kwargs = dict(training.pop("model_init_kwargs", None) or {})
     dtype = need(model_spec, "dtype", "model.")
@@ -434,12 +453,12 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     if quantization is not None:
         init_kwargs["quantization_config"] = quantization
 
-    from trl import GRPOConfig, GRPOTrainer
-
-    config = GRPOConfig(
+    config_class, trainer_class = grpo_agents.trainer_classes(agent)
+    config = config_class(
         **training,
+        **grpo_agents.config_kwargs(agent),
+        **grpo_agents.grpo_only(agent, reward_weights=weights),
         output_dir=output_dir,
-        reward_weights=weights,
         model_init_kwargs=init_kwargs or None,
         logging_nan_inf_filter=False,
     )
@@ -453,9 +472,11 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     # GRPO_JOB_NO_CALLBACK=1 trains without the dashboard callback (no metrics stream, cancellation or guard): only
     # for benchmarks/training_overhead.py, which measures what the callback costs.
     callbacks = [] if os.environ.get(NO_CALLBACK_ENV) == "1" else [callback]
-    trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
-                          eval_dataset=eval_ds, callbacks=callbacks, peft_config=peft_config,
-                          processing_class=grpo_job_setup.processing_class(model_path, model_spec))
+    trainer = trainer_class(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
+                            callbacks=callbacks, peft_config=peft_config,
+                            processing_class=grpo_job_setup.processing_class(model_path, model_spec),
+                            **grpo_agents.grpo_only(agent, eval_dataset=eval_ds),
+                            **grpo_agents.trainer_kwargs(agent, base_dir))
     names = [str(r["name"]) for r in reward_specs]
     if len(getattr(trainer, "reward_func_names", [])) == len(names):
         trainer.reward_func_names = names  # a reward model logs as rewards/<its spec name>/mean, as a function does
@@ -498,7 +519,10 @@ def main(argv: list[str] | None = None) -> int:
     config_path = Path(args.config).resolve()
     spec = yaml.safe_load(config_path.read_text(encoding="utf-8"))
     if args.build_tiny_model:
-        print(build_tiny_model(spec["model"]["name_or_path"]))
+        agent = need(spec, "agent") or {}
+        path = spec["model"]["name_or_path"]
+        print(grpo_agent_model.build_warm_model(path, build_tiny_model, save_atomically) if agent.get("tiny_warmup")
+              else build_tiny_model(path))
         return 0
     metrics_path = Path(args.metrics) if args.metrics else config_path.parent / "metrics.jsonl"
     main_proc = _is_main_process()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpo_agents  # noqa: E402
 from grpo_answers import (  # noqa: E402,F401 - re-exported for the dashboard and tests
     _ANSWER_TAG,
     _FENCE,
@@ -602,6 +603,7 @@ REWARDS: dict[str, RewardDef] = {d.name: d for d in (
          {"schema": (None, "a JSON schema (mapping or JSON text) every completion must match"),
           "schema_column": (None, "dataset column with one JSON schema per row"),
           "partial_credit": (0.5, "reward for valid JSON that fails the schema")}),
+    *grpo_agents.process_rewards(_def),
     _def("python", _python_inline, "custom", "Your own reward written inline: `code` defines `function` with TRL's "
          "signature (completions, **kwargs) -> list[float | None]; runs only in the job.",
          {"code": ("", "Python source"), "function": ("reward", "the function's name in the code"),
@@ -670,11 +672,18 @@ def build_reward(name: str, builtin: str | None, function: str | None, params: d
         named_async.__name__ = named_async.__qualname__ = name
         return named_async
 
-    def named(*args: Any, **kwargs: Any) -> list[float | None]:
-        return fn(*args, **kwargs)
+    return NamedReward(fn, name)
 
-    named.__name__ = named.__qualname__ = name
-    return named
+
+class NamedReward:
+    """A reward function under its spec name (TRL logs `rewards/<__name__>/mean`); a top-level class, so it pickles
+    whenever the function does (async GRPO sends rewards to a spawned rollout process)."""
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        self.fn, self.__name__ = fn, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
+        return self.fn(*args, **kwargs)
 
 
 def _bind(fn: Callable[..., Any], params: dict[str, Any]) -> Callable[..., Any]:

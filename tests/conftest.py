@@ -41,6 +41,18 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return grpo_job.build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2-char")
 
 
+@pytest.fixture(scope="session")
+def agent_model() -> Path:
+    """The warmed tiny tool-calling model (jobs/grpo_agents.py), built once and cached under .cache/ where the agent
+    presets find it (its SFT warm-up takes about a minute on one core)."""
+    sys.path.insert(0, str(REPO / "jobs"))
+    import grpo_agent_model
+    import grpo_job
+
+    path = REPO / ".cache" / f"tiny-agent-warm-v{grpo_agent_model.AGENT_VERSION}"
+    return grpo_agent_model.build_warm_model(path, grpo_job.build_tiny_model, grpo_job.save_atomically)
+
+
 def smoke_dict(model: Path, **training: Any) -> dict[str, Any]:
     """The smoke spec as a dict, pointed at a built tiny model and absolute data paths, with training overrides."""
     spec = yaml.safe_load(SMOKE_SPEC.read_text())

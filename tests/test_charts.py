@@ -101,7 +101,8 @@ def test_group_metrics_sorts_trl_keys_into_panels() -> None:
     assert groups["length"] == ["completions/mean_length", "completions/min_length", "completions/max_length",
                                 "completions/clipped_ratio"]
     assert groups["loss"] == ["loss"]
-    assert "custom/mean_len_chars" in groups["other"] and "num_tokens" in groups["other"]
+    assert groups["log_metric"] == ["custom/mean_len_chars"]  # a reward function's log_metric: its own panel
+    assert "num_tokens" in groups["other"]
     everything = [k for ks in groups.values() for k in ks]
     assert not {"epoch", "train_runtime", "rewards/count_letter/std", "eval_runtime"} & set(everything)
 

@@ -118,6 +118,12 @@ def test_a_real_job_runs_from_the_uploaded_files_and_the_store_matches_its_outpu
     assert same_values(on_disk, store_records(store, run.id))
     assert (job.workdir / "data" / "output" / "model.safetensors").is_file()  # the model lands in the bucket folder
     assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
+    # The job's sample rows travel back in its log (GRPO_JOB_SAMPLES_STDOUT=1): the completions and trajectory
+    # views read them from the run directory like a local run's.
+    from grpo_dashboard.views import completions
+
+    steps = completions.sample_steps(run.run_dir)
+    assert steps and completions.read_step(run.run_dir, steps[-1])[0]["completion"]
     assert_token_confined(hub, capsys)
 
 

@@ -22,7 +22,8 @@ from .conftest import free_port_app, wait_for
 EXPECTED_ENDPOINTS = {
     "/load_preset", "/form_to_yaml", "/yaml_to_form", "/validate", "/launch", "/runs_table", "/run_choices",
     "/detail_poll", "/detail_render", "/detail_step", "/cancel_run", "/compare", "/open_run_by_ref",
-    "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who", "/detail_view", "/page_state",
+    "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who", "/detail_trajectories", "/detail_view",
+    "/page_state",
     "/rename_run", "/note_run", "/delete_run",
     "/import_trl", "/resume_choices", "/resume_run", "/export_metrics", "/import_run",
 }
@@ -260,6 +261,30 @@ def test_detail_step_picks_a_step_and_stops_following(served: tuple[Any, Client,
     assert step_dd["value"] == 5 and "Step 5" in note
     adv = [r[table["headers"].index("advantage")] for r in table["data"]]
     assert adv == sorted(adv)
+
+
+def test_trajectories_tab_shows_a_step_as_conversations(served: tuple[Any, Client, Store], finished_run: str) -> None:
+    _, client, _ = served
+    step_dd, table, body = client.predict(finished_run, "5", "", "advantage", True, api_name="/detail_trajectories")
+    assert step_dd["value"] == "5" and body.startswith("Step 5: 16 of 16 samples")
+    adv = [r[table["headers"].index("advantage")] for r in table["data"]]
+    assert adv == sorted(adv, reverse=True) and "**final answer:**" in body
+
+
+@pytest.mark.training
+def test_agent_preset_launched_from_the_form_shows_tool_calls_in_trajectories(
+        served: tuple[Any, Client, Store], agent_model: Path) -> None:
+    demo, client, store = served
+    text = presets.preset_yaml("agent: calculator tool (offline CPU, warmed tiny model)")
+    values = forms.values_from_yaml(text)
+    values["model.name_or_path"], values["training.max_steps"] = str(agent_model), 4
+    out = client.predict(*form_args(demo, values), text, api_name="/launch")
+    assert "Launched" in out[0], out[0]
+    run = wait_for(lambda: (r := store.get_run(out[-1])).status in TERMINAL and r, timeout=600)
+    assert run.status == "completed", run.error
+    _, table, body = client.predict(run.id, "", "", "tool calls", True, api_name="/detail_trajectories")
+    assert "→ call `calculator(" in body and "🔧 tool →" in body
+    assert table["data"][0][table["headers"].index("tool calls")] >= 1
 
 
 def test_open_run_by_ref(served: tuple[Any, Client, Store], finished_run: str) -> None:

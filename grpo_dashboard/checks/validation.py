@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.checks import agents
 from grpo_dashboard.checks.cluster_checks import (
     check_generation,
     check_processes,
@@ -73,9 +74,10 @@ def validate(spec: RunSpec, base_dir: str | Path | None = None) -> ValidationRep
         err(FieldError("name", spec.name, "is longer than 100 characters; use a shorter name."))
 
     _check_model(spec, base, err, warn)
-    sample = _check_dataset(spec, base, err, warn)
+    sample = None if agents.owns_prompts(spec) else _check_dataset(spec, base, err, warn)
     report.dataset = sample
     _check_rewards(spec, base, sample, err)
+    agents.check_agent(spec, base, sample, err, warn)
     _check_training(spec, err, warn)
     _check_backend(spec, base, err)
     visible = gpu_count() if spec.backend.kind == LOCAL else None
@@ -201,7 +203,7 @@ def _hub_dataset_sample(spec: RunSpec, warn: Any) -> DatasetSample | None:
 
 def _check_rewards(spec: RunSpec, base: Path, sample: DatasetSample | None, err: Any) -> None:
     rewards = rewards_module()
-    if not spec.rewards:
+    if not spec.rewards and spec.agent is None:  # an environment's get_reward may be the source (checks/agents.py)
         err(FieldError("rewards", [], f"needs at least one reward function; built-ins: {sorted(rewards.REWARDS)}."))
     seen: set[str] = set()
     for i, r in enumerate(spec.rewards):

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from . import checks_length, checks_optimizer, checks_policy, checks_reward, checks_signal
+from . import checks_agents, checks_length, checks_optimizer, checks_policy, checks_reward, checks_signal
 from .findings import SEVERITY_RANK, Context, Finding, RunConfig, order_key
 from .series import MetricFrame
 from .thresholds import RULE_IDS, resolve_thresholds
@@ -39,6 +39,12 @@ RULES: dict[str, Rule] = {
     "plateau": checks_reward.check_plateau,
     "forecast_stop": checks_reward.check_forecast_stop,
     "duplicate_completions": checks_signal.check_duplicate_completions,
+    "tool_failures": checks_agents.check_tool_failures,
+    "tool_use_collapse": checks_agents.check_tool_use_collapse,
+    "turn_limit": checks_agents.check_turn_limit,
+    "malformed_tool_calls": checks_agents.check_malformed_tool_calls,
+    "task_regression": checks_agents.check_task_regression,
+    "async_staleness": checks_agents.check_async_staleness,
 }
 assert tuple(RULES) == RULE_IDS
 

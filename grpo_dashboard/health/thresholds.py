@@ -38,6 +38,12 @@ RULE_IDS: tuple[str, ...] = (
     "plateau",
     "forecast_stop",
     "duplicate_completions",
+    "tool_failures",
+    "tool_use_collapse",
+    "turn_limit",
+    "malformed_tool_calls",
+    "task_regression",
+    "async_staleness",
 )
 
 
@@ -180,6 +186,23 @@ THRESHOLDS: tuple[Threshold, ...] = (
     # duplicate_completions
     Threshold("duplicate_completions.warn", 0.5, "duplicate share within prompt groups (or across prompts): warning"),
     Threshold("duplicate_completions.error", 0.9, "... error"),
+    # agents (checks_agents.py)
+    Threshold("tool_failures.warn", 0.3, "smoothed tools/failure_frequency at or above this: warning", "derived"),
+    Threshold("tool_failures.error", 0.7, "... error", "derived"),
+    Threshold("tool_failures.persist", 3, "logs the level must hold"),
+    Threshold("tool_failures.rise", 0.15, "rise of the failure share from the first to the last third: warning"),
+    Threshold("tool_use_collapse.min_peak", 0.2, "calls per episode the agent must have reached", "derived"),
+    Threshold("tool_use_collapse.ratio", 0.25, "smoothed calls per episode at or below this share of the peak = "
+              "stopped"),
+    Threshold("tool_use_collapse.persist", 3, "logs the agent must have stopped for"),
+    Threshold("turn_limit.warn", 0.5, "share of episodes cut off at max_tool_calling_iterations", "derived"),
+    Threshold("turn_limit.persist", 3, "logs the share must hold"),
+    Threshold("malformed_tool_calls.warn", 0.2, "share of episodes with an unparsed tool call", "derived"),
+    Threshold("malformed_tool_calls.persist", 3, "logs the share must hold"),
+    Threshold("task_regression.min_drop", 0.1, "a task's reward fall, times the largest task reward range"),
+    Threshold("task_regression.persist", 3, "logs a task's reward_std must stay 0"),
+    Threshold("async_staleness.persist", 3, "logs the rollout queue must stay empty (or staleness stay high)"),
+    Threshold("async_staleness.near", 0.75, "sample/staleness_mean at or above this share of max_staleness"),
 )
 
 DEFAULT_THRESHOLDS: dict[str, float | int | bool] = {t.key: t.default for t in THRESHOLDS}

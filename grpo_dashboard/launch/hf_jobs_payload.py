@@ -13,6 +13,7 @@ import re
 import shlex
 from pathlib import Path
 
+from grpo_dashboard.spec import agent_spec
 from grpo_dashboard.spec.job_deps import job_deps
 from grpo_dashboard.spec.jobfiles import JOB_SCRIPT, job_files
 from grpo_dashboard.spec.run_spec import RunSpec
@@ -64,6 +65,7 @@ def container_spec(spec: RunSpec) -> tuple[RunSpec, dict[str, Path]]:
         if r.function and ":" in r.function and r.function.rsplit(":", 1)[0].endswith(".py"):
             target, attr = r.function.rsplit(":", 1)
             r.function = f"{ship(target, 'rewards')}:{attr}"
+    agent_spec.map_files(s.agent, lambda path: ship(path, "agent"))
     b = s.backend
     if b.accelerate_config:
         from grpo_dashboard.launch.local import accelerate_config_path

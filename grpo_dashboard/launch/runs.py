@@ -20,6 +20,7 @@ from grpo_dashboard.health.ship import ship as ship_health
 from grpo_dashboard.launch.backends import BACKENDS, backend_for
 from grpo_dashboard.launch.local import metrics_path  # noqa: F401 - re-exported for callers and tests
 from grpo_dashboard.launch.logs import log_path  # noqa: F401 - re-exported for callers and tests
+from grpo_dashboard.spec import agent_spec
 from grpo_dashboard.spec.run_spec import RunSpec, load_spec
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, data_dir
 from grpo_dashboard.store.importers import IMPORTED
@@ -53,6 +54,7 @@ def resolve_paths(spec: RunSpec, base: Path, run_dir: Path) -> RunSpec:
         if r.function and ":" in r.function and r.function.rsplit(":", 1)[0].endswith(".py"):
             target, attr = r.function.rsplit(":", 1)
             r.function = f"{absolute(target)}:{attr}"
+    agent_spec.map_files(s.agent, absolute)
     b = s.backend
     if b.accelerate_config and (base / b.accelerate_config).is_file():
         b.accelerate_config = absolute(b.accelerate_config)

@@ -31,6 +31,8 @@ from grpo_dashboard.errors import BackendError, FieldError, RunNotFound, SpecErr
 from grpo_dashboard.launch import hf_jobs, runs
 from grpo_dashboard.launch.hf_jobs_stream import redact as _redact_pattern
 from grpo_dashboard.settings import MOCK_OAUTH_TOKEN, Settings
+from grpo_dashboard.spec import jobfiles
+from grpo_dashboard.spec.agent_spec import is_file_target
 from grpo_dashboard.spec.presets import EXAMPLES_DIR, PROJECT_ROOT
 from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS, RunSpec
 from grpo_dashboard.store.db import ACTIVE, Run, Store, data_dir
@@ -275,6 +277,8 @@ def local_paths(spec: RunSpec) -> list[tuple[str, str]]:
             out.append((f"rewards[{i}].function", r.function.rsplit(":", 1)[0]))
     if spec.backend.accelerate_config and spec.backend.accelerate_config not in ACCELERATE_CONFIGS:
         out.append(("backend.accelerate_config", spec.backend.accelerate_config))
+    if spec.agent is not None:
+        out += [(where, t.rsplit(":", 1)[0]) for where, t in spec.agent.code_targets() if is_file_target(t)]
     return out
 
 
@@ -303,6 +307,11 @@ def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settin
                 errors.append(FieldError(where, r.function or key, "runs your own Python code, which is disabled on "
                                          "this Space; use a built-in reward, or run the dashboard on your machine "
                                          "(the Space owner can enable it with GRPO_DASHBOARD_ALLOW_CUSTOM_CODE=1)."))
+        if spec.agent is not None:  # custom tools, environments, rollout functions (built-ins are ours)
+            builtin = set(jobfiles.agents_module().BUILTIN_TOOLS) | set(jobfiles.agents_module().BUILTIN_ENVIRONMENTS)
+            errors += [FieldError(where, target, "runs your own Python code, which is disabled on this Space; use "
+                                  "the built-in tools and environments, or run the dashboard on your machine.")
+                       for where, target in spec.agent.code_targets() if target not in builtin]
     for key, value in local_paths(spec):
         if not _inside_examples(_resolve(base, value)):
             errors.append(FieldError(key, value, "is a file on the Space's disk; only the dashboard's own examples/ "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpo_dashboard.spec.agent_spec import AgentSpec
 from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS, BACKENDS, DTYPES, BackendSpec, DatasetSpec, ModelSpec
 
 # Which TRL GRPOConfig fields each group shows (TRL names; fields missing from the installed TRL are skipped).
@@ -34,6 +35,7 @@ TRAINING_GROUPS: dict[str, tuple[str, ...]] = {
 SPEC_GROUPS: dict[str, tuple[tuple[str, type], ...]] = {
     "Model": (("model", ModelSpec),),
     "Data": (("dataset", DatasetSpec),),
+    "Agent": (("agent", AgentSpec),),
     "Backend & hardware": (("backend", BackendSpec),),
 }
 TOP_LEVEL: dict[str, tuple[str, ...]] = {
@@ -45,7 +47,12 @@ SPEC_CHOICES: dict[str, tuple[Any, ...]] = {
     "model.dtype": DTYPES,
     "backend.kind": BACKENDS,
     "backend.accelerate_config": (None, *ACCELERATE_CONFIGS),
+    "agent.trainer": ("grpo", "async_grpo"),
 }
+# Optional top-level sections shown with an on/off toggle (key: the section's field of RunSpec).
+TOGGLED_SECTIONS = frozenset({"agent"})
+# Mapping-or-text fields edited as text (a mapping as flow YAML, e.g. `{game: guess_number}`).
+TEXT_FIELDS = frozenset({"agent.environment_factory"})
 CUSTOM_ALLOWED = frozenset({"backend.accelerate_config", "backend.flavor"})
 # Spec fields holding mappings (or lists of them): edited in the spec's YAML, not as a form input.
 YAML_ONLY = frozenset({"backend.env", "dataset.mixture"})
@@ -104,6 +111,16 @@ SPEC_HELP: dict[str, str] = {
     "model.lora.r": "LoRA rank.",
     "model.lora.lora_alpha": "LoRA scaling numerator (alpha / r scales the update).",
     "model.lora.lora_dropout": "Dropout on the LoRA input.",
+    "agent": "Train a tool-using, multi-turn agent (GRPOTrainer's tools / environment_factory / rollout_func).",
+    "agent.tools": "Tools, comma-separated: built-ins (calculator) or file.py:function (type hints and a Google "
+                   "docstring).",
+    "agent.environment_factory": "A built-in (guess_number) or file.py:Class; several as {name: file.py:Class, ...} "
+                                 "selected by the dataset's `environment` column. No dataset: the env owns prompts.",
+    "agent.max_tool_calling_iterations": "Most tool-calling rounds per rollout (empty: no limit).",
+    "agent.rollout_func": "Optional file.py:function(prompts, trainer) replacing TRL's generation (experimental).",
+    "agent.log_columns": "Dataset columns recorded with every sample (per-task charts and trajectory filters).",
+    "agent.trainer": "grpo, or async_grpo (TRL's experimental AsyncGRPOTrainer: a vLLM server and a GPU).",
+    "agent.tiny_warmup": "With model.build_tiny: teach the tiny model the tool-call format (short SFT) first.",
     "model.lora.target_modules": "Modules to adapt: all-linear, or names comma-separated (q_proj, v_proj).",
     "model.lora.target_parameters": "Parameters to adapt directly (e.g. MoE expert weights), comma-separated.",
     "model.lora.modules_to_save": "Modules trained in full and saved with the adapter (e.g. lm_head).",

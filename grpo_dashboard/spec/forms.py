@@ -23,6 +23,8 @@ from grpo_dashboard.spec.form_layout import (
     CUSTOM_ALLOWED,
     SPEC_GROUPS,
     SPEC_HELP,
+    TEXT_FIELDS,
+    TOGGLED_SECTIONS,
     TOP_LEVEL,
     TRAINING_GROUPS,
     YAML_ONLY,
@@ -30,7 +32,8 @@ from grpo_dashboard.spec.form_layout import (
 )
 from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec
 
-GROUPS = ("Run", "Model", "Data", "Rewards", "GRPO core", "Generation / vLLM", "Logging & eval", "Backend & hardware")
+GROUPS = ("Run", "Model", "Data", "Rewards", "Agent", "GRPO core", "Generation / vLLM", "Logging & eval",
+          "Backend & hardware")
 UNSET = "unset"  # the choice that leaves an optional value to its default
 REWARD_COLUMNS = ("name", "weight", "builtin", "function", "params")
 
@@ -120,7 +123,7 @@ def _spec_fields(group: str, prefix: str, cls: type) -> list[FormField]:
             out.extend(_spec_fields(group, key, nested[0]))
             continue
         choices = spec_choices(key)
-        widget = _widget(kinds, choices)
+        widget = "text" if key in TEXT_FIELDS else _widget(kinds, choices)
         if widget == "json" or key in YAML_ONLY:
             continue
         help_text = str(f.metadata.get("help") or SPEC_HELP.get(key, ""))
@@ -142,6 +145,8 @@ def form_fields() -> list[FormField]:
             out.append(FormField(name, group, name, _widget(kinds, None), f.default, SPEC_HELP.get(name, ""),
                                  nullable=type(None) in kinds))
         for prefix, cls in SPEC_GROUPS.get(group, ()):
+            if prefix in TOGGLED_SECTIONS:
+                out.append(FormField(prefix, group, f"use {prefix}", "toggle", False, SPEC_HELP.get(prefix, "")))
             out.extend(_spec_fields(group, prefix, cls))
         if group == "Rewards":
             out.append(FormField("rewards", group, "reward functions", "rewards", [], "One row per reward function: "
@@ -191,6 +196,8 @@ def _to_widget(field: FormField, value: Any) -> Any:
             return ""
         return ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
     if w == "text":
+        if isinstance(value, dict):  # a mapping in a text field (TEXT_FIELDS): flow YAML, read back by the spec
+            return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
         return "" if value is None else str(value)
     if w == "bool":
         return bool(value)
@@ -312,7 +319,8 @@ def _parse(field: FormField, value: Any) -> Any:
                 return [field.item(p) for p in parts]
             except ValueError as exc:
                 raise ValueError(f"must be comma-separated numbers, got {short_repr(text)}.") from exc
-        return parts[0] if len(parts) == 1 and str in field.types else parts  # str | list[str]: one item, a str
+        # str | list[str] (or a list field): one item stays a str only where a str is allowed
+        return parts[0] if len(parts) == 1 and (str in field.types or not field.types) else parts
     if not text and (field.nullable or field.default is None):
         return None
     if int in field.types and re.fullmatch(r"-?\d+", text):
@@ -379,8 +387,8 @@ def spec_from_values(values: dict[str, Any], base: RunSpec | None = None) -> Run
     fields = fields_by_key()
     errors: list[FieldError] = []
     for toggle in (f for f in fields.values() if f.widget == "toggle" and f.key in values):
-        parent_key, name = toggle.key.rsplit(".", 1)
-        parent = _get(spec, parent_key)
+        parent_key, _, name = toggle.key.rpartition(".")
+        parent = _get(spec, parent_key) if parent_key else spec
         if values[toggle.key] and getattr(parent, name) is None:
             cls = next(k for k in _flat(typing.get_type_hints(type(parent))[name]) if dataclasses.is_dataclass(k))
             setattr(parent, name, cls())

@@ -15,6 +15,7 @@ PROJECT_ROOT = _BUNDLED if (_BUNDLED / "jobs").is_dir() else _PACKAGE.parent
 JOBS_DIR = PROJECT_ROOT / "jobs"
 JOB_SCRIPT = JOBS_DIR / "grpo_job.py"
 REWARDS_MODULE = JOBS_DIR / "grpo_rewards.py"
+AGENTS_MODULE = JOBS_DIR / "grpo_agents.py"
 
 
 def job_files() -> list[Path]:
@@ -38,6 +39,13 @@ def _load(name: str, path: Path) -> ModuleType:
 def rewards_module() -> ModuleType:
     """The job's `grpo_rewards` module, imported from `jobs/` (light: no torch or trl at import)."""
     return _load("grpo_rewards", REWARDS_MODULE)
+
+
+@functools.cache
+def agents_module() -> ModuleType:
+    """The job's `grpo_agents` module (built-in tools, environments, process rewards, trajectory reading; light)."""
+    rewards_module()  # puts jobs/ on sys.path, where grpo_rewards imported grpo_agents
+    return _load("grpo_agents", AGENTS_MODULE)
 
 
 @functools.cache

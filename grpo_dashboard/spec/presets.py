@@ -11,6 +11,9 @@ PRESETS: dict[str, str] = {
     "smoke (offline CPU test)": "smoke.yaml",
     "math reasoning (Qwen2.5-0.5B-Instruct, GSM8K)": "math.yaml",
     "DAPO-style (clip-higher, no KL, on the smoke task)": "dapo.yaml",
+    "agent: calculator tool (offline CPU, warmed tiny model)": "agent_calculator.yaml",
+    "agent: guessing-game environment (offline CPU, no dataset)": "agent_guess.yaml",
+    "agent: two environments by an `environment` column (offline CPU)": "agent_mixed.yaml",
 }
 BLANK = "blank form"
 DEFAULT_PRESET = next(iter(PRESETS))

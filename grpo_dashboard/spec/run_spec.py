@@ -18,6 +18,7 @@ import yaml
 
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import safe_yaml
+from grpo_dashboard.spec.agent_spec import AgentSpec
 from grpo_dashboard.spec.jobfiles import job_module
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -203,6 +204,7 @@ class RunSpec:
     generation: GenerationSpec | None = None
     tags: list[str] = field(default_factory=list)
     group: str | None = None
+    agent: AgentSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict in field order, leaving out values equal to their defaults (so YAML stays short)."""

@@ -24,6 +24,7 @@ from grpo_dashboard.launch import runs
 from grpo_dashboard.space import access
 from grpo_dashboard.store.db import Run
 from grpo_dashboard.ui import byo_trl, manage_run
+from grpo_dashboard.ui import trajectories as trajectories_tab
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.serving import postprocessed
@@ -200,6 +201,7 @@ def build(ctx: UiContext) -> DetailTab:
                                       label="Sample completions")
             refresh = gr.Button("Refresh completions", size="sm", elem_id="samples-refresh",
                                 elem_classes=["grpo-offscreen"])
+        trajectories_tab.build(ctx, run_dd)  # agent runs: conversations, tool calls, failures (ui/trajectories.py)
         with gr.Tab("Spec & log", id="speclog", elem_id="tab-speclog"):
             spec_code = gr.Code(language="yaml", label="Run spec (as launched)", interactive=False,
                                 elem_id="detail-spec", wrap_lines=True)

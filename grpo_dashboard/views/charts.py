@@ -54,6 +54,11 @@ PANELS: tuple[Panel, ...] = (
     Panel("learning_rate", "Learning rate", "learning rate"),
     Panel("loss", "Loss", "loss"),
     Panel("step_time", "Step time", "seconds"),
+    Panel("tools", "Tool calls and failures", "per episode / share of calls"),
+    Panel("tool_calls", "Calls per tool name and turns per episode", "per episode"),
+    Panel("tasks", "Reward per environment / task", "reward"),
+    Panel("log_metric", "Metrics logged by reward functions (log_metric)", "as logged"),
+    Panel("async", "Async GRPO: sample/* staleness and queue, batch/* packing, perf/*", "as logged"),
     Panel("other", "Other metrics", "value"),
 )
 PANEL_IDS = tuple(p.id for p in PANELS)
@@ -67,6 +72,14 @@ _EXACT = {
     "entropy": "entropy", "grad_norm": "grad_norm", "learning_rate": "learning_rate", "loss": "loss",
     "policy_loss": "loss", "aux_loss": "loss", "step_time": "step_time", "cispo_clip_ratio": "clip",
 }
+_AGENT_SHARES = frozenset({"agent/turn_limit_ratio", "agent/malformed_ratio", "agent/repeated_failure_ratio"})
+_ASYNC_PREFIXES = ("sample/", "batch/", "perf/")
+# Names TRL's GRPOTrainer logs itself (any other name is a reward function's log_metric).
+_TRL_PREFIXES = ("rewards/", "completions/", "clip_ratio/", "sampling/", "entropy", "kl", "num_tokens", "eval_",
+                 "mean_", "frac_", "global_step", "train_")
+_TRL_KEYS = frozenset({"epoch", "step", "elapsed", "time", "max_steps", "lr", "grad_norm", "loss", "learning_rate",
+                       "reward", "reward_std", "step_time", "policy_loss", "aux_loss", "cispo_clip_ratio",
+                       "entropy_coef", "total_flos"})
 _LENGTH_ORDER = ("completions/mean_length", "completions/min_length", "completions/max_length",
                  "completions/clipped_ratio")
 # A small explicit template: plotly's default one is deep-copied into every figure, which is slow.
@@ -93,6 +106,16 @@ def panel_of(key: str) -> str | None:
         return "clip"
     if key.startswith("completions/") and "terminated" not in key:
         return "length"
+    if key.startswith("tools/") or key in _AGENT_SHARES:
+        return "tools"
+    if key.startswith("agent/"):
+        return "tool_calls"
+    if key.startswith("tasks/"):
+        return "tasks" if key.endswith("/reward_mean") else None
+    if key.startswith(_ASYNC_PREFIXES):
+        return "async"
+    if not key.startswith(_TRL_PREFIXES) and key not in _TRL_KEYS:
+        return "log_metric"  # TRL logs a reward function's log_metric(name, value) under the bare name
     return "other"
 
 

@@ -1,0 +1,237 @@
+"""Imports an agent spec's tools, environments and rollout function and checks them as TRL will use them. `main()`
+runs only inside the sandbox (`checks/agents.py` starts it with `sandbox.run_module`); importing this module runs no
+user code.
+
+stdin: `{"agent": {...AgentSpec...}, "base_dir": str, "model": str | null, "template": "agent" | "model" | null,
+"async": bool, "rewards": [{name, builtin, function, params}]}`.
+stdout: one line `@@AGENT_WORKER@@ {json}`: `{"problems": [{"field", "value", "message", "severity"}],
+"environments": {field: {"tools": [...], "get_reward": bool}}}`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import pickle
+import sys
+import traceback
+from typing import Any
+
+MARKER = "@@AGENT_WORKER@@ "
+SAMPLE_ARGS = {"string": "7", "integer": 7, "number": 7.0, "boolean": True}
+
+
+def _short(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {str(exc)[:400]}{where}"
+
+
+def schema_problem(fn: Any) -> str | None:
+    """Why TRL cannot build a tool's JSON schema (transformers' get_json_schema, which TRL uses), or None."""
+    from transformers.utils import get_json_schema
+
+    try:
+        get_json_schema(fn)
+    except Exception as exc:  # noqa: BLE001 - DocstringParsingException, TypeHintParsingException, ...
+        return (f"{exc}. TRL builds the tool's JSON schema from its type hints and Google-style docstring: give every "
+                "argument a type hint and document it under `Args:` (a one-line description first).")
+    return None
+
+
+_UNPICKLE = "import pickle, sys\npickle.loads(sys.stdin.buffer.read())\n"
+
+
+def _picklable(obj: Any) -> str | None:
+    """Why `obj` cannot reach a spawned process (pickled here, unpickled by a fresh interpreter with the same
+    sys.path, as multiprocessing's spawn does), or None."""
+    import os
+    import subprocess
+
+    try:
+        data = pickle.dumps(obj)
+    except Exception as exc:  # noqa: BLE001
+        return _short(exc)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    res = subprocess.run([sys.executable, "-c", _UNPICKLE], input=data, capture_output=True, timeout=60, env=env)
+    if res.returncode:
+        last = (res.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+        return (f"a fresh process cannot load it ({last[:300]}): a file.py target is imported under a private "
+                "module name; use an importable `package.module:name`")
+    return None
+
+
+def _public_methods(instance: Any) -> list[Any]:
+    return [getattr(instance, n) for n, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
+            if n not in ("reset", "get_reward") and not n.startswith("_")]
+
+
+def check_template(tokenizer: Any, tools: list[Any], kwargs: dict[str, Any]) -> list[str]:
+    """Problems rendering tools with the tokenizer's chat template and parsing a tool call back (TRL's own tests)."""
+    from transformers.utils import get_json_schema
+    from trl.chat_template_utils import add_response_schema, parse_response, supports_tool_calling
+
+    if not supports_tool_calling(tokenizer):
+        return ["its chat template cannot render a tool-calling conversation (user -> assistant with tool_calls -> "
+                "tool): TRL refuses it. Use a model whose chat template supports tools (Qwen2.5/Qwen3, Llama 3.1+, "
+                "...), or set a tool-capable chat_template on its tokenizer."]
+    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+        try:
+            add_response_schema(tokenizer)
+        except ValueError as exc:
+            return [f"its tokenizer cannot parse a tool call back ({str(exc)[:200]}). TRL knows the response format "
+                    "of Qwen, Llama 3, GLM, GPT-OSS, Gemma 4 and a few more; otherwise set `response_template` on the "
+                    "tokenizer."]
+    if not tools:
+        return []
+    tool = tools[0]
+    params = get_json_schema(tool)["function"]["parameters"].get("properties", {})
+    args = {k: SAMPLE_ARGS.get(str(v.get("type")), "7") for k, v in params.items()}
+    name = getattr(tool, "__name__", "tool")
+    user = [{"role": "user", "content": "hi"}]
+    call = {"role": "assistant", "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}]}
+    prefix = tokenizer.apply_chat_template(user, tools=tools, add_generation_prompt=True, tokenize=True,
+                                           return_dict=False, **kwargs)
+    full = tokenizer.apply_chat_template([*user, call], tools=tools, tokenize=True, return_dict=False, **kwargs)
+    if list(full[:len(prefix)]) != list(prefix):
+        return ["its chat template does not render the prompt as a prefix of the conversation; TRL swaps in a "
+                "training template only for known model families."]
+    parsed = parse_response(tokenizer, list(full[len(prefix):]), prefix=list(prefix), tools=tools)
+    got = [tc.get("function", {}).get("name") for tc in parsed.get("tool_calls") or []]
+    if name not in got:
+        return [f"its tokenizer did not parse a rendered call of {name!r} back into a tool call (got "
+                f"{parsed!r:.200}); "
+                "TRL would see plain text and never run a tool. Set a matching `response_template` on the "
+                "tokenizer."]
+    return []
+
+
+def run(request: dict[str, Any]) -> dict[str, Any]:
+    """Every check of one request (see the module docstring)."""
+    sys.path.insert(0, str(request.get("base_dir") or "."))
+    from grpo_dashboard.spec.jobfiles import agents_module, rewards_module
+
+    agents = agents_module()
+    agent, base = request["agent"], request.get("base_dir")
+    problems: list[dict[str, Any]] = []
+    envs: dict[str, Any] = {}
+    is_async = bool(request.get("async"))
+
+    def problem(field: str, value: Any, message: str, severity: str = "error") -> None:
+        problems.append({"field": field, "value": value, "message": message, "severity": severity})
+
+    tools: list[Any] = []
+    for i, target in enumerate(agent.get("tools") or []):
+        where = f"agent.tools[{i}]"
+        try:
+            fn = agents.load_tool(str(target), base)
+        except BaseException as exc:  # noqa: BLE001 - the user's module may raise anything
+            problem(where, target, f"cannot be imported: {_short(exc)}.")
+            continue
+        why = schema_problem(fn)
+        if why:
+            problem(where, target, why)
+        else:
+            tools.append(fn)
+        if is_async and (err := _picklable(fn)):
+            problem(where, target, f"is not picklable ({err}); async GRPO sends tools to its rollout process. Define "
+                    "it at the top level of a module (no lambda, no closure).")
+    env = agent.get("environment_factory")
+    named = env.items() if isinstance(env, dict) else ([(None, env)] if env else [])
+    for name, target in named:
+        where = "agent.environment_factory" + (f".{name}" if name is not None else "")
+        try:
+            factory = agents.load_environment(str(target), base)
+            instance = factory()
+        except BaseException as exc:  # noqa: BLE001
+            problem(where, target, f"cannot be imported or built with no arguments: {_short(exc)}.")
+            continue
+        methods = dict(inspect.getmembers(type(instance), predicate=inspect.isfunction))
+        if "reset" not in methods:
+            problem(where, target, "defines no `reset` method; TRL calls `reset(**row)` on each environment before "
+                    "every rollout (it returns the text appended to the prompt, or None). Add `def reset(self, "
+                    "**kwargs) -> str | None`.")
+        env_tools = _public_methods(instance)
+        if not env_tools:
+            problem(where, target, "has no public methods, so the model gets no tools from it; public methods "
+                    "(names not starting with _) become tools.", "warning")
+        for method in env_tools:
+            why = schema_problem(method)
+            if why:
+                problem(f"{where}.{method.__name__}", target, why)
+            else:
+                tools.append(method)
+        envs[where] = {"tools": [m.__name__ for m in env_tools], "get_reward": "get_reward" in methods}
+        if is_async:
+            for what, obj in (("factory", factory), ("instance", instance)):
+                if err := _picklable(obj):
+                    problem(where, target, f"{what} is not picklable ({err}); async GRPO sends environments to its "
+                            "rollout process. Define the class at the top level of a module.")
+    if agent.get("rollout_func"):
+        try:
+            fn = agents.load_tool(str(agent["rollout_func"]), base)
+            if len(inspect.signature(fn).parameters) < 2:
+                problem("agent.rollout_func", agent["rollout_func"], "must accept (prompts, trainer) and return a "
+                        "dict with prompt_ids, completion_ids and logprobs.")
+        except BaseException as exc:  # noqa: BLE001
+            problem("agent.rollout_func", agent["rollout_func"], f"cannot be imported: {_short(exc)}.")
+    if is_async:
+        registry = rewards_module()
+        for i, r in enumerate(request.get("rewards") or []):
+            try:
+                fn = registry.build_reward(r["name"], r.get("builtin"), r.get("function"),
+                                           dict(r.get("params") or {}), base)
+            except BaseException as exc:  # noqa: BLE001
+                problem(f"rewards[{i}]", r["name"], f"cannot be built: {_short(exc)}.")
+                continue
+            if err := _picklable(fn):
+                problem(f"rewards[{i}]", r["name"], f"is not picklable ({err}); async GRPO sends reward functions to "
+                        "its rollout process: use a top-level function in a file (`function: file.py:name`), no "
+                        "lambda or closure.")
+    template, model = request.get("template"), request.get("model")
+    if template and (tools or agent.get("environment_factory")):
+        try:
+            tokenizer = _tokenizer(template, model, agents)
+        except BaseException as exc:  # noqa: BLE001
+            problem("model.name_or_path", model, f"its tokenizer could not be loaded here to check tool calling "
+                    f"({_short(exc)}); the job checks it when it starts.", "warning")
+            tokenizer = None
+        if tokenizer is not None:
+            for message in check_template(tokenizer, tools, dict(agent.get("chat_template_kwargs") or {})):
+                problem("model.name_or_path", model, message)
+    return {"problems": problems, "environments": envs}
+
+
+def _tokenizer(template: str, model: str | None, agents: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    if template == "agent":  # the warmed tiny model is not built yet: check the tokenizer it will get
+        import tempfile
+
+        from grpo_dashboard.spec.jobfiles import job_module
+
+        with tempfile.TemporaryDirectory() as tmp:
+            import grpo_agent_model  # beside grpo_agents in jobs/, on sys.path
+
+            return grpo_agent_model.agent_tokenizer(job_module().build_tiny_model(f"{tmp}/tiny"))
+    return AutoTokenizer.from_pretrained(model)
+
+
+def main() -> int:
+    """Read the request from stdin, write one marked JSON line with the result to stdout."""
+    request = json.loads(sys.stdin.read())
+    out = sys.stdout
+    sys.stdout = sys.stderr  # the user's prints must not mix with the result
+    try:
+        result = run(request)
+    except BaseException as exc:  # noqa: BLE001
+        result = {"problems": [{"field": "agent", "value": None, "message": f"could not be checked: {_short(exc)}",
+                                "severity": "error"}], "environments": {}}
+    out.write(MARKER + json.dumps(result, default=repr) + "\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
