@@ -86,6 +86,17 @@ def _parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("deploy-space", help="Create or update a Hugging Face Space running this dashboard (OWNER/NAME).",
                    add_help=False)
+    # --- bring your own TRL workflow (issue 16): recipes in and out, resume, runs from other tools -------------
+    sub.add_parser("import-trl", help="Map a flat TRL config (trl grpo --config, open-r1, ...) to a run spec.",
+                   add_help=False)
+    sub.add_parser("export-trl", help="Write a run spec as a flat TRL config, with trl/accelerate/hf jobs commands.",
+                   add_help=False)
+    sub.add_parser("resume", help="Continue a canceled, failed or stopped run from its latest (or a chosen) "
+                   "checkpoint.", add_help=False)
+    sub.add_parser("import-run", help="Import a run made elsewhere (trainer_state.json, checkpoint dir, TRL JSONL, "
+                   "trackio project, TensorBoard dir, W&B history) as a read-only run.", add_help=False)
+    sub.add_parser("export-metrics", help="Write a run's stored metrics (one row per step and split) to .csv, "
+                   ".jsonl or .parquet.", add_help=False)
     return p
 
 
@@ -181,20 +192,55 @@ def _deploy_space(argv: list[str]) -> int:
     return deploy_main(argv)
 
 
+# --- bring your own TRL workflow (issue 16) -------------------------------------------------------------------
+def _import_trl(argv: list[str]) -> int:
+    from grpo_dashboard.spec.trl_cli import import_trl_main  # RECIPE [-o SPEC] [--trl-version V] [--model M] ...
+
+    return import_trl_main(argv)
+
+
+def _export_trl(argv: list[str]) -> int:
+    from grpo_dashboard.spec.trl_cli import export_trl_main  # SPEC [-o RECIPE]
+
+    return export_trl_main(argv)
+
+
+def _resume(argv: list[str]) -> int:
+    from grpo_dashboard.launch.resume import resume_main  # RUN [--checkpoint N] [--wait]
+
+    return resume_main(argv)
+
+
+def _import_run(argv: list[str]) -> int:
+    from grpo_dashboard.store.importers import import_run_main  # PATH [--name N] [--tag T]
+
+    return import_run_main(argv)
+
+
+def _export_metrics(argv: list[str]) -> int:
+    from grpo_dashboard.store.export import export_metrics_main  # RUN -o FILE
+
+    return export_metrics_main(argv)
+
+
 DELEGATED: dict[str, Callable[[list[str]], int]] = {
     "doctor": _doctor, "forecast": _forecast, "check-rewards": _check_rewards, "inspect-dataset": _inspect_dataset,
-    "hardware": _hardware,
-    "deploy-space": _deploy_space,
+    "hardware": _hardware, "deploy-space": _deploy_space, "import-trl": _import_trl, "export-trl": _export_trl,
+    "resume": _resume, "import-run": _import_run, "export-metrics": _export_metrics,
 }
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from grpo_dashboard.errors import SpecError
     from grpo_dashboard.launch.runs import check
 
     if not Path(args.spec).is_file():
         print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)
         return EXIT_USAGE
-    spec, report = check(args.spec)
+    try:
+        spec, report = check(args.spec)
+    except SpecError as exc:
+        spec, report = _check_partial(args.spec, exc)
     if args.json:
         print(json.dumps({"ok": report.ok, "errors": [e.to_dict() for e in report.errors],
                           "warnings": [w.to_dict() for w in report.warnings]}, indent=2))
@@ -206,6 +252,21 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if report.ok:
             print(f"{args.spec}: valid ({spec.name}).")
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _check_partial(path: str, exc: Any) -> tuple[Any, Any]:
+    """A spec with structural problems: the other checks still run on its well-formed parts, and every problem of
+    both kinds is reported (a flat TRL file keeps its one "import it" error)."""
+    from grpo_dashboard.checks.validation import validate
+    from grpo_dashboard.spec import safe_yaml
+    from grpo_dashboard.spec.run_spec import RunSpec
+
+    if len(exc.errors) == 1 and exc.errors[0].field == "(file)":
+        raise exc
+    spec, structural = RunSpec.from_dict_partial(safe_yaml.load(Path(path).read_text(encoding="utf-8")) or {})
+    report = validate(spec)
+    report.errors = structural + [e for e in report.errors if e.field not in {s.field for s in structural}]
+    return spec, report
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:

@@ -29,9 +29,11 @@ Line protocol (the contract between jobs and the dashboard, identical for every 
 object, written both to stdout behind the marker `@@GRPO_DASHBOARD@@ ` and, flushed per line, to `metrics.jsonl`:
 - `{"v": 1, "type": "log", "split": "train"|"eval", "step": int, "time": unix_s, "max_steps": int, "metrics": {...}}`
   with every key TRL logged, verbatim (NaN, Infinity and null allowed);
-- `{"v": 1, "type": "event", "event": "starting"|"started"|"finished"|"failed"|"canceled", "time": unix_s, ...}`:
-  `started` carries `config` (the resolved GRPOConfig) and `max_steps`; `failed` carries `error_type`, `message` and
-  `traceback`; `canceled` carries `step`.
+- `{"v": 1, "type": "event", "event": "starting"|"started"|"checkpoint"|"finished"|"failed"|"canceled", "time":
+  unix_s, ...}`: `started` carries `config` (the resolved GRPOConfig) and `max_steps`; `checkpoint` carries `step` and
+  `path` (a checkpoint was saved); `failed` carries `error_type`, `message` and `traceback`; `canceled` carries `step`.
+- With GRPO_JOB_SAMPLES_STDOUT=1 (remote jobs), each sample completion written to samples.jsonl is also printed
+  behind `@@GRPO_DASHBOARD_SAMPLE@@ ` (`grpo_job_setup.SAMPLE_MARKER`), so it travels back with the log.
 - With the health guard or alerts on (`health:` in the spec), before `finished`: `guard_stop` (`step`, `rule`,
   `severity`, `onset`, `message`, `remedy`, `checkpoint`) when the guard stopped training, and `health_summary`
   (`evaluations`, `spent_s`, `train_s`, `overhead`, `alerts`, `webhook_posts`, `alert_failures`). The rules are the
@@ -55,6 +57,7 @@ from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpo_job_setup  # noqa: E402
 import grpo_rewards  # noqa: E402
 
 MARKER = "@@GRPO_DASHBOARD@@ "
@@ -194,7 +197,8 @@ def load_split(ds_spec: Mapping[str, Any], split: str | None, files: str | list[
         builder, data_files = _data_files(files)
         return load_dataset(builder, data_files=data_files, split="train")
     return load_dataset(need(ds_spec, "path", "dataset."), need(ds_spec, "config", "dataset."), split=split,
-                        revision=need(ds_spec, "revision", "dataset."))
+                        revision=need(ds_spec, "revision", "dataset."),
+                        streaming=bool(need(ds_spec, "streaming", "dataset.")))
 
 
 def _prompt_settings(ds_spec: Mapping[str, Any]) -> tuple[str, str | None, str | None, bool]:
@@ -298,13 +302,19 @@ def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int,
             if self.stop_requested:
                 control.should_training_stop = True
 
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.is_world_process_zero:
+                path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                emitter.event("checkpoint", step=state.global_step, path=str(path))
+
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                    **kwargs: Any) -> None:
             stop = None
             if state.is_world_process_zero and logs:
                 split = "eval" if any(k.startswith("eval_") for k in logs) else "train"
+                metrics = {**logs, **grpo_job_setup.gpu_metrics()} if split == "train" else dict(logs)
                 emitter.emit({"type": "log", "split": split, "step": state.global_step, "time": time.time(),
-                              "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": dict(logs)})
+                              "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": metrics})
                 if samples_path is not None and split == "train" and "reward" in logs and self.trainer is not None:
                     _write_samples(samples_path, state.global_step, self.trainer, max_samples)
                 if health is not None and self.guard_stop is None:
@@ -350,6 +360,7 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
     with open(path, "a", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, default=_json_default) + "\n")
+            grpo_job_setup.print_sample(row, _json_default)
 
 
 def _config_dict(args: Any) -> dict[str, Any]:
@@ -389,16 +400,24 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     # With local files a split's name is not used: each file list is one split.
     train_split, train_files = need(ds_spec, "split", "dataset."), need(ds_spec, "data_files", "dataset.")
     eval_split, eval_files = need(ds_spec, "eval_split", "dataset."), need(ds_spec, "eval_data_files", "dataset.")
-    train = map_prompts(load_split(ds_spec, train_split, train_files), ds_spec)
-    eval_ds = map_prompts(load_split(ds_spec, eval_split, eval_files), ds_spec) if eval_split or eval_files else None
+    if need(ds_spec, "mixture", "dataset."):
+        train, eval_ds = grpo_job_setup.load_mixture(ds_spec)
+        train, eval_ds = map_prompts(train, ds_spec), map_prompts(eval_ds, ds_spec) if eval_ds is not None else None
+    else:
+        train = map_prompts(load_split(ds_spec, train_split, train_files), ds_spec)
+        eval_ds = (map_prompts(load_split(ds_spec, eval_split, eval_files), ds_spec) if eval_split or eval_files
+                   else None)
 
     funcs, weights = [], []
     for i, r in enumerate(reward_specs):
         where = f"rewards[{i}]."
+        weights.append(float(need(r, "weight", where)))
+        if need(r, "model", where):  # a reward model: TRL loads it (AutoModelForSequenceClassification)
+            funcs.append(str(r["model"]))
+            continue
         funcs.append(grpo_rewards.build_reward(
             need(r, "name", where), need(r, "builtin", where), need(r, "function", where),
             dict(need(r, "params", where) or {}), str(base_dir)))
-        weights.append(float(need(r, "weight", where)))
     training.setdefault("report_to", "none")  # the job's own choice (no tracker unless asked), not a TRL default
     init_kwargs = dict(training.pop("model_init_kwargs", None) or {})
     dtype = need(model_spec, "dtype", "model.")
@@ -411,6 +430,9 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     if need(model_spec, "trust_remote_code", "model."):
         training["trust_remote_code"] = True
     lora = need(model_spec, "lora", "model.")
+    quantization = grpo_job_setup.quantization_config(model_spec)
+    if quantization is not None:
+        init_kwargs["quantization_config"] = quantization
 
     from trl import GRPOConfig, GRPOTrainer
 
@@ -421,11 +443,7 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         model_init_kwargs=init_kwargs or None,
         logging_nan_inf_filter=False,
     )
-    peft_config = None
-    if lora is not None:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(task_type="CAUSAL_LM", **dict(lora))
+    peft_config = grpo_job_setup.peft_config(lora)
 
     health = None  # grpo_health.JobHealth on the main process when the guard or alerts are on
     if health_pkg is not None and _is_main_process():
@@ -436,12 +454,16 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     # for benchmarks/training_overhead.py, which measures what the callback costs.
     callbacks = [] if os.environ.get(NO_CALLBACK_ENV) == "1" else [callback]
     trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
-                          eval_dataset=eval_ds, callbacks=callbacks, peft_config=peft_config)
+                          eval_dataset=eval_ds, callbacks=callbacks, peft_config=peft_config,
+                          processing_class=grpo_job_setup.processing_class(model_path, model_spec))
+    names = [str(r["name"]) for r in reward_specs]
+    if len(getattr(trainer, "reward_func_names", [])) == len(names):
+        trainer.reward_func_names = names  # a reward model logs as rewards/<its spec name>/mean, as a function does
     callback.trainer = trainer
     callback_holder["cb"] = callback
     t0 = time.perf_counter()
     try:
-        trainer.train()
+        trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)  # TRL's grpo script does the same
     finally:
         if health is not None:
             health.close()

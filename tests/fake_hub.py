@@ -244,8 +244,14 @@ class FakeHub:
         while command[i] == "--with":
             i += 2
         workdir = self.workdir / "jobs" / job.id
-        data = workdir / "data"
-        data.mkdir(parents=True)
+        # A read-write bucket mount keeps what a job writes: the next job of the same folder sees it (resume).
+        mount = next((v for v in job.spec.get("volumes") or [] if v["mountPath"] == "/data"), None)
+        data = (self.workdir / "volumes" / re.sub(r"\W+", "_", f"{mount['source']}/{mount.get('path', '')}")
+                if mount else workdir / "data")
+        data.mkdir(parents=True, exist_ok=True)
+        workdir.mkdir(parents=True)
+        if mount:
+            (workdir / "data").symlink_to(data, target_is_directory=True)
         job.workdir = workdir
         (workdir / "tmp").mkdir()
         mapping = {"/data/": f"{data}/", "/tmp/": f"{workdir / 'tmp'}/"}

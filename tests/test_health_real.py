@@ -91,7 +91,8 @@ def test_guard_stops_a_collapsing_run_with_a_checkpoint_and_alerts_a_real_webhoo
     assert stop["severity"] == "error" and stop["rule"] in run.error and stop["step"] == run.last_step
     assert Path(stop["checkpoint"]).is_dir() and (Path(stop["checkpoint"]) / "model.safetensors").is_file()
     assert (Path(run.run_dir) / "grpo_health" / "__init__.py").is_file()
-    assert list(events) == ["starting", "started", "guard_stop", "health_summary", "finished"]
+    assert list(events) == ["starting", "started", "checkpoint", "guard_stop", "health_summary", "finished"]
+    assert events["checkpoint"]["step"] == stop["step"]  # the guard's checkpoint is one `resume` offers
     posts = [p["json"] for p in receiver.posts]
     assert posts and posts[-1]["event"] == "guard_stop" and posts[-1]["finding"]["rule"] == stop["rule"]
     assert all(p["text"] and p["content"] and p["finding"]["severity"] in ("warning", "error") for p in posts)

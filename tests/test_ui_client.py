@@ -23,6 +23,7 @@ EXPECTED_ENDPOINTS = {
     "/load_preset", "/form_to_yaml", "/yaml_to_form", "/validate", "/launch", "/runs_table", "/run_choices",
     "/detail_poll", "/detail_render", "/detail_step", "/cancel_run", "/compare", "/open_run_by_ref",
     "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who",
+    "/import_trl", "/resume_choices", "/resume_run", "/export_metrics", "/import_run",
 }
 N_GROUPS = len(forms.GROUPS) - 1  # "Run" fields sit above the accordions
 

@@ -191,12 +191,16 @@ def test_server_gpus_beyond_the_machine(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.skipif(cluster_checks._importable("deepspeed"), reason="deepspeed is installed here")
-def test_a_deepspeed_preset_without_deepspeed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_deepspeed_preset_without_deepspeed_is_an_error_locally_and_on_slurm(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
     spec = server_spec(gpus=[0, 1], num_processes=2)
     spec.generation = None
     spec.backend.accelerate_config = "zero3"
     msg = errors(spec, monkeypatch)["backend.accelerate_config"]
-    assert "deepspeed is not importable" in msg and "pip install deepspeed" in msg
+    assert "'deepspeed' package" in msg and "pip install deepspeed" in msg
+    spec.backend.kind, spec.backend.gpus, spec.backend.partition, spec.backend.gpus_per_node = "slurm", None, "x", 2
+    msg = errors(spec, monkeypatch)["backend.accelerate_config"]
+    assert "'deepspeed' package" in msg and "on the cluster's nodes" in msg
 
 
 def test_the_estimate_says_needs_n_plus_one_gpus_not_does_not_fit() -> None:

@@ -28,10 +28,6 @@ def check_processes(spec: RunSpec, base: Path, gpu_count: int | None, err: Any, 
     """GPU counts and accelerate presets of local and Slurm runs (HF Jobs containers install their own packages)."""
     b = spec.backend
     acc = b.accelerate_config
-    if b.kind != HF_JOBS and acc in DEEPSPEED_PRESETS and not _importable("deepspeed"):
-        err(FieldError("backend.accelerate_config", acc, "is a DeepSpeed preset, but deepspeed is not importable "
-                       "in this environment, so the job would fail at start. `pip install deepspeed` here (and on the "
-                       "cluster's nodes), or choose fsdp2 / multi_gpu."))
     if b.kind != HF_JOBS and acc in FSDP_PRESETS and not _fsdp_available():
         err(FieldError("backend.accelerate_config", acc, "is an FSDP preset, but torch.distributed is not available "
                        "in this torch build. Install a torch build with distributed support, or choose multi_gpu."))

@@ -22,6 +22,7 @@ from grpo_dashboard.checks.cluster_checks import (
     world_note,
 )
 from grpo_dashboard.checks.dataset_files import DatasetFileError, DatasetSample, is_conversational, read_sample
+from grpo_dashboard.checks.spec_extras import check_extras
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_fields
 from grpo_dashboard.spec.jobfiles import rewards_module
@@ -81,6 +82,7 @@ def validate(spec: RunSpec, base_dir: str | Path | None = None) -> ValidationRep
     check_processes(spec, base, visible, err, warn)
     check_generation(spec, visible, err)
     _check_health(spec, err)
+    check_extras(spec, base, err, warn)
     if spec.backend.kind == HF_JOBS:
         _check_hf_jobs(spec, base, err, warn)
     if spec.backend.kind == SLURM and not report.errors:
@@ -131,6 +133,8 @@ def _check_model(spec: RunSpec, base: Path, err: Any, warn: Any) -> None:
 
 def _check_dataset(spec: RunSpec, base: Path, err: Any, warn: Any) -> DatasetSample | None:
     d = spec.dataset
+    if d.mixture is not None:
+        return None  # checked with the other mixture settings (spec_extras)
     if bool(d.path) == bool(d.data_files):
         err(FieldError("dataset", {"path": d.path, "data_files": d.data_files},
                        "needs exactly one source: `path` (a Hub dataset id) or `data_files` (local .json/.jsonl/.csv/"
@@ -211,6 +215,8 @@ def _check_rewards(spec: RunSpec, base: Path, sample: DatasetSample | None, err:
         seen.add(r.name)
         if not isinstance(r.weight, float) or not math.isfinite(r.weight):
             err(FieldError(f"{where}.weight", r.weight, "must be a finite number, e.g. 1.0."))
+        if r.model:
+            continue  # a reward model (spec_extras)
         if r.function:
             if r.builtin:
                 err(FieldError(f"{where}.builtin", r.builtin, "cannot be combined with `function`; keep one."))

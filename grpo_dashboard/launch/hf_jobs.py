@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -32,6 +33,8 @@ from grpo_dashboard.launch.hf_jobs_payload import (  # noqa: F401 - re-exported 
     container_spec,
     equivalent_command,
     job_command,
+    job_env,
+    job_secrets,
     labels,
     script_dependencies,
 )
@@ -43,6 +46,7 @@ from grpo_dashboard.launch.hub_client import (  # noqa: F401 - re-exported for c
     require_token,
     saved_token,
 )
+from grpo_dashboard.settings import on_space
 from grpo_dashboard.spec.run_spec import BackendSpec, RunSpec
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, data_dir
 
@@ -128,8 +132,9 @@ def submit(store: Store, run: Run, spec: RunSpec, token: str, base_dir: Path | N
         add = [(str(path), f"{run.id}/{name}") for name, path in files.items()]
         _retry(lambda: api.batch_bucket_files(bucket, add=add), "upload the job's files", ns)
         command = job_command(inner)
+        secrets = _secrets(spec, token)
         job = _create_job(api, ns, run.id, dict(
-            image=IMAGE, command=command, env={"PYTHONUNBUFFERED": "1"}, secrets={"HF_TOKEN": token},
+            image=IMAGE, command=command, env=job_env(spec), secrets=secrets,
             flavor=b.flavor, timeout=timeout_s, name=_job_name(spec.name), labels=labels(run.id),
             volumes=[_volume(ns, run.id)], namespace=ns), b.flavor)
     except BackendError as exc:
@@ -146,6 +151,18 @@ def submit(store: Store, run: Run, spec: RunSpec, token: str, base_dir: Path | N
         _tokens[run.id] = token
         _endpoints[run.id] = endpoint_url(endpoint)
     return refresh(store, store.get_run(run.id))
+
+
+def _secrets(spec: RunSpec, token: str) -> dict[str, str]:
+    """HF_TOKEN and the spec's named secrets from the launching environment (never a Space's: those are the
+    owner's); BackendError naming what is missing."""
+    if spec.backend.secrets and on_space():
+        raise BackendError(f"backend.secrets ({', '.join(spec.backend.secrets)}) cannot be sent from a shared "
+                           "dashboard: its environment is the Space owner's. Launch from your own machine.")
+    try:
+        return job_secrets(spec, token, dict(os.environ))
+    except ValueError as exc:
+        raise BackendError(str(exc)) from exc
 
 
 def job_timeout(spec: RunSpec, base_dir: Path | None = None, token: str | None = None,

@@ -13,6 +13,7 @@ import re
 import shlex
 from pathlib import Path
 
+from grpo_dashboard.spec.job_deps import job_deps
 from grpo_dashboard.spec.jobfiles import JOB_SCRIPT, job_files
 from grpo_dashboard.spec.run_spec import RunSpec
 
@@ -79,10 +80,13 @@ def job_command(spec: RunSpec) -> list[str]:
     args = [f"{MOUNT}/grpo_job.py", "--config", f"{MOUNT}/run.yaml", "--metrics", JOB_METRICS]
     trl = next((d for d in script_dependencies() if d.startswith("trl")), "trl>=1.16,<2")
     with_trl = [f"trl[{','.join(extras)}]{trl[3:]}"] if extras else []
+    # What the spec turns on beyond the script's own dependencies (peft and vllm come as trl extras, pinned by it).
+    own = {d.split(">")[0].split("<")[0].split("=")[0].strip() for d in script_dependencies()}
+    with_trl += [d.pip for d in job_deps(spec) if d.pip not in ("peft", "vllm") and d.pip not in own]
     b = spec.backend
     if b.num_processes <= 1 and not b.accelerate_config:
         return ["uv", "run", *[x for d in with_trl for x in ("--with", d)], *args]
-    deps = [d for d in script_dependencies() if not d.startswith("trl")] + (with_trl or [trl])
+    deps = [d for d in script_dependencies() if not d.startswith("trl")] + (with_trl if extras else [trl, *with_trl])
     launch = ["accelerate", "launch", "--num_processes", str(b.num_processes)]
     if b.accelerate_config:
         launch += ["--config_file", b.accelerate_config]
@@ -99,5 +103,24 @@ def equivalent_command(spec: RunSpec, run_id: str, timeout_s: int) -> str:
     b = spec.backend
     volume = f"hf://buckets/{b.namespace}/{BUCKET_NAME}/{run_id}:{MOUNT}:rw"
     label_args = " ".join(f"--label {k}={v}" for k, v in labels(run_id).items())
-    return (f"hf jobs run --namespace {b.namespace} --flavor {b.flavor} --timeout {timeout_s}s --secrets HF_TOKEN "
-            f"--env PYTHONUNBUFFERED=1 {label_args} -v {volume} {IMAGE} {shlex.join(job_command(spec))}")
+    named = "".join(f" --secrets {n}" for n in spec.backend.secrets)
+    env = "".join(f" --env {shlex.quote(f'{k}={v}')}" for k, v in job_env(spec).items())
+    return (f"hf jobs run --namespace {b.namespace} --flavor {b.flavor} --timeout {timeout_s}s --secrets HF_TOKEN"
+            f"{named}{env} {label_args} -v {volume} {IMAGE} {shlex.join(job_command(spec))}")
+
+
+def job_env(spec: RunSpec) -> dict[str, str]:
+    """The job's plain environment: unbuffered output, samples on stdout (they travel back), the spec's `env`."""
+    return {"PYTHONUNBUFFERED": "1", "GRPO_JOB_SAMPLES_STDOUT": "1", **{str(k): str(v) for k, v in
+                                                                       spec.backend.env.items()}}
+
+
+def job_secrets(spec: RunSpec, token: str, environ: dict[str, str]) -> dict[str, str]:
+    """The job's secrets: the token as HF_TOKEN and each name in `backend.secrets` with its value from `environ`
+    (the launching environment); ValueError naming the ones that are not set there."""
+    missing = [n for n in spec.backend.secrets if not environ.get(n)]
+    if missing:
+        raise ValueError(f"backend.secrets names {', '.join(missing)}, which the launching environment does not "
+                         f"set; `export {missing[0]}=...` and launch again (the values are sent as job secrets and "
+                         "never stored).")
+    return {"HF_TOKEN": token, **{n: environ[n] for n in spec.backend.secrets}}

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.store.db import TERMINAL, RunStatus, Store
 from grpo_dashboard.store.ingest import MARKER, apply_records, parse_line
 
@@ -36,6 +37,7 @@ SETTLE_GRACE_S = 20.0
 DRAIN_RETRIES = 3  # re-reads of a replay that came back empty or short before the log is taken as complete
 SYSTEM_METRICS = "system_metrics.jsonl"
 _MARK = MARKER.strip()
+SAMPLE_MARKER: str = job_module().grpo_job_setup.SAMPLE_MARKER  # a sample completion printed by a remote job
 
 
 def redact(text: Any) -> Any:
@@ -271,9 +273,11 @@ class Follower:
                 self.store.update_run(self.run_id, conn=conn, ingest_offset=index + 1, n_skipped=skipped)
             self.state.lines = index + 1
             self.state.updated = time.time()
+            sample = line.find(SAMPLE_MARKER)
+            target, text = ("samples.jsonl", line[sample + len(SAMPLE_MARKER):]) if sample >= 0 else ("job.log", line)
             try:
-                with open(self.run_dir / "job.log", "a", encoding="utf-8") as f:
-                    f.write(redact(line).rstrip("\n") + "\n")
+                with open(self.run_dir / target, "a", encoding="utf-8") as f:
+                    f.write(redact(text).rstrip("\n") + "\n")
             except OSError:
                 pass
             return True

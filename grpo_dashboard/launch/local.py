@@ -132,7 +132,10 @@ def job_environment(spec: RunSpec, token: str | None = None) -> dict[str, str]:
     hook = WEBHOOK_VARIABLE.match(spec.health.webhook_url or "")
     if hook and not on_space():
         extra.append(hook.group(1))
+    if not on_space():  # the spec's named secrets are the launching user's own variables (never on a Space)
+        extra.extend(spec.backend.secrets)
     env.update({n: os.environ[n] for n in extra if n in os.environ})
+    env.update({str(k): str(v) for k, v in spec.backend.env.items()})
     env["PYTHONUNBUFFERED"] = "1"
     if on_space():
         env["GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE"] = "1"  # alerts must not reach the Space host's own network

@@ -21,6 +21,7 @@ from grpo_dashboard.launch.local import metrics_path  # noqa: F401 - re-exported
 from grpo_dashboard.launch.logs import log_path  # noqa: F401 - re-exported for callers and tests
 from grpo_dashboard.spec.run_spec import RunSpec, load_spec
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, data_dir
+from grpo_dashboard.store.importers import IMPORTED
 
 
 def make_run_id(name: str) -> str:
@@ -102,6 +103,8 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
 
 def refresh(store: Store, run: Run) -> Run:
     """Ingest new records of an active run and settle its status if its job has ended."""
+    if run.backend == IMPORTED:
+        return run  # a run made elsewhere (store/importers.py): nothing runs it
     return backend_for(run.backend).refresh(store, run)
 
 
@@ -144,6 +147,8 @@ def reattach(store: Store, token: str | None = None, namespace: str | None = Non
 
 def job_summary(run: Run) -> str | None:
     """One line saying where the run's job went (job URL, hardware, timeout), or None when there is nothing to say."""
+    if run.backend == IMPORTED:
+        return None
     return backend_for(run.backend).job_summary(run)
 
 

@@ -37,7 +37,7 @@ SPEC_GROUPS: dict[str, tuple[tuple[str, type], ...]] = {
     "Backend & hardware": (("backend", BackendSpec),),
 }
 TOP_LEVEL: dict[str, tuple[str, ...]] = {
-    "Run": ("name", "description"),
+    "Run": ("name", "description", "tags", "group"),
     "Logging & eval": ("output_dir", "save_model"),
 }
 
@@ -47,6 +47,8 @@ SPEC_CHOICES: dict[str, tuple[Any, ...]] = {
     "backend.accelerate_config": (None, *ACCELERATE_CONFIGS),
 }
 CUSTOM_ALLOWED = frozenset({"backend.accelerate_config", "backend.flavor"})
+# Spec fields holding mappings (or lists of them): edited in the spec's YAML, not as a form input.
+YAML_ONLY = frozenset({"backend.env", "dataset.mixture"})
 
 
 def spec_choices(key: str) -> tuple[Any, ...] | None:
@@ -103,4 +105,21 @@ SPEC_HELP: dict[str, str] = {
     "model.lora.lora_alpha": "LoRA scaling numerator (alpha / r scales the update).",
     "model.lora.lora_dropout": "Dropout on the LoRA input.",
     "model.lora.target_modules": "Modules to adapt: all-linear, or names comma-separated (q_proj, v_proj).",
+    "model.lora.target_parameters": "Parameters to adapt directly (e.g. MoE expert weights), comma-separated.",
+    "model.lora.modules_to_save": "Modules trained in full and saved with the adapter (e.g. lm_head).",
+    "model.lora.task_type": "PEFT task type (CAUSAL_LM for GRPO).",
+    "model.lora.use_rslora": "Rank-stabilised LoRA: scale by alpha/√r instead of alpha/r.",
+    "model.lora.use_dora": "DoRA: learn a magnitude beside the LoRA direction.",
+    "model.lora.bias": "Which biases train: none, all or lora_only.",
+    "model.quantization": "QLoRA: load the base model in 4 or 8 bits (bitsandbytes, a CUDA GPU; needs LoRA).",
+    "model.quantization.bits": "4 or 8.",
+    "model.quantization.quant_type": "4-bit type: nf4 or fp4.",
+    "model.quantization.double_quant": "Nested (double) quantization of the 4-bit constants.",
+    "model.quantization.quant_storage": "Storage dtype of the 4-bit weights (e.g. bfloat16 for FSDP).",
+    "model.chat_template": "A Jinja chat template replacing the tokenizer's own.",
+    "dataset.streaming": "Stream the dataset instead of downloading it (needs max_steps).",
+    "dataset.test_split_size": "With a mixture: the share held out as the eval split.",
+    "backend.secrets": "Names of environment variables (e.g. WANDB_API_KEY) sent to the job from yours; never stored.",
+    "tags": "Labels to filter and compare runs by, comma-separated.",
+    "group": "A group name (e.g. a sweep) to filter and compare runs by.",
 }

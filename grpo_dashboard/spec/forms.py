@@ -25,6 +25,7 @@ from grpo_dashboard.spec.form_layout import (
     SPEC_HELP,
     TOP_LEVEL,
     TRAINING_GROUPS,
+    YAML_ONLY,
     spec_choices,
 )
 from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec
@@ -120,7 +121,7 @@ def _spec_fields(group: str, prefix: str, cls: type) -> list[FormField]:
             continue
         choices = spec_choices(key)
         widget = _widget(kinds, choices)
-        if widget == "json":
+        if widget == "json" or key in YAML_ONLY:
             continue
         help_text = str(f.metadata.get("help") or SPEC_HELP.get(key, ""))
         out.append(FormField(key, group, f.name, widget, default, help_text, choices,

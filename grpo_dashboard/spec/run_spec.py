@@ -28,12 +28,32 @@ ACCELERATE_CONFIGS = ("multi_gpu", "single_gpu", "zero1", "zero2", "zero3", "fsd
 
 @dataclass
 class LoraSpec:
-    """LoRA adapter settings (peft.LoraConfig names)."""
+    """LoRA adapter settings: every peft.LoraConfig field TRL's `get_peft_config` passes, by peft's names."""
 
     r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
-    target_modules: str | list[str] = "all-linear"
+    target_modules: str | list[str] | None = "all-linear"
+    target_parameters: list[str] | None = None
+    modules_to_save: list[str] | None = None
+    task_type: str = "CAUSAL_LM"
+    use_rslora: bool = False
+    use_dora: bool = False
+    bias: str = "none"
+
+
+@dataclass
+class QuantizationSpec:
+    """QLoRA: the base model loaded in 4 or 8 bits through bitsandbytes (a CUDA GPU; needs `model.lora`).
+
+    The fields are TRL's `ModelConfig` ones: `quant_type` is `bnb_4bit_quant_type`, `double_quant`
+    `use_bnb_nested_quant`, `quant_storage` `bnb_4bit_quant_storage`; the compute dtype is `model.dtype`.
+    """
+
+    bits: int = 4
+    quant_type: str = "nf4"
+    double_quant: bool = False
+    quant_storage: str | None = None
 
 
 @dataclass
@@ -47,6 +67,8 @@ class ModelSpec:
     attn_implementation: str | None = None
     build_tiny: bool = False
     lora: LoraSpec | None = None
+    quantization: QuantizationSpec | None = None
+    chat_template: str | None = None  # a Jinja chat template replacing the tokenizer's own
 
 
 @dataclass
@@ -64,6 +86,9 @@ class DatasetSpec:
     prompt_template: str | None = None
     system_prompt: str | None = None
     conversational: bool = False
+    streaming: bool = False
+    mixture: list[dict[str, Any]] | None = None  # TRL's DatasetMixtureConfig `datasets` (path, name, split, ...)
+    test_split_size: float | None = None  # with `mixture`: hold out this share as the eval split
 
 
 @dataclass
@@ -75,6 +100,7 @@ class RewardSpec:
     builtin: str | None = None
     function: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None  # a reward model (Hub id or local directory) TRL scores completions with
 
 
 @dataclass
@@ -87,6 +113,9 @@ class BackendSpec:
     "2:00:00", "1-00:00:00"), on `nodes` nodes of `gpus_per_node` GPUs each (unset: CPU-only nodes, one process per
     node), `cpus_per_task` CPUs per node's launcher, a node `constraint`, and `extra_sbatch` options passed as they
     are (e.g. ["--exclusive", "--mem=0"]). One launcher per node; the world size is nodes × processes per node.
+    `env`: plain environment variables of the job (no secrets: values are stored with the run). `secrets`: names of
+    variables (e.g. WANDB_API_KEY) whose values are read from the launching environment at launch and handed to the
+    job (a local job's environment; a Jobs secret), never stored.
     """
 
     kind: str = "local"
@@ -106,6 +135,8 @@ class BackendSpec:
     cpus_per_task: int | None = None
     constraint: str | None = None
     extra_sbatch: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -170,6 +201,8 @@ class RunSpec:
     description: str | None = None
     health: HealthSpec = field(default_factory=HealthSpec)
     generation: GenerationSpec | None = None
+    tags: list[str] = field(default_factory=list)
+    group: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict in field order, leaving out values equal to their defaults (so YAML stays short)."""
@@ -196,8 +229,23 @@ class RunSpec:
         errors: list[FieldError] = []
         spec = _from_dict(cls, data, "", errors)
         if errors:
+            flat = _flat_trl_keys(data)
+            if flat:
+                shown = ", ".join(flat[:4]) + (", ..." if len(flat) > 4 else "")
+                raise SpecError([FieldError("(file)", f"{len(flat)} TRL keys ({shown})",
+                                            "is a flat TRL config (`trl grpo --config` style), not a run spec. Import "
+                                            "it with `python -m grpo_dashboard import-trl FILE -o spec.yaml`: it maps "
+                                            "every key to the spec and prints what was mapped, converted or "
+                                            "dropped.")])
             raise SpecError(errors)
         return spec
+
+    @classmethod
+    def from_dict_partial(cls, data: Any) -> tuple[RunSpec, list[FieldError]]:
+        """The spec built from every well-formed part of `data`, and the structural problems of the rest (so the
+        other checks can still run on what is there)."""
+        errors: list[FieldError] = []
+        return _from_dict(cls, data, "", errors), errors
 
     @classmethod
     def from_yaml(cls, text: str) -> RunSpec:
@@ -324,8 +372,10 @@ def _from_dict(cls: Any, data: Any, prefix: str, errors: list[FieldError]) -> An
         shown = key if isinstance(key, str) and key.strip() else repr(key)
         path = f"{prefix}.{shown}" if prefix else shown
         if key not in names:
+            trl_hint = _trl_hint(str(key))
             close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = f" {trl_hint[0].upper()}{trl_hint[1:]}." if trl_hint else (
+                f" Did you mean {close[0]!r}?" if close else "")
             errors.append(FieldError(path, value, f"is not a field of {where}; allowed: {', '.join(names)}.{hint}"))
             continue
         kwargs[key] = _coerce(value, hints[key], path, errors)
@@ -334,6 +384,31 @@ def _from_dict(cls: Any, data: Any, prefix: str, errors: list[FieldError]) -> An
     except TypeError as exc:
         errors.append(FieldError(where, data, f"cannot be built: {exc}."))
         return cls()
+
+
+def _trl_hint(key: str) -> str | None:
+    """Where a TRL key belongs in a spec (trl_keys); GRPOConfig fields are looked up only for unknown keys."""
+    from grpo_dashboard.spec import trl_fields, trl_keys
+
+    hint = trl_keys.spec_hint(key)
+    if hint is None and key.isidentifier():
+        try:
+            hint = trl_keys.spec_hint(key, trl_fields.grpo_fields())
+        except ImportError:
+            return None
+    return hint
+
+
+def _flat_trl_keys(data: Any) -> list[str]:
+    """The top-level keys of `data` that are flat TRL config keys, when they outnumber the spec's own (else [])."""
+    if not isinstance(data, dict):
+        return []
+    names = {f.name for f in dataclasses.fields(RunSpec)}
+    unknown = [str(k) for k in data if k not in names]
+    if len(unknown) < 3:
+        return []
+    flat = [k for k in unknown if _trl_hint(k)]
+    return flat if len(flat) >= max(3, len(data) // 2) else []
 
 
 def _allows_none(annotation: Any) -> bool:

@@ -27,7 +27,6 @@ RESERVED: dict[str, str] = {
     "output_dir": "set the spec's top-level `output_dir` instead",
     "reward_weights": "give each entry of `rewards` its own `weight` instead",
     "logging_nan_inf_filter": "the job always sets it to false so NaN/Inf losses reach the dashboard",
-    "model_init_kwargs": "use `model.dtype`, `model.revision` and `model.attn_implementation` instead",
 }
 
 

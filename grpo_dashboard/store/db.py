@@ -333,6 +333,25 @@ class Store:
             "SELECT key, last_value, last_kind FROM series WHERE run_id = ? AND split = ?", (run_id, split))
         return {k: series.decode_scalar(v, kind) for k, v, kind in rows}
 
+    def truncate_after(self, run_id: str, step: int) -> int:
+        """Drop every stored point after `step` (before a resume from the checkpoint at `step`); returns how many."""
+        with self.transaction() as conn:
+            return series.truncate_after(conn, run_id, step)
+
+    def shift_events(self, run_id: str) -> None:
+        """Renumber a run's events below 0, keeping their order, so a new job's events (numbered by its log lines
+        from 0, as a resumed Hugging Face job's are) follow them instead of colliding."""
+        with self.transaction() as conn:
+            row = conn.execute("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,)).fetchone()
+            if row[0] is None:
+                return
+            shift = int(row[0]) + 1
+            rows = conn.execute("SELECT seq, time, event, payload FROM events WHERE run_id = ? ORDER BY seq",
+                                (run_id,)).fetchall()
+            conn.execute("DELETE FROM events WHERE run_id = ?", (run_id,))
+            conn.executemany("INSERT INTO events (run_id, seq, time, event, payload) VALUES (?, ?, ?, ?, ?)",
+                             [(run_id, r[0] - shift, r[1], r[2], r[3]) for r in rows])
+
     def count_metric_values(self, run_id: str) -> int:
         """Number of stored metric values of a run."""
         row = self.connection().execute("SELECT SUM(n) FROM series WHERE run_id = ?", (run_id,)).fetchone()

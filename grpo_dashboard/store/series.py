@@ -230,6 +230,23 @@ def _update_head(conn: sqlite3.Connection, run_id: str, split: str, key: str) ->
                  (run_id, split, key, total, row[1], last if kind == KIND_VALUE else None, kind))
 
 
+def truncate_after(conn: sqlite3.Connection, run_id: str, step: int) -> int:
+    """Drop every point after `step` of a run's series (a resume from the checkpoint at `step` logs them again);
+    returns how many were dropped. A series left without points is removed."""
+    dropped = 0
+    for split, key in conn.execute("SELECT split, key FROM series WHERE run_id = ? AND last_step > ?",
+                                   (run_id, step)).fetchall():
+        a = read_arrays(conn, run_id, key, split)
+        keep = a.steps <= step
+        dropped += int((~keep).sum())
+        conn.execute("DELETE FROM chunks WHERE run_id = ? AND split = ? AND key = ?", (run_id, split, key))
+        conn.execute("DELETE FROM series WHERE run_id = ? AND split = ? AND key = ?", (run_id, split, key))
+        values = a.values.copy()
+        values[a.is_none] = _NONE_FLOAT
+        append_points(conn, run_id, split, key, a.steps[keep], values[keep], a.times[keep])
+    return dropped
+
+
 def heads(conn: sqlite3.Connection, run_id: str) -> dict[tuple[str, str], tuple[int, int]]:
     """(points, last step) of every series of a run, keyed by (split, key): to compare with what was read."""
     return {(split, key): (n, last) for split, key, n, last in conn.execute(

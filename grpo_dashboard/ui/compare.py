@@ -8,6 +8,7 @@ import gradio as gr
 
 from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.space import access
+from grpo_dashboard.store.importers import IMPORTED
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.views import charts, display, overview
@@ -44,8 +45,11 @@ def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoot
         for run in found:
             # The same display series (and cached summaries) as the run's own charts.
             got = display.downsampled(ctx.store, run.id, opts.max_points, opts.smoothing, keys=[ident]).get(ident)
+            if got is not None and opts.xaxis in charts.METRIC_XAXES:  # a run without that metric is left out
+                got = (charts.on_metric({ident: got}, ctx.store.arrays(run.id, opts.xaxis)) or {}).get(ident)
             if got is not None and len(got):
-                series.append((f"{run.name} ({run.id[-6:]})", got))
+                mark = " [imported]" if run.backend == IMPORTED else ""  # made elsewhere: read-only
+                series.append((f"{run.name} ({run.id[-6:]}){mark}", got))
     fig = charts.overlay_figure(metric or "", series, opts)
     diff = overview.spec_diff(found) if len(found) > 1 else None
     return gr.update(choices=options, value=metric), fig, diff
@@ -61,7 +65,8 @@ def build(ctx: UiContext) -> gr.Dropdown:
         metric = gr.Dropdown([], label="Metric", allow_custom_value=True, elem_id="compare-metric", scale=2)
         smoothing = gr.Slider(0.0, 0.99, value=0.6, step=0.01, label="Smoothing", elem_id="compare-smoothing")
         log_y = gr.Checkbox(False, label="Log-scale y", elem_id="compare-log")
-        xaxis = gr.Radio(["step", "relative time"], value="step", label="x axis", elem_id="compare-x")
+        xaxis = gr.Radio(["step", "relative time", *charts.METRIC_XAXES], value="step", label="x axis",
+                         elem_id="compare-x")
     plot = gr.Plot(show_label=False, elem_id="compare-plot")
     diff = gr.Dataframe(interactive=False, label="Spec fields that differ", elem_id="compare-diff", wrap=True)
     refresh_btn = gr.Button("Refresh", size="sm")

@@ -18,6 +18,7 @@ from grpo_dashboard.errors import BackendError, RunNotFound
 from grpo_dashboard.launch import runs
 from grpo_dashboard.space import access
 from grpo_dashboard.store.db import Run
+from grpo_dashboard.ui import byo_trl
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.serving import postprocessed
@@ -142,6 +143,7 @@ def build(ctx: UiContext) -> DetailTab:
                              elem_id="detail-run", allow_custom_value=True)
         cancel_btn = gr.Button("Cancel run", variant="stop", scale=1, elem_id="cancel-btn")
     status = gr.Markdown(elem_id="detail-status")
+    byo_trl.detail_tools(ctx, run_dd, status)  # Resume from a checkpoint, Export metrics
     with gr.Accordion("Health", open=True):
         findings_md = gr.Markdown(elem_id="detail-findings")
     with gr.Tabs(elem_id="detail-tabs"):

@@ -13,6 +13,7 @@ from grpo_dashboard.space import access
 from grpo_dashboard.spec import forms, presets
 from grpo_dashboard.spec.jobfiles import rewards_module
 from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.ui import byo_trl
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.guard import guarded
 from grpo_dashboard.views import overview
@@ -115,6 +116,7 @@ def build(ctx: UiContext) -> NewRunTab:
                               interactive=False, elem_id="spec-command")
     tab = NewRunTab(preset, ordered, inputs, yaml_code, command, summary, group_errors, launch_btn, validate_btn)
     _wire(tab, ctx)
+    byo_trl.new_run_import(ctx, tab)  # paste or upload a TRL config
     return tab
 
 

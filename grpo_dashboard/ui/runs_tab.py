@@ -11,6 +11,7 @@ from typing import Any
 import gradio as gr
 
 from grpo_dashboard.space import access
+from grpo_dashboard.ui import byo_trl
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.views import overview
@@ -35,13 +36,15 @@ def build(ctx: UiContext) -> RunsTab:
     table = gr.Dataframe(initial, interactive=False, elem_id="runs-table",
                          label="Runs (click a row to open it)", max_height=600, wrap=False)
     timer = gr.Timer(POLL_S)
+    tag = byo_trl.runs_tools(ctx)  # tag filter, import a run made elsewhere
 
-    def refresh(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, statuses: list[str] | None) -> Any:
+    def refresh(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, statuses: list[str] | None,
+                tag_filter: str | None = None) -> Any:
         user = user_of(ctx, profile, oauth)
         access.resume_following(ctx.store, user, ctx.settings)  # after a restart, with this user's own token
         mine = access.visible_runs(ctx.store, user, list(statuses) if statuses else None, ctx.settings)
-        return overview.runs_frame(ctx.store, statuses or None, runs=mine)
+        return overview.runs_frame(ctx.store, statuses or None, runs=mine, tag=tag_filter)
 
-    gr.on([timer.tick, status_filter.change], refresh, [status_filter], [table], api_name="runs_table",
-          concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
+    gr.on([timer.tick, status_filter.change, tag.submit], refresh, [status_filter, tag], [table],
+          api_name="runs_table", concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
     return RunsTab(table, status_filter, timer)

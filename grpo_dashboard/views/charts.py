@@ -24,7 +24,8 @@ from grpo_dashboard.views import display
 from grpo_dashboard.views.display import MAX_POINTS
 from grpo_dashboard.views.display import REWARD_MEAN as _REWARD_MEAN
 
-XAXES = ("step", "wall time", "relative time")
+METRIC_XAXES = ("num_tokens", "epoch")  # logged metrics that only grow: usable as the x axis
+XAXES = ("step", "wall time", "relative time", *METRIC_XAXES)
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
 
@@ -120,8 +121,8 @@ class ChartOptions:
 
 
 def _x(series: SeriesArrays, xaxis: str, t0: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """(mask of usable points, x values) for the chosen axis."""
-    if xaxis == "step":
+    """(mask of usable points, x values) for the chosen axis (a metric axis: steps already mapped, `on_metric`)."""
+    if xaxis == "step" or xaxis in METRIC_XAXES:
         return np.ones(len(series), dtype=bool), series.steps.copy()  # the cached arrays stay unshared
     times = series.times
     mask = np.isfinite(times)
@@ -209,7 +210,8 @@ def _empty_spec(title: str, note: str) -> Spec:
 
 
 def _layout(title: str, y_title: str, opts: ChartOptions, secondary_title: str | None = None) -> dict[str, Any]:
-    x_title = {"step": "step", "wall time": "wall time (UTC)", "relative time": "minutes since start"}[opts.xaxis]
+    x_title = {"step": "step", "wall time": "wall time (UTC)", "relative time": "minutes since start"}.get(
+        opts.xaxis, opts.xaxis)
     layout: dict[str, Any] = {
         "title": {"text": title, "font": {"size": 14}}, "height": 320,
         "margin": {"l": 55, "r": 60 if secondary_title else 20, "t": 40, "b": 80}, "hovermode": "x unified",
@@ -381,6 +383,23 @@ def run_figures(store: Store, run_id: str, opts: ChartOptions, *, beta: float | 
     return {pid: _figure(*spec) for pid, spec in specs.items()}
 
 
+def on_metric(frames: SeriesMap, x: SeriesArrays) -> dict[tuple[str, str], SeriesArrays] | None:
+    """The series with each step replaced by the value the monotone metric `x` (num_tokens, epoch) had there
+    (interpolated between its logged steps); None when `x` is not logged or ever decreases."""
+    ok = np.isfinite(x.values)
+    xs, xv = x.steps[ok], x.values[ok]
+    if len(xs) < 2 or bool(np.any(np.diff(xv) < 0)):
+        return None
+    out: dict[tuple[str, str], SeriesArrays] = {}
+    for key, series in frames.items():
+        inside = (series.steps >= xs[0]) & (series.steps <= xs[-1])
+        masked = {f.name: getattr(series, f.name)[inside] for f in dataclasses.fields(series)
+                  if isinstance(getattr(series, f.name), np.ndarray)}
+        masked["steps"] = np.interp(series.steps[inside], xs, xv)
+        out[key] = dataclasses.replace(series, **masked)
+    return out
+
+
 def run_specs(store: Store, run_id: str, opts: ChartOptions, beta: float | None, max_completion_length: int | None,
               started_at: float | None, findings: Sequence[Any]) -> dict[str, Spec]:
     """Every panel of a run as plain dicts, in PANELS order (see `run_figures`)."""
@@ -388,6 +407,12 @@ def run_specs(store: Store, run_id: str, opts: ChartOptions, beta: float | None,
     groups = group_metrics(frames.keys())
     t0 = run_t0(frames, started_at)
     marks: dict[str, list[tuple[int, str, str]]] = {}
+    if opts.xaxis in METRIC_XAXES:
+        mapped = on_metric(frames, store.arrays(run_id, opts.xaxis))
+        if mapped is None:
+            note = f"{opts.xaxis} is not logged as a growing metric by this run; choose step or time"
+            return {pid: _empty_spec(next(p.title for p in PANELS if p.id == pid), note) for pid in PANEL_IDS}
+        frames, findings = mapped, ()  # findings mark steps: not drawn on a metric axis
     for f in findings:
         pid = next((p for p in PANEL_IDS if f.metric and f.metric in groups[p]), None)
         if pid is not None and f.severity in ("warning", "error"):

@@ -24,8 +24,8 @@ from grpo_dashboard.views.memo import LruCache, SingleFlight
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
-RUN_COLUMNS = ("name", "status", "health", "progress", "elapsed", "ETA", "reward", "forecast", "backend", "started",
-               "id")
+RUN_COLUMNS = ("name", "status", "health", "progress", "elapsed", "ETA", "reward", "forecast", "backend", "tags",
+               "started", "id")
 # Plain glyphs (present in common fonts, unlike emoji on minimal Linux machines).
 STATUS_ICON = {"queued": "◌", "running": "▶", "completed": "✔", "failed": "✖", "canceled": "■"}
 HEALTH_ICON = {"ok": "●", "info": "ℹ", "warning": "▲", "error": "✖"}
@@ -255,13 +255,24 @@ def _badge(severity: str) -> str:
 
 
 # --- runs table ----------------------------------------------------------------------------------------------
+def run_tags(run: Run) -> list[str]:
+    """The run's tags and, as `group:NAME`, its group (from its spec; an imported run is tagged `imported`)."""
+    spec = run_spec(run)
+    if spec is None:
+        return []
+    return [*spec.tags, *([f"group:{spec.group}"] if spec.group else [])]
+
+
 def runs_frame(store: Store, statuses: list[str] | None = None, now: float | None = None,
-               runs: list[Run] | None = None) -> pd.DataFrame:
-    """The runs table, newest first, optionally filtered by status; `runs`: only these (a user's own)."""
+               runs: list[Run] | None = None, tag: str | None = None) -> pd.DataFrame:
+    """The runs table, newest first, optionally filtered by status and by a tag or `group:NAME`; `runs`: only
+    these (a user's own)."""
     now = now or time.time()
     rows = []
     if runs is None:
         runs = store.list_runs(status=list(statuses) if statuses else None)
+    if tag and tag.strip():
+        runs = [r for r in runs if tag.strip() in run_tags(r)]
     saved = store.health_badges() if runs else {}
     cells = store.forecast_cells() if runs else {}
     for run in runs:
@@ -271,7 +282,7 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
             "health": health_badge(store, run, saved), "progress": progress_text(run),
             "elapsed": fmt_duration(elapsed_s(run, now)), "ETA": fmt_duration(eta_s(run, now)),
             "reward": fmt_value(latest.get("reward")), "forecast": forecast_view.forecast_cell(store, run, cells),
-            "backend": run.backend,
+            "backend": run.backend, "tags": ", ".join(run_tags(run)),
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),
             "id": run.id,
         })

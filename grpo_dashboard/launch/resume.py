@@ -1,0 +1,155 @@
+"""Resume a canceled, failed or stopped run from one of its checkpoints, as the same run: its curves continue.
+
+The checkpoints of a run are the `checkpoint` events its job reported (every backend), and for a local run the
+`checkpoint-N` directories in its output directory. Resuming from step N drops the stored points after N (the
+resumed job logs those steps again, from the checkpoint's state), sets `training.resume_from_checkpoint` in the run's
+run.yaml and starts a new job of the same run on its backend; a local job appends to the same metrics.jsonl (its byte
+offsets carry on), a Jobs job gets a new log (its events are renumbered to follow the old ones). Bad input (a run still
+active, no such checkpoint, a checkpoint of another run) raises ResumeError and changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import sys
+import time
+from pathlib import Path
+
+from grpo_dashboard.errors import BackendError, RunNotFound, SpecError
+from grpo_dashboard.launch.backends import backend_for
+from grpo_dashboard.spec.run_spec import HF_JOBS, LOCAL, RunSpec
+from grpo_dashboard.store.db import ACTIVE, Run, RunStatus, Store
+
+CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+
+
+class ResumeError(BackendError):
+    """The run cannot be resumed as asked; the message says why and what to do."""
+
+
+def checkpoints(store: Store, run: Run) -> dict[int, str]:
+    """Step -> path of the run's checkpoints (for a local run, only those still on disk), by step."""
+    found: dict[int, str] = {}
+    for e in store.events(run.id):
+        if e.get("event") == "checkpoint" and isinstance(e.get("step"), int):
+            found[e["step"]] = str(e.get("path") or "")
+    if run.backend == LOCAL:
+        found = {s: p for s, p in found.items() if Path(p).is_dir()}
+        out = Path(run.output_dir or "")
+        if out.is_dir():
+            for d in out.iterdir():
+                m = CHECKPOINT_DIR.match(d.name)
+                if m and d.is_dir():
+                    found.setdefault(int(m.group(1)), str(d))
+    return dict(sorted(found.items()))
+
+
+def checkpoint_before(store: Store, run: Run, step: int) -> tuple[int, str] | None:
+    """The latest checkpoint saved before `step` (a finding's onset: resume from before it went wrong), or None."""
+    before = [(s, p) for s, p in checkpoints(store, run).items() if s < step]
+    return before[-1] if before else None
+
+
+def choose(store: Store, run: Run, checkpoint: int | str | None = None) -> tuple[int, str]:
+    """The (step, path) to resume from: the latest checkpoint, a step number, or a checkpoint path of this run."""
+    found = checkpoints(store, run)
+    listed = ", ".join(str(s) for s in found) or "none"
+    if not found:
+        raise ResumeError(f"Run {run.id} has no checkpoint to resume from (its job saved none). Set "
+                          "training.save_strategy: steps and save_steps in the spec, and launch it again.")
+    if checkpoint is None:
+        step = max(found)
+        return step, found[step]
+    text = str(checkpoint).strip()
+    if text.isdigit():
+        step = int(text)
+        if step not in found:
+            raise ResumeError(f"Run {run.id} has no checkpoint at step {step}; its checkpoints are at steps {listed}. "
+                              f"Pass one of them with --checkpoint, or leave it out for the latest.")
+        return step, found[step]
+    path = Path(text).expanduser().resolve()
+    for step, p in found.items():
+        if p and Path(p).expanduser().resolve() == path:
+            return step, p
+    owner = _owner(store, path)
+    if owner is not None and owner.id != run.id:
+        raise ResumeError(f"Checkpoint {text} belongs to run {owner.id}, not to {run.id}: a run resumes only from its "
+                          f"own checkpoints (steps {listed}). Resume {owner.id} instead, or pick one of these.")
+    raise ResumeError(f"{text} is not a checkpoint of run {run.id} (its checkpoints are at steps {listed}). Pass a "
+                      "step number with --checkpoint, or leave it out for the latest.")
+
+
+def _owner(store: Store, path: Path) -> Run | None:
+    for r in store.list_runs():
+        if r.output_dir and not r.output_dir.startswith("hf://"):
+            out = Path(r.output_dir).expanduser().resolve()
+            if out == path or out in path.parents:
+                return r
+    return None
+
+
+def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, token: str | None = None) -> Run:
+    """Start the run again from a checkpoint (see the module docstring); ResumeError, nothing changed, if it cannot."""
+    if run.status in ACTIVE:
+        raise ResumeError(f"Run {run.id} is still {run.status}; cancel it first (`python -m grpo_dashboard cancel "
+                          f"{run.id}`), then resume it.")
+    if run.backend not in (LOCAL, HF_JOBS):
+        raise ResumeError(f"Run {run.id} ({run.backend}) cannot be resumed here: only local and hf_jobs runs can.")
+    try:
+        spec = RunSpec.from_yaml(run.spec_yaml)
+    except SpecError as exc:
+        raise ResumeError(f"Run {run.id} has no readable spec (imported or recovered run), so it cannot be "
+                          f"resumed: {exc}") from exc
+    step, path = choose(store, run, checkpoint)
+    backend = backend_for(run.backend)
+    token = backend.launch_token(token)
+    resumed = copy.deepcopy(spec)
+    if run.backend == HF_JOBS:
+        from grpo_dashboard.launch.hf_jobs_payload import MOUNT
+
+        path = f"{MOUNT}/output/checkpoint-{step}"  # the bucket folder is mounted there again
+    resumed.training["resume_from_checkpoint"] = path
+    run_dir = Path(run.run_dir)
+    tmp = run_dir / ".run.yaml.tmp"
+    tmp.write_text(resumed.to_job_yaml(), encoding="utf-8")
+    tmp.replace(run_dir / "run.yaml")
+    store.truncate_after(run.id, step)
+    fields: dict[str, object] = dict(status=RunStatus.QUEUED.value, ended_at=None, error=None, exit_code=None,
+                                     cancel_requested_at=None, pid=None, pid_start=None, last_step=step)
+    if run.backend == HF_JOBS:
+        store.shift_events(run.id)
+        fields.update(ingest_offset=0, external_id=None)
+    store.update_run(run.id, **fields)
+    with open(run_dir / "job.log", "a", encoding="utf-8") as f:
+        f.write(f"\n--- resumed from checkpoint {step} ({path}) at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n")
+    return backend.submit(store, store.get_run(run.id), resumed, token, run_dir)
+
+
+def resume_main(argv: list[str]) -> int:
+    """resume RUN [--checkpoint N|PATH] [--wait]: continue a run from its latest or a chosen checkpoint."""
+    from grpo_dashboard.launch.runs import wait
+
+    p = argparse.ArgumentParser(prog="resume", description="Continue a canceled, failed or stopped run from its "
+                                "latest (or a chosen) checkpoint; its curves carry on.")
+    p.add_argument("run", help="Run id, unique id prefix, or name.")
+    p.add_argument("--checkpoint", help="Checkpoint step (or path) to resume from (default: the latest).")
+    p.add_argument("--wait", action="store_true", help="Follow the run until it ends; exit code reflects the result.")
+    args = p.parse_args(argv)
+    store = Store()
+    try:
+        run = resume_run(store, store.find_run(args.run), args.checkpoint)
+    except RunNotFound as exc:
+        print(str(exc), file=sys.stderr)
+        return 3
+    except BackendError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    print(f"resumed {run.id} from step {run.last_step} ({run.status})")
+    if not args.wait:
+        return 0 if run.status != RunStatus.FAILED.value else 1
+    run = wait(store, run, on_update=lambda r: print(f"  {r.status} step {r.last_step or 0}/{r.max_steps or '?'}",
+                                                     flush=True))
+    print(f"{run.id}: {run.status}" + (f" — {run.error}" if run.error else ""))
+    return {RunStatus.COMPLETED.value: 0, RunStatus.CANCELED.value: 4}.get(run.status, 1)

@@ -1,0 +1,96 @@
+"""`import-trl RECIPE -o SPEC` and `export-trl SPEC -o RECIPE`: TRL configs in and out, from the command line.
+
+Exit codes as the CLI's: 0 done; 1 the file cannot be mapped (every problem printed, nothing written); 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from grpo_dashboard.errors import SpecError
+
+
+def import_trl_main(argv: list[str]) -> int:
+    """import-trl RECIPE [-o SPEC] [--trl-version V] [--name N] [--model M] [--dataset D] [--reward R]... [--json]"""
+    from grpo_dashboard.spec.trl_import import TRL_DEFAULTS, import_trl
+
+    p = argparse.ArgumentParser(prog="import-trl", description="Map a flat TRL config (trl grpo --config, open-r1, "
+                                "Unsloth, paper recipes) to a run spec, parsing it with TRL's own parser.")
+    p.add_argument("recipe", help="The TRL YAML config.")
+    p.add_argument("-o", "--output", help="Where to write the spec (default: print it).")
+    p.add_argument("--trl-version", choices=list(TRL_DEFAULTS), help="The TRL release the recipe was written for: "
+                   "its defaults that 1.16 changed are written out (default: inferred from the keys).")
+    p.add_argument("--name", help="Run name (default: the file name).")
+    p.add_argument("--model", help="Model for a recipe that names none (papers, scripts with a hard-coded one).")
+    p.add_argument("--dataset", help="Hub dataset for a recipe that names none.")
+    p.add_argument("--reward", action="append", help="A reward to add (TRL name, open-r1 name, built-in or dotted "
+                   "path); repeatable.")
+    p.add_argument("--json", action="store_true", help="Print the mapping table and the spec as JSON.")
+    args = p.parse_args(argv)
+    if not Path(args.recipe).is_file():
+        print(f"Recipe file {args.recipe!r} does not exist.", file=sys.stderr)
+        return 2
+    overrides = {"model": args.model, "dataset": args.dataset, "rewards": args.reward or []}
+    try:
+        result = import_trl(args.recipe, args.trl_version, name=args.name, overrides=overrides)
+    except SpecError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    text = result.spec.to_yaml()
+    if args.json:
+        print(json.dumps({"trl_version": result.trl_version, "version_reason": result.version_reason,
+                          "trl_check": result.trl_check, "rows": [r.to_dict() for r in result.rows],
+                          "spec": result.spec.to_dict()}, indent=2, default=str))
+    else:
+        print(result.table(), file=sys.stderr)
+        print(f"\nTRL defaults: {result.trl_version} ({result.version_reason}).", file=sys.stderr)
+        if result.trl_check:
+            print(f"TRL's own check with one process on this machine: {result.trl_check}", file=sys.stderr)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}; check it with `python -m grpo_dashboard validate {args.output}`.",
+              file=sys.stderr)
+    elif not args.json:
+        print(text)
+    return 0
+
+
+def export_trl_main(argv: list[str]) -> int:
+    """export-trl SPEC [-o RECIPE]: the flat TRL config of a spec, its rewards module, and the command lines."""
+    from grpo_dashboard.spec.run_spec import RunSpec
+    from grpo_dashboard.spec.trl_export import export_trl
+
+    p = argparse.ArgumentParser(prog="export-trl", description="Write a run spec as a flat YAML that `trl grpo "
+                                "--config` accepts, plus the equivalent trl / accelerate / hf jobs command lines.")
+    p.add_argument("spec", help="The run spec YAML.")
+    p.add_argument("-o", "--output", default=None, help="Where to write the recipe (default: print it).")
+    args = p.parse_args(argv)
+    if not Path(args.spec).is_file():
+        print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)
+        return 2
+    out = Path(args.output) if args.output else Path("recipe.yaml")
+    try:
+        spec = RunSpec.from_file(args.spec)
+        export = export_trl(spec, out)
+    except SpecError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    if not args.output:
+        print(export.yaml_text)
+        if export.rewards_module:
+            print(f"# {export.rewards_module_name}.py (needed beside the recipe):\n{export.rewards_module}")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(export.yaml_text, encoding="utf-8")
+        print(f"wrote {out}", file=sys.stderr)
+        if export.rewards_module:
+            module = out.parent / f"{export.rewards_module_name}.py"
+            module.write_text(export.rewards_module, encoding="utf-8")
+            print(f"wrote {module} (reward_funcs import it: run trl from {out.parent})", file=sys.stderr)
+    for kind, command in export.commands.items():
+        print(f"{kind:>10}: {command}", file=sys.stderr)
+    return 0

@@ -1,0 +1,229 @@
+"""Export a run spec as a flat TRL config that `trl grpo --config` accepts, with the equivalent command lines.
+
+Every setting TRL has a key for is written as that key (model, LoRA/QLoRA, dataset or mixture, GRPOConfig fields,
+rewards, `num_processes` / `accelerate_config`, `env`). What TRL has no key for (the run name, the prompt mapping,
+reward parameters, backend and health settings) rides in one `# grpo-dashboard:` comment line, which TRL ignores and
+`trl_import` reads back, so `import_trl(export_trl(spec))` gives the spec again. Rewards that are not one of TRL's own
+are reached through a generated module beside the recipe (`<recipe>_rewards.py`) that builds this dashboard's
+built-ins; `reward_funcs` names them by dotted path, as TRL's grpo script expects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpo_dashboard.errors import FieldError, SpecError
+from grpo_dashboard.spec import trl_keys
+from grpo_dashboard.spec.jobfiles import JOB_SCRIPT, JOBS_DIR
+from grpo_dashboard.spec.run_spec import BackendSpec, DatasetSpec, HealthSpec, LoraSpec, RewardSpec, RunSpec
+from grpo_dashboard.spec.trl_import import HEADER
+from grpo_dashboard.spec.trl_rewards import GENERATED, TRL_REWARDS
+
+
+@dataclass
+class Export:
+    """The flat YAML, the rewards module it needs (None: only TRL's own rewards), and the equivalent commands."""
+
+    yaml_text: str
+    rewards_module: str | None
+    rewards_module_name: str
+    commands: dict[str, str]
+
+
+def _trl_name(r: RewardSpec) -> str | None:
+    """TRL's own reward of the same name and behaviour, or None."""
+    entry = TRL_REWARDS.get(r.name)
+    if entry and not r.function and not r.model and (r.builtin or r.name) == entry[0] and r.params == entry[1]:
+        return r.name
+    return None
+
+
+def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml") -> Export:
+    """The flat TRL config of `spec` (SpecError when a setting cannot be written as TRL keys)."""
+    path = Path(recipe_path)
+    module = re.sub(r"\W+", "_", f"{path.stem}_rewards")
+    if not module[0].isalpha():
+        module = f"r_{module}"
+    flat: dict[str, Any] = {}
+    header: dict[str, Any] = {"name": spec.name}
+    m, d = spec.model, spec.dataset
+    if m.name_or_path:
+        flat["model_name_or_path"] = m.name_or_path
+    if m.revision:
+        flat["model_revision"] = m.revision
+    flat["dtype"] = m.dtype
+    if m.attn_implementation:
+        flat["attn_implementation"] = m.attn_implementation
+    if m.trust_remote_code:
+        flat["trust_remote_code"] = True
+    model_header = {k: getattr(m, k) for k in ("build_tiny", "chat_template") if getattr(m, k)}
+    if m.lora is not None:
+        flat["use_peft"] = True
+        for key, name in trl_keys.LORA_KEYS.items():
+            value = getattr(m.lora, name)
+            if value is not None:
+                flat[key] = value
+        if m.lora.bias != LoraSpec().bias:
+            model_header["lora"] = dataclasses.asdict(m.lora)
+    if m.quantization is not None:
+        q = m.quantization
+        flat["load_in_4bit" if q.bits == 4 else "load_in_8bit"] = True
+        for key, name in trl_keys.QUANT_KEYS.items():
+            if getattr(q, name) is not None:
+                flat[key] = getattr(q, name)
+    if model_header:
+        header["model"] = model_header
+    _dataset(d, flat)
+    dataset_header = {k: getattr(d, k) for k in ("prompt_column", "prompt_template", "system_prompt",
+                                                 "conversational", "eval_data_files", "revision")
+                      if getattr(d, k) != getattr(DatasetSpec(), k)}
+    if dataset_header:
+        header["dataset"] = dataset_header
+    rewards_py = _rewards(spec, flat, module)
+    header["rewards"] = [_plain(dataclasses.asdict(r)) for r in spec.rewards]
+    flat.update(spec.training)
+    if spec.output_dir:
+        flat["output_dir"] = spec.output_dir
+    b = spec.backend
+    if b.num_processes > 1:
+        flat["num_processes"] = b.num_processes
+    if b.accelerate_config:
+        flat["accelerate_config"] = b.accelerate_config
+    if b.env:
+        flat["env"] = dict(b.env)
+    backend = {k: v for k, v in dataclasses.asdict(b).items() if k not in ("num_processes", "accelerate_config", "env")
+               and v != getattr(BackendSpec(), k)}
+    if backend:
+        header["backend"] = backend
+    if spec.generation is not None:
+        header["generation"] = dataclasses.asdict(spec.generation)
+    health = {k: v for k, v in dataclasses.asdict(spec.health).items() if v != getattr(HealthSpec(), k)}
+    if health:
+        header["health"] = health
+    for key in ("description", "tags", "group"):
+        if getattr(spec, key):
+            header[key] = getattr(spec, key)
+    if not spec.save_model:
+        header["save_model"] = False
+    lines = [f"# Exported by grpo-dashboard from spec {spec.name!r}: run it with `trl grpo --config {path.name}`.",
+             "# The next line holds what TRL has no key for; `python -m grpo_dashboard import-trl` reads it back.",
+             HEADER + json.dumps(header, ensure_ascii=False, separators=(",", ":"))]
+    text = "\n".join(lines) + "\n" + yaml.dump(flat, Dumper=_Dumper, sort_keys=False, allow_unicode=True,
+                                               default_flow_style=False, width=1000)
+    return Export(text, rewards_py, module, commands(spec, path))
+
+
+def _dataset(d: DatasetSpec, flat: dict[str, Any]) -> None:
+    if d.mixture:
+        flat["datasets"] = [dict(e) for e in d.mixture]
+        if d.streaming:
+            flat["streaming"] = True
+        if d.test_split_size is not None:
+            flat["test_split_size"] = d.test_split_size
+        return
+    if d.data_files:
+        from grpo_dashboard.spec.jobfiles import job_module
+
+        first = d.data_files if isinstance(d.data_files, str) else d.data_files[0]
+        builder = job_module().DATA_FILE_TYPES.get(Path(first).suffix.lower(), "json")
+        flat["datasets"] = [{"path": builder, "data_files": d.data_files}]
+        return
+    if d.path:
+        flat["dataset_name"] = d.path
+    if d.config:
+        flat["dataset_config"] = d.config
+    flat["dataset_train_split"] = d.split
+    if d.eval_split:
+        flat["dataset_test_split"] = d.eval_split
+    if d.streaming:
+        flat["dataset_streaming"] = True
+
+
+def _rewards(spec: RunSpec, flat: dict[str, Any], module: str) -> str | None:
+    funcs: list[str] = []
+    generated: dict[str, dict[str, Any]] = {}
+    for i, r in enumerate(spec.rewards):
+        if r.model:
+            if i != 0 or "reward_model_name_or_path" in flat:
+                raise SpecError([FieldError(f"rewards[{i}].model", r.model, "cannot be exported: TRL's grpo script "
+                                            "takes one reward model (reward_model_name_or_path), scored first. Move "
+                                            "it to the first entry, or keep only one.")])
+            flat["reward_model_name_or_path"] = r.model
+            continue
+        trl = _trl_name(r)
+        if trl:
+            funcs.append(trl)
+            continue
+        attr = re.sub(r"\W+", "_", r.name)
+        attr = attr if attr[:1].isalpha() else f"r_{attr}"
+        while attr in generated:
+            attr += "_"
+        generated[attr] = _plain(dataclasses.asdict(r))
+        funcs.append(f"{module}.{attr}")
+    if funcs:
+        flat["reward_funcs"] = funcs
+    if spec.rewards:
+        flat["reward_weights"] = [r.weight for r in spec.rewards]
+    if not generated:
+        return None
+    return (f"{GENERATED}: the rewards of spec {spec.name!r} for `trl grpo` (edit the spec, not this file).\n"
+            f'"""Each name is one reward of the spec, built by the dashboard\'s job module grpo_rewards.py."""\n\n'
+            "import sys\n\n"
+            f"sys.path.insert(0, {str(JOBS_DIR)!r})\n"
+            "import grpo_rewards  # noqa: E402\n\n"
+            f"REWARD_SPECS = {generated!r}\n"
+            "for _attr, _r in REWARD_SPECS.items():\n"
+            "    globals()[_attr] = grpo_rewards.build_reward(_r['name'], _r.get('builtin'), _r.get('function'),\n"
+            "                                                 _r.get('params') or {})\n")
+
+
+def _plain(d: dict[str, Any]) -> dict[str, Any]:
+    defaults = dataclasses.asdict(RewardSpec())
+    return {k: v for k, v in d.items() if k == "name" or v != defaults.get(k)}
+
+
+def commands(spec: RunSpec, recipe: Path) -> dict[str, str]:
+    """The equivalent command lines: `trl grpo`, `accelerate launch` of TRL's script, and HF Jobs of our job."""
+    import trl
+
+    b = spec.backend
+    script = Path(trl.__file__).parent / "scripts" / "grpo.py"
+    launch = ["accelerate", "launch"]
+    if b.num_processes > 1:
+        launch += ["--num_processes", str(b.num_processes)]
+    if b.accelerate_config:
+        from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS
+
+        cfg = (Path(trl.__file__).parent / "accelerate_configs" / f"{b.accelerate_config}.yaml"
+               if b.accelerate_config in ACCELERATE_CONFIGS else Path(b.accelerate_config))
+        launch += ["--config_file", str(cfg)]
+    secrets = " ".join(f"--secrets {n}" for n in ["HF_TOKEN", *b.secrets])
+    env = " ".join(f"--env {shlex.quote(f'{k}={v}')}" for k, v in b.env.items())
+    from grpo_dashboard.spec.job_deps import job_deps
+
+    flavor = b.flavor or "a10g-small"
+    withs = " ".join(f"--with {shlex.quote(d.pip)}" for d in job_deps(spec))
+    jobs = (f"hf jobs run --flavor {flavor} {secrets} {env} ".replace("  ", " ") +
+            f"-v hf://buckets/{b.namespace or 'YOU'}/jobs-artifacts/{spec.name}:/data:rw "
+            f"ghcr.io/astral-sh/uv:python3.12-bookworm uv run {withs} /data/{JOB_SCRIPT.name} "
+            f"--config /data/run.yaml".replace("  ", " ") +
+            f"   # the bucket folder holds jobs/*.py ({JOB_SCRIPT.name}, grpo_rewards.py, ...) and the spec's "
+            "run.yaml")
+    return {
+        "trl": f"trl grpo --config {shlex.quote(str(recipe))}",
+        "accelerate": shlex.join([*launch, str(script), "--config", str(recipe)]),
+        "hf_jobs": jobs,
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True

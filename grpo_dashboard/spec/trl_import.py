@@ -1,0 +1,527 @@
+"""Import a flat TRL config (`trl grpo --config`, open-r1, Unsloth or paper recipes) as a run spec.
+
+The file is parsed by TRL's own parser (`TrlParser` over `GRPOScriptArguments`, `GRPOConfig`, `ModelConfig` and
+`DatasetMixtureConfig`, a fresh one per file: it keeps the defaults it was given). Every key is then mapped to the
+spec, and each step is one row of the mapping table: mapped as it is, converted (renamed keys, open-r1's reward
+names, dotted reward paths, `vllm_device`), pinned (a default of the recipe's TRL version that 1.16 changed, written
+out explicitly), dropped (TRL 1.16 no longer has it) or unsupported (with the reason). A key that neither TRL nor a
+known recipe format has is an error that names it; nothing is written then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_dashboard.errors import FieldError, SpecError
+from grpo_dashboard.spec import safe_yaml, trl_keys
+from grpo_dashboard.spec.run_spec import GenerationSpec, LoraSpec, QuantizationSpec, RewardSpec, RunSpec
+from grpo_dashboard.spec.trl_rewards import (
+    OPEN_R1_REWARDS,
+    TRL_REWARDS,
+    dotted_function,
+    generated_reward,
+    reward_name,
+)
+
+HEADER = "# grpo-dashboard: "  # the line trl_export writes for what TRL has no key for
+LATEST = "1.16"
+# Defaults of older TRL releases that TRL 1.16 changed (GRPOConfig); a recipe written for one of them trains a
+# different algorithm under 1.16 unless they are written out. `vllm_mode` only matters with use_vllm.
+TRL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "0.14": {"beta": 0.04, "loss_type": "grpo", "max_completion_length": 256},
+    "0.16": {"beta": 0.04, "loss_type": "bnpo", "max_completion_length": 256},
+    "0.18": {"beta": 0.04, "loss_type": "bnpo", "vllm_mode": "server", "max_completion_length": 256},
+    LATEST: {},
+}
+# Keys that exist only in older TRL/transformers: their presence tells which release a recipe was written for.
+VERSION_MARKERS = (("vllm_device", "0.16"), ("torch_dtype", "0.18"), ("max_prompt_length", "0.18"),
+                   ("overwrite_output_dir", "0.18"), ("warmup_ratio", "0.18"))
+@dataclass
+class Row:
+    """One line of the mapping table."""
+
+    key: str
+    value: Any
+    action: str  # mapped | converted | pinned | dropped | unsupported
+    target: str | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class ImportResult:
+    """The spec, the mapping table, the TRL version whose defaults were applied, and TRL's own check."""
+
+    spec: RunSpec
+    rows: list[Row] = field(default_factory=list)
+    trl_version: str = LATEST
+    version_reason: str = ""
+    trl_check: str | None = None
+
+    def table(self) -> str:
+        """The mapping table as aligned text."""
+        lines = [f"{'KEY':<34} {'ACTION':<11} {'SPEC FIELD':<38} NOTE"]
+        for r in self.rows:
+            lines.append(f"{r.key:<34} {r.action:<11} {r.target or '-':<38} {r.note}".rstrip())
+        return "\n".join(lines)
+
+
+# --- parsing with TRL's parser --------------------------------------------------------------------------------
+def read_config(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recipe's mapping and its header (what an export wrote for what TRL has no key for; {} otherwise)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        problem = FieldError("(file)", str(path), f"cannot be read: {exc}. Give a readable YAML file.")
+        raise SpecError([problem]) from exc
+    data = safe_yaml.load(text)
+    if not isinstance(data, dict):
+        raise SpecError([FieldError("(file)", str(path), "must be a YAML mapping of TRL config keys.")])
+    header: dict[str, Any] = {}
+    for line in text.splitlines():
+        if line.startswith(HEADER):
+            try:
+                header = json.loads(line[len(HEADER):])
+            except ValueError as exc:
+                raise SpecError([FieldError("(file)", str(path), f"has a broken `{HEADER.strip()}` line ({exc}); "
+                                            "export the spec again or remove the line.")]) from exc
+    return data, header
+
+
+def trl_parser() -> Any:
+    """A fresh TrlParser over the dataclasses of TRL's `grpo` script (trl/scripts/grpo.py `make_parser`)."""
+    from trl.scripts.grpo import make_parser
+
+    return make_parser()
+
+
+def parse_with_trl(config: dict[str, Any]) -> tuple[dict[str, Any], list[str], str | None]:
+    """Values TRL's parser gives the config's keys, the keys it does not know, and TRL's own cross-field check.
+
+    The check builds the dataclasses as `trl grpo` does; on a machine without a GPU, bf16/tf32 are cleared for the
+    check only (they need one) and the message of any other refusal is returned (None: accepted).
+    """
+    config = {k: v for k, v in config.items() if k != "env"}
+    parser = trl_parser()
+    remaining = parser.set_defaults_with_config(**config)
+    unknown = [remaining[i][2:] for i in range(0, len(remaining), 2)]
+    namespace, _ = parser.parse_known_args([])
+    values = {k: getattr(namespace, k) for k in config if k not in unknown and hasattr(namespace, k)}
+    return values, unknown, trl_check(config, unknown)
+
+
+def trl_check(config: dict[str, Any], unknown: list[str]) -> str | None:
+    """TRL's own construction of the config's dataclasses (`__post_init__` checks); None when it accepts it."""
+    known = {k: v for k, v in config.items() if k not in unknown and k not in trl_keys.LAUNCH_KEYS}
+    if not _has_gpu():
+        known.update(use_cpu=True, bf16=False, tf32=None, fp16=False)
+    parser = trl_parser()
+    parser.set_defaults_with_config(**known)
+    try:
+        parser.parse_args_into_dataclasses(args=[], return_remaining_strings=True)
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return None
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# --- mapping --------------------------------------------------------------------------------------------------
+def infer_version(config: dict[str, Any]) -> tuple[str, str]:
+    """The TRL release a recipe was written for, and why: keys that exist only in older releases, else 1.16."""
+    for key, version in VERSION_MARKERS:
+        if key in config:
+            return version, f"it sets `{key}`, which only TRL ≤ {version} knows"
+    return LATEST, "no key of an older TRL release"
+
+
+def import_trl(path: str | Path, trl_version: str | None = None, name: str | None = None,
+               overrides: dict[str, Any] | None = None) -> ImportResult:
+    """Parse a flat TRL config with TRL's parser and map it to a run spec (SpecError naming the key when it cannot).
+
+    `overrides`: what the recipe lacks, e.g. {"model": "Qwen/...", "dataset": "owner/data", "rewards": ["..."]}.
+    """
+    path = Path(path)
+    config, header = read_config(path)
+    if trl_version is not None and trl_version not in TRL_DEFAULTS:
+        raise SpecError([FieldError("--trl-version", trl_version, f"must be one of {', '.join(TRL_DEFAULTS)} (the "
+                                    "releases whose changed defaults are known).")])
+    version, reason = (trl_version, "given with --trl-version") if trl_version else infer_version(config)
+    values, unknown, check = parse_with_trl(config)
+    m = _Mapper(path, config, values, header)
+    errors = [m.unknown_key_error(k) for k in unknown if k not in trl_keys.FOREIGN and k not in trl_keys.UNSUPPORTED
+              and k not in trl_keys.REWARD_PARAM_KEYS and k not in trl_keys.LAUNCH_KEYS]
+    if errors:
+        raise SpecError(errors)
+    m.run(unknown, overrides or {})
+    m.pin_defaults(version)
+    m.apply_header()
+    if name:
+        m.spec.name = name
+    elif not m.spec.name:
+        m.spec.name = re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem).strip("-") or "imported"
+    if not header:
+        m.infer_processes()
+        m.infer_server()
+    if m.errors:
+        raise SpecError(m.errors)
+    return ImportResult(m.spec, m.rows, version, reason, check)
+
+
+class _Mapper:
+    def __init__(self, path: Path, config: dict[str, Any], values: dict[str, Any], header: dict[str, Any]) -> None:
+        from grpo_dashboard.spec import trl_fields
+
+        self.path, self.config, self.values, self.header = path, config, values, header
+        self.fields = trl_fields.grpo_fields()
+        self.spec = RunSpec()
+        self.rows: list[Row] = []
+        self.errors: list[FieldError] = []
+        self.reward_params: dict[str, dict[str, Any]] = {}
+        self._kept: list[bool] = []  # per reward_funcs entry: whether it became a spec reward (for its weight)
+
+    def row(self, key: str, action: str, target: str | None, note: str = "") -> None:
+        self.rows.append(Row(key, self.config.get(key), action, target, note))
+
+    def unknown_key_error(self, key: str) -> FieldError:
+        known = [*self.fields, *trl_keys.MODEL_KEYS, *trl_keys.LORA_KEYS, *trl_keys.DATASET_KEYS, *trl_keys.FOREIGN]
+        close = difflib.get_close_matches(key, known, n=2)
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        return FieldError(key, self.config.get(key), f"is not a key of TRL {LATEST} (GRPOConfig, ModelConfig, the "
+                          f"grpo script's arguments) nor of a recipe format this importer knows (open-r1, Unsloth)."
+                          f"{hint} Fix or remove it in {self.path}; nothing was written.")
+
+    # Each known key goes to one place; the order of the table follows the file.
+    def run(self, unknown: list[str], overrides: dict[str, Any]) -> None:
+        s, v = self.spec, self.values
+        lora: dict[str, Any] = {}
+        for key in self.config:
+            if key == "env":
+                env = self.config["env"]
+                if isinstance(env, dict):
+                    s.backend.env.update({str(k): str(x) for k, x in env.items()})
+                self.row(key, "mapped", "backend.env")
+            elif key in unknown:
+                self._foreign(key)
+            elif key in trl_keys.MODEL_KEYS:
+                target = trl_keys.MODEL_KEYS[key]
+                value = v[key]
+                if key == "model_revision" and value == "main":
+                    value = None
+                setattr(s.model, target.split(".")[1], value)
+                self.row(key, "mapped", target)
+            elif key in trl_keys.LORA_KEYS:
+                lora[trl_keys.LORA_KEYS[key]] = v[key]
+                self.row(key, "mapped", f"model.lora.{trl_keys.LORA_KEYS[key]}")
+            elif key in trl_keys.DATASET_KEYS:
+                self._dataset(key, v[key])
+            elif key in trl_keys.QUANT_KEYS or key in ("load_in_4bit", "load_in_8bit"):
+                self._quant(key, v[key])
+            elif key == "use_peft":
+                self.row(key, "mapped", "model.lora", "LoRA on" if v[key] else "LoRA off")
+            elif key == "output_dir":
+                s.output_dir = str(v[key])
+                self.row(key, "mapped", "output_dir")
+            elif key in ("reward_funcs", "reward_model_name_or_path", "reward_weights"):
+                pass  # after the loop: they depend on each other
+            elif key == "ignore_bias_buffers":
+                self.row(key, "dropped", None, "a DDP debug switch of TRL's scripts that the grpo script never reads")
+            elif key == "logging_nan_inf_filter":
+                self.row(key, "dropped", None, "the job always sets it to false so NaN/Inf losses reach the dashboard")
+            elif key in self.fields:
+                value = v[key]
+                if key == "scale_rewards" and isinstance(value, bool):
+                    value = "group" if value else "none"
+                    self.row(key, "converted", f"training.{key}", f"TRL ≥ 0.20 names {self.config[key]!r} {value!r}")
+                else:
+                    self.row(key, "mapped", f"training.{key}")
+                s.training[key] = value
+        if v.get("use_peft") or (self.config.get("use_peft") and "use_peft" not in v):
+            s.model.lora = LoraSpec(**{"target_modules": None, **lora})
+        elif lora:
+            for r in self.rows:
+                if r.target and r.target.startswith("model.lora."):
+                    r.action, r.note = "dropped", "use_peft is off, so TRL ignores the LoRA keys"
+        self._rewards(overrides)
+        if overrides.get("model"):
+            s.model.name_or_path = str(overrides["model"])
+            self.rows.append(Row("(--model)", overrides["model"], "mapped", "model.name_or_path", "given on the "
+                                 "command line: the recipe names no model"))
+        if overrides.get("dataset"):
+            s.dataset.path = str(overrides["dataset"])
+            self.rows.append(Row("(--dataset)", overrides["dataset"], "mapped", "dataset.path", "given on the "
+                                 "command line: the recipe names no dataset"))
+        if overrides.get("dataset_config"):
+            s.dataset.config = str(overrides["dataset_config"])
+        if self._eval_on() and s.dataset.eval_split is None and not s.dataset.mixture:
+            s.dataset.eval_split = "test"
+            self.rows.append(Row("(dataset_test_split)", "test", "converted", "dataset.eval_split",
+                                 "TRL's default test split: the recipe evaluates (eval_strategy/do_eval)"))
+
+    def _eval_on(self) -> bool:
+        t = self.spec.training
+        return str(t.get("eval_strategy", "no")) != "no"
+
+    def _dataset(self, key: str, value: Any) -> None:
+        d = self.spec.dataset
+        target = trl_keys.DATASET_KEYS[key]
+        if key == "datasets":
+            entries = [dataclasses.asdict(x) if dataclasses.is_dataclass(x) else dict(x) for x in (value or [])]
+            entries = [{k: x for k, x in e.items() if x is not None and not (k == "split" and x == "train")}
+                       for e in entries]
+            single = entries[0] if len(entries) == 1 else None
+            if single and single.get("path") in ("json", "csv", "parquet") and single.get("data_files") and \
+                    set(single) <= {"path", "data_files"}:
+                d.data_files = single["data_files"]
+                self.row(key, "converted", "dataset.data_files", f"one local {single['path']} dataset")
+                return
+            d.mixture = entries or None
+        elif key == "dataset_test_split":
+            d.eval_split = value
+        else:
+            setattr(d, target, value)
+        self.row(key, "mapped", f"dataset.{target}")
+
+    def _quant(self, key: str, value: Any) -> None:
+        m = self.spec.model
+        if key in ("load_in_4bit", "load_in_8bit"):
+            if value:
+                m.quantization = m.quantization or QuantizationSpec()
+                m.quantization.bits = 4 if key == "load_in_4bit" else 8
+            self.row(key, "mapped", "model.quantization.bits", "QLoRA through bitsandbytes" if value else "off")
+            return
+        q = m.quantization
+        if q is None:
+            m.quantization = q = QuantizationSpec()
+        setattr(q, trl_keys.QUANT_KEYS[key], value)
+        self.row(key, "mapped", f"model.quantization.{trl_keys.QUANT_KEYS[key]}")
+
+    def _foreign(self, key: str) -> None:
+        value = self.config[key]
+        s = self.spec
+        if key in trl_keys.LAUNCH_KEYS:
+            if key == "num_processes":
+                s.backend.num_processes = int(value)
+            else:
+                s.backend.accelerate_config = str(value)
+            self.row(key, "mapped", trl_keys.LAUNCH_KEYS[key], "a `trl` command key (accelerate launch)")
+            return
+        if key in trl_keys.UNSUPPORTED:
+            self.row(key, "unsupported", None, trl_keys.UNSUPPORTED[key])
+            return
+        if key in trl_keys.REWARD_PARAM_KEYS:
+            builtin, param = trl_keys.REWARD_PARAM_KEYS[key]
+            self.reward_params.setdefault(builtin, {})[param] = value
+            self.row(key, "converted", f"rewards[{builtin}].params.{param}", "open-r1 reward parameter")
+            return
+        target, how = trl_keys.FOREIGN[key]
+        if target is None:
+            self.row(key, "dropped", None, how)
+            return
+        if key == "vllm_device":
+            s.training["vllm_mode"] = "server"
+            self.row(key, "converted", target, f"{how}; vllm_device was {value!r}")
+            return
+        if key == "use_gradient_checkpointing":
+            value = value in (True, "unsloth", "true", "True")
+        if key == "gpu_memory_utilization":
+            s.training["vllm_mode"] = "colocate"
+            how += "; Unsloth runs vLLM inside the training process (vllm_mode: colocate)"
+        if key == "warmup_ratio":
+            value = float(value)
+        if key == "torch_dtype" and value not in ("auto", "float32", "float16", "bfloat16"):
+            value = str(value).replace("torch.", "")
+        section, _, rest = target.partition(".")
+        if section == "training":
+            s.training[rest] = value
+        elif section == "backend":
+            s.backend.env[rest.split(".", 1)[1]] = str(value)
+        else:
+            setattr(getattr(s, section), rest, value)
+        self.row(key, "converted", target, how)
+
+    def _rewards(self, overrides: dict[str, Any]) -> None:
+        v, s = self.values, self.spec
+        names = list(v.get("reward_funcs") or [])
+        if isinstance(v.get("reward_funcs"), str):
+            names = [v["reward_funcs"]]
+        rewards: list[RewardSpec] = []
+        if v.get("reward_model_name_or_path"):
+            model = str(v["reward_model_name_or_path"])
+            rewards.append(RewardSpec(name=reward_name(model.rstrip("/").split("/")[-1]), model=model))
+            self.row("reward_model_name_or_path", "mapped", "rewards[0].model", "TRL puts the reward model first")
+        extra = [str(x) for x in overrides.get("rewards") or []]
+        for i, fn in enumerate([*names, *extra]):
+            given = i >= len(names)
+            reward = self._reward(str(fn), given)
+            if reward is not None:
+                rewards.append(reward)
+        weights = v.get("reward_weights")
+        if weights is not None:
+            # TRL's order: the reward model first, then reward_funcs (entries that became no reward keep no weight).
+            keep = [True] * (1 if v.get("reward_model_name_or_path") else 0) + self._kept
+            kept = [w for w, k in zip(weights, keep, strict=False) if k]
+            for r, w in zip(rewards, kept, strict=False):
+                r.weight = float(w)
+            self.row("reward_weights", "mapped", "rewards[*].weight", "one weight per reward entry")
+        s.rewards = rewards
+
+    def _reward(self, fn: str, given: bool) -> RewardSpec | None:
+        key = "(--reward)" if given else "reward_funcs"
+        generated = generated_reward(fn, self.path.parent)
+        if generated is not None:
+            self._kept.append(True)
+            self.rows.append(Row(key, fn, "converted", f"rewards[{generated.name}]", "from the exported rewards "
+                                 "module (its spec entry)"))
+            return generated
+        if fn in TRL_REWARDS:
+            builtin, params = TRL_REWARDS[fn]
+            self._kept.append(True)
+            self.rows.append(Row(key, fn, "converted", f"rewards[{fn}]", f"TRL's {fn} is the {builtin} built-in"))
+            return RewardSpec(name=fn, builtin=builtin, params=dict(params))
+        if fn in OPEN_R1_REWARDS:
+            target = OPEN_R1_REWARDS[fn]
+            if isinstance(target, str):
+                self._kept.append(False)
+                self.rows.append(Row(key, fn, "unsupported", None, f"open-r1's {fn!r} reward: {target}"))
+                return None
+            builtin, params = target
+            params = {**params, **self.reward_params.get(builtin, {})}
+            if fn == "code_format":
+                lang = str(self.reward_params.get("regex", {}).get("language", self.config.get("code_language",
+                                                                                               "python")))
+                params = {"pattern": rf"^<think>\n.*?\n</think>\n<answer>\n.*?```{lang}.*?```.*?\n</answer>$",
+                          "full": True}
+            self._kept.append(True)
+            self.rows.append(Row(key, fn, "converted", f"rewards[{fn}]", f"open-r1's {fn!r} as the {builtin} "
+                                 f"built-in" + (f" with {sorted(params)}" if params and builtin != "python" else "")))
+            return RewardSpec(name=fn, builtin=builtin, params=params)
+        if "." in fn:
+            self._kept.append(True)
+            function, problem = dotted_function(fn, self.path.parent)
+            if function is None:
+                self.errors.append(FieldError(key, fn, f"{problem}; nothing was written."))
+                return None
+            name = reward_name(fn.rsplit(".", 1)[1])
+            self.rows.append(Row(key, fn, "converted", f"rewards[{name}].function", f"dotted path → {function}"))
+            return RewardSpec(name=name, function=function)
+        from grpo_dashboard.spec.jobfiles import rewards_module
+
+        if fn in rewards_module().REWARDS:
+            self._kept.append(True)
+            self.rows.append(Row(key, fn, "mapped", f"rewards[{fn}]", "a built-in of this dashboard"))
+            return RewardSpec(name=fn)
+        self._kept.append(False)
+        self.errors.append(FieldError(f"{key}", fn, "is neither one of TRL's rewards "
+                                      f"({', '.join(TRL_REWARDS)}), nor an open-r1 reward name, nor a dotted import "
+                                      "path like 'my_lib.rewards.my_reward'. Fix the name; nothing was written."))
+        return None
+
+    def pin_defaults(self, version: str) -> None:
+        t = self.spec.training
+        for key, old in TRL_DEFAULTS[version].items():
+            if key in t or key not in self.fields:
+                continue
+            if key == "vllm_mode" and not t.get("use_vllm"):
+                continue
+            new = self.fields[key].default
+            if old != new:
+                t[key] = old
+                self.rows.append(Row(f"({key})", old, "pinned", f"training.{key}",
+                                     f"TRL {version}'s default, written out: TRL {LATEST}'s is {new!r}"))
+
+    def apply_header(self) -> None:
+        """What an export wrote for fields TRL has no key for (the rest came from TRL's keys)."""
+        h = self.header
+        if not h:
+            return
+        s = self.spec
+        for key in ("name", "description", "save_model", "tags", "group"):
+            if key in h:
+                setattr(s, key, h[key])
+        if "rewards" in h:
+            s.rewards = [RewardSpec(**r) for r in h["rewards"]]
+        for section in ("model", "dataset"):
+            for key, value in (h.get(section) or {}).items():
+                setattr(getattr(s, section), key, LoraSpec(**value) if key == "lora" else value)
+        if "backend" in h or "health" in h:
+            base = RunSpec.from_dict({"backend": h.get("backend", {}), "health": h.get("health", {})})
+            base.backend.num_processes, base.backend.accelerate_config = (s.backend.num_processes,
+                                                                          s.backend.accelerate_config)
+            base.backend.env = {**base.backend.env, **s.backend.env}
+            s.backend, s.health = base.backend, base.health
+        if "output_dir" in h:
+            s.output_dir = h["output_dir"]
+        if "generation" in h:
+            s.generation = GenerationSpec(**h["generation"])
+        self.rows.append(Row("(header)", None, "mapped", "(spec-only fields)", "what TRL has no key for, as exported"))
+
+    def infer_server(self) -> None:
+        """Server mode without a server address: the backend starts `trl vllm-serve` on the GPU after training's."""
+        from grpo_dashboard.spec import trl_fields
+
+        s, t = self.spec, self.spec.training
+        eff = lambda k: trl_fields.effective(t, k)  # noqa: E731
+        if s.generation is not None or not eff("use_vllm") or eff("vllm_mode") != "server":
+            return
+        if t.get("vllm_server_base_url") or t.get("vllm_server_host"):
+            return
+        n = s.backend.num_processes
+        s.generation = GenerationSpec(server_gpus=[n])
+        self.rows.append(Row("(vllm server)", n, "converted", "generation.server_gpus",
+                             f"vllm_mode: server with no server address: the backend starts `trl vllm-serve` on GPU "
+                             f"{n} and trains on the other GPUs; change generation.server_gpus to fit your machine"))
+
+    def infer_processes(self) -> None:
+        """The smallest process count for which the recipe's batches hold whole prompt groups (TRL's check)."""
+        from grpo_dashboard.spec import trl_fields
+
+        if "num_processes" in self.config:
+            return
+        t = self.spec.training
+        eff = lambda k: trl_fields.effective(t, k)  # noqa: E731
+        g, bs, ga = eff("num_generations"), eff("per_device_train_batch_size"), eff("gradient_accumulation_steps")
+        spg, gbs = eff("steps_per_generation"), eff("generation_batch_size")
+        evals = str(eff("eval_strategy") or "no") != "no"
+        eg, ebs = eff("num_generations_eval") or g, eff("per_device_eval_batch_size")
+        if not all(isinstance(x, int) and x > 0 for x in (g, bs, ga)):
+            return
+
+        def fits(w: int) -> bool:
+            batch = gbs if gbs is not None else bs * w * (spg or ga)
+            ok = batch % g == 0 and (gbs is None or gbs % (bs * w) == 0)
+            return ok and (not evals or not isinstance(ebs, int) or (ebs * w) % eg == 0)
+
+        if fits(1):
+            return
+        if any(k in self.config for k in ("use_gradient_checkpointing", "random_state", "max_seq_length")) and \
+                isinstance(self.config.get("per_device_train_batch_size"), int):
+            t["per_device_train_batch_size"] = g  # what Unsloth's GRPOTrainer patch does before training
+            self.rows.append(Row("(per_device_train_batch_size)", g, "converted",
+                                 "training.per_device_train_batch_size", f"Unsloth raises it to num_generations ({g}) "
+                                 f"on one GPU; TRL 1.16 needs whole groups per generation batch"))
+            return
+        world = next((w for w in range(2, 65) if fits(w)), None)
+        if world is None:
+            return
+        self.spec.backend.num_processes = world
+        self.rows.append(Row("(num_processes)", world, "converted", "backend.num_processes",
+                             f"the smallest process count for which the recipe's batches are whole groups of "
+                             f"num_generations ({g}); TRL checks this with the world size"))

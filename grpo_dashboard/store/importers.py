@@ -1,0 +1,288 @@
+"""Runs made elsewhere, into the store as read-only `imported` runs: a trainer_state.json or checkpoint/output
+directory, a TRL JSONL log, a trackio project (its local SQLite database), a TensorBoard event directory, or a W&B
+run's exported history (CSV or JSONL with `_step`).
+
+Each source is converted to the job line protocol (metrics.jsonl in the run's directory) and ingested like a live
+run, so Runs, Compare, the doctor and export-metrics treat it as any other run. The source is only read; a source
+that cannot be read (another trackio schema, no metrics) raises ImportError_ naming the path and what to do, and
+nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import secrets
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.store.db import Run, RunStatus, Store, data_dir
+from grpo_dashboard.store.ingest import ingest_file
+
+IMPORTED = "imported"  # the backend kind of an imported run: nothing runs it, nothing refreshes it
+TRACKIO_SCHEMAS = (1, 2)  # `PRAGMA user_version` of trackio project databases this importer reads
+
+
+class ImportRunError(ValueError):
+    """The source cannot be imported; the message names the path and what to do."""
+
+
+@dataclass
+class Source:
+    """What was found at a path: its kind and the records it holds, in step order."""
+
+    kind: str
+    path: Path
+    records: list[tuple[str, int, float | None, dict[str, Any]]]  # (split, step, time, metrics)
+    config: dict[str, Any]
+    name: str
+
+
+def detect(path: str | Path, run_name: str | None = None) -> Source:
+    """Read a run from `path` (any supported source); ImportRunError when it cannot."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ImportRunError(f"{p} does not exist. Give a trainer_state.json, a checkpoint or output directory, a "
+                             "TRL JSONL log, a trackio project .db, a TensorBoard log directory or a W&B history "
+                             "export (.csv/.jsonl).")
+    if p.is_file() and p.suffix == ".db":
+        return _trackio(p, run_name)
+    if p.is_dir() and any(p.rglob("events.out.tfevents.*")):
+        return _tensorboard(p)
+    if p.is_file() and p.name.startswith("events.out.tfevents."):
+        return _tensorboard(p.parent)
+    if p.is_file() and p.suffix == ".csv":
+        return _wandb_csv(p)
+    if p.is_file() and p.suffix == ".jsonl" and _first_has(p, "_step"):
+        return _wandb_jsonl(p)
+    return _trl_log(p)
+
+
+def _split(metrics: dict[str, Any]) -> str:
+    return "eval" if any(k.startswith("eval_") or k.startswith("eval/") for k in metrics) else "train"
+
+
+def _trl_log(p: Path) -> Source:
+    from grpo_dashboard.health.loaders import load_log_records, resolve_log_path
+
+    try:
+        records, hints = load_log_records(p)
+        file, _ = resolve_log_path(p)
+    except ValueError as exc:
+        raise ImportRunError(f"{p} cannot be imported: {exc}.") from None
+    kind = "trainer_state" if file.name == "trainer_state.json" else "jsonl"
+    rows = [(_split(r), int(r["step"]), None, {k: v for k, v in r.items() if k != "step"}) for r in records]
+    config = {k: v for k, v in hints.items() if isinstance(v, (int, float, str, bool)) and k != "source"}
+    name = file.parent.parent.name if file.parent.name.startswith("checkpoint-") else file.parent.name
+    return Source(kind, p, rows, config, name or file.stem)
+
+
+def _trackio(p: Path, run_name: str | None) -> Source:
+    try:
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as exc:
+        raise ImportRunError(f"{p} is not a readable SQLite database ({exc}).") from None
+    if "metrics" not in tables or version not in TRACKIO_SCHEMAS:
+        conn.close()
+        raise ImportRunError(f"{p} is a trackio database of schema version {version} (tables: {sorted(tables)}); "
+                             f"this importer reads trackio schema versions {TRACKIO_SCHEMAS}. Open it once with a "
+                             f"trackio release that migrates it (trackio>=0.43), or export the run's metrics to CSV "
+                             "and import that. Nothing was written.")
+    runs = [r[0] for r in conn.execute("SELECT run_name FROM metrics GROUP BY run_name ORDER BY MIN(id)")]
+    if not runs:
+        conn.close()
+        raise ImportRunError(f"{p}: the trackio project has no logged metrics.")
+    name = run_name or runs[-1]
+    if name not in runs:
+        conn.close()
+        raise ImportRunError(f"{p} has no run named {name!r}; its runs are {runs}. Pass one with --run.")
+    rows = []
+    for step, stamp, blob in conn.execute("SELECT step, timestamp, metrics FROM metrics WHERE run_name = ? "
+                                          "ORDER BY step, id", (name,)):
+        metrics = json.loads(blob.decode("utf-8") if isinstance(blob, bytes) else blob)
+        rows.append((_split(metrics), int(step), _stamp(stamp), _flat(metrics)))
+    config: dict[str, Any] = {}
+    for (blob,) in conn.execute("SELECT config FROM configs WHERE run_name = ? ORDER BY id DESC LIMIT 1", (name,)):
+        raw = json.loads(blob.decode("utf-8") if isinstance(blob, bytes) else blob)
+        config = {k: v for k, v in raw.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
+    conn.close()
+    return Source("trackio", p, rows, config, f"{p.stem}/{name}")
+
+
+def _stamp(text: Any) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(text)).timestamp()
+    except ValueError:
+        return None
+
+
+def _flat(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metrics.items() if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
+
+
+def _tensorboard(d: Path) -> Source:
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        raise ImportRunError(f"{d} holds TensorBoard event files; reading them needs the `tensorboard` package: "
+                             "`pip install tensorboard`, then import again.") from None
+    by_step: dict[int, dict[str, Any]] = {}
+    times: dict[int, float] = {}
+    for events in sorted(d.rglob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0, "tensors": 0})
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            for e in acc.Scalars(tag):
+                by_step.setdefault(e.step, {})[_tb_key(tag)] = float(e.value)
+                times[e.step] = e.wall_time
+        for tag in acc.Tags().get("tensors", []):
+            for e in acc.Tensors(tag):
+                if e.tensor_proto.dtype in (1, 2) and not e.tensor_proto.tensor_shape.dim:  # float/double scalars
+                    from tensorboard.util import tensor_util
+
+                    by_step.setdefault(e.step, {})[_tb_key(tag)] = float(tensor_util.make_ndarray(e.tensor_proto))
+                    times[e.step] = e.wall_time
+    if not by_step:
+        raise ImportRunError(f"{d}: the TensorBoard event files hold no scalar metrics.")
+    rows: list[tuple[str, int, float | None, dict[str, Any]]] = []
+    for step in sorted(by_step):
+        train = {k: v for k, v in by_step[step].items() if not k.startswith("eval_")}
+        evals = {k: v for k, v in by_step[step].items() if k.startswith("eval_")}
+        rows += [(s, step, times.get(step), m) for s, m in (("train", train), ("eval", evals)) if m]
+    return Source("tensorboard", d, rows, {}, d.name)
+
+
+def _tb_key(tag: str) -> str:
+    """transformers' TensorBoardCallback writes `train/<key>` and `eval/<key>`: back to TRL's log keys."""
+    if tag.startswith("train/"):
+        return tag[len("train/"):]
+    if tag.startswith("eval/"):
+        return "eval_" + tag[len("eval/"):]
+    return tag
+
+
+def _first_has(p: Path, key: str) -> bool:
+    try:
+        with p.open(encoding="utf-8") as f:
+            first = json.loads(f.readline() or "{}")
+    except (OSError, ValueError):
+        return False
+    return isinstance(first, dict) and key in first
+
+
+def _wandb_rows(items: Iterator[dict[str, Any]]) -> list[tuple[str, int, float | None, dict[str, Any]]]:
+    rows = []
+    for row in items:
+        step = row.get("_step", row.get("train/global_step"))
+        if step is None:
+            continue
+        metrics = {_wandb_key(k): v for k, v in row.items() if not k.startswith("_") and k != "train/global_step"}
+        metrics = {k: v for k, v in _flat(metrics).items() if v is not None}
+        if metrics:
+            stamp = row.get("_timestamp")
+            when = float(stamp) if stamp not in (None, "") else None
+            rows.append((_split(metrics), int(float(step)), when, metrics))
+    return rows
+
+
+def _wandb_key(key: str) -> str:
+    return _tb_key(key)  # transformers' WandbCallback uses the same train/ and eval/ prefixes
+
+
+def _wandb_csv(p: Path) -> Source:
+    def items() -> Iterator[dict[str, Any]]:
+        with p.open(encoding="utf-8", newline="") as f:
+            for row in csv.DictReader(f):
+                yield {k: _number(v) for k, v in row.items() if k is not None}
+
+    rows = _wandb_rows(items())
+    if not rows:
+        raise ImportRunError(f"{p}: no rows with a `_step` column and numeric metrics; export the W&B run's history "
+                             "with `run.history().to_csv(...)` (it has `_step`).")
+    return Source("wandb", p, rows, {}, p.stem)
+
+
+def _number(text: Any) -> Any:
+    if text in (None, ""):
+        return None
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return text
+    return int(value) if value.is_integer() and "." not in str(text) and "e" not in str(text).lower() else value
+
+
+def _wandb_jsonl(p: Path) -> Source:
+    def items() -> Iterator[dict[str, Any]]:
+        with p.open(encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    yield json.loads(line)
+
+    return Source("wandb", p, _wandb_rows(items()), {}, p.stem)
+
+
+def import_run(path: str | Path, store: Store | None = None, name: str | None = None,
+               tags: list[str] | None = None, run_name: str | None = None, owner: str | None = None) -> Run:
+    """Import the run at `path` as a read-only run (ImportRunError, nothing written, when it cannot be read)."""
+    source = detect(path, run_name)
+    if not source.records:
+        raise ImportRunError(f"{source.path}: no metrics to import.")
+    store = store or Store()
+    title = name or source.name
+    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40] or "run"
+    run_id = f"imported-{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+    run_dir = (data_dir() / "runs" / run_id).resolve()
+    spec = RunSpec(name=title, tags=[*(tags or []), IMPORTED, source.kind],
+                   description=f"imported from {source.path} ({source.kind})")
+    lines = [{"v": 1, "type": "event", "event": "started", "time": source.records[0][2] or time.time(),
+              "config": source.config, "max_steps": max(r[1] for r in source.records)}]
+    for split, step, stamp, metrics in source.records:
+        lines.append({"v": 1, "type": "log", "split": split, "step": step, "time": stamp, "metrics": metrics})
+    lines.append({"v": 1, "type": "event", "event": "finished", "time": source.records[-1][2] or time.time()})
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as f:
+        for rec in lines:
+            f.write(json.dumps(rec, default=_nan_safe) + "\n")
+    (run_dir / "run.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+    store.insert_run(Run(id=run_id, name=title, spec_yaml=spec.to_yaml(), backend=IMPORTED,
+                         status=RunStatus.QUEUED.value, created_at=time.time(), run_dir=str(run_dir),
+                         output_dir=str(source.path), owner=owner))
+    ingest_file(store, run_id, run_dir / "metrics.jsonl")
+    return store.get_run(run_id)
+
+
+def _nan_safe(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else str(value)
+
+
+def import_run_main(argv: list[str]) -> int:
+    """import-run PATH [--name N] [--tag T]... [--run NAME]: import a run made elsewhere, read-only."""
+    p = argparse.ArgumentParser(prog="import-run", description="Import a run made elsewhere (read-only): "
+                                "trainer_state.json, checkpoint/output dir, TRL JSONL, trackio project .db, "
+                                "TensorBoard dir, W&B history .csv/.jsonl.")
+    p.add_argument("path")
+    p.add_argument("--name", help="Run name (default: from the source).")
+    p.add_argument("--tag", action="append", help="Tag the run (repeatable).")
+    p.add_argument("--run", help="trackio: which run of the project (default: the latest).")
+    args = p.parse_args(argv)
+    try:
+        run = import_run(args.path, name=args.name, tags=args.tag, run_name=args.run)
+    except ImportRunError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    print(f"imported {run.id} ({run.n_records} records, steps up to {run.last_step}) from {args.path}")
+    return 0

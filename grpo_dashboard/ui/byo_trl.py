@@ -1,0 +1,172 @@
+"""Bring your own TRL workflow, in the UI: import a TRL config (New run), resume a run from a checkpoint and download
+its metrics (Run detail), import a run made elsewhere and filter runs by tag (Runs). Each tab calls one function here.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from grpo_dashboard.errors import BackendError, RunNotFound, SpecError
+from grpo_dashboard.space import access
+from grpo_dashboard.ui.auth import user_of
+from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.views import overview
+
+
+# --- New run: import a TRL config -------------------------------------------------------------------------------
+def mapping_markdown(rows: list[Any], version: str, reason: str, check: str | None) -> str:
+    """The import's mapping table as Markdown."""
+    lines = [f"TRL defaults of **{version}** ({reason}).", "", "| key | action | spec field | note |",
+             "|---|---|---|---|"]
+    for r in rows:
+        note = str(r.note).replace("|", "\\|")
+        lines.append(f"| `{r.key}` | {r.action} | {('`' + r.target + '`') if r.target else '—'} | {note} |")
+    if check:
+        lines += ["", f"TRL's own check (one process here): {check}"]
+    return "\n".join(lines)
+
+
+def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
+    """(spec YAML, mapping table Markdown) of a pasted or uploaded TRL config; gr.Error naming what is wrong."""
+    from grpo_dashboard.spec.trl_import import import_trl
+
+    if upload:
+        source = Path(upload if isinstance(upload, str) else upload.name)
+    elif text and text.strip():
+        folder = Path(tempfile.mkdtemp(prefix="trl-import-"))
+        source = folder / "recipe.yaml"
+        source.write_text(text, encoding="utf-8")
+    else:
+        raise gr.Error("Paste a TRL config (trl grpo --config YAML) or upload one.")
+    try:
+        result = import_trl(source)
+    except SpecError as exc:
+        raise gr.Error(str(exc)) from None
+    return result.spec.to_yaml(), mapping_markdown(result.rows, result.trl_version, result.version_reason,
+                                                   result.trl_check)
+
+
+def new_run_import(ctx: UiContext, tab: Any) -> None:
+    """An "Import a TRL config" panel that fills the tab's YAML (and form) with the imported spec."""
+    from grpo_dashboard.spec import forms
+    from grpo_dashboard.ui import new_run
+
+    with gr.Accordion("Import a TRL config (trl grpo --config, open-r1, ...)", open=False, elem_id="trl-import"):
+        pasted = gr.Code(language="yaml", label="TRL config YAML", lines=8, interactive=True, elem_id="trl-paste")
+        upload = gr.File(label="…or upload it", file_types=[".yaml", ".yml"], elem_id="trl-upload")
+        button = gr.Button("Import", elem_id="trl-import-btn")
+        table = gr.Markdown(elem_id="trl-mapping")
+
+    def run(text: str | None, file: Any) -> list[Any]:
+        spec_yaml, md = import_trl_text(text, file)
+        return [spec_yaml, new_run._command(spec_yaml), md,
+                *new_run._form_updates(tab, forms.values_from_yaml(spec_yaml))]
+
+    button.click(run, [pasted, upload], [tab.yaml, tab.command, table, *tab.inputs], api_name="import_trl")
+
+
+# --- Run detail: resume, metrics download -----------------------------------------------------------------------
+def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tuple[list[str], str | None, str]:
+    """(checkpoint steps, the one to preselect, a note) for a run: before the onset of its worst finding, if any."""
+    from grpo_dashboard.launch.resume import checkpoint_before, checkpoints
+
+    if not run_id:
+        return [], None, ""
+    try:
+        run = access.get_run(ctx.store, run_id, user, ctx.settings)
+    except RunNotFound:
+        return [], None, ""
+    steps = [str(s) for s in checkpoints(ctx.store, run)]
+    if not steps:
+        return [], None, "No checkpoints (set `save_strategy: steps` and `save_steps` to be able to resume)."
+    bad = [f for f in overview.findings(ctx.store, run) if f.severity in ("error", "warning")]
+    if bad:
+        worst = min(bad, key=lambda f: (f.severity != "error", f.step))
+        before = checkpoint_before(ctx.store, run, int(worst.step))
+        if before is not None:
+            return steps, str(before[0]), (f"**{worst.rule}** since step {worst.step}: resume from checkpoint "
+                                           f"{before[0]}, before its onset.")
+    return steps, steps[-1], f"Latest checkpoint: {steps[-1]}."
+
+
+def detail_tools(ctx: UiContext, run_dd: gr.Dropdown, status: gr.Markdown) -> None:
+    """A Resume action (checkpoint picker) and an Export metrics download under the run selector."""
+    from grpo_dashboard.launch.resume import resume_run
+    from grpo_dashboard.store.export import export_metrics
+
+    with gr.Row():
+        checkpoint = gr.Dropdown([], label="Checkpoint", allow_custom_value=True, scale=1, elem_id="resume-ckpt")
+        resume_btn = gr.Button("Resume run", scale=1, elem_id="resume-btn")
+        fmt = gr.Dropdown([".csv", ".jsonl", ".parquet"], value=".csv", label="Metrics format", scale=1,
+                          elem_id="export-format")
+        export_btn = gr.Button("Export metrics", scale=1, elem_id="export-btn")
+        download = gr.File(label="Metrics file", scale=2, elem_id="export-file")
+    note = gr.Markdown(elem_id="resume-note")
+
+    def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> list[Any]:
+        steps, chosen, text = resume_choices(ctx, run_id, user_of(ctx, profile, oauth))
+        return [gr.update(choices=steps, value=chosen), text]
+
+    run_dd.change(choices, [run_dd], [checkpoint, note], api_name="resume_choices", show_progress="hidden")
+
+    def resume(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
+               step: str | None) -> str:
+        user = user_of(ctx, profile, oauth)
+        if not run_id:
+            raise gr.Error("Select a run to resume.")
+        if ctx.settings.on_space and not user.username:
+            raise gr.Error("Sign in to resume runs.")
+        try:
+            run = access.get_run(ctx.store, run_id, user, ctx.settings)
+            run = resume_run(ctx.store, run, step or None, token=user.token)
+        except (RunNotFound, BackendError) as exc:
+            raise gr.Error(access.redact(str(exc), user.token)) from None
+        return access.redact(overview.status_markdown(run) + f"\n\nResumed from step {run.last_step}.", user.token)
+
+    resume_btn.click(resume, [run_dd, checkpoint], [status], api_name="resume_run")
+
+    def export(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
+               suffix: str) -> str:
+        user = user_of(ctx, profile, oauth)
+        try:
+            run = access.get_run(ctx.store, run_id or "", user, ctx.settings)
+        except RunNotFound as exc:
+            raise gr.Error(str(exc)) from None
+        path = Path(tempfile.mkdtemp(prefix="metrics-")) / f"{run.id}{suffix}"
+        export_metrics(ctx.store, run.id, path)
+        return str(path)
+
+    export_btn.click(export, [run_dd, fmt], [download], api_name="export_metrics")
+
+
+# --- Runs: import a run, filter by tag --------------------------------------------------------------------------
+def runs_tools(ctx: UiContext) -> gr.Textbox:
+    """A tag filter (returned: the runs table reads it) and an upload that imports a run made elsewhere."""
+    from grpo_dashboard.store.importers import ImportRunError, import_run
+
+    with gr.Row():
+        tag = gr.Textbox(label="Only runs with this tag (or group:NAME)", scale=2, elem_id="runs-tag")
+        upload = gr.File(label="Import a run (trainer_state.json, TRL JSONL, trackio .db, W&B history .csv)",
+                         scale=3, elem_id="import-run-file")
+        button = gr.Button("Import run", scale=1, elem_id="import-run-btn")
+    note = gr.Markdown(elem_id="import-run-note")
+
+    def run(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, file: Any) -> str:
+        if not file:
+            raise gr.Error("Choose a file to import.")
+        user = user_of(ctx, profile, oauth)
+        if ctx.settings.on_space and not user.username:
+            raise gr.Error("Sign in to import runs: on this Space every run belongs to the user who made it.")
+        path = Path(file if isinstance(file, str) else file.name)
+        try:
+            imported = import_run(path, ctx.store, name=path.stem, owner=user.username)
+        except ImportRunError as exc:
+            raise gr.Error(str(exc)) from None
+        return f"Imported **{imported.name}** (`{imported.id}`, {imported.n_records} records, read-only)."
+
+    button.click(run, [upload], [note], api_name="import_run")
+    return tag

@@ -1,0 +1,55 @@
+"""The app's bring-your-own-TRL endpoints, through the real served app and gradio's client: import a TRL config into
+the New run YAML, import a run made elsewhere, filter runs by tag, offer the checkpoint before a finding's onset,
+export a run's metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gradio_client import handle_file
+
+from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.store.db import Store
+
+from .conftest import served_client
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    data = tmp_path_factory.mktemp("byo-ui")
+    with served_client(data) as c:
+        c.data_dir = data
+        yield c
+
+
+def test_import_a_pasted_trl_config_into_the_new_run_yaml(client: Any) -> None:
+    recipe = ("model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\ntorch_dtype: bfloat16\ndataset_name: trl-lib/x\n"
+              "reward_funcs: [accuracy_reward]\nmax_prompt_length: 512\n")
+    out = client.predict(recipe, None, api_name="/import_trl")
+    spec = RunSpec.from_yaml(out[0])
+    assert spec.model.dtype == "bfloat16" and spec.training["beta"] == 0.04  # TRL 0.18 defaults, written out
+    assert "| `max_prompt_length` | dropped |" in out[2]
+    with pytest.raises(Exception, match="learning_rat"):
+        client.predict("model_name_or_path: a/b\nlearning_rat: 1\n", None, api_name="/import_trl")
+
+
+def test_import_a_run_filter_by_tag_and_export_metrics(client: Any, tmp_path: Path) -> None:
+    log = tmp_path / "elsewhere.jsonl"
+    log.write_text("".join(json.dumps({"reward": s / 10, "num_tokens": 50.0 * s, "step": s}) + "\n"
+                           for s in range(1, 6)))
+    note = client.predict(handle_file(str(log)), api_name="/import_run")
+    assert "Imported **elsewhere**" in note and "read-only" in note
+    table = client.predict([], "imported", api_name="/runs_table")
+    assert [row[0] for row in table["data"]] == ["elsewhere"]
+    assert "imported" in table["data"][0][table["headers"].index("tags")]
+    assert client.predict([], "no-such-tag", api_name="/runs_table")["data"] == []
+    run_id = table["data"][0][-1]
+    steps, note = client.predict(run_id, api_name="/resume_choices")
+    assert "No checkpoints" in note
+    path = client.predict(run_id, ".jsonl", api_name="/export_metrics")
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    assert [(r["step"], r["reward"]) for r in rows] == [(s, s / 10) for s in range(1, 6)]
+    assert Store(client.data_dir / "dashboard.db").get_run(run_id).backend == "imported"
