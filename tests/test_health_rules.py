@@ -323,6 +323,19 @@ def test_truncation_every_completion_at_cap_in_three_records() -> None:
     assert f.severity == "error" and "max_completion_length (now 12)" in f.remedy
 
 
+def test_truncation_on_a_log_shorter_than_the_window_is_a_note_when_every_log_cuts_a_large_share() -> None:
+    """Real short logs: 4 logs cutting 40-70% at a 192 cap, or a single log cutting 91%: reported, as a note."""
+    for clipped in ([0.65, 0.65, 0.4, 0.7], [0.9125]):
+        records = [
+            {"step": 5 * (i + 1), "completions/clipped_ratio": c, "completions/mean_terminated_length": 90.0}
+            for i, c in enumerate(clipped)
+        ]
+        f = only(diagnose(records), "truncation")
+        assert f.severity == "info" and f.step == 5
+    one_low = [{"step": s, "completions/clipped_ratio": c} for s, c in ((1, 0.6), (2, 0.1), (3, 0.7))]
+    assert "truncation" not in rules(diagnose(one_low))
+
+
 def test_truncation_old_keys_lengths_pinned_at_cap() -> None:
     n = 20
     records = [{"step": i + 1, "completion_length": 256.0, "reward": 0.1} for i in range(n)]
@@ -435,6 +448,20 @@ def test_reward_drop_negative_noisy_rising_and_small_dip() -> None:
     n = 80
     dip = np.concatenate((np.linspace(0.1, 0.6, 40), np.full(40, 0.55)))
     assert "reward_drop" not in rules(diagnose(healthy(n, reward=dip, rewards__count_a__mean=dip)))
+
+
+def test_reward_drop_not_reported_once_the_latest_log_is_back_at_the_peak() -> None:
+    """A per-function reward with two samples per group (values 0 / 0.1 / 0.2): one empty batch, then back at 0.2."""
+
+    def log(values: list[float]) -> list[dict[str, float]]:
+        return [
+            {"step": i + 1, "reward": 0.3 + 0.01 * i, "rewards/c/mean": v, "rewards/c/std": 0.05}
+            for i, v in enumerate(values)
+        ]
+
+    still_low = [0.05, 0.0, 0.1, 0.2, 0.2, 0.2, 0.0, 0.2, 0.0, 0.0, 0.1]
+    assert "reward_drop" in rules(diagnose(log(still_low)), "warning")
+    assert "reward_drop" not in rules(diagnose(log(still_low[:-1] + [0.2])))
 
 
 # ---- reward_length_corr -------------------------------------------------------------------------------------------

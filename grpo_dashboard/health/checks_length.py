@@ -98,6 +98,10 @@ def check_truncation(ctx: Context) -> list[Finding]:
         if severity is None and n < persist and nearly >= max(2, n // 2):
             # A short log whose latest logs (each a whole batch) are practically all cut: a state, no window needed.
             severity, length = ERROR, nearly
+        if severity is None and n < persist and bool(np.all(v > ctx.t("truncation.warn"))):
+            # Too few logs for the window, but every one cuts a large share: a note, since a short log may be all
+            # the user has; the window decides whether it becomes a warning.
+            severity, length = INFO, n
         if severity is None:
             return []
         start = extend_onset(v > ctx.t("truncation.warn"), n - length, s)

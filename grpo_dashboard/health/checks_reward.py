@@ -123,6 +123,9 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         severity, run = judge_state(n - 1, persist, persist, extreme=warn, extreme_severity=WARNING)
     if severity is None:
         return None
+    if float(v[-1]) >= float(peak[-1]):
+        # The latest log is back at the peak: the fall was a dip that a smoothed window still averages in.
+        return None
     if n - 1 < 2 * persist and not (_pinned_at_floor(ctx, series, lo) or _falls_from_start(v)):
         # A few noisy logs fall and rise by chance; on a short log only a reward pinned at its floor, or one that
         # falls on every log from the first, is a drop.
