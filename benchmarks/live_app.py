@@ -109,6 +109,17 @@ def add_live_run(data: Path, run_id: str, interval: float, n_steps: int, history
     return proc
 
 
+def wait_for_history(data: Path, run_ids: list[str], history: int, timeout_s: float = 300.0) -> None:
+    """Wait until the app's monitor has ingested `history` steps of every run (or `timeout_s` passed)."""
+    from grpo_dashboard.store.db import Store
+
+    store = Store(data / "dashboard.db")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any((store.get_run(r).last_step or 0) < history for r in run_ids):
+        time.sleep(0.5)
+    store.close()
+
+
 def written_times(path: Path) -> dict[int, float]:
     """Step -> the wall time the writer stamped its record with, from a run's metrics.jsonl."""
     out = {}

@@ -113,14 +113,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             n_steps = args.history + int((2 * args.duration + 180) / args.interval)
             for rid in run_ids:
                 procs.append(live_app.add_live_run(data, rid, args.interval, n_steps, history=args.history))
-            from grpo_dashboard.store.db import Store
-
-            store = Store(data / "dashboard.db")
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and any((store.get_run(r).last_step or 0) < args.history
-                                                      for r in run_ids):
-                time.sleep(0.5)
-            store.close()
+            live_app.wait_for_history(data, run_ids, args.history)
 
             # Phase 1: today's polling path.
             children = [subprocess.Popen([sys.executable, str(Path(__file__).parent / "viewers.py"), "--child", url,

@@ -103,14 +103,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             for run_id in run_ids:
                 writers.append(live_app.add_live_run(data, run_id, args.interval, n_steps, history=args.history))
             # Let the monitor ingest every run's history before the viewers arrive.
+            live_app.wait_for_history(data, run_ids, args.history)
             from grpo_dashboard.store.db import Store
 
-            store = Store(data / "dashboard.db")
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and any((store.get_run(r).last_step or 0) < args.history
-                                                      for r in run_ids):
-                time.sleep(0.5)
-            store.close()
             rss_start = common.rss_mb(app.pid)
             # The sessions are spread over a few processes, so that no client process's own GIL delays what it
             # measures; session i still watches run i % runs.
