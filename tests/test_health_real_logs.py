@@ -57,7 +57,11 @@ def test_our_corpus_has_provenance_and_labels_for_every_log() -> None:
 
 
 @pytest.mark.parametrize("path,label", _labelled(OURS), ids=lambda x: x.name[:40] if isinstance(x, Path) else "")
-def test_our_real_logs(path: Path, label: dict) -> None:
+def test_our_real_logs(path: Path, label: dict, request: pytest.FixtureRequest) -> None:
+    # A label the doctor does not meet yet carries "doctor_gap" (what is wrong, see INDEX.md): the check is then a
+    # strict xfail, so it turns red as soon as the doctor meets the label and the note has to go.
+    if label.get("doctor_gap"):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=label["doctor_gap"]))
     _check(path, label)
 
 
