@@ -39,10 +39,6 @@ OPEN_DISAGREEMENTS = {
     "aryan-gupta7__round2_sclr__training-first_l3-first5.jsonl": (
         "reward exactly 0 with zero spread on 4 of 5 logs: no flat_reward/plateau finding"
     ),
-    "Caitlyn-Yin__grpo_norm__logs-final_hard_difficulty-hard_standard.jsonl": (
-        "healthy run, kl_spike error at the end: its 'current' kl (0.637) is the mean of the last 5 logs, which still"
-        " holds the one-log spike at s395 (2.98), while the last log is back at 0.069"
-    ),
 }
 
 
