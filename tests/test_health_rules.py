@@ -140,6 +140,16 @@ def test_nan_flags_non_finite_and_none_core_values() -> None:
     assert {"grad_norm", "loss", "reward"} <= set(f.evidence["metrics"])
 
 
+def test_nan_one_gradient_log_that_the_run_survived_is_a_warning() -> None:
+    n = 60
+    grad = np.full(n, 0.5)
+    grad[40] = np.nan
+    f = only(diagnose(healthy(n, grad_norm=grad)), "nan")
+    assert f.severity == "warning" and f.step == 41 and "skipped or zeroed" in f.message
+    grad[-1] = np.nan  # still non-finite at the end: not survived
+    assert only(diagnose(healthy(n, grad_norm=grad)), "nan").severity == "error"
+
+
 def test_nan_ignores_absent_keys_none_in_other_metrics_and_kl_when_beta_is_zero() -> None:
     records = healthy(60)
     for i, rec in enumerate(records):
