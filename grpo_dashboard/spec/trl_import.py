@@ -22,26 +22,41 @@ from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import safe_yaml, trl_keys
 from grpo_dashboard.spec.run_spec import GenerationSpec, LoraSpec, QuantizationSpec, RewardSpec, RunSpec
 from grpo_dashboard.spec.trl_rewards import (
+    OPEN_R1_CODE_LANGUAGES,
     OPEN_R1_REWARDS,
     TRL_REWARDS,
     dotted_function,
     generated_reward,
+    open_r1_code_format,
     reward_name,
 )
 
 HEADER = "# grpo-dashboard: "  # the line trl_export writes for what TRL has no key for
 LATEST = "1.16"
-# Defaults of older TRL releases that TRL 1.16 changed (GRPOConfig); a recipe written for one of them trains a
-# different algorithm under 1.16 unless they are written out. `vllm_mode` only matters with use_vllm.
+# Defaults of older TRL releases that TRL 1.16 changed (GRPOConfig, and the trainer's behaviour where the release had
+# no field for it: the loss normalisation, vLLM on its own GPU); a recipe written for one of them trains a different
+# algorithm under 1.16 unless they are written out. Read from the released wheels by tools/trl_release_defaults.py
+# (tests/test_trl_release_defaults.py checks this table against its extract). vLLM fields only matter with use_vllm.
 TRL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "0.14": {"beta": 0.04, "loss_type": "grpo", "max_completion_length": 256},
-    "0.16": {"beta": 0.04, "loss_type": "bnpo", "max_completion_length": 256},
-    "0.18": {"beta": 0.04, "loss_type": "bnpo", "vllm_mode": "server", "max_completion_length": 256},
+    "0.14": {"temperature": 0.9, "max_completion_length": 256, "per_device_train_batch_size": 1,
+             "gradient_accumulation_steps": 8, "beta": 0.04, "loss_type": "grpo", "vllm_mode": "server"},
+    "0.16": {"max_completion_length": 256, "temperature": 0.9, "top_k": 50, "beta": 0.04, "loss_type": "bnpo",
+             "vllm_mode": "server"},
+    "0.18": {"max_completion_length": 256, "vllm_mode": "server", "beta": 0.04, "loss_type": "bnpo"},
     LATEST: {},
 }
-# Keys that exist only in older TRL/transformers: their presence tells which release a recipe was written for.
-VERSION_MARKERS = (("vllm_device", "0.16"), ("torch_dtype", "0.18"), ("max_prompt_length", "0.18"),
-                   ("overwrite_output_dir", "0.18"), ("warmup_ratio", "0.18"))
+# Releases whose per_device_train_batch_size counted prompts (each generating num_generations completions); TRL ≥ 0.15
+# counts completions, so the importer multiplies it by num_generations.
+BATCH_IN_PROMPTS = ("0.14",)
+# Keys that exist only in older TRL/transformers: their presence tells which release a recipe was written for (the
+# newest release that still has the key; the first match wins, oldest release first).
+VERSION_MARKERS = (("vllm_device", "0.16"), ("vllm_dtype", "0.16"), ("vllm_max_model_len", "0.16"),
+                   ("vllm_enable_prefix_caching", "0.16"), ("max_prompt_length", "0.18"),
+                   ("vllm_guided_decoding_regex", "0.18"), ("use_liger_loss", "0.18"),
+                   ("wandb_log_unique_prompts", "0.18"), ("torch_dtype", "0.18"), ("overwrite_output_dir", "0.18"),
+                   ("warmup_ratio", "0.18"))
+
+
 @dataclass
 class Row:
     """One line of the mapping table."""
@@ -196,6 +211,7 @@ class _Mapper:
         self.errors: list[FieldError] = []
         self.reward_params: dict[str, dict[str, Any]] = {}
         self._kept: list[bool] = []  # per reward_funcs entry: whether it became a spec reward (for its weight)
+        self._extra: list[str] = []  # rewards given on the command line (--reward)
 
     def row(self, key: str, action: str, target: str | None, note: str = "") -> None:
         self.rows.append(Row(key, self.config.get(key), action, target, note))
@@ -211,6 +227,7 @@ class _Mapper:
     # Each known key goes to one place; the order of the table follows the file.
     def run(self, unknown: list[str], overrides: dict[str, Any]) -> None:
         s, v = self.spec, self.values
+        self._extra = [str(x) for x in overrides.get("rewards") or []]
         lora: dict[str, Any] = {}
         for key in self.config:
             if key == "env":
@@ -327,9 +344,17 @@ class _Mapper:
             self.row(key, "unsupported", None, trl_keys.UNSUPPORTED[key])
             return
         if key in trl_keys.REWARD_PARAM_KEYS:
-            builtin, param = trl_keys.REWARD_PARAM_KEYS[key]
-            self.reward_params.setdefault(builtin, {})[param] = value
-            self.row(key, "converted", f"rewards[{builtin}].params.{param}", "open-r1 reward parameter")
+            reward, param = trl_keys.REWARD_PARAM_KEYS[key]
+            if key == "code_language" and value not in OPEN_R1_CODE_LANGUAGES:
+                self.errors.append(FieldError(key, value, f"is not one of open-r1's code languages "
+                                              f"({', '.join(OPEN_R1_CODE_LANGUAGES)}). Fix it in {self.path}; "
+                                              "nothing was written."))
+                return
+            self.reward_params.setdefault(reward, {})[param] = value
+            used = reward in self._reward_names()
+            self.row(key, "converted" if used else "dropped", f"rewards[{reward}].params.{param}" if used else None,
+                     f"open-r1's parameter of its {reward!r} reward" + ("" if used else ", which the recipe does "
+                                                                        "not use"))
             return
         target, how = trl_keys.FOREIGN[key]
         if target is None:
@@ -403,12 +428,10 @@ class _Mapper:
                 self.rows.append(Row(key, fn, "unsupported", None, f"open-r1's {fn!r} reward: {target}"))
                 return None
             builtin, params = target
-            params = {**params, **self.reward_params.get(builtin, {})}
+            given = dict(self.reward_params.get(fn, {}))
             if fn == "code_format":
-                lang = str(self.reward_params.get("regex", {}).get("language", self.config.get("code_language",
-                                                                                               "python")))
-                params = {"pattern": rf"^<think>\n.*?\n</think>\n<answer>\n.*?```{lang}.*?```.*?\n</answer>$",
-                          "full": True}
+                params = {"pattern": open_r1_code_format(str(given.pop("language", "python")))}
+            params = {**params, **given}
             self._kept.append(True)
             self.rows.append(Row(key, fn, "converted", f"rewards[{fn}]", f"open-r1's {fn!r} as the {builtin} "
                                  f"built-in" + (f" with {sorted(params)}" if params and builtin != "python" else "")))
@@ -434,18 +457,32 @@ class _Mapper:
                                       "path like 'my_lib.rewards.my_reward'. Fix the name; nothing was written."))
         return None
 
+    def _reward_names(self) -> set[str]:
+        """The reward names the recipe lists (reward_funcs), as strings."""
+        funcs = self.values.get("reward_funcs") or []
+        return {str(f) for f in [*([funcs] if isinstance(funcs, str) else funcs), *self._extra]}
+
     def pin_defaults(self, version: str) -> None:
         t = self.spec.training
+        set_batch = "per_device_train_batch_size" in t
         for key, old in TRL_DEFAULTS[version].items():
             if key in t or key not in self.fields:
                 continue
-            if key == "vllm_mode" and not t.get("use_vllm"):
+            if key.startswith("vllm_") and not t.get("use_vllm"):
                 continue
             new = self.fields[key].default
             if old != new:
                 t[key] = old
                 self.rows.append(Row(f"({key})", old, "pinned", f"training.{key}",
                                      f"TRL {version}'s default, written out: TRL {LATEST}'s is {new!r}"))
+        if version in BATCH_IN_PROMPTS:
+            prompts = t["per_device_train_batch_size"]
+            g = t.get("num_generations", self.fields["num_generations"].default)
+            t["per_device_train_batch_size"] = prompts * g
+            self.rows.append(Row("(per_device_train_batch_size)", prompts, "converted", "training."
+                                 "per_device_train_batch_size", f"TRL {version} counted prompts ({prompts}"
+                                 f"{'' if set_batch else ', its default'}), each with num_generations ({g}) "
+                                 f"completions; TRL {LATEST} counts completions: {prompts} × {g} = {prompts * g}"))
 
     def apply_header(self) -> None:
         """What an export wrote for fields TRL has no key for (the rest came from TRL's keys)."""

@@ -46,6 +46,17 @@ FOREIGN: dict[str, tuple[str | None, str]] = {
     "wandb_entity": ("backend.env.WANDB_ENTITY", "open-r1 sets it as an environment variable"),
     "wandb_project": ("backend.env.WANDB_PROJECT", "open-r1 sets it as an environment variable"),
     "wandb_run_group": ("backend.env.WANDB_RUN_GROUP", "open-r1 sets it as an environment variable"),
+    "vllm_guided_decoding_regex": ("training.vllm_structured_outputs_regex", "renamed in TRL 1.x"),
+    "wandb_log_unique_prompts": ("training.log_unique_prompts", "renamed in TRL 1.x (it applies to every tracker)"),
+    "vllm_max_model_len": ("training.vllm_max_model_length", "TRL 0.16's in-process vLLM context window; TRL 1.16 "
+                           "names it vllm_max_model_length (colocate mode; a server takes `--max_model_len`)"),
+    "use_liger_loss": (None, "TRL 1.16 has no Liger GRPO loss: it always computes log-probs in chunks through a fused "
+                       "LM head (the memory Liger saved); for Hub kernels set training.model_init_kwargs: "
+                       "{use_kernels: true}"),
+    "vllm_dtype": (None, "TRL 0.16's in-process vLLM setting; in TRL 1.16 colocate mode uses the model's dtype and a "
+                   "vLLM server takes `trl vllm-serve --dtype`"),
+    "vllm_enable_prefix_caching": (None, "TRL 0.16's in-process vLLM setting; in TRL 1.16 a vLLM server takes "
+                                   "`trl vllm-serve --enable_prefix_caching`"),
     "max_prompt_length": (None, "removed in TRL 1.x: prompts are no longer truncated by the trainer; filter long "
                           "prompts out of the dataset instead"),
     "overwrite_output_dir": (None, "removed in transformers 5; every run has its own output directory"),
@@ -66,18 +77,18 @@ UNSUPPORTED: dict[str, str] = {
     "morph_router_url": "open-r1's remote code-execution router",
     "ioi_provider": "open-r1's IOI judge provider",
 }
-# open-r1 reward parameters (script arguments) -> (built-in reward, its parameter).
+# open-r1 reward parameters (its GRPOScriptArguments) -> (open-r1 reward name, the built-in's parameter).
 REWARD_PARAM_KEYS: dict[str, tuple[str, str]] = {
-    "cosine_min_value_wrong": ("cosine_scaled", "min_value_wrong"),
-    "cosine_max_value_wrong": ("cosine_scaled", "max_value_wrong"),
-    "cosine_min_value_correct": ("cosine_scaled", "min_value_correct"),
-    "cosine_max_value_correct": ("cosine_scaled", "max_value_correct"),
-    "cosine_max_len": ("cosine_scaled", "max_len"),
+    "cosine_min_value_wrong": ("cosine", "min_value_wrong"),
+    "cosine_max_value_wrong": ("cosine", "max_value_wrong"),
+    "cosine_min_value_correct": ("cosine", "min_value_correct"),
+    "cosine_max_value_correct": ("cosine", "max_value_correct"),
+    "cosine_max_len": ("cosine", "max_len"),
     "repetition_n_grams": ("repetition_penalty", "ngram_size"),
     "repetition_max_penalty": ("repetition_penalty", "max_penalty"),
-    "max_completion_len": ("soft_overlong", "max_completion_len"),
-    "soft_punish_cache": ("soft_overlong", "soft_punish_cache"),
-    "code_language": ("regex", "language"),
+    "max_completion_len": ("soft_overlong_punishment", "max_completion_len"),
+    "soft_punish_cache": ("soft_overlong_punishment", "soft_punish_cache"),
+    "code_language": ("code_format", "language"),
 }
 
 
