@@ -54,6 +54,13 @@ HARDWARE = [
 ]
 
 
+def _iso_ms(ms: Any) -> str | None:
+    """An upload's mtime (milliseconds since the epoch) as the Hub lists it (ISO 8601)."""
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(int(ms) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
@@ -153,6 +160,7 @@ class FakeHub:
         self.requests: list[Recorded] = []
         self.jobs: dict[str, FakeJob] = {}
         self.buckets: dict[str, dict[str, str]] = {}
+        self.bucket_meta: dict[str, dict[str, dict[str, Any]]] = {}  # bucket -> path -> the addFile operation
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
@@ -390,6 +398,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if parts[:2] == ["api", "buckets"] and parts[-1] == "xet-write-token":
                 return self._json(200, {"accessToken": "xet-fake", "exp": int(time.time()) + 3600,
                                         "casUrl": f"local://{hub.cas}"})
+            if parts[:2] == ["api", "buckets"] and len(parts) >= 4 and (len(parts) == 4 or parts[4] == "tree"):
+                return self._bucket_read(parts, query)
             if parts[:2] != ["api", "jobs"] or len(parts) < 3:
                 return self._error(404, "not found")
             ns = parts[2]
@@ -438,6 +448,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                     op = json.loads(line)
                     if op["type"] == "addFile":
                         hub.buckets.setdefault(bucket, {})[op["path"]] = op["xetHash"]
+                        hub.bucket_meta.setdefault(bucket, {})[op["path"]] = op
                 return self._json(200, {"failed": []})
             if fake_hub_spaces.repo_route(self, hub, parts, body):
                 return None
@@ -453,6 +464,29 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 hub.cancel(job)
                 return self._json(200, {})
             return None
+
+        def _bucket_read(self, parts: list[str], query: dict[str, list[str]]) -> None:
+            """Bucket info, or its tree under a prefix (what `hf buckets sync` lists before uploading)."""
+            bucket = f"{parts[2]}/{parts[3]}"
+            if self._forbidden(parts[2]):
+                return None
+            if bucket not in hub.buckets:
+                return self._json(404, {"error": f"Bucket {bucket} not found"}, {"X-Error-Code": "BucketNotFound"})
+            files = hub.bucket_meta.get(bucket, {})
+            if len(parts) == 4:
+                return self._json(200, {"id": bucket, "private": True, "createdAt": _now(), "totalFiles": len(files),
+                                        "size": sum(int(op.get("size") or 0) for op in files.values())})
+            prefix = "/".join(parts[5:])
+            recursive = query.get("recursive", ["false"])[0] == "true"
+            out = []
+            for path, op in sorted(files.items()):
+                rest = path[len(prefix) + 1:] if prefix and path.startswith(prefix + "/") else (
+                    path if not prefix else None)
+                if rest is None or (not recursive and "/" in rest):
+                    continue
+                out.append({"type": "file", "path": path, "size": int(op.get("size") or 0), "xetHash": op["xetHash"],
+                            "mtime": _iso_ms(op.get("mtime")), "uploadedAt": _now()})
+            return self._json(200, out)
 
         def _create(self, ns: str, body: bytes) -> None:
             fault = self._fault("create")
