@@ -138,3 +138,29 @@ def test_open_r1_rewards_score_as_open_r1_does(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as exc:
         import_trl(recipe)
     assert "code_language" in str(exc.value) and "'rust'" in str(exc.value) and "cpp" in str(exc.value)
+
+
+def test_open_r1_dataset_mixture_becomes_trls_mixture_and_says_what_differs(tmp_path: Path) -> None:
+    recipe = tmp_path / "mix.yaml"
+    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nreward_funcs: [accuracy]\ndataset_mixture:\n"
+                      "  datasets:\n    - {id: owner/math, config: hard, columns: [problem, solution], weight: 0.5}\n"
+                      "    - {id: owner/code, split: validation}\n  seed: 42\n  test_split_size: 0.1\n")
+    result = import_trl(recipe)
+    d = result.spec.dataset
+    assert d.mixture == [{"path": "owner/math", "name": "hard", "columns": ["problem", "solution"]},
+                         {"path": "owner/code", "split": "validation"}]
+    assert d.test_split_size == 0.1 and d.path is None
+    note = {r.key: r for r in result.rows}["dataset_mixture"].note
+    assert "[0.5, None]" in note and "fraction" in note and "seed 42" in note
+    from grpo_dashboard.spec.trl_export import export_trl
+
+    export = export_trl(result.spec, tmp_path / "out.yaml")
+    (tmp_path / "out.yaml").write_text(export.yaml_text)
+    if export.rewards_module:
+        (tmp_path / f"{export.rewards_module_name}.py").write_text(export.rewards_module)
+    assert import_trl(tmp_path / "out.yaml").spec == result.spec  # TRL's own `datasets` key on the way back
+    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nreward_funcs: [accuracy]\n"
+                      "dataset_mixture: {datasets: [{config: x}]}\n")
+    with pytest.raises(SpecError) as exc:
+        import_trl(recipe)
+    assert "dataset_mixture" in str(exc.value) and "`id`" in str(exc.value)

@@ -360,6 +360,9 @@ class _Mapper:
         if target is None:
             self.row(key, "dropped", None, how)
             return
+        if key == "dataset_mixture":
+            self._open_r1_mixture(value)
+            return
         if key == "vllm_device":
             s.training["vllm_mode"] = "server"
             self.row(key, "converted", target, f"{how}; vllm_device was {value!r}")
@@ -381,6 +384,30 @@ class _Mapper:
         else:
             setattr(getattr(s, section), rest, value)
         self.row(key, "converted", target, how)
+
+    def _open_r1_mixture(self, value: Any) -> None:
+        """open-r1's `dataset_mixture` (its ScriptArguments) as `dataset.mixture` entries of TRL's DatasetConfig."""
+        entries = value.get("datasets") if isinstance(value, dict) else None
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and e.get("id")
+                                                                   for e in entries):
+            self.errors.append(FieldError("dataset_mixture", value, "must be open-r1's mapping {datasets: [{id, "
+                                          "config, split, columns, weight}, ...], seed, test_split_size}, every "
+                                          f"dataset with an `id`. Fix it in {self.path}; nothing was written."))
+            return
+        d = self.spec.dataset
+        d.mixture = [{k: v for k, v in (("path", e["id"]), ("name", e.get("config")), ("columns", e.get("columns")))
+                      if v is not None} | ({"split": e["split"]} if e.get("split", "train") != "train" else {})
+                     for e in entries]
+        d.test_split_size = value.get("test_split_size")
+        weights = [e.get("weight") for e in entries]
+        note = trl_keys.FOREIGN["dataset_mixture"][1]
+        if any(w not in (None, 1, 1.0) for w in weights):
+            note += (f"; open-r1's weights {weights} take that share of each dataset's own rows, which TRL's "
+                     "`fraction` (shares of the mixture) cannot express: every row is used. Set "
+                     "dataset.mixture[*].fraction for TRL's shares")
+        if value.get("seed") not in (None, 0):
+            note += f"; open-r1's shuffle seed {value['seed']} is not kept (the trainer shuffles with training.seed)"
+        self.row("dataset_mixture", "converted", "dataset.mixture", note)
 
     def _rewards(self, overrides: dict[str, Any]) -> None:
         v, s = self.values, self.spec

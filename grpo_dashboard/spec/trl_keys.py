@@ -40,6 +40,8 @@ FOREIGN: dict[str, tuple[str | None, str]] = {
     "use_gradient_checkpointing": ("training.gradient_checkpointing", "Unsloth's name; 'unsloth' means true"),
     "random_state": ("training.seed", "Unsloth's name for the seed"),
     "dataset_prompt_column": ("dataset.prompt_column", "open-r1's prompt column"),
+    "dataset_mixture": ("dataset.mixture", "open-r1's dataset mixture (id, config, split, columns, weight; seed, "
+                        "test_split_size) as TRL's DatasetMixtureConfig"),
     "dataset_id_or_path": ("dataset.path", "the recipe script's dataset argument"),
     "system_prompt": ("dataset.system_prompt", "open-r1's system prompt"),
     "chat_template": ("model.chat_template", "open-r1's chat template override"),
