@@ -164,3 +164,19 @@ def test_open_r1_dataset_mixture_becomes_trls_mixture_and_says_what_differs(tmp_
     with pytest.raises(SpecError) as exc:
         import_trl(recipe)
     assert "dataset_mixture" in str(exc.value) and "`id`" in str(exc.value)
+
+
+def test_trls_own_reward_names_are_the_grpo_scripts_registry() -> None:
+    import ast
+
+    import trl
+
+    from grpo_dashboard.spec.trl_rewards import TRL_REWARDS
+
+    source = (Path(trl.__file__).parent / "scripts" / "grpo.py").read_text()
+    registry = next(n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Assign)
+                    and any(getattr(t, "id", None) == "reward_funcs_registry" for t in n.targets))
+    names = {ast.literal_eval(k): v for k, v in zip(registry.keys, registry.values, strict=True)}
+    assert set(names) == set(TRL_REWARDS)
+    overlong = {k.arg: ast.literal_eval(k.value) for k in names["get_soft_overlong_punishment"].keywords}
+    assert overlong == TRL_REWARDS["get_soft_overlong_punishment"][1]
