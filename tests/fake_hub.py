@@ -2,7 +2,8 @@
 
 Routes (from `../shared/reference/hf_jobs_spaces.md` §2 and the client's source): whoami, the Jobs API (create,
 list with labels, inspect with stage transitions, SSE logs replayed in full on every connection, SSE metrics,
-cancel, hardware list), the bucket upload that the backend uses (create bucket, Xet write token, batch), and what
+cancel, hardware list), the bucket upload that the backend uses (create bucket, Xet write token, batch), bucket
+info and tree listing (what `hf buckets sync` reads before it uploads), and what
 `deploy-space` and Space sign-in need (fake_hub_spaces.py: Space repos, an OpenID Connect provider). The Xet
 storage itself is `hf_xet`'s own `local://` CAS in a temporary directory, so uploads go through the real client and
 the real `hf_xet` upload, and the fake reads the files back with `hf_xet`.

@@ -34,8 +34,8 @@ SPECIAL_KEYS = ("use_peft", "load_in_4bit", "load_in_8bit", "reward_funcs", "rew
 FOREIGN: dict[str, tuple[str | None, str]] = {
     "torch_dtype": ("model.dtype", "renamed to `dtype` in transformers 5"),
     "warmup_ratio": ("training.warmup_steps", "removed in transformers 5; warmup_steps below 1 is a ratio"),
-    "vllm_device": ("training.vllm_mode", "TRL ≤ 0.16 ran vLLM on a spare GPU of the node; TRL 1.16 does that as "
-                    "vllm_mode: server (start `trl vllm-serve` on that GPU)"),
+    "vllm_device": ("training.vllm_mode", "TRL 0.14 ran vLLM in-process on a spare GPU (vllm_device; deprecated in "
+                    "0.16 for a `trl vllm-serve` server); TRL 1.16 does that as vllm_mode: server"),
     "gpu_memory_utilization": ("training.vllm_gpu_memory_utilization", "Unsloth's name for vLLM's memory share"),
     "use_gradient_checkpointing": ("training.gradient_checkpointing", "Unsloth's name; 'unsloth' means true"),
     "random_state": ("training.seed", "Unsloth's name for the seed"),
