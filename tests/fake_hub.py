@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from . import fake_hub_spaces
+from . import fake_hub_buckets, fake_hub_spaces
 
 TERMINAL = ("COMPLETED", "CANCELED", "ERROR", "DELETED")
 HARDWARE = [
@@ -53,13 +53,6 @@ HARDWARE = [
      "accelerator": {"type": "gpu", "model": "A100", "quantity": "1", "vram": "80 GB", "manufacturer": "Nvidia"},
      "unitCostMicroUSD": 40000, "unitCostUSD": 0.04, "unitLabel": "minute"},
 ]
-
-
-def _iso_ms(ms: Any) -> str | None:
-    """An upload's mtime (milliseconds since the epoch) as the Hub lists it (ISO 8601)."""
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(int(ms) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _now() -> str:
@@ -399,8 +392,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if parts[:2] == ["api", "buckets"] and parts[-1] == "xet-write-token":
                 return self._json(200, {"accessToken": "xet-fake", "exp": int(time.time()) + 3600,
                                         "casUrl": f"local://{hub.cas}"})
-            if parts[:2] == ["api", "buckets"] and len(parts) >= 4 and (len(parts) == 4 or parts[4] == "tree"):
-                return self._bucket_read(parts, query)
+            if fake_hub_buckets.bucket_read_route(self, hub, parts, query):
+                return None
             if parts[:2] != ["api", "jobs"] or len(parts) < 3:
                 return self._error(404, "not found")
             ns = parts[2]
@@ -465,29 +458,6 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 hub.cancel(job)
                 return self._json(200, {})
             return None
-
-        def _bucket_read(self, parts: list[str], query: dict[str, list[str]]) -> None:
-            """Bucket info, or its tree under a prefix (what `hf buckets sync` lists before uploading)."""
-            bucket = f"{parts[2]}/{parts[3]}"
-            if self._forbidden(parts[2]):
-                return None
-            if bucket not in hub.buckets:
-                return self._json(404, {"error": f"Bucket {bucket} not found"}, {"X-Error-Code": "BucketNotFound"})
-            files = hub.bucket_meta.get(bucket, {})
-            if len(parts) == 4:
-                return self._json(200, {"id": bucket, "private": True, "createdAt": _now(), "totalFiles": len(files),
-                                        "size": sum(int(op.get("size") or 0) for op in files.values())})
-            prefix = "/".join(parts[5:])
-            recursive = query.get("recursive", ["false"])[0] == "true"
-            out = []
-            for path, op in sorted(files.items()):
-                rest = path[len(prefix) + 1:] if prefix and path.startswith(prefix + "/") else (
-                    path if not prefix else None)
-                if rest is None or (not recursive and "/" in rest):
-                    continue
-                out.append({"type": "file", "path": path, "size": int(op.get("size") or 0), "xetHash": op["xetHash"],
-                            "mtime": _iso_ms(op.get("mtime")), "uploadedAt": _now()})
-            return self._json(200, out)
 
         def _create(self, ns: str, body: bytes) -> None:
             fault = self._fault("create")
