@@ -20,7 +20,8 @@ from grpo_dashboard.errors import SpecError
 from grpo_dashboard.spec import trl_keys
 from grpo_dashboard.spec.jobfiles import rewards_module
 from grpo_dashboard.spec.trl_fields import grpo_fields
-from grpo_dashboard.spec.trl_import import LATEST, TRL_DEFAULTS, VERSION_MARKERS, import_trl
+from grpo_dashboard.spec.trl_import import import_trl
+from grpo_dashboard.spec.trl_versions import LATEST, TRL_DEFAULTS, VERSION_MARKERS
 
 from .conftest import REPO
 

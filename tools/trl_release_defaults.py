@@ -8,7 +8,7 @@
 Nothing is installed or imported from the wheels: `trl/trainer/grpo_config.py` is parsed (its GRPOConfig class body:
 each field's literal default) and `trl/trainer/grpo_trainer.py` is searched for the two behaviours that old releases
 had no field for (how the loss is normalised, and where vLLM generates). `--write` saves that extract, with each
-wheel's name and sha256, as JSON; tests/test_trl_release_defaults.py checks `trl_import.TRL_DEFAULTS` and the
+wheel's name and sha256, as JSON; tests/test_trl_release_defaults.py checks `trl_versions.TRL_DEFAULTS` and the
 version markers against it through `pins()` and `markers()` below, so the table cannot drift from the releases.
 """
 

@@ -17,7 +17,8 @@ from grpo_dashboard.errors import SpecError
 
 def import_trl_main(argv: list[str]) -> int:
     """import-trl RECIPE [-o SPEC] [--trl-version V] [--name N] [--model M] [--dataset D] [--reward R]... [--json]"""
-    from grpo_dashboard.spec.trl_import import TRL_DEFAULTS, import_trl
+    from grpo_dashboard.spec.trl_import import import_trl
+    from grpo_dashboard.spec.trl_versions import TRL_DEFAULTS
 
     p = argparse.ArgumentParser(prog="import-trl", description="Map a flat TRL config (trl grpo --config, open-r1, "
                                 "Unsloth, paper recipes) to a run spec, parsing it with TRL's own parser.")
