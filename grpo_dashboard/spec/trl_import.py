@@ -33,6 +33,8 @@ from grpo_dashboard.spec.trl_rewards import (
 from grpo_dashboard.spec.trl_versions import LATEST, TRL_DEFAULTS, infer_version, pin_defaults
 
 HEADER = "# grpo-dashboard: "  # the line trl_export writes for what TRL has no key for
+
+
 @dataclass
 class Row:
     """One line of the mapping table."""
