@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grpo_dashboard.launch import hf_jobs
 from grpo_dashboard.launch.runs import launch
 from grpo_dashboard.store.db import Store
 
@@ -81,3 +82,7 @@ def test_exported_hf_commands_upload_and_run_the_job_the_dashboard_would_submit(
     assert b["secrets"] == {"HF_TOKEN": TOKEN, SECRET: "s3cret"}
     bucket = vb["source"]
     assert _folder_files(hub, bucket, "exported-smoke") == _folder_files(hub, bucket, run.id)
+    # Run detail's equivalent command is the same builder: the printed one with this run's folder and label.
+    shown = hf_jobs.job_details(run)["equivalent_command"]
+    assert shown == commands["hf_jobs"].replace("jobs-artifacts/exported-smoke:", f"jobs-artifacts/{run.id}:").replace(
+        "grpo-dashboard-run=exported-smoke", f"grpo-dashboard-run={run.id}")
