@@ -181,3 +181,14 @@ def test_trls_own_reward_names_are_the_grpo_scripts_registry() -> None:
     assert set(names) == set(TRL_REWARDS)
     overlong = {k.arg: ast.literal_eval(k.value) for k in names["get_soft_overlong_punishment"].keywords}
     assert overlong == TRL_REWARDS["get_soft_overlong_punishment"][1]
+
+
+def test_an_open_r1_recipe_without_a_system_prompt_still_sends_chat_prompts(tmp_path: Path) -> None:
+    recipe = tmp_path / "or1.yaml"
+    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\ndataset_prompt_column: problem\n"
+                      "reward_funcs: [accuracy, format]\n")
+    result = import_trl(recipe)
+    assert result.spec.dataset.conversational and result.spec.dataset.prompt_column == "problem"
+    assert {r.key: r.action for r in result.rows}["(conversational)"] == "converted"
+    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nreward_funcs: [accuracy_reward]\n")
+    assert not import_trl(recipe).spec.dataset.conversational  # TRL's own script takes the prompt column as it is

@@ -165,6 +165,7 @@ def import_trl(path: str | Path, trl_version: str | None = None, name: str | Non
     if not header:
         m.infer_processes()
         m.infer_server()
+        m.infer_open_r1_chat()
     if m.errors:
         raise SpecError(m.errors)
     return ImportResult(m.spec, m.rows, version, reason, check)
@@ -487,6 +488,21 @@ class _Mapper:
         if "generation" in h:
             s.generation = GenerationSpec(**h["generation"])
         self.rows.append(Row("(header)", None, "mapped", "(spec-only fields)", "what TRL has no key for, as exported"))
+
+    def infer_open_r1_chat(self) -> None:
+        """open-r1's grpo.py always builds chat prompts ([system,] user: the prompt column); so does the spec then."""
+        d = self.spec.dataset
+        if d.conversational or d.system_prompt or d.prompt_template or not self._open_r1():
+            return
+        d.conversational = True
+        self.rows.append(Row("(conversational)", True, "converted", "dataset.conversational", "open-r1's grpo.py "
+                             "sends each prompt as a user message (make_conversation), so the chat template applies"))
+
+    def _open_r1(self) -> bool:
+        """Whether the recipe is open-r1's: a key or reward name only open-r1 has."""
+        keys = set(trl_keys.REWARD_PARAM_KEYS) | set(trl_keys.OPEN_R1_KEYS)
+        names = self._reward_names() - set(TRL_REWARDS)
+        return bool(keys & set(self.config)) or bool(names & set(OPEN_R1_REWARDS))
 
     def infer_server(self) -> None:
         """Server mode without a server address: the backend starts `trl vllm-serve` on the GPU after training's."""

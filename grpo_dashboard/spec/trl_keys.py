@@ -79,6 +79,12 @@ UNSUPPORTED: dict[str, str] = {
     "morph_router_url": "open-r1's remote code-execution router",
     "ioi_provider": "open-r1's IOI judge provider",
 }
+# Keys only open-r1's recipes have (its GRPOConfig and GRPOScriptArguments beyond TRL's).
+OPEN_R1_KEYS = ("dataset_prompt_column", "system_prompt", "chat_template", "callbacks", "benchmarks",
+                "hub_model_revision", "overwrite_hub_revision", "push_to_hub_revision", "wandb_entity",
+                "wandb_project", "wandb_run_group", "dataset_mixture", "code_eval_test_batch_size",
+                "code_eval_scoring_mode", "parallel_code_exec_per_proc", "code_provider", "e2b_router_url",
+                "morph_router_url", "ioi_provider")
 # open-r1 reward parameters (its GRPOScriptArguments) -> (open-r1 reward name, the built-in's parameter).
 REWARD_PARAM_KEYS: dict[str, tuple[str, str]] = {
     "cosine_min_value_wrong": ("cosine", "min_value_wrong"),
