@@ -507,6 +507,16 @@ def test_kl_spike_early_explosion_that_decays() -> None:
     assert f.step == 1 and f.evidence["recovered"] and "first logs" in f.message
 
 
+def test_kl_spike_in_the_last_window_that_fell_back_is_no_error() -> None:
+    n = 100
+    kl = 0.05 + 0.005 * np.random.default_rng(11).random(n)
+    kl[96] = 3.0  # inside the last smoothing window, back at its level on the next log
+    f = only(diagnose(healthy(n, kl=kl), config={"beta": 0.04}), "kl_spike")
+    assert f.severity != "error" and f.evidence["recovered"] and "came back down" in f.message
+    kl[-1] = 3.0  # a spike on the very last log has not fallen back yet
+    assert not only(diagnose(healthy(n, kl=kl), config={"beta": 0.04}), "kl_spike").evidence["recovered"]
+
+
 def test_kl_spike_explosion_still_high_is_an_error() -> None:
     n = 60
     kl = np.concatenate((np.full(40, 0.02), np.full(n - 40, 5.0)))
