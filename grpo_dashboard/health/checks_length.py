@@ -231,7 +231,8 @@ def _steady_truncation(ctx: Context, clipped: Series) -> list[Finding]:
     steps, v = clipped.steps[-window:], clipped.values[-window:]
     if v.size < int(ctx.t("truncation.persist")):
         return []
-    mean, cut = float(np.mean(v)), v > 0
+    # Steady: the window's mean and most of its logs (not one bad batch) cut a noticeable share.
+    mean, cut = float(np.mean(v)), v >= ctx.t("truncation.note")
     if mean < ctx.t("truncation.note") or float(np.mean(cut)) < ctx.t("truncation.note_logs"):
         return []
     cap, known = _inferred_cap(ctx, clipped)
@@ -239,9 +240,10 @@ def _steady_truncation(ctx: Context, clipped: Series) -> list[Finding]:
     onset = int(steps[int(np.argmax(cut))])
     at = f"max_completion_length ({cap}{known})" if cap else "max_completion_length"
     message = (
-        f"completions are cut at {at} on {int(cut.sum())} of the last {v.size} logs: {mean:.0%} of completions on "
-        f"average, up to {float(v[worst]):.0%} (step {int(steps[worst])}). Under the {ctx.t('truncation.warn'):g} "
-        "warning level, but steady: those completions get no EOS and are scored on cut-off text."
+        f"completions are cut at {at}: {mean:.0%} of them on average over the last {v.size} logs, at least "
+        f"{ctx.t('truncation.note'):.0%} on {int(cut.sum())} of those logs, up to {float(v[worst]):.0%} (step "
+        f"{int(steps[worst])}). Under the {ctx.t('truncation.warn'):g} warning level, but steady: those completions "
+        "get no EOS and are scored on cut-off text."
     )
     evidence: dict[str, float | int | None] = {"mean": mean, "cut_logs": int(cut.sum()), "window": int(v.size)}
     reward = ctx.frame.get("reward")

@@ -109,7 +109,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold(
         "truncation.note", 0.1, "mean clipped_ratio over the note window at or above this: steady truncation info"
     ),
-    Threshold("truncation.note_logs", 0.5, "... and at least this share of those logs cut some completion"),
+    Threshold("truncation.note_logs", 0.5, "... and at least this share of those logs cut that share or more"),
     Threshold("truncation.note_window", 20, "trailing logs over which steady partial truncation is measured"),
     # length_collapse
     Threshold("length_collapse.ratio", 0.5, "smoothed mean length below this fraction of its baseline", "PTT"),
