@@ -149,3 +149,29 @@ def test_short_log_without_a_majority_state_or_without_zero_spread_is_silent() -
     # The same mean on 4 of 5 logs, but every batch has spread: a coincidence of means, not a state.
     spread = _l3([0, 0, 0, 0, 0], [0.5, 0.5, 0.5, 0.7, 0.5], [0.3, 0.3, 0.3, 0.3, 0.3])
     assert "plateau" not in rules(diagnose(spread))
+
+
+# ---- kl_spike on the latest log; one spread-less batch on a short log ---------------------------------------------
+
+
+def test_a_kl_spike_on_the_latest_log_is_a_note_until_the_next_log_unless_it_is_huge() -> None:
+    n = 60
+    kl = 0.05 + 0.005 * np.random.default_rng(4).random(n)
+    kl[-1] = 0.35  # 7x its level on the very last log, beta small, reward rising
+    f = only(diagnose(healthy(n, kl=kl), config=BETA), "kl_spike")
+    assert f.severity == "info" and f.evidence["pending"] and "not known yet" in f.message
+    assert "came back down" not in f.message and "resume" not in f.remedy
+    stays = healthy(n + 1, kl=np.append(kl, 0.35))  # the next log is still up: no longer a blip
+    assert only(diagnose(stays, config=BETA), "kl_spike").severity == "warning"
+    kl[-1] = 2.5  # 50x on the latest log: an error at once
+    assert only(diagnose(healthy(n, kl=kl), config=BETA), "kl_spike").severity == "error"
+    kl[-1] = 0.35  # the same 7x spike with a large beta is a warning at once
+    assert only(diagnose(healthy(n, kl=kl), config={"beta": 0.5}), "kl_spike").severity == "warning"
+
+
+def test_one_spread_less_batch_after_batches_with_spread_is_not_a_zero_variance_state() -> None:
+    assert "zero_variance" not in rules(diagnose(_l3([0, 0, 1], [0.7, 1.5, -0.1], [1.2, 0.6, 0.0])))
+    assert "zero_variance" not in rules(diagnose(_l3([0, 1], [0.7, -0.1], [1.2, 0.0])))
+    # Two in a row at the end, or the whole (short) log, is a state.
+    assert only(diagnose(_l3([0, 1, 1], [0.7, 0, 0], [1.2, 0, 0])), "zero_variance").severity == "error"
+    assert only(diagnose(_l3([1, 1], [0, 0], [0, 0])), "zero_variance").severity == "error"

@@ -254,12 +254,19 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     reference = float(ref[worst])
     s = ctx.smooth_n(n)
     now = float(np.mean(v[-s:]))
-    recovered = now <= ratio * reference
-    severity = ERROR if max_ratio >= ctx.t("kl_spike.error_ratio") and not recovered else WARNING
+    # The latest log itself spiking: whether it falls back is not known yet (a mean that includes it says nothing).
+    latest = bool(spike[-1])
+    recovered = now <= ratio * reference and not latest
+    high_ratio = float(ratios[-1]) if latest else max_ratio
+    severity = ERROR if high_ratio >= ctx.t("kl_spike.error_ratio") and not recovered else WARNING
     onset = int(series.steps[idx[0]])
-    blips = recovered and _isolated_blips(v, idx, ratio * ref) and _reward_rising(ctx)
+    rising = _reward_rising(ctx)
+    blips = recovered and _isolated_blips(v, idx, ratio * ref) and rising
+    # One new spike on the latest log, every earlier one a blip: under the error multiple it is a note until the next
+    # log shows whether it falls back (a warning then if it does not).
+    pending = latest and severity != ERROR and _isolated_blips(v, idx[:-1], ratio * ref) and rising
     beta = ctx.config.beta
-    if blips and (beta is None or beta <= ctx.t("kl_spike.blip_beta")):
+    if (blips or pending) and (beta is None or beta <= ctx.t("kl_spike.blip_beta")):
         severity = INFO
     message = (
         f"kl jumped to {fmt(float(v[worst]))} at step {int(series.steps[worst])}, {max_ratio:.0f}x its reference "
@@ -267,14 +274,20 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     )
     if idx[0] < k0 and ref[idx[0]] != med[idx[0]]:
         message += "; the explosion is in the very first logs, before the run settled"
-    message += (
-        f"; it came back down to {fmt(now)} by step {int(series.steps[-1])}."
-        if recovered
-        else f"; it is still {fmt(now)} at step {int(series.steps[-1])}."
-    )
+    if latest:
+        message += "; that is the latest log, so whether it falls back is not known yet."
+    elif recovered:
+        message += f"; it came back down to {fmt(now)} by step {int(series.steps[-1])}."
+    else:
+        message += f"; it is still {fmt(now)} at step {int(series.steps[-1])}."
     if idx.size > 1:
         message += f" {idx.size} spiking logs in total."
-    if severity == INFO:
+    if severity == INFO and pending:
+        message += (
+            " A single log while the reward rises (any earlier spike fell back at once): a note for now, a warning "
+            "if kl stays up at the next log."
+        )
+    elif severity == INFO:
         message += (
             " Each spike lasts one or two logs and falls back on the next one while the reward rises: blips, not "
             "drift. Worth a look at those steps' completions, nothing to change unless they recur more often."
@@ -289,7 +302,7 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
         fixes.append(f"use fewer num_iterations{cfg.now('num_iterations')}")
     if cfg.flag("use_vllm"):
         fixes.append("check the vLLM/trainer mismatch (sampling/sampling_logp_difference/max)")
-    if not recovered:
+    if not recovered and severity != INFO:
         fixes.insert(0, f"resume from a checkpoint saved before step {onset}")
     return [
         make_finding(
@@ -305,6 +318,7 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
             max_ratio=max_ratio,
             current=now,
             recovered=recovered,
+            pending=latest,
             count=int(idx.size),
             threshold=ratio,
         )

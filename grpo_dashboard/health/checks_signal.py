@@ -9,7 +9,7 @@ import numpy as np
 
 from .checks_policy import check_entropy_collapse, entropy_series
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
-from .series import Series, extend_onset, fmt, mostly, reward_range, trailing_mean, trailing_streak
+from .series import Series, extend_onset, fmt, mostly, reward_range, short_required, trailing_mean, trailing_streak
 
 
 def _frac_zero_std(ctx: Context) -> tuple[Series, bool] | None:
@@ -36,13 +36,17 @@ def check_zero_variance(ctx: Context) -> list[Finding]:
     s = ctx.smooth_n(n)
     sm = trailing_mean(v, s)
     warn_t, err_t = ctx.t("zero_variance.warn"), ctx.t("zero_variance.error")
+    error_persist = int(ctx.t("zero_variance.error_persist"))
     severity, run = judge_state(
         n - 1,
         int(ctx.t("zero_variance.warn_persist")),
-        int(ctx.t("zero_variance.error_persist")),
+        error_persist,
         sm > warn_t,
         sm > err_t,
         v >= ctx.t("zero_variance.extreme"),
+        # One batch without spread after batches with it is chance (a single prompt per step, an easy prompt), not a
+        # state: an unmistakable one needs two logs in a row, unless it is the whole log.
+        extreme_required=max(min(2, n), short_required(n - 1, error_persist)),
     )
     share = ctx.t("zero_variance.short_share")
     if severity is None and 3 <= n < int(ctx.t("zero_variance.warn_persist")) and mostly(v > warn_t, share):
