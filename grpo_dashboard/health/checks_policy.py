@@ -253,10 +253,11 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     max_ratio = float(np.max(ratios))
     reference = float(ref[worst])
     s = ctx.smooth_n(n)
-    now = float(np.mean(v[-s:]))
-    # The latest log itself spiking: whether it falls back is not known yet (a mean that includes it says nothing).
+    # The median of the last logs and the latest one: a one-log spike inside that window must not read as the level.
+    now = float(np.median(v[-s:]))
+    # The latest log itself spiking: whether it falls back is not known yet.
     latest = bool(spike[-1])
-    recovered = now <= ratio * reference and not latest
+    recovered = now <= ratio * reference and float(v[-1]) <= ratio * reference and not latest
     high_ratio = float(ratios[-1]) if latest else max_ratio
     severity = ERROR if high_ratio >= ctx.t("kl_spike.error_ratio") and not recovered else WARNING
     onset = int(series.steps[idx[0]])
