@@ -175,3 +175,18 @@ def test_one_spread_less_batch_after_batches_with_spread_is_not_a_zero_variance_
     # Two in a row at the end, or the whole (short) log, is a state.
     assert only(diagnose(_l3([0, 1, 1], [0.7, 0, 0], [1.2, 0, 0])), "zero_variance").severity == "error"
     assert only(diagnose(_l3([1, 1], [0, 0], [0, 0])), "zero_variance").severity == "error"
+
+
+def test_real_angle_log_kl_spikes_are_notes_at_every_length() -> None:
+    """tikz dataset_angle (beta 0.04, reward rising near its ceiling): two one-log kl spikes (s36, s40) are notes live
+    too, while each is the latest log, not warnings."""
+    from pathlib import Path
+
+    from grpo_dashboard.health import load_log_frame
+
+    folder = Path(__file__).parent / "fixtures" / "real_logs"
+    (path,) = folder.glob("screechingviolet__*dataset_angle_grpo-first71.jsonl")
+    frame, hints = load_log_frame(path)
+    for step in (36, 37, 40, 41, 71):
+        f = only(diagnose(frame.upto(step), hints), "kl_spike")
+        assert f.severity == "info", (step, f.message)

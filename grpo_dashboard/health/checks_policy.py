@@ -255,17 +255,21 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     s = ctx.smooth_n(n)
     # The median of the last logs and the latest one: a one-log spike inside that window must not read as the level.
     now = float(np.median(v[-s:]))
-    # The latest log itself spiking: whether it falls back is not known yet.
-    latest = bool(spike[-1])
-    recovered = now <= ratio * reference and float(v[-1]) <= ratio * reference and not latest
-    high_ratio = float(ratios[-1]) if latest else max_ratio
+    # The latest log spiking, or above the spike limit: whether it falls back is not known yet.
+    latest = bool(spike[-1]) or float(v[-1]) > ratio * reference
+    recovered = now <= ratio * reference and not latest
+    if spike[-1]:
+        high_ratio = float(ratios[-1])
+    else:
+        high_ratio = float(v[-1]) / max(reference, 1e-12) if latest else max_ratio
     severity = ERROR if high_ratio >= ctx.t("kl_spike.error_ratio") and not recovered else WARNING
     onset = int(series.steps[idx[0]])
     rising = _reward_rising(ctx)
     blips = recovered and _isolated_blips(v, idx, ratio * ref) and rising
-    # One new spike on the latest log, every earlier one a blip: under the error multiple it is a note until the next
-    # log shows whether it falls back (a warning then if it does not).
-    pending = latest and severity != ERROR and _isolated_blips(v, idx[:-1], ratio * ref) and rising
+    # A high latest log after spikes that were all blips: under the error multiple it is a note until the next log
+    # shows whether it falls back (a warning then if it does not).
+    earlier = idx[:-1] if spike[-1] else idx
+    pending = latest and severity != ERROR and _isolated_blips(v, earlier, ratio * ref) and rising
     beta = ctx.config.beta
     if (blips or pending) and (beta is None or beta <= ctx.t("kl_spike.blip_beta")):
         severity = INFO
@@ -276,7 +280,12 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     if idx[0] < k0 and ref[idx[0]] != med[idx[0]]:
         message += "; the explosion is in the very first logs, before the run settled"
     if latest:
-        message += "; that is the latest log, so whether it falls back is not known yet."
+        message += (
+            "; that is the latest log, so whether it falls back is not known yet."
+            if spike[-1]
+            else f"; the latest log (step {int(series.steps[-1])}) is {fmt(float(v[-1]))}, above the spike limit, so "
+            "whether it falls back is not known yet."
+        )
     elif recovered:
         message += f"; it came back down to {fmt(now)} by step {int(series.steps[-1])}."
     else:
