@@ -190,3 +190,11 @@ def test_real_angle_log_kl_spikes_are_notes_at_every_length() -> None:
     for step in (36, 37, 40, 41, 71):
         f = only(diagnose(frame.upto(step), hints), "kl_spike")
         assert f.severity == "info", (step, f.message)
+
+
+def test_entropy_halving_under_the_floor_is_an_error_only_from_a_baseline_clearly_above_it() -> None:
+    n = 60
+    low = np.concatenate((np.full(20, 0.13), np.full(n - 20, 0.06)))  # near the floor from the start, halved
+    assert "entropy_collapse" not in rules(diagnose(healthy(n, entropy=low)))
+    high = np.concatenate((np.full(20, 0.25), np.full(n - 20, 0.09)))  # clearly above it, now under 0.1 nats
+    assert only(diagnose(healthy(n, entropy=high)), "entropy_collapse").severity == "error"
