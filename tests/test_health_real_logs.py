@@ -1,6 +1,7 @@
 """The doctor on real public GRPO logs: our labelled corpus (tests/fixtures/real_logs) always, and the shared
 labelled logs (../shared/realdata/grpo_logs) when that folder is present. Every expected finding is reported, no
-forbidden alarm is active at the end, and a healthy run gets no error and at most one warning."""
+forbidden alarm is raised at any point of the run (active at the end or resolved since), and a healthy run gets no
+error and at most one warning."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from grpo_dashboard.health import diagnose, finding_history, load_log_frame
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ROOT / "tests" / "fixtures" / "real_logs"
 SHARED = next(
-    (p for p in (ROOT.parent / "shared" / "realdata" / "grpo_logs", Path("/work/shared/realdata/grpo_logs"))
-     if (p / "expect.json").is_file()),
+    (
+        p
+        for p in (ROOT.parent / "shared" / "realdata" / "grpo_logs", Path("/work/shared/realdata/grpo_logs"))
+        if (p / "expect.json").is_file()
+    ),
     None,
 )
 
@@ -36,6 +40,9 @@ def _check(path: Path, label: dict) -> None:
     active = [f for f in history if f.status == "active"]
     alarms = {f.rule for f in active if f.severity in ("warning", "error")} & set(label["forbid"])
     assert not alarms, (path.name, alarms)
+    # Nor raised during the run and withdrawn since: the live panel would have shown it.
+    past = [(f.rule, f.step) for f in history if f.status == "resolved" and f.severity in ("warning", "error")]
+    assert not [(r, s) for r, s in past if r in label["forbid"]], (path.name, past)
     if label["healthy"]:
         assert not [f for f in active if f.severity == "error"], path.name
         assert sum(f.severity == "warning" for f in active) <= 1, (path.name, [(f.rule, f.severity) for f in active])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from statistics import NormalDist
 
 import numpy as np
 
@@ -141,13 +142,29 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         ):
             return None
     start = extend_onset(warn, n - run, s)
+    if n - 1 < 2 * persist and _falls_from_start(v):
+        # Falling on every log from the first: the fall itself is the evidence, there is no level to measure.
+        peak_idx, peak_value, now, lost_frac, z = 0, float(v[0]), float(v[-1]), float(frac[-1]), float("nan")
+    else:
+        level = _level_drop(ctx, v, start, max(s, persist), lo, hi)
+        if level is None:
+            return None
+        peak_idx, peak_value, now, lost_frac, z = level
+    if lost_frac < ctx.t("reward_drop.error_frac"):
+        severity = WARNING
     onset = int(series.steps[start])
-    peak_idx = int(np.argmax(sm[: start + 1])) if start > 0 else 0
-    peak_value, now = float(peak[-1]), float(sm[-1])
-    message = (
-        f"{series.key} fell from {fmt(peak_value)} (its peak, step {int(series.steps[peak_idx])}) to {fmt(now)}, "
-        f"losing {frac[-1]:.0%} of what it had gained above {fmt(lo)}, since step {onset}."
-    )
+    if np.isnan(z):
+        message = (
+            f"{series.key} fell on every log, from {fmt(peak_value)} (step {int(series.steps[0])}) to {fmt(now)}, "
+            f"losing {lost_frac:.0%} of what it had gained above {fmt(lo)}."
+        )
+    else:
+        scatter = "with no scatter since" if np.isinf(z) else f"{z:.1f} standard errors of its log-to-log scatter"
+        message = (
+            f"{series.key} fell from {fmt(peak_value)} (its best level, up to step {int(series.steps[peak_idx])}) "
+            f"to {fmt(now)} (its mean since step {onset}), losing {lost_frac:.0%} of what it had gained above "
+            f"{fmt(lo)}; the fall is {scatter}."
+        )
     cfg = ctx.config
     fixes = [
         f"resume from a checkpoint saved before step {onset} with a lower learning_rate{cfg.now('learning_rate')}",
@@ -166,10 +183,49 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         peak=peak_value,
         peak_step=int(series.steps[peak_idx]),
         current=now,
-        lost_fraction=float(frac[-1]),
+        lost_fraction=lost_frac,
+        noise_z=float(z) if np.isfinite(z) else None,
         floor=lo,
         threshold=ctx.t("reward_drop.frac"),
     )
+
+
+def _level_drop(
+    ctx: Context, v: np.ndarray, start: int, window: int, lo: float, hi: float
+) -> tuple[int, float, float, float, float] | None:
+    """The fall from the best level before ``start`` to the mean since, if it is a drop and not noise.
+
+    A level is the mean of up to ``window`` logs (as many as the episode since ``start`` holds, when more), so one
+    lucky log is not a level. The best level before the onset is compared with the mean since it, and the fall must
+    exceed ``reward_drop.noise_z`` standard errors of the reward's step-to-step scatter (measured outside the fall
+    itself), the bar raised (Bonferroni) for the number of levels the best one was picked from. The share lost
+    (``reward_drop.frac``, ``reward_drop.min_drop``, severity) is measured from the best level less the lift that
+    picking the best of that many noisy levels gives by itself. Returns (peak index, peak level, level now, share
+    lost, fall in standard errors), or None.
+    """
+    after = v[start:]
+    if start < 1 or after.size < 1:
+        return None
+    width = max(1, min(max(window, after.size), start))
+    levels = trailing_mean(v[:start], width)
+    first = width - 1  # full windows only: a shorter one at the start is a noisier level, picked from more
+    peak_idx = first + int(np.argmax(levels[first:]))
+    peak_level, now = float(levels[peak_idx]), float(after.mean())
+    used = min(width, peak_idx + 1)
+    diffs = np.concatenate((np.diff(v[: peak_idx + 1]), np.diff(after)))
+    sigma = float(np.sqrt(np.mean(diffs**2) / 2.0)) if diffs.size else 0.0
+    candidates = max(1.0, start / width)
+    level = peak_level - sigma / np.sqrt(used) * np.sqrt(2.0 * np.log(candidates))
+    lost = level - now
+    lost_frac = lost / max(level - lo, 1e-12)
+    if lost < ctx.t("reward_drop.min_drop") * max(1.0, hi - lo) or lost_frac < ctx.t("reward_drop.frac"):
+        return None
+    se = sigma * np.sqrt(1.0 / used + 1.0 / after.size)
+    z = (peak_level - now) / se if se > 0 else float("inf")
+    tail = (1.0 - NormalDist().cdf(ctx.t("reward_drop.noise_z"))) / candidates
+    if z < NormalDist().inv_cdf(1.0 - tail):
+        return None
+    return peak_idx, peak_level, now, float(lost_frac), float(z)
 
 
 def _falls_from_start(v: np.ndarray) -> bool:

@@ -123,6 +123,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("reward_drop.error_frac", 0.8, "fraction lost that makes it an error"),
     Threshold("reward_drop.min_drop", 0.1, "absolute fall, times max(1, the reward's range), below which it is noise"),
     Threshold("reward_drop.persist", 3, "logs the drop must hold"),
+    Threshold(
+        "reward_drop.noise_z",
+        3.0,
+        "the fall must exceed this many standard errors of the reward's step-to-step scatter (one level compared)",
+    ),
     Threshold("reward_drop.long_window", 0.1, "long logs: the drop is re-measured on means over this share of logs"),
     # reward_length_corr
     Threshold("reward_length_corr.window", 50, "trailing logs over which correlation is measured", "PTT"),
@@ -192,8 +197,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("tool_failures.persist", 3, "logs the level must hold"),
     Threshold("tool_failures.rise", 0.15, "rise of the failure share from the first to the last third: warning"),
     Threshold("tool_use_collapse.min_peak", 0.2, "calls per episode the agent must have reached", "derived"),
-    Threshold("tool_use_collapse.ratio", 0.25, "smoothed calls per episode at or below this share of the peak = "
-              "stopped"),
+    Threshold(
+        "tool_use_collapse.ratio", 0.25, "smoothed calls per episode at or below this share of the peak = stopped"
+    ),
     Threshold("tool_use_collapse.persist", 3, "logs the agent must have stopped for"),
     Threshold("turn_limit.warn", 0.5, "share of episodes cut off at max_tool_calling_iterations", "derived"),
     Threshold("turn_limit.persist", 3, "logs the share must hold"),
