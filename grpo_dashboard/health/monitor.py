@@ -160,7 +160,7 @@ class HealthMonitor:
     def _replay_passed_cut(self, rec: Mapping[str, Any]) -> None:
         """When a record starts a new step and the step before it is one of the history's fixed cut points, replay
         that cut now: the record then matches ``finding_history`` on the same log whenever it is evaluated, and the
-        replays (12 short prefixes, then one per 1.5x more logs: about three full evaluations over a whole run) are
+        replays (12 short prefixes, then one per 1.5x more logs: together about two evaluations of the whole log) are
         spread out instead of landing on one evaluation. Their time counts against the budget like any other."""
         step = rec.get("step")
         if step is None or (self._steps and step <= self._steps[-1]):
