@@ -86,6 +86,20 @@ def ours(
     return active, resolved, raised
 
 
+def live_alarms(path: Path, forbid: set[str]) -> dict[str, int]:
+    """Forbidden rules the live panel would have shown at warning or error after some record: ``diagnose`` on the log
+    cut after every logged step (the panel's last evaluation is the log as it is then, whatever the history's fixed
+    cut points hold), each with the first step it was shown at."""
+    frame, hints = load_log_frame(path)
+    steps = sorted({int(s) for col in frame.columns.values() for s in col.steps})
+    first: dict[str, int] = {}
+    for step in steps:
+        for f in diagnose(frame.upto(step), hints):
+            if f.rule in forbid and f.severity in ("warning", "error"):
+                first.setdefault(f.rule, step)
+    return first
+
+
 def rldoctor(path: Path) -> list[tuple[str, str]] | None:
     """(detector, severity) pairs of rldoctor's findings, or None when rldoctor is not installed."""
     if importlib.util.find_spec("rl_doctor") is None:
@@ -134,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="print the findings of every log")
     parser.add_argument("--snapshot", action="store_true", help="score diagnose on the whole log, not the history")
+    parser.add_argument(
+        "--cuts-only", action="store_true", help="skip diagnose after every record (the live panel's view; slower)"
+    )
     args = parser.parse_args(argv)
     logs = labelled_logs()
     if not logs:
@@ -157,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         forbid = set(label.get("forbid", []))
         # Forbidden warnings/errors shown at any point of the run but not at its end (resolved, or since demoted).
         a["past_alarms"] = sorted(({r for r, _ in raised} & forbid) - set(a["alarms"]))
+        live = {} if args.cuts_only else live_alarms(path, forbid)
+        a["live_alarms"] = sorted(live)
         b = score(peer or [], label, mappable) if peer is not None else None
         healthy = bool(label.get("healthy"))
         healthy_runs += healthy
@@ -168,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             t["caught"] = t.get("caught", 0) + s["caught"]
             t["alarms"] = t.get("alarms", 0) + len(s["alarms"])
             t["past_alarms"] = t.get("past_alarms", 0) + len(s.get("past_alarms", []))
+            t["live_alarms"] = t.get("live_alarms", 0) + len(s.get("live_alarms", []))
             if healthy:
                 t["healthy_errors"] = t.get("healthy_errors", 0) + s["error"]
                 t["healthy_warnings"] = t.get("healthy_warnings", 0) + s["warning"]
@@ -191,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    ours false alarms raised earlier and resolved (or demoted) since: {a['past_alarms']}")
         for rule, line in raised:
             print(f"    raised during the run: {line}{' FORBIDDEN' if rule in forbid else ''}")
+        for rule, step in sorted(live.items(), key=lambda kv: kv[1]):
+            print(f"    shown live after a record (diagnose at every length): {rule} first at step {step} FORBIDDEN")
     print("(* = labelled healthy; E/W = error/warning findings active at the end; caught counts resolved ones too)")
     print("| figure | ours | peer (rldoctor 0.2) | ratio | target | met |\n|---|---|---|---|---|---|")
     o, r = totals["ours"], totals["rld"]
@@ -209,8 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "| forbidden alarms raised during the run and resolved or demoted since (findings history) | "
-        f"{o['past_alarms']} | - | - | - | - |"
+        f"{o['past_alarms']} | - | - | 0 | {'yes' if o['past_alarms'] == 0 else 'NO'} |"
     )
+    if not args.cuts_only:
+        print(
+            "| forbidden alarms shown live after some record (diagnose after every logged step) | "
+            f"{o['live_alarms']} | - | - | 0 | {'yes' if o['live_alarms'] == 0 else 'NO'} |"
+        )
     if healthy_runs:
         ok = o.get("healthy_errors", 0) == 0 and o.get("healthy_max_warnings", 0) <= 1
         print(

@@ -12,7 +12,14 @@ def log(values: list[float] | np.ndarray, std: float | list[float] = 0.3) -> lis
     """A log with one reward function whose batch mean is ``values`` (and its per-sample std)."""
     stds = [std] * len(values) if isinstance(std, float) else std
     return [
-        {"step": i + 1, "reward": float(v), "rewards/r/mean": float(v), "rewards/r/std": float(s), "entropy": 1.0}
+        {
+            "step": i + 1,
+            "reward": float(v),
+            "reward_std": float(s),
+            "rewards/r/mean": float(v),
+            "rewards/r/std": float(s),
+            "entropy": 1.0,
+        }
         for i, (v, s) in enumerate(zip(values, stds, strict=True))
     ]
 
@@ -62,3 +69,24 @@ def test_an_unmistakable_fall_on_three_logs_still_fires() -> None:
     fall from the first log on is the evidence."""
     found = [f for f in diagnose(log([0.575, 0.012, 0.0], [0.5, 0.1, 0.0])) if f.rule == "reward_drop"]
     assert len(found) == 1 and found[0].severity == "error" and found[0].step == 2
+
+
+def test_three_falling_logs_within_the_completions_spread_are_not_a_drop() -> None:
+    """A 0/1 accuracy reward 0.475 -> 0.325 -> 0.175 whose completions' std is 0.44: small batches move that much by
+    chance (the run recovers to 0.325 two logs later). The old rule raised a warning on the third log. The same fall
+    by more than the spread, or with no spread logged, is still a drop."""
+    assert not [f for f in diagnose(log([0.475, 0.325, 0.175], [0.44, 0.47, 0.35])) if f.rule == "reward_drop"]
+    assert drops(log([0.475, 0.325, 0.175, 0.275, 0.325], [0.44, 0.47, 0.35, 0.45, 0.44])) == []
+    assert [f for f in diagnose(log([0.575, 0.2, 0.05], [0.3, 0.3, 0.2])) if f.rule == "reward_drop"]
+
+
+def test_the_lowest_total_reward_so_far_is_not_a_floor_while_its_groups_still_spread() -> None:
+    """The total reward 2.15 -> -0.3 -> -0.3 with reward_std 2.9 (completions still differ): not pinned at a floor,
+    so not an unmistakable drop on a three-record log (the next log is back at 2.15)."""
+    records = [
+        {"step": s, "reward": r, "reward_std": sd, "entropy": 1.0}
+        for s, r, sd in ((1, 2.15, 0.1), (2, -0.3, 2.887), (3, -0.3, 2.887))
+    ]
+    assert not [f for f in diagnose(records) if f.rule == "reward_drop"]
+    pinned = [dict(r, reward_std=0.0) if r["step"] > 1 else r for r in records]
+    assert [f for f in diagnose(pinned) if f.rule == "reward_drop"]

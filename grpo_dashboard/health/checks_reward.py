@@ -127,9 +127,10 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
     if float(v[-1]) >= float(peak[-1]):
         # The latest log is back at the peak: the fall was a dip that a smoothed window still averages in.
         return None
-    if n - 1 < 2 * persist and not (_pinned_at_floor(ctx, series, lo) or _falls_from_start(v)):
+    falls = n - 1 < 2 * persist and _falls_clearly(ctx, series)
+    if n - 1 < 2 * persist and not (falls or _pinned_at_floor(ctx, series, lo)):
         # A few noisy logs fall and rise by chance; on a short log only a reward pinned at its floor, or one that
-        # falls on every log from the first, is a drop.
+        # falls on every log from the first by more than its completions' spread, is a drop.
         return None
     w = max(persist, int(n * ctx.t("reward_drop.long_window")))
     if n >= 4 * w:
@@ -142,7 +143,7 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         ):
             return None
     start = extend_onset(warn, n - run, s)
-    if n - 1 < 2 * persist and _falls_from_start(v):
+    if falls:
         # Falling on every log from the first: the fall itself is the evidence, there is no level to measure.
         peak_idx, peak_value, now, lost_frac, z = 0, float(v[0]), float(v[-1]), float(frac[-1]), float("nan")
     else:
@@ -233,13 +234,35 @@ def _falls_from_start(v: np.ndarray) -> bool:
     return v.size >= 3 and bool(np.all(np.diff(v) < 0))
 
 
+def _spread(ctx: Context, series: Series) -> Series | None:
+    """The per-completion standard deviation logged with a reward mean (``rewards/<f>/std``, ``reward_std``)."""
+    key = series.key
+    std_key = key[: -len("/mean")] + "/std" if key.endswith("/mean") else "reward_std" if key == "reward" else None
+    std = ctx.frame.get(std_key) if std_key else None
+    return std.finite() if std is not None else None
+
+
+def _falls_clearly(ctx: Context, series: Series) -> bool:
+    """Falls on every log from the first, by more than the spread of the first log's completions when that is
+    logged: a 0/1 reward's batch mean moves by a few tenths between small batches by chance alone."""
+    v = series.values
+    if not _falls_from_start(v):
+        return False
+    std = _spread(ctx, series)
+    if std is None or std.values.size == 0:
+        return True
+    at = np.flatnonzero(std.steps == series.steps[0])
+    return float(v[0] - v[-1]) >= float(std.values[at[0] if at.size else 0])
+
+
 def _pinned_at_floor(ctx: Context, series: Series, lo: float) -> bool:
-    """The latest value is the reward's floor with zero spread (its ``/std`` exactly 0 when one is logged)."""
+    """The latest value is the reward's floor with zero spread (its ``/std`` or ``reward_std`` exactly 0 when one is
+    logged)."""
     atol = ctx.t("flat_reward.std_atol")
     if series.values[-1] > lo + atol:
         return False
-    std = ctx.frame.get(series.key[: -len("/mean")] + "/std") if series.key.endswith("/mean") else None
-    std_values = std.finite().values if std is not None else np.empty(0)
+    std = _spread(ctx, series)
+    std_values = std.values if std is not None else np.empty(0)
     return std_values.size == 0 or float(std_values[-1]) <= atol
 
 
