@@ -226,7 +226,35 @@ def _level_drop(
     tail = (1.0 - NormalDist().cdf(ctx.t("reward_drop.noise_z"))) / candidates
     if z < NormalDist().inv_cdf(1.0 - tail):
         return None
+    few = min(used, after.size) < 25.0 * _skewness(v) ** 2
+    if few and _SHORT_LOG < v.size <= _PERMUTE_MAX:
+        # Too few logs per level for a mean of this skewed a reward to be near normal (Cochran's n > 25 g1^2): a
+        # lucky stretch of a mostly-floor reward looks like a level. Ask the reward's own values instead: how often
+        # does a shuffled log show as large a fall from its best level, with the same windows?
+        if _shuffled_share(v, start, width, peak_level - now) > ctx.t("reward_drop.shuffle_alpha"):
+            return None
     return peak_idx, peak_level, now, float(lost_frac), float(z)
+
+
+_PERMUTE_MAX = 4000
+_SHUFFLES = 999
+_SHORT_LOG = 10  # fewer logs have too few distinct orders to shuffle; the short-log states decide there
+
+
+def _skewness(v: np.ndarray) -> float:
+    sd = float(np.std(v))
+    return float(np.mean((v - v.mean()) ** 3)) / sd**3 if sd > 0 else 0.0
+
+
+def _shuffled_share(v: np.ndarray, start: int, width: int, observed: float) -> float:
+    """Share of shuffles of ``v`` (seeded: the answer depends only on the log) whose best full ``width``-log level
+    before ``start`` exceeds their mean from ``start`` on by at least ``observed`` (a permutation p-value)."""
+    rng = np.random.default_rng(0)
+    shuffled = rng.permuted(np.broadcast_to(v, (_SHUFFLES, v.size)), axis=1)
+    csum = np.concatenate((np.zeros((_SHUFFLES, 1)), np.cumsum(shuffled, axis=1)), axis=1)
+    levels = (csum[:, width : start + 1] - csum[:, : start + 1 - width]) / width
+    falls = levels.max(axis=1) - shuffled[:, start:].mean(axis=1)
+    return float((1 + np.count_nonzero(falls >= observed - 1e-12)) / (_SHUFFLES + 1))
 
 
 def _falls_from_start(v: np.ndarray) -> bool:

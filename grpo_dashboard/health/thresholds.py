@@ -128,6 +128,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
         3.0,
         "the fall must exceed this many standard errors of the reward's step-to-step scatter (one level compared)",
     ),
+    Threshold(
+        "reward_drop.shuffle_alpha",
+        0.002,
+        "skewed reward, few logs per level: share of shuffled logs allowed to fall as far (permutation p-value)",
+    ),
     Threshold("reward_drop.long_window", 0.1, "long logs: the drop is re-measured on means over this share of logs"),
     # reward_length_corr
     Threshold("reward_length_corr.window", 50, "trailing logs over which correlation is measured", "PTT"),
