@@ -31,9 +31,6 @@ OPEN_DISAGREEMENTS = {
     "screechingviolet__epic-tikz-diagram-generator__train_grpo-first119.jsonl": (
         "kl drifts ~100x (median 0.0008 -> 0.083) while the reward stays flat at its ceiling: no kl finding"
     ),
-    "aryan-gupta7__round2_sclr__training-l1_final-first24.jsonl": (
-        "reward_drop warning on one-prompt-per-step noise (forbidden)"
-    ),
     "aryan-gupta7__round2_sclr__training-first_l2-first25.jsonl": (
         "completions cut on 18 of 25 logs (mean 0.22, peaks 0.875) at a 512 cap: no truncation finding"
     ),

@@ -103,3 +103,11 @@ def test_a_lucky_stretch_of_a_mostly_floor_reward_is_not_a_drop_at_any_length() 
     records = log(values, [1.2 if v > -1.5 else 0.0 for v in values])
     for n in range(50, 71):
         assert not [f for f in diagnose(records[:n]) if f.rule == "reward_drop"], n
+
+
+def test_one_log_at_the_lowest_value_so_far_is_not_a_pinned_floor() -> None:
+    """A recall reward 0.70 -> -0.08 -> -0.10 (spread 1.29, then 0.007, then 0): the third log is the lowest seen and
+    has zero spread, but one such log is where a noisy reward sits now and then (it is at 1.5 two logs later). Two
+    logs at the floor with zero spread are the unmistakable state."""
+    assert not [f for f in diagnose(log([0.702, -0.082, -0.1], [1.286, 0.007, 0.0])) if f.rule == "reward_drop"]
+    assert [f for f in diagnose(log([0.702, -0.1, -0.1], [1.286, 0.0, 0.0])) if f.rule == "reward_drop"]

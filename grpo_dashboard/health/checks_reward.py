@@ -284,14 +284,15 @@ def _falls_clearly(ctx: Context, series: Series) -> bool:
 
 
 def _pinned_at_floor(ctx: Context, series: Series, lo: float) -> bool:
-    """The latest value is the reward's floor with zero spread (its ``/std`` or ``reward_std`` exactly 0 when one is
-    logged)."""
+    """The latest two values are the reward's floor with zero spread (its ``/std`` or ``reward_std`` exactly 0 when
+    one is logged): one log at the lowest value seen so far is where any noisy reward sits now and then."""
     atol = ctx.t("flat_reward.std_atol")
-    if series.values[-1] > lo + atol:
+    k = min(2, series.values.size - 1)
+    if k < 1 or bool(np.any(series.values[-k:] > lo + atol)):
         return False
     std = _spread(ctx, series)
     std_values = std.values if std is not None else np.empty(0)
-    return std_values.size == 0 or float(std_values[-1]) <= atol
+    return std_values.size == 0 or bool(np.all(std_values[-k:] <= atol))
 
 
 def check_reward_drop(ctx: Context) -> list[Finding]:
