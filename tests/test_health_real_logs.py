@@ -31,6 +31,10 @@ OPEN_DISAGREEMENTS = {
     "screechingviolet__epic-tikz-diagram-generator__train_grpo-first119.jsonl": (
         "kl drifts ~100x (median 0.0008 -> 0.083) while the reward stays flat at its ceiling: no kl finding"
     ),
+    "screechingviolet__epic-tikz-diagram-generator__overnight_logs-20260428_035843-dataset_angle_grpo-first71.jsonl": (
+        "kl_spike is a warning on the log of each one-log kl spike (s36, s40) until the next log shows it fell back "
+        "(then info): a forbidden warning during the run"
+    ),
     "aryan-gupta7__round2_sclr__training-first_l2-first25.jsonl": (
         "completions cut on 18 of 25 logs (mean 0.22, peaks 0.875) at a 512 cap: no truncation finding"
     ),
