@@ -18,12 +18,7 @@ HEADER = "# grpo-dashboard: "  # the line trl_export writes for what TRL has no 
 # --- parsing with TRL's parser --------------------------------------------------------------------------------
 def read_config(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The recipe's mapping and its header (what an export wrote for what TRL has no key for; {} otherwise)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        problem = FieldError("(file)", str(path), f"cannot be read: {exc}. Give a readable YAML file.")
-        raise SpecError([problem]) from exc
+    text = safe_yaml.read_text(path)
     data = safe_yaml.load(text)
     if not isinstance(data, dict):
         raise SpecError([FieldError("(file)", str(path), "must be a YAML mapping of TRL config keys.")])
