@@ -9,9 +9,9 @@ import gradio as gr
 from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.space import access
 from grpo_dashboard.store.importers import IMPORTED
+from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
-from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.views import charts, display, overview, system_panel
 
 
