@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -23,6 +24,9 @@ from grpo_dashboard.launch import hf_jobs
 from grpo_dashboard.launch.runs import cancel, launch, reattach, refresh
 from grpo_dashboard.spec.jobfiles import job_files
 from grpo_dashboard.store.db import Store, data_dir
+from grpo_dashboard.views import charts
+from grpo_dashboard.views.live import Feed
+from grpo_dashboard.views.remote_status import hf_job_markdown
 
 from .conftest import (
     REPO,
@@ -155,15 +159,42 @@ def test_a_job_killed_by_its_timeout_says_so(hub: FakeHub, tmp_path: Path) -> No
     assert run.status == "failed" and "raise backend.timeout" in run.error
 
 
-def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(hub: FakeHub, tmp_path: Path) -> None:
+def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(hub: FakeHub, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRPO_DASHBOARD_SYSTEM_INTERVAL_S", "0.5")
     hub.plans.append(Plan(lines=protocol_lines(20), hold_at=10))
     store = Store()
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
     wait_for(lambda: refresh(store, store.get_run(run.id)).ingest_offset >= 10, timeout=30)
     assert store.get_run(run.id).status == "running"
-    wait_for(lambda: hf_jobs.gpu_metrics(run), timeout=30)
-    sample = hf_jobs.gpu_metrics(run)[-1]
-    assert sample["gpus"][0]["utilization"] >= 90 and sample["gpus"][0]["memory_total_bytes"] == 22836000000
+    feed = Feed(store, run.id, 0.6)
+    # The fake Hub's metrics stream (a sample every 0.2 s, GPU entries included) reaches the store as system series
+    wait_for(lambda: len(store.arrays(run.id, "system/gpu0/utilization", "system")) >= 2, timeout=30)
+    feed.advance()
+    util = store.arrays(run.id, "system/gpu0/utilization", "system")
+    assert (util.values >= 90).all() and (util.values <= 94).all()
+    assert (np.diff(util.times) >= 0.5 - 0.05).all()  # one sample kept per interval, not every streamed one
+    assert np.array_equal(util.steps, (util.times * 1000).astype(np.int64))  # stepped by wall time (ms)
+    now = store.latest_metrics(run.id, "system")
+    assert now["system/gpu0/memory_total_gb"] == pytest.approx(22.836)
+    assert now["system/gpu0/memory_pct"] == pytest.approx(100 * 20 * 2**30 / 22836000000)
+    assert 50 <= now["system/cpu/utilization"] <= 59 and now["system/memory/used_gb"] == pytest.approx(2 * 2**30 / 1e9)
+    assert store.get_run(run.id).last_step <= 20  # samples are not training steps (max_steps is 20)
+    assert "GPU0 9" in hf_job_markdown(store.get_run(run.id), store)  # "Hardware now" from the newest sample
+    # ... and the System chart of Run detail and of the live page draw them, against time
+    spec = charts.run_specs(store, run.id, charts.ChartOptions(), None, None, None, ())["system"]
+    drawn = {t["meta"]["s"]: t for t in spec[0] if t["meta"]["r"] == "value"}
+    assert {"system|system/gpu0/utilization", "system|system/gpu0/memory_used_gb", "system|system/gpu0/memory_pct",
+            "system|system/cpu/utilization", "system|system/memory/used_gb"} <= drawn.keys()
+    assert drawn["system|system/gpu0/utilization"]["meta"]["x"] == "relative time"
+    shown = drawn["system|system/gpu0/utilization"]["y"]
+    assert list(shown[:len(util)]) == list(util.values)
+    snapshot = json.loads(feed.snapshot())
+    assert any(t["meta"]["s"] == "system|system/gpu0/utilization" for t in snapshot["panels"]["system"]["data"])
+    n = len(store.arrays(run.id, "system/gpu0/utilization", "system"))
+    wait_for(lambda: len(store.arrays(run.id, "system/gpu0/utilization", "system")) > n, timeout=30)
+    assert feed.advance()  # new samples move the run's change token: the live page gets them as a delta
+    assert "system|system/gpu0/utilization" in feed.versions[-1].series
     state = hf_jobs.follow_state(run.id)
     assert state is not None and state["stage"] == "RUNNING" and state["phase"] == "streaming"
     started = time.perf_counter()
