@@ -73,6 +73,7 @@ def print_sample(row: dict[str, Any], default: Any) -> None:
 
 
 SYSTEM_INTERVAL_ENV = "GRPO_JOB_SYSTEM_INTERVAL_S"  # seconds between GPU samples between logs (0: only at logs)
+SYSTEM_GPUS_ENV = "GRPO_JOB_SYSTEM_GPUS"  # "0": no GPU samples (HF Jobs: the dashboard samples the Hub's metrics)
 DEFAULT_SYSTEM_INTERVAL_S = 10.0
 
 
@@ -122,10 +123,11 @@ def process_metrics(last: tuple[float, float] | None) -> tuple[dict[str, float],
 class SystemSampler:
     """System samples of the job as protocol records of split `system`, stepped by their wall time in ms (they fall
     between logging steps): this process's CPU and memory at every log, and the GPUs' (CUDA only) also on a timer
-    between logs, so long steps are charted too. The timer thread starts only with CUDA."""
+    between logs, so long steps are charted too. The timer thread starts only with CUDA (and GPU samples on)."""
 
     def __init__(self, emit: Any, interval_s: float | None = None) -> None:
         self._emit = emit
+        self.gpus = os.environ.get(SYSTEM_GPUS_ENV) != "0"
         if interval_s is None:
             try:
                 interval_s = float(os.environ.get(SYSTEM_INTERVAL_ENV) or DEFAULT_SYSTEM_INTERVAL_S)
@@ -142,7 +144,8 @@ class SystemSampler:
         """Take one sample and emit it; returns the record."""
         with self._lock:
             metrics, self._clock = process_metrics(self._clock)
-            metrics.update(gpu_metrics())
+            if self.gpus:
+                metrics.update(gpu_metrics())
             now = time.time()
             self._last_ms = step = max(int(now * 1000), self._last_ms + 1)  # unique even within one millisecond
             record = {"type": "log", "split": "system", "step": step, "time": now, "metrics": metrics}
@@ -152,7 +155,8 @@ class SystemSampler:
     def start(self) -> SystemSampler:
         """Start the timer thread when CUDA is there and the interval is positive (else samples come only at logs)."""
         torch = sys.modules.get("torch")
-        if self.interval_s > 0 and torch is not None and torch.cuda.is_available() and self._thread is None:
+        if (self.interval_s > 0 and self.gpus and torch is not None and torch.cuda.is_available()
+                and self._thread is None):
             self._thread = threading.Thread(target=self._run, name="grpo-system-sampler", daemon=True)
             self._thread.start()
         return self

@@ -85,7 +85,8 @@ def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeH
     assert body["command"] == ["uv", "run", "/data/grpo_job.py", "--config", "/data/run.yaml", "--metrics",
                                "/tmp/grpo_dashboard_metrics.jsonl"]
     assert body["dockerImage"] == hf_jobs.IMAGE and body["flavor"] == "cpu-basic" and body["timeoutSeconds"] == 1800
-    assert body["environment"] == {"PYTHONUNBUFFERED": "1", "GRPO_JOB_SAMPLES_STDOUT": "1"}
+    assert body["environment"] == {"PYTHONUNBUFFERED": "1", "GRPO_JOB_SAMPLES_STDOUT": "1",
+                                   "GRPO_JOB_SYSTEM_GPUS": "0"}  # the dashboard samples the Hub's GPU metrics
     assert body["labels"] == {"app": "grpo-dashboard", "grpo-dashboard-run": run.id, "name": "smoke"}
     assert body["volumes"] == [{"type": "bucket", "source": "alice/jobs-artifacts", "mountPath": "/data",
                                 "path": run.id, "readOnly": False}]

@@ -66,6 +66,13 @@ def test_the_jobs_sampler_writes_this_processs_memory_and_cpu_without_cuda() -> 
     sampler.stop()
 
 
+def test_jobs_on_hf_jobs_leave_the_gpus_to_the_hubs_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SETUP.SYSTEM_GPUS_ENV, "0")
+    sampler = SETUP.SystemSampler(lambda record: None, interval_s=0.01)
+    assert not sampler.gpus and sampler.start()._thread is None
+    assert set(sampler.sample()["metrics"]) == {"system/process/rss_gb"}
+
+
 def test_gpu_metrics_are_empty_without_cuda() -> None:
     assert "torch" in sys.modules or pytest.importorskip("torch")
     assert SETUP.gpu_metrics() == {}
@@ -151,3 +158,23 @@ def test_the_status_line_of_a_job_shows_its_newest_sample(tmp_path: Path) -> Non
     text = hf_job_markdown(run, store)
     assert "GPU0 91% · 18 GB / 24 GB; GPU1 12% · 6 GB / 24 GB; CPU 37.5%" in text
     assert np.isfinite(store.arrays("j", "system/cpu/utilization", "system").values).all()
+
+
+def test_compare_overlays_a_system_metric_of_two_runs_against_time(tmp_path: Path) -> None:
+    from grpo_dashboard.spec import presets
+    from grpo_dashboard.ui.compare import compare
+    from grpo_dashboard.ui.context import UiContext
+
+    store = Store()
+    for run_id, gb in (("r1", 1.0), ("r2", 2.0)):
+        path = new_run(store, tmp_path, run_id)
+        _lines(path, [_train(s, 0.1) for s in (1, 2)] + [_system(T0 + 60 * s, {"system/process/rss_gb": gb * s})
+                                                        for s in (1, 2, 3)])
+        ingest_file(store, run_id, path)
+    ctx = UiContext(store, presets.PROJECT_ROOT)
+    options, fig, _ = compare(ctx, ["r1", "r2"], "system/process/rss_gb", 0.0, False, "step")
+    assert "system/process/rss_gb" in options["choices"] and options["value"] == "system/process/rss_gb"
+    lines = {t.name.split(" ")[0]: t for t in fig.data}
+    assert list(lines["r1"].y) == [1.0, 2.0, 3.0] and list(lines["r2"].y) == [2.0, 4.0, 6.0]
+    assert list(lines["r1"].x) == [0.0, 1.0, 2.0]  # minutes since each run's first sample, not ms steps
+    assert fig.layout.xaxis.title.text == "minutes since start"
