@@ -117,10 +117,21 @@ def test_a_real_job_runs_from_the_uploaded_files_and_the_store_matches_its_outpu
     assert run.status == "completed", (run.error, job.printed[-20:])
     printed = printed_records(job.printed)
     assert len([k for k in printed if k[0] == "train"]) == 4
-    assert same_values(printed, store_records(store, run.id))
+    # The store holds what the job printed (its own process samples included) plus the dashboard's samples of the
+    # Jobs metrics stream (the job samples no GPU itself there), which no job line carries
+    in_store = store_records(store, run.id)
+    sampled = {k: v for k, v in in_store.items() if k not in printed}
+    assert same_values(printed, {k: v for k, v in in_store.items() if k in printed})
+    assert all(k[0] == "system" and set(m) == {"system/cpu/utilization", "system/memory/used_gb",
+                                               "system/memory/total_gb", "system/memory/pct",
+                                               "system/gpu0/utilization", "system/gpu0/memory_used_gb",
+                                               "system/gpu0/memory_total_gb", "system/gpu0/memory_pct"}
+               for k, m in sampled.items())
+    assert any(k[0] == "system" and "system/process/rss_gb" in m for k, m in printed.items())
+    assert not any(key.startswith("system/gpu") for m in printed.values() for key in m)
     assert job.workdir is not None
     on_disk = jsonl_records(job.workdir / "tmp" / "grpo_dashboard_metrics.jsonl")
-    assert same_values(on_disk, store_records(store, run.id))
+    assert same_values(on_disk, printed)
     assert (job.workdir / "data" / "output" / "model.safetensors").is_file()  # the model lands in the bucket folder
     assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
     # The job's sample rows travel back in its log (GRPO_JOB_SAMPLES_STDOUT=1): the completions and trajectory
