@@ -107,6 +107,10 @@ def test_system_samples_are_series_but_not_training_steps(tmp_path: Path) -> Non
     _lines(path, [_system(T0 + 9, {"system/process/rss_gb": 2.0})])
     ingest_file(store, "r1", path)
     assert store.change_token("r1") != token and store.get_run("r1").last_step == 5
+    from grpo_dashboard.health.loaders import load_log_records
+
+    logged, _ = load_log_records(path)  # `doctor metrics.jsonl` reads training records only
+    assert [r["step"] for r in logged] == [1, 2, 3, 4, 5] and all("reward" in r for r in logged)
     # A resume from the checkpoint at step 3 drops the later steps; the samples (wall time) stay
     store.truncate_after("r1", 3)
     assert store.arrays("r1", "reward").steps.tolist() == [1, 2, 3]

@@ -195,7 +195,7 @@ class Follower:
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def start(self) -> Follower:
-        """Start the reader and the watcher."""
+        """Start the reader, the watcher and the system sampler."""
         for name, target in (("logs", self._logs_loop), ("stage", self._watch_loop), ("system", self._system_loop)):
             t = threading.Thread(target=self._guard, args=(target,), name=f"hf-jobs-{name}-{self.run_id}",
                                  daemon=True)
