@@ -200,9 +200,10 @@ def _import_trl(argv: list[str]) -> int:
 
 
 def _export_trl(argv: list[str]) -> int:
+    from grpo_dashboard.launch.hf_jobs_export import export_job
     from grpo_dashboard.spec.trl_cli import export_trl_main  # SPEC [-o RECIPE]
 
-    return export_trl_main(argv)
+    return export_trl_main(argv, job_export=export_job)
 
 
 def _resume(argv: list[str]) -> int:

@@ -208,12 +208,12 @@ def load_split(ds_spec: Mapping[str, Any], split: str | None, files: str | list[
     """Load one split: local files (JSON/JSONL/CSV/Parquet) or a Hub dataset (path, config, split)."""
     from datasets import load_dataset
 
+    streaming = bool(need(ds_spec, "streaming", "dataset."))
     if files:
         builder, data_files = _data_files(files)
-        return load_dataset(builder, data_files=data_files, split="train")
+        return load_dataset(builder, data_files=data_files, split="train", streaming=streaming)
     return load_dataset(need(ds_spec, "path", "dataset."), need(ds_spec, "config", "dataset."), split=split,
-                        revision=need(ds_spec, "revision", "dataset."),
-                        streaming=bool(need(ds_spec, "streaming", "dataset.")))
+                        revision=need(ds_spec, "revision", "dataset."), streaming=streaming)
 
 
 def _prompt_settings(ds_spec: Mapping[str, Any]) -> tuple[str, str | None, str | None, bool]:
@@ -448,7 +448,8 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         funcs.append(grpo_rewards.build_reward(
             need(r, "name", where), need(r, "builtin", where), need(r, "function", where),
             dict(need(r, "params", where) or {}), str(base_dir)))
-    funcs = grpo_agents.tag_rewards(funcs, agent, list(train.column_names) if train is not None else [])
+    # A streamed Hub dataset may not know its columns before the first row (column_names is None then).
+    funcs = grpo_agents.tag_rewards(funcs, agent, list(train.column_names or []) if train is not None else [])
     training.setdefault("report_to", "none")  # the job's own choice (no tracker unless asked), not a TRL default
     init_kwargs = dict(training.pop("model_init_kwargs", None) or {})
     dtype = need(model_spec, "dtype", "model.")

@@ -371,20 +371,21 @@ def _repetition_penalty(ngram_size: int = 3, max_penalty: float = -1.0, unit: st
 
 def _cosine_scaled(max_len: int = 256, solution_column: str = "solution", min_value_wrong: float = -1.0,
                    max_value_wrong: float = -0.5, min_value_correct: float = 0.5,
-                   max_value_correct: float = 1.0) -> RewardFunc:
+                   max_value_correct: float = 1.0, unit: str = "tokens") -> RewardFunc:
     min_value_wrong, max_value_wrong = _float(min_value_wrong), _float(max_value_wrong)
     min_value_correct, max_value_correct = _float(min_value_correct), _float(max_value_correct)
     _need(isinstance(max_len, int) and max_len > 0, "cosine_scaled", "max_len", max_len, "a positive integer")
     for pname, v in (("min_value_wrong", min_value_wrong), ("max_value_wrong", max_value_wrong),
                      ("min_value_correct", min_value_correct), ("max_value_correct", max_value_correct)):
         _need(_is_num(v), "cosine_scaled", pname, v, "a finite number")
+    _check_unit("cosine_scaled", unit)
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
         from trl.rewards import get_cosine_scaled_reward
 
         fn = get_cosine_scaled_reward(max_len, min_value_wrong, max_value_wrong, min_value_correct, max_value_correct)
         solutions = [str(s) for s in _column(kwargs, solution_column, "cosine_scaled")]
-        return fn(_as_messages(completions), solutions, _units(completions, kwargs, "tokens"))
+        return fn(_as_messages(completions), solutions, _units(completions, kwargs, unit))
 
     return reward
 
@@ -575,10 +576,10 @@ REWARDS: dict[str, RewardDef] = {d.name: d for d in (
           "choices": ("ABCD", "the allowed letters"), "extract": ("auto", _EXTRACT_HELP)}, ("answer",)),
     _def("cosine_scaled", _cosine_scaled, "accuracy", "TRL's cosine-scaled reward: math-verify correctness scaled by "
          "length (short correct answers score most, short wrong ones least).",
-         {"max_len": (256, "length (tokens) at which the schedule ends"), "solution_column": ("solution", _SOL_HELP),
+         {"max_len": (256, "length (in `unit`) where the schedule ends"), "solution_column": ("solution", _SOL_HELP),
           "min_value_wrong": (-1.0, "wrong answer, shortest"), "max_value_wrong": (-0.5, "wrong answer, longest"),
           "min_value_correct": (0.5, "correct answer, longest"),
-          "max_value_correct": (1.0, "correct answer, shortest")}, ("solution",)),
+          "max_value_correct": (1.0, "correct answer, shortest"), "unit": ("tokens", _UNIT_HELP)}, ("solution",)),
     _def("target_length", _target_length, "length", "1 - |length - target| / target (clipped to [0, 1]): 1.0 at "
          "the target length.", {"target": (256, "the ideal length"), "tolerance": (0, "no penalty within this "
                                 "distance of the target"), "unit": ("tokens", _UNIT_HELP)}),

@@ -2,7 +2,8 @@
 
 Routes (from `../shared/reference/hf_jobs_spaces.md` §2 and the client's source): whoami, the Jobs API (create,
 list with labels, inspect with stage transitions, SSE logs replayed in full on every connection, SSE metrics,
-cancel, hardware list), the bucket upload that the backend uses (create bucket, Xet write token, batch), and what
+cancel, hardware list), the bucket upload that the backend uses (create bucket, Xet write token, batch), bucket
+info and tree listing (what `hf buckets sync` reads before it uploads), and what
 `deploy-space` and Space sign-in need (fake_hub_spaces.py: Space repos, an OpenID Connect provider). The Xet
 storage itself is `hf_xet`'s own `local://` CAS in a temporary directory, so uploads go through the real client and
 the real `hf_xet` upload, and the fake reads the files back with `hf_xet`.
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from . import fake_hub_spaces
+from . import fake_hub_buckets, fake_hub_spaces
 
 TERMINAL = ("COMPLETED", "CANCELED", "ERROR", "DELETED")
 HARDWARE = [
@@ -153,6 +154,7 @@ class FakeHub:
         self.requests: list[Recorded] = []
         self.jobs: dict[str, FakeJob] = {}
         self.buckets: dict[str, dict[str, str]] = {}
+        self.bucket_meta: dict[str, dict[str, dict[str, Any]]] = {}  # bucket -> path -> the addFile operation
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
@@ -390,6 +392,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if parts[:2] == ["api", "buckets"] and parts[-1] == "xet-write-token":
                 return self._json(200, {"accessToken": "xet-fake", "exp": int(time.time()) + 3600,
                                         "casUrl": f"local://{hub.cas}"})
+            if fake_hub_buckets.bucket_read_route(self, hub, parts, query):
+                return None
             if parts[:2] != ["api", "jobs"] or len(parts) < 3:
                 return self._error(404, "not found")
             ns = parts[2]
@@ -438,6 +442,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                     op = json.loads(line)
                     if op["type"] == "addFile":
                         hub.buckets.setdefault(bucket, {})[op["path"]] = op["xetHash"]
+                        hub.bucket_meta.setdefault(bucket, {})[op["path"]] = op
                 return self._json(200, {"failed": []})
             if fake_hub_spaces.repo_route(self, hub, parts, body):
                 return None

@@ -140,6 +140,16 @@ def test_nan_flags_non_finite_and_none_core_values() -> None:
     assert {"grad_norm", "loss", "reward"} <= set(f.evidence["metrics"])
 
 
+def test_nan_one_gradient_log_that_the_run_survived_is_a_warning() -> None:
+    n = 60
+    grad = np.full(n, 0.5)
+    grad[40] = np.nan
+    f = only(diagnose(healthy(n, grad_norm=grad)), "nan")
+    assert f.severity == "warning" and f.step == 41 and "skipped or zeroed" in f.message
+    grad[-1] = np.nan  # still non-finite at the end: not survived
+    assert only(diagnose(healthy(n, grad_norm=grad)), "nan").severity == "error"
+
+
 def test_nan_ignores_absent_keys_none_in_other_metrics_and_kl_when_beta_is_zero() -> None:
     records = healthy(60)
     for i, rec in enumerate(records):
@@ -505,6 +515,16 @@ def test_kl_spike_early_explosion_that_decays() -> None:
     kl = np.concatenate(([30.0, 12.0, 3.0, 0.8], np.full(n - 4, 0.05)))
     f = only(diagnose(healthy(n, kl=kl)), "kl_spike")
     assert f.step == 1 and f.evidence["recovered"] and "first logs" in f.message
+
+
+def test_kl_spike_in_the_last_window_that_fell_back_is_no_error() -> None:
+    n = 100
+    kl = 0.05 + 0.005 * np.random.default_rng(11).random(n)
+    kl[96] = 3.0  # inside the last smoothing window, back at its level on the next log
+    f = only(diagnose(healthy(n, kl=kl), config={"beta": 0.04}), "kl_spike")
+    assert f.severity != "error" and f.evidence["recovered"] and "came back down" in f.message
+    kl[-1] = 3.0  # a spike on the very last log has not fallen back yet
+    assert not only(diagnose(healthy(n, kl=kl), config={"beta": 0.04}), "kl_spike").evidence["recovered"]
 
 
 def test_kl_spike_explosion_still_high_is_an_error() -> None:

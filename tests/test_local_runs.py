@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from grpo_dashboard.launch import local
 from grpo_dashboard.launch.runs import cancel, launch, metrics_path, refresh, wait
+from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Run, Store
 from grpo_dashboard.views import charts
 
@@ -34,6 +36,25 @@ LEARNING_MARGIN = 0.15
 def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "grpo_dashboard", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=os.environ.copy())
+
+
+def test_streamed_local_dataset_trains_and_logs(tiny_model: Path, tmp_path: Path) -> None:
+    """`dataset.streaming: true` reaches the loader (an IterableDataset, local files too) and TRL trains on it."""
+    spec = smoke_dict(tiny_model, max_steps=3, per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=4)
+    spec["dataset"]["streaming"] = True
+    sys.path.insert(0, str(REPO / "jobs"))
+    import datasets
+    import grpo_job
+
+    job_dataset = yaml.safe_load(RunSpec.from_dict(spec).to_job_yaml())["dataset"]  # what the job reads
+    loaded = grpo_job.load_split(job_dataset, job_dataset["split"], job_dataset["data_files"])
+    assert isinstance(loaded, datasets.IterableDataset)
+    proc = cli("launch", str(write_spec(tmp_path / "stream.yaml", spec)), "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = Store().list_runs()
+    assert run.status == "completed" and run.last_step == 3
+    assert sorted(step for split, step in jsonl_records(metrics_path(run)) if split == "train") == [1, 2, 3]
 
 
 def test_smoke_run_end_to_end_through_the_cli(tiny_model: Path, tmp_path: Path) -> None:

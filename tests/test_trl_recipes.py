@@ -99,7 +99,7 @@ def test_open_r1_recipe_mapping_drift_and_conversions() -> None:
     result = import_trl(RECIPES / "01_or1_distill15b_demo.yaml")
     rows = {r.key: r for r in result.rows}
     t = result.spec.training
-    assert result.trl_version == "0.18" and "torch_dtype" in result.version_reason
+    assert result.trl_version == "0.18" and "max_prompt_length" in result.version_reason
     assert (t["beta"], t["loss_type"], t["vllm_mode"]) == (0.04, "bnpo", "server")
     assert rows["(beta)"].action == "pinned" and "1.16's is 0.0" in rows["(beta)"].note
     assert rows["torch_dtype"].action == "converted" and result.spec.model.dtype == "bfloat16"
@@ -107,7 +107,7 @@ def test_open_r1_recipe_mapping_drift_and_conversions() -> None:
     assert rows["max_prompt_length"].action == "dropped" and "max_prompt_length" not in t
     assert result.spec.model.chat_template.startswith("{% if not add_generation_prompt")
     assert [(r.name, r.builtin, r.weight) for r in result.spec.rewards] == [
-        ("accuracy", "math_accuracy", 1.0), ("format", "think_format", 1.0), ("tag_count", "python", 1.0)]
+        ("accuracy", "math_accuracy", 1.0), ("format", "regex", 1.0), ("tag_count", "python", 1.0)]
     pinned_latest = import_trl(RECIPES / "01_or1_distill15b_demo.yaml", trl_version="1.16")
     assert "beta" not in pinned_latest.spec.training
 

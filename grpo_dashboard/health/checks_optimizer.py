@@ -54,8 +54,18 @@ def check_nan(ctx: Context) -> list[Finding]:
         f"and warmup (warmup_ratio=0.05);{precision} keep max_grad_norm{cfg.now('max_grad_norm')} at 1.0 or lower; "
         "set logging_nan_inf_filter=False so transformers does not hide a NaN loss behind the running mean."
     )
+    severity = ERROR
+    isolated = set(hits) == {"grad_norm"} and hits["grad_norm"]["count"] <= 2 and recovered
+    if isolated:
+        # NaN gradients applied to the weights make every later loss NaN; finite logs after the bad step mean that
+        # update was skipped or zeroed (an Inf norm clips the step to zero), so the run is not broken.
+        severity = WARNING
+        tail = (
+            "Every later log is finite, with a finite loss: that update was skipped or zeroed, not written into the "
+            "weights. Watch for recurrences; they point at overflowing activations or a learning rate at its edge."
+        )
     message = f"Non-finite (NaN/Inf/None) values logged: {'; '.join(parts)}. {tail}"
-    return [make_finding("nan", ERROR, onset, message, remedy, key, metrics=hits)]
+    return [make_finding("nan", severity, onset, message, remedy, key, metrics=hits)]
 
 
 def check_grad_spike(ctx: Context) -> list[Finding]:

@@ -241,8 +241,9 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     max_ratio = float(np.max(ratios))
     reference = float(ref[worst])
     s = ctx.smooth_n(n)
-    now = float(np.mean(v[-s:]))
-    recovered = now <= ratio * reference
+    # The median of the last logs and the latest one: a one-log spike inside that window must not read as the level.
+    now = float(np.median(v[-s:]))
+    recovered = now <= ratio * reference and float(v[-1]) <= ratio * reference
     severity = ERROR if max_ratio >= ctx.t("kl_spike.error_ratio") and not recovered else WARNING
     onset = int(series.steps[idx[0]])
     blips = recovered and _isolated_blips(v, idx, ratio * ref) and _reward_rising(ctx)

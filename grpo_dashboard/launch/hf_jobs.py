@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from grpo_dashboard.launch.hf_jobs_payload import (  # noqa: F401 - re-exported 
     equivalent_command,
     job_command,
     job_env,
+    job_name,
     job_secrets,
     labels,
     script_dependencies,
@@ -135,7 +135,7 @@ def submit(store: Store, run: Run, spec: RunSpec, token: str, base_dir: Path | N
         secrets = _secrets(spec, token)
         job = _create_job(api, ns, run.id, dict(
             image=IMAGE, command=command, env=job_env(spec), secrets=secrets,
-            flavor=b.flavor, timeout=timeout_s, name=_job_name(spec.name), labels=labels(run.id),
+            flavor=b.flavor, timeout=timeout_s, name=job_name(spec.name), labels=labels(run.id),
             volumes=[_volume(ns, run.id)], namespace=ns), b.flavor)
     except BackendError as exc:
         store.finish_run(run.id, RunStatus.FAILED, error=str(exc))
@@ -178,10 +178,6 @@ def job_timeout(spec: RunSpec, base_dir: Path | None = None, token: str | None =
     except Exception as exc:  # noqa: BLE001 - an estimate must never block a launch
         return hardware.UNKNOWN_TIMEOUT_S, f"estimate failed ({type(exc).__name__}); default 2h"
     return report.timeout_s, report.timeout_reason
-
-
-def _job_name(name: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9_-]", "-", name)[:60] or "grpo-run"
 
 
 def _volume(namespace: str, run_id: str) -> Any:

@@ -100,15 +100,24 @@ def labels(run_id: str) -> dict[str, str]:
     return {LABEL_APP: APP, LABEL_RUN: run_id}
 
 
+def job_name(name: str) -> str:
+    """The job's name (its `name` label): the spec's name in the characters the Hub allows."""
+    return re.sub(r"[^a-zA-Z0-9_-]", "-", name)[:60] or "grpo-run"
+
+
 def equivalent_command(spec: RunSpec, run_id: str, timeout_s: int) -> str:
-    """The `hf jobs run` command line that submits the same job (shown to users; the token is a bare secret name)."""
+    """The `hf jobs run` command line (huggingface_hub's CLI) that submits the same job as the dashboard: image,
+    command, environment, secret names (values read from the environment), labels, name, timeout and the read-write
+    bucket volume at /data. export-trl prints it after the upload of the job's files; a test runs it."""
     b = spec.backend
+    inner, _ = container_spec(spec)
     volume = f"hf://buckets/{b.namespace}/{BUCKET_NAME}/{run_id}:{MOUNT}:rw"
-    label_args = " ".join(f"--label {k}={v}" for k, v in labels(run_id).items())
-    named = "".join(f" --secrets {n}" for n in spec.backend.secrets)
+    secrets = "".join(f" --secrets {shlex.quote(n)}" for n in ["HF_TOKEN", *b.secrets])
     env = "".join(f" --env {shlex.quote(f'{k}={v}')}" for k, v in job_env(spec).items())
-    return (f"hf jobs run --namespace {b.namespace} --flavor {b.flavor} --timeout {timeout_s}s --secrets HF_TOKEN"
-            f"{named}{env} {label_args} -v {volume} {IMAGE} {shlex.join(job_command(spec))}")
+    label_args = "".join(f" --label {shlex.quote(f'{k}={v}')}" for k, v in labels(run_id).items())
+    return (f"hf jobs run --detach --namespace {shlex.quote(str(b.namespace))} --flavor {shlex.quote(str(b.flavor))} "
+            f"--timeout {timeout_s}s --name {shlex.quote(job_name(spec.name))}{secrets}{env}{label_args} "
+            f"-v {volume} {IMAGE} {shlex.join(job_command(inner))}")
 
 
 def job_env(spec: RunSpec) -> dict[str, str]:

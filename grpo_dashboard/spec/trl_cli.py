@@ -8,14 +8,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from grpo_dashboard.errors import SpecError
 
 
 def import_trl_main(argv: list[str]) -> int:
     """import-trl RECIPE [-o SPEC] [--trl-version V] [--name N] [--model M] [--dataset D] [--reward R]... [--json]"""
-    from grpo_dashboard.spec.trl_import import TRL_DEFAULTS, import_trl
+    from grpo_dashboard.spec.trl_import import import_trl
+    from grpo_dashboard.spec.trl_versions import TRL_DEFAULTS
 
     p = argparse.ArgumentParser(prog="import-trl", description="Map a flat TRL config (trl grpo --config, open-r1, "
                                 "Unsloth, paper recipes) to a run spec, parsing it with TRL's own parser.")
@@ -59,8 +62,12 @@ def import_trl_main(argv: list[str]) -> int:
     return 0
 
 
-def export_trl_main(argv: list[str]) -> int:
-    """export-trl SPEC [-o RECIPE]: the flat TRL config of a spec, its rewards module, and the command lines."""
+def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = None) -> int:
+    """export-trl SPEC [-o RECIPE]: the flat TRL config of a spec, its rewards module, and the command lines.
+
+    `job_export(spec, folder, write=...)` (launch/hf_jobs_export.export_job, passed in by the CLI) gives the HF Jobs
+    folder and the `hf` commands that upload it and run the job; with -o the folder is written beside the recipe.
+    """
     from grpo_dashboard.spec.run_spec import RunSpec
     from grpo_dashboard.spec.trl_export import export_trl
 
@@ -93,4 +100,17 @@ def export_trl_main(argv: list[str]) -> int:
             print(f"wrote {module} (reward_funcs import it: run trl from {out.parent})", file=sys.stderr)
     for kind, command in export.commands.items():
         print(f"{kind:>10}: {command}", file=sys.stderr)
+    if job_export is not None:
+        jobs = job_export(spec, out.parent.resolve() / f"{out.stem}_hf_job", write=bool(args.output))
+        if jobs.problems:
+            where = f"{jobs.folder} is not written: the spec does not validate"
+        else:
+            where = f"wrote {jobs.folder} (the job's files)" if args.output else f"{jobs.folder} is written with -o"
+        print(f"On Hugging Face Jobs without the dashboard ({where}; run them with HF_TOKEN and the spec's "
+              "secrets set in your environment):", file=sys.stderr)
+        for kind, command in jobs.commands.items():
+            print(f"{kind:>10}: {command}", file=sys.stderr)
+        for problem in jobs.problems:
+            print(f"warning: {problem} (the dashboard would refuse the spec; fix it and export again)",
+                  file=sys.stderr)
     return 0

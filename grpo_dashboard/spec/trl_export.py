@@ -22,7 +22,7 @@ import yaml
 
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_keys
-from grpo_dashboard.spec.jobfiles import JOB_SCRIPT, JOBS_DIR
+from grpo_dashboard.spec.jobfiles import JOBS_DIR
 from grpo_dashboard.spec.run_spec import BackendSpec, DatasetSpec, HealthSpec, LoraSpec, RewardSpec, RunSpec
 from grpo_dashboard.spec.trl_import import HEADER
 from grpo_dashboard.spec.trl_rewards import GENERATED, TRL_REWARDS
@@ -191,7 +191,8 @@ def _plain(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def commands(spec: RunSpec, recipe: Path) -> dict[str, str]:
-    """The equivalent command lines: `trl grpo`, `accelerate launch` of TRL's script, and HF Jobs of our job."""
+    """The equivalent command lines: `trl grpo` and `accelerate launch` of TRL's script (the HF Jobs ones, which
+    upload our job's files, come from launch/hf_jobs_export.py)."""
     import trl
 
     b = spec.backend
@@ -205,22 +206,9 @@ def commands(spec: RunSpec, recipe: Path) -> dict[str, str]:
         cfg = (Path(trl.__file__).parent / "accelerate_configs" / f"{b.accelerate_config}.yaml"
                if b.accelerate_config in ACCELERATE_CONFIGS else Path(b.accelerate_config))
         launch += ["--config_file", str(cfg)]
-    secrets = " ".join(f"--secrets {n}" for n in ["HF_TOKEN", *b.secrets])
-    env = " ".join(f"--env {shlex.quote(f'{k}={v}')}" for k, v in b.env.items())
-    from grpo_dashboard.spec.job_deps import job_deps
-
-    flavor = b.flavor or "a10g-small"
-    withs = " ".join(f"--with {shlex.quote(d.pip)}" for d in job_deps(spec))
-    jobs = (f"hf jobs run --flavor {flavor} {secrets} {env} ".replace("  ", " ") +
-            f"-v hf://buckets/{b.namespace or 'YOU'}/jobs-artifacts/{spec.name}:/data:rw "
-            f"ghcr.io/astral-sh/uv:python3.12-bookworm uv run {withs} /data/{JOB_SCRIPT.name} "
-            f"--config /data/run.yaml".replace("  ", " ") +
-            f"   # the bucket folder holds jobs/*.py ({JOB_SCRIPT.name}, grpo_rewards.py, ...) and the spec's "
-            "run.yaml")
     return {
         "trl": f"trl grpo --config {shlex.quote(str(recipe))}",
         "accelerate": shlex.join([*launch, str(script), "--config", str(recipe)]),
-        "hf_jobs": jobs,
     }
 
 

@@ -22,26 +22,19 @@ from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import safe_yaml, trl_keys
 from grpo_dashboard.spec.run_spec import GenerationSpec, LoraSpec, QuantizationSpec, RewardSpec, RunSpec
 from grpo_dashboard.spec.trl_rewards import (
+    OPEN_R1_CODE_LANGUAGES,
     OPEN_R1_REWARDS,
     TRL_REWARDS,
     dotted_function,
     generated_reward,
+    open_r1_code_format,
     reward_name,
 )
+from grpo_dashboard.spec.trl_versions import LATEST, TRL_DEFAULTS, infer_version, pin_defaults
 
 HEADER = "# grpo-dashboard: "  # the line trl_export writes for what TRL has no key for
-LATEST = "1.16"
-# Defaults of older TRL releases that TRL 1.16 changed (GRPOConfig); a recipe written for one of them trains a
-# different algorithm under 1.16 unless they are written out. `vllm_mode` only matters with use_vllm.
-TRL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "0.14": {"beta": 0.04, "loss_type": "grpo", "max_completion_length": 256},
-    "0.16": {"beta": 0.04, "loss_type": "bnpo", "max_completion_length": 256},
-    "0.18": {"beta": 0.04, "loss_type": "bnpo", "vllm_mode": "server", "max_completion_length": 256},
-    LATEST: {},
-}
-# Keys that exist only in older TRL/transformers: their presence tells which release a recipe was written for.
-VERSION_MARKERS = (("vllm_device", "0.16"), ("torch_dtype", "0.18"), ("max_prompt_length", "0.18"),
-                   ("overwrite_output_dir", "0.18"), ("warmup_ratio", "0.18"))
+
+
 @dataclass
 class Row:
     """One line of the mapping table."""
@@ -144,14 +137,6 @@ def _has_gpu() -> bool:
 
 
 # --- mapping --------------------------------------------------------------------------------------------------
-def infer_version(config: dict[str, Any]) -> tuple[str, str]:
-    """The TRL release a recipe was written for, and why: keys that exist only in older releases, else 1.16."""
-    for key, version in VERSION_MARKERS:
-        if key in config:
-            return version, f"it sets `{key}`, which only TRL ≤ {version} knows"
-    return LATEST, "no key of an older TRL release"
-
-
 def import_trl(path: str | Path, trl_version: str | None = None, name: str | None = None,
                overrides: dict[str, Any] | None = None) -> ImportResult:
     """Parse a flat TRL config with TRL's parser and map it to a run spec (SpecError naming the key when it cannot).
@@ -180,6 +165,7 @@ def import_trl(path: str | Path, trl_version: str | None = None, name: str | Non
     if not header:
         m.infer_processes()
         m.infer_server()
+        m.infer_open_r1_chat()
     if m.errors:
         raise SpecError(m.errors)
     return ImportResult(m.spec, m.rows, version, reason, check)
@@ -196,6 +182,7 @@ class _Mapper:
         self.errors: list[FieldError] = []
         self.reward_params: dict[str, dict[str, Any]] = {}
         self._kept: list[bool] = []  # per reward_funcs entry: whether it became a spec reward (for its weight)
+        self._extra: list[str] = []  # rewards given on the command line (--reward)
 
     def row(self, key: str, action: str, target: str | None, note: str = "") -> None:
         self.rows.append(Row(key, self.config.get(key), action, target, note))
@@ -211,6 +198,7 @@ class _Mapper:
     # Each known key goes to one place; the order of the table follows the file.
     def run(self, unknown: list[str], overrides: dict[str, Any]) -> None:
         s, v = self.spec, self.values
+        self._extra = [str(x) for x in overrides.get("rewards") or []]
         lora: dict[str, Any] = {}
         for key in self.config:
             if key == "env":
@@ -327,13 +315,24 @@ class _Mapper:
             self.row(key, "unsupported", None, trl_keys.UNSUPPORTED[key])
             return
         if key in trl_keys.REWARD_PARAM_KEYS:
-            builtin, param = trl_keys.REWARD_PARAM_KEYS[key]
-            self.reward_params.setdefault(builtin, {})[param] = value
-            self.row(key, "converted", f"rewards[{builtin}].params.{param}", "open-r1 reward parameter")
+            reward, param = trl_keys.REWARD_PARAM_KEYS[key]
+            if key == "code_language" and value not in OPEN_R1_CODE_LANGUAGES:
+                self.errors.append(FieldError(key, value, f"is not one of open-r1's code languages "
+                                              f"({', '.join(OPEN_R1_CODE_LANGUAGES)}). Fix it in {self.path}; "
+                                              "nothing was written."))
+                return
+            self.reward_params.setdefault(reward, {})[param] = value
+            used = reward in self._reward_names()
+            self.row(key, "converted" if used else "dropped", f"rewards[{reward}].params.{param}" if used else None,
+                     f"open-r1's parameter of its {reward!r} reward" + ("" if used else ", which the recipe does "
+                                                                        "not use"))
             return
         target, how = trl_keys.FOREIGN[key]
         if target is None:
             self.row(key, "dropped", None, how)
+            return
+        if key == "dataset_mixture":
+            self._open_r1_mixture(value)
             return
         if key == "vllm_device":
             s.training["vllm_mode"] = "server"
@@ -356,6 +355,30 @@ class _Mapper:
         else:
             setattr(getattr(s, section), rest, value)
         self.row(key, "converted", target, how)
+
+    def _open_r1_mixture(self, value: Any) -> None:
+        """open-r1's `dataset_mixture` (its ScriptArguments) as `dataset.mixture` entries of TRL's DatasetConfig."""
+        entries = value.get("datasets") if isinstance(value, dict) else None
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and e.get("id")
+                                                                   for e in entries):
+            self.errors.append(FieldError("dataset_mixture", value, "must be open-r1's mapping {datasets: [{id, "
+                                          "config, split, columns, weight}, ...], seed, test_split_size}, every "
+                                          f"dataset with an `id`. Fix it in {self.path}; nothing was written."))
+            return
+        d = self.spec.dataset
+        d.mixture = [{k: v for k, v in (("path", e["id"]), ("name", e.get("config")), ("columns", e.get("columns")))
+                      if v is not None} | ({"split": e["split"]} if e.get("split", "train") != "train" else {})
+                     for e in entries]
+        d.test_split_size = value.get("test_split_size")
+        weights = [e.get("weight") for e in entries]
+        note = trl_keys.FOREIGN["dataset_mixture"][1]
+        if any(w not in (None, 1, 1.0) for w in weights):
+            note += (f"; open-r1's weights {weights} take that share of each dataset's own rows, which TRL's "
+                     "`fraction` (shares of the mixture) cannot express: every row is used. Set "
+                     "dataset.mixture[*].fraction for TRL's shares")
+        if value.get("seed") not in (None, 0):
+            note += f"; open-r1's shuffle seed {value['seed']} is not kept (the trainer shuffles with training.seed)"
+        self.row("dataset_mixture", "converted", "dataset.mixture", note)
 
     def _rewards(self, overrides: dict[str, Any]) -> None:
         v, s = self.values, self.spec
@@ -403,12 +426,10 @@ class _Mapper:
                 self.rows.append(Row(key, fn, "unsupported", None, f"open-r1's {fn!r} reward: {target}"))
                 return None
             builtin, params = target
-            params = {**params, **self.reward_params.get(builtin, {})}
+            given = dict(self.reward_params.get(fn, {}))
             if fn == "code_format":
-                lang = str(self.reward_params.get("regex", {}).get("language", self.config.get("code_language",
-                                                                                               "python")))
-                params = {"pattern": rf"^<think>\n.*?\n</think>\n<answer>\n.*?```{lang}.*?```.*?\n</answer>$",
-                          "full": True}
+                params = {"pattern": open_r1_code_format(str(given.pop("language", "python")))}
+            params = {**params, **given}
             self._kept.append(True)
             self.rows.append(Row(key, fn, "converted", f"rewards[{fn}]", f"open-r1's {fn!r} as the {builtin} "
                                  f"built-in" + (f" with {sorted(params)}" if params and builtin != "python" else "")))
@@ -434,18 +455,13 @@ class _Mapper:
                                       "path like 'my_lib.rewards.my_reward'. Fix the name; nothing was written."))
         return None
 
+    def _reward_names(self) -> set[str]:
+        """The reward names the recipe lists (reward_funcs), as strings."""
+        funcs = self.values.get("reward_funcs") or []
+        return {str(f) for f in [*([funcs] if isinstance(funcs, str) else funcs), *self._extra]}
+
     def pin_defaults(self, version: str) -> None:
-        t = self.spec.training
-        for key, old in TRL_DEFAULTS[version].items():
-            if key in t or key not in self.fields:
-                continue
-            if key == "vllm_mode" and not t.get("use_vllm"):
-                continue
-            new = self.fields[key].default
-            if old != new:
-                t[key] = old
-                self.rows.append(Row(f"({key})", old, "pinned", f"training.{key}",
-                                     f"TRL {version}'s default, written out: TRL {LATEST}'s is {new!r}"))
+        self.rows.extend(Row(*r) for r in pin_defaults(self.spec.training, self.fields, version))
 
     def apply_header(self) -> None:
         """What an export wrote for fields TRL has no key for (the rest came from TRL's keys)."""
@@ -472,6 +488,21 @@ class _Mapper:
         if "generation" in h:
             s.generation = GenerationSpec(**h["generation"])
         self.rows.append(Row("(header)", None, "mapped", "(spec-only fields)", "what TRL has no key for, as exported"))
+
+    def infer_open_r1_chat(self) -> None:
+        """open-r1's grpo.py always builds chat prompts ([system,] user: the prompt column); so does the spec then."""
+        d = self.spec.dataset
+        if d.conversational or d.system_prompt or d.prompt_template or not self._open_r1():
+            return
+        d.conversational = True
+        self.rows.append(Row("(conversational)", True, "converted", "dataset.conversational", "open-r1's grpo.py "
+                             "sends each prompt as a user message (make_conversation), so the chat template applies"))
+
+    def _open_r1(self) -> bool:
+        """Whether the recipe is open-r1's: a key or reward name only open-r1 has."""
+        keys = set(trl_keys.REWARD_PARAM_KEYS) | set(trl_keys.OPEN_R1_KEYS)
+        names = self._reward_names() - set(TRL_REWARDS)
+        return bool(keys & set(self.config)) or bool(names & set(OPEN_R1_REWARDS))
 
     def infer_server(self) -> None:
         """Server mode without a server address: the backend starts `trl vllm-serve` on the GPU after training's."""

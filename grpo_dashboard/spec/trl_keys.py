@@ -34,18 +34,31 @@ SPECIAL_KEYS = ("use_peft", "load_in_4bit", "load_in_8bit", "reward_funcs", "rew
 FOREIGN: dict[str, tuple[str | None, str]] = {
     "torch_dtype": ("model.dtype", "renamed to `dtype` in transformers 5"),
     "warmup_ratio": ("training.warmup_steps", "removed in transformers 5; warmup_steps below 1 is a ratio"),
-    "vllm_device": ("training.vllm_mode", "TRL ≤ 0.16 ran vLLM on a spare GPU of the node; TRL 1.16 does that as "
-                    "vllm_mode: server (start `trl vllm-serve` on that GPU)"),
+    "vllm_device": ("training.vllm_mode", "TRL 0.14 ran vLLM in-process on a spare GPU (vllm_device; deprecated in "
+                    "0.16 for a `trl vllm-serve` server); TRL 1.16 does that as vllm_mode: server"),
     "gpu_memory_utilization": ("training.vllm_gpu_memory_utilization", "Unsloth's name for vLLM's memory share"),
     "use_gradient_checkpointing": ("training.gradient_checkpointing", "Unsloth's name; 'unsloth' means true"),
     "random_state": ("training.seed", "Unsloth's name for the seed"),
     "dataset_prompt_column": ("dataset.prompt_column", "open-r1's prompt column"),
+    "dataset_mixture": ("dataset.mixture", "open-r1's dataset mixture (id, config, split, columns, weight; seed, "
+                        "test_split_size) as TRL's DatasetMixtureConfig"),
     "dataset_id_or_path": ("dataset.path", "the recipe script's dataset argument"),
     "system_prompt": ("dataset.system_prompt", "open-r1's system prompt"),
     "chat_template": ("model.chat_template", "open-r1's chat template override"),
     "wandb_entity": ("backend.env.WANDB_ENTITY", "open-r1 sets it as an environment variable"),
     "wandb_project": ("backend.env.WANDB_PROJECT", "open-r1 sets it as an environment variable"),
     "wandb_run_group": ("backend.env.WANDB_RUN_GROUP", "open-r1 sets it as an environment variable"),
+    "vllm_guided_decoding_regex": ("training.vllm_structured_outputs_regex", "renamed in TRL 1.x"),
+    "wandb_log_unique_prompts": ("training.log_unique_prompts", "renamed in TRL 1.x (it applies to every tracker)"),
+    "vllm_max_model_len": ("training.vllm_max_model_length", "TRL 0.16's in-process vLLM context window; TRL 1.16 "
+                           "names it vllm_max_model_length (colocate mode; a server takes `--max_model_len`)"),
+    "use_liger_loss": (None, "TRL 1.16 has no Liger GRPO loss: it always computes log-probs in chunks through a fused "
+                       "LM head (the memory Liger saved); for Hub kernels set training.model_init_kwargs: "
+                       "{use_kernels: true}"),
+    "vllm_dtype": (None, "TRL 0.16's in-process vLLM setting; in TRL 1.16 colocate mode uses the model's dtype and a "
+                   "vLLM server takes `trl vllm-serve --dtype`"),
+    "vllm_enable_prefix_caching": (None, "TRL 0.16's in-process vLLM setting; in TRL 1.16 a vLLM server takes "
+                                   "`trl vllm-serve --enable_prefix_caching`"),
     "max_prompt_length": (None, "removed in TRL 1.x: prompts are no longer truncated by the trainer; filter long "
                           "prompts out of the dataset instead"),
     "overwrite_output_dir": (None, "removed in transformers 5; every run has its own output directory"),
@@ -66,18 +79,24 @@ UNSUPPORTED: dict[str, str] = {
     "morph_router_url": "open-r1's remote code-execution router",
     "ioi_provider": "open-r1's IOI judge provider",
 }
-# open-r1 reward parameters (script arguments) -> (built-in reward, its parameter).
+# Keys only open-r1's recipes have (its GRPOConfig and GRPOScriptArguments beyond TRL's).
+OPEN_R1_KEYS = ("dataset_prompt_column", "system_prompt", "chat_template", "callbacks", "benchmarks",
+                "hub_model_revision", "overwrite_hub_revision", "push_to_hub_revision", "wandb_entity",
+                "wandb_project", "wandb_run_group", "dataset_mixture", "code_eval_test_batch_size",
+                "code_eval_scoring_mode", "parallel_code_exec_per_proc", "code_provider", "e2b_router_url",
+                "morph_router_url", "ioi_provider")
+# open-r1 reward parameters (its GRPOScriptArguments) -> (open-r1 reward name, the built-in's parameter).
 REWARD_PARAM_KEYS: dict[str, tuple[str, str]] = {
-    "cosine_min_value_wrong": ("cosine_scaled", "min_value_wrong"),
-    "cosine_max_value_wrong": ("cosine_scaled", "max_value_wrong"),
-    "cosine_min_value_correct": ("cosine_scaled", "min_value_correct"),
-    "cosine_max_value_correct": ("cosine_scaled", "max_value_correct"),
-    "cosine_max_len": ("cosine_scaled", "max_len"),
+    "cosine_min_value_wrong": ("cosine", "min_value_wrong"),
+    "cosine_max_value_wrong": ("cosine", "max_value_wrong"),
+    "cosine_min_value_correct": ("cosine", "min_value_correct"),
+    "cosine_max_value_correct": ("cosine", "max_value_correct"),
+    "cosine_max_len": ("cosine", "max_len"),
     "repetition_n_grams": ("repetition_penalty", "ngram_size"),
     "repetition_max_penalty": ("repetition_penalty", "max_penalty"),
-    "max_completion_len": ("soft_overlong", "max_completion_len"),
-    "soft_punish_cache": ("soft_overlong", "soft_punish_cache"),
-    "code_language": ("regex", "language"),
+    "max_completion_len": ("soft_overlong_punishment", "max_completion_len"),
+    "soft_punish_cache": ("soft_overlong_punishment", "soft_punish_cache"),
+    "code_language": ("code_format", "language"),
 }
 
 
