@@ -97,6 +97,7 @@ def test_a_json_list_of_log_dicts_is_accepted(tmp_path: Path, capsys) -> None:
 def test_nan_literals_and_nested_entries_in_trainer_state(tmp_path: Path, capsys) -> None:
     state = json.loads((FIXTURES / "healthy_state.json").read_text())
     state["log_history"][20]["grad_norm"] = float("nan")
+    state["log_history"][20]["loss"] = float("nan")  # a NaN loss too: an error (a lone NaN gradient is a warning)
     state["log_history"][21]["samples"] = [{"prompt": "p]", "completion": "}"}]
     path = tmp_path / "trainer_state.json"
     path.write_text(json.dumps(state))

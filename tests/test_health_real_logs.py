@@ -27,17 +27,8 @@ SHARED = next(
 # not bent to it; see the corpus INDEX.md for the reading). Strict: once the doctor is fixed the test passes and the
 # entry must go.
 OPEN_DISAGREEMENTS = {
-    "screechingviolet__epic-tikz-diagram-generator__train_grpo-first119.jsonl": (
-        "kl drifts ~100x (median 0.0008 -> 0.083) while the reward stays flat at its ceiling: no kl finding"
-    ),
     "aryan-gupta7__round2_sclr__training-l1_final-first24.jsonl": (
         "reward_drop warning on one-prompt-per-step noise (forbidden)"
-    ),
-    "aryan-gupta7__round2_sclr__training-first_l2-first25.jsonl": (
-        "completions cut on 18 of 25 logs (mean 0.22, peaks 0.875) at a 512 cap: no truncation finding"
-    ),
-    "aryan-gupta7__round2_sclr__training-first_l3-first5.jsonl": (
-        "reward exactly 0 with zero spread on 4 of 5 logs: no flat_reward/plateau finding"
     ),
 }
 

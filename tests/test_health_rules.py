@@ -771,7 +771,9 @@ def test_unsorted_and_repeated_steps_last_write_wins() -> None:
 def test_thresholds_are_data() -> None:
     records = healthy(completions__clipped_ratio=np.full(100, 0.35), reward=np.full(100, 0.3))
     assert only(diagnose(records), "truncation").severity == "warning"
-    assert "truncation" not in rules(diagnose(records, thresholds={"truncation.warn": 0.4}))
+    # Under a raised warning level the same truncation is only the steady-truncation note, and gone above its level.
+    assert only(diagnose(records, thresholds={"truncation.warn": 0.4}), "truncation").severity == "info"
+    assert "truncation" not in rules(diagnose(records, thresholds={"truncation.warn": 0.4, "truncation.note": 0.4}))
     assert "truncation" not in rules(diagnose(records, thresholds={"truncation": {"enabled": False}}))
     assert only(diagnose(records, thresholds={"truncation.error": "0.3"}), "truncation").severity == "error"
     with pytest.raises(ValueError, match="did you mean truncation.warn"):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks_signal import reward_range
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
-from .series import Series, extend_onset, fmt, linear_fit, trailing_mean, trailing_streak
+from .series import Series, aligned, corr, extend_onset, fmt, linear_fit, reward_range, trailing_mean, trailing_streak
 
 MEAN_LENGTH_KEYS = ("completions/mean_length", "completion_length", "completions/mean_length/mean")
 
@@ -103,7 +102,7 @@ def check_truncation(ctx: Context) -> list[Finding]:
             # the user has; the window decides whether it becomes a warning.
             severity, length = INFO, n
         if severity is None:
-            return []
+            return _steady_truncation(ctx, clipped)
         start = extend_onset(v > ctx.t("truncation.warn"), n - length, s)
         onset = int(clipped.steps[start])
         current = float(sm[-1])
@@ -203,6 +202,71 @@ def check_truncation(ctx: Context) -> list[Finding]:
             mean_length=float(v[-1]),
             cap=cap,
             pinned_logs=run,
+        )
+    ]
+
+
+def _inferred_cap(ctx: Context, clipped: Series) -> tuple[int | None, str]:
+    """max_completion_length from the config, else from completions/max_length (a batch that cuts a completion logs
+    the cap as its longest, so nearly every cut batch shows the same whole number), with how it was known."""
+    cap = ctx.config.max_completion_length
+    if cap:
+        return int(cap), ""
+    longest = ctx.frame.get("completions/max_length")
+    if longest is None:
+        return None, ""
+    longest = longest.finite()
+    at_cut = longest.values[np.isin(longest.steps, clipped.steps[clipped.values > 0])]
+    if at_cut.size < 2:
+        return None, ""
+    top = float(at_cut.max())
+    if top != round(top) or np.mean(at_cut == top) < 0.9:
+        return None, ""
+    return int(top), ", read from completions/max_length on the cut batches"
+
+
+def _steady_truncation(ctx: Context, clipped: Series) -> list[Finding]:
+    """Partial truncation under the warning level that holds log after log: an info with the cap and the share."""
+    window = int(ctx.t("truncation.note_window"))
+    steps, v = clipped.steps[-window:], clipped.values[-window:]
+    if v.size < int(ctx.t("truncation.persist")):
+        return []
+    # Steady: the window's mean and most of its logs (not one bad batch) cut a noticeable share.
+    mean, cut = float(np.mean(v)), v >= ctx.t("truncation.note")
+    if mean < ctx.t("truncation.note") or float(np.mean(cut)) < ctx.t("truncation.note_logs"):
+        return []
+    cap, known = _inferred_cap(ctx, clipped)
+    worst = int(np.argmax(v))
+    onset = int(steps[int(np.argmax(cut))])
+    at = f"max_completion_length ({cap}{known})" if cap else "max_completion_length"
+    message = (
+        f"completions are cut at {at}: {mean:.0%} of them on average over the last {v.size} logs, at least "
+        f"{ctx.t('truncation.note'):.0%} on {int(cut.sum())} of those logs, up to {float(v[worst]):.0%} (step "
+        f"{int(steps[worst])}). Under the {ctx.t('truncation.warn'):g} warning level, but steady: those completions "
+        "get no EOS and are scored on cut-off text."
+    )
+    evidence: dict[str, float | int | None] = {"mean": mean, "cut_logs": int(cut.sum()), "window": int(v.size)}
+    reward = ctx.frame.get("reward")
+    if reward is not None:
+        common, c, r = aligned(Series(clipped.key, steps, v), reward.finite())
+        if common.size >= 5:
+            rho = corr(c, r)
+            evidence["reward_corr"] = rho
+            if rho <= -0.3:
+                message += f" The most-cut batches score lowest (corr {rho:+.2f} with reward): the cap costs reward."
+    return [
+        make_finding(
+            "truncation",
+            INFO,
+            onset,
+            message,
+            _truncation_remedy(ctx),
+            clipped.key,
+            current=mean,
+            max_value=float(v[worst]),
+            cap=cap,
+            kind="steady",
+            **evidence,
         )
     ]
 

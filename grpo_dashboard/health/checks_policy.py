@@ -5,7 +5,19 @@ from __future__ import annotations
 import numpy as np
 
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
-from .series import Series, aligned, extend_onset, fmt, linear_fit, trailing_mean, trailing_median_ref, trailing_streak
+from .series import (
+    Series,
+    aligned,
+    extend_onset,
+    fmt,
+    linear_fit,
+    reward_ceiling_position,
+    reward_range,
+    trailing_mean,
+    trailing_median,
+    trailing_median_ref,
+    trailing_streak,
+)
 
 
 def _kl_series(ctx: Context):
@@ -116,7 +128,9 @@ def check_entropy_collapse(ctx: Context) -> list[Finding]:
     post = np.arange(n) >= nb
     ratio_s, ratio_r = sm / base, v / base
     warn = post & (ratio_s < warn_ratio)
-    err = post & ((ratio_s < err_ratio) | ((sm < floor) & (ratio_s < 0.5)))
+    # Halving to under the floor means a policy turned deterministic only when it started clearly above the floor; a
+    # model whose entropy was already near it (0.13 nats) drifting to 0.06 is judged on its ratio alone.
+    err = post & ((ratio_s < err_ratio) | ((sm < floor) & (ratio_s < 0.5) & (base >= 2 * floor)))
     extreme = post & (ratio_r <= err_ratio) & (v < floor)
     severity, length = judge_state(n - nb, persist, persist, warn, err, extreme)
     if severity is None:
@@ -243,12 +257,23 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     s = ctx.smooth_n(n)
     # The median of the last logs and the latest one: a one-log spike inside that window must not read as the level.
     now = float(np.median(v[-s:]))
-    recovered = now <= ratio * reference and float(v[-1]) <= ratio * reference
-    severity = ERROR if max_ratio >= ctx.t("kl_spike.error_ratio") and not recovered else WARNING
+    # The latest log spiking, or above the spike limit: whether it falls back is not known yet.
+    latest = bool(spike[-1]) or float(v[-1]) > ratio * reference
+    recovered = now <= ratio * reference and not latest
+    if spike[-1]:
+        high_ratio = float(ratios[-1])
+    else:
+        high_ratio = float(v[-1]) / max(reference, 1e-12) if latest else max_ratio
+    severity = ERROR if high_ratio >= ctx.t("kl_spike.error_ratio") and not recovered else WARNING
     onset = int(series.steps[idx[0]])
-    blips = recovered and _isolated_blips(v, idx, ratio * ref) and _reward_rising(ctx)
+    rising = _reward_rising(ctx)
+    blips = recovered and _isolated_blips(v, idx, ratio * ref) and rising
+    # A high latest log after spikes that were all blips: under the error multiple it is a note until the next log
+    # shows whether it falls back (a warning then if it does not).
+    earlier = idx[:-1] if spike[-1] else idx
+    pending = latest and severity != ERROR and _isolated_blips(v, earlier, ratio * ref) and rising
     beta = ctx.config.beta
-    if blips and (beta is None or beta <= ctx.t("kl_spike.blip_beta")):
+    if (blips or pending) and (beta is None or beta <= ctx.t("kl_spike.blip_beta")):
         severity = INFO
     message = (
         f"kl jumped to {fmt(float(v[worst]))} at step {int(series.steps[worst])}, {max_ratio:.0f}x its reference "
@@ -256,14 +281,25 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     )
     if idx[0] < k0 and ref[idx[0]] != med[idx[0]]:
         message += "; the explosion is in the very first logs, before the run settled"
-    message += (
-        f"; it came back down to {fmt(now)} by step {int(series.steps[-1])}."
-        if recovered
-        else f"; it is still {fmt(now)} at step {int(series.steps[-1])}."
-    )
+    if latest:
+        message += (
+            "; that is the latest log, so whether it falls back is not known yet."
+            if spike[-1]
+            else f"; the latest log (step {int(series.steps[-1])}) is {fmt(float(v[-1]))}, above the spike limit, so "
+            "whether it falls back is not known yet."
+        )
+    elif recovered:
+        message += f"; it came back down to {fmt(now)} by step {int(series.steps[-1])}."
+    else:
+        message += f"; it is still {fmt(now)} at step {int(series.steps[-1])}."
     if idx.size > 1:
         message += f" {idx.size} spiking logs in total."
-    if severity == INFO:
+    if severity == INFO and pending:
+        message += (
+            " A single log while the reward rises (any earlier spike fell back at once): a note for now, a warning "
+            "if kl stays up at the next log."
+        )
+    elif severity == INFO:
         message += (
             " Each spike lasts one or two logs and falls back on the next one while the reward rises: blips, not "
             "drift. Worth a look at those steps' completions, nothing to change unless they recur more often."
@@ -278,7 +314,7 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
         fixes.append(f"use fewer num_iterations{cfg.now('num_iterations')}")
     if cfg.flag("use_vllm"):
         fixes.append("check the vLLM/trainer mismatch (sampling/sampling_logp_difference/max)")
-    if not recovered:
+    if not recovered and severity != INFO:
         fixes.insert(0, f"resume from a checkpoint saved before step {onset}")
     return [
         make_finding(
@@ -294,6 +330,7 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
             max_ratio=max_ratio,
             current=now,
             recovered=recovered,
+            pending=latest,
             count=int(idx.size),
             threshold=ratio,
         )
@@ -418,11 +455,9 @@ def check_kl_outpaces_reward(ctx: Context) -> list[Finding]:
     r_slope, _ = linear_fit(r)
     span = steps.size - 1
     dk, dr = k_slope * span, r_slope * span
-    if dk < ctx.t("kl_outpaces_reward.min_kl_rise") or k_t < 2.0:
-        return []
     ratio = dk / dr if dr > 0 else float("inf")
-    if ratio <= ctx.t("kl_outpaces_reward.ratio"):
-        return []
+    if dk < ctx.t("kl_outpaces_reward.min_kl_rise") or k_t < 2.0 or ratio <= ctx.t("kl_outpaces_reward.ratio"):
+        return _relative_drift(ctx, kl, reward.finite())
     onset = int(steps[0])
     rel = "while reward did not improve" if dr <= 0 else f"while reward rose only {fmt(dr)} ({ratio:.1f}x slower)"
     message = (
@@ -451,5 +486,81 @@ def check_kl_outpaces_reward(ctx: Context) -> list[Finding]:
             ratio=ratio,
             window=int(steps.size),
             threshold=ctx.t("kl_outpaces_reward.ratio"),
+        )
+    ]
+
+
+def _relative_drift(ctx: Context, kl: Series, reward: Series) -> list[Finding]:
+    """kl grew to many times its warm-up level and stayed there while the reward did not improve: small in absolute
+    terms (kl_high's drift needs ~1 nat), but the policy keeps moving away from its reference without buying reward.
+
+    An info: the reward holds, so nothing is being damaged now; it says the run has stopped paying for its updates
+    (stop, or hold the policy with a larger beta) before the drift grows into kl_high or over-optimisation.
+    """
+    v, n = kl.values, kl.values.size
+    if n < ctx.t("kl_outpaces_reward.min_points") or reward.values.size < ctx.t("kl_outpaces_reward.min_points"):
+        return []
+    nb = ctx.baseline_n(n)
+    base = float(np.median(v[:nb]))
+    if base >= ctx.t("kl_high.value"):
+        return []  # an offset from the first logs: kl_high's case
+    w = max(ctx.smooth_n(n), 1)
+    med = trailing_median(v, w)
+    ratio_t, floor = ctx.t("kl_outpaces_reward.drift_ratio"), ctx.t("kl_outpaces_reward.drift_floor")
+    grown = (np.arange(n) >= nb) & (med >= ratio_t * max(base, 1e-12))
+    run = trailing_streak(grown)
+    if run < int(ctx.t("kl_outpaces_reward.persist")):
+        return []
+    recent = float(np.median(v[-max(int(ctx.t("kl_outpaces_reward.persist")), n // 5) :]))
+    if recent < floor or recent >= ctx.t("kl_high.drift_value"):
+        return []  # noise-level kl, or a drift large enough for kl_high to report
+    onset_idx = n - run
+    onset = int(kl.steps[onset_idx])
+    before = reward.values[reward.steps < onset]
+    after = reward.values[reward.steps >= onset]
+    if before.size < 3 or after.size < 3:
+        return []
+    lo, hi = reward_range(reward.values)
+    gain = float(np.mean(after) - np.median(before))
+    if gain >= ctx.t("plateau.min_gain") * (hi - lo):
+        return []  # the reward still improves: moving away from the reference is what buys it
+    growth = recent / max(base, 1e-12)
+    message = (
+        f"kl grew {growth:.0f}x, from {fmt(base)} (median of the first {nb} logs) to {fmt(recent)} (median of the "
+        f"latest logs), and has stayed above {ratio_t:g}x its warm-up level since step {onset}, while the reward did "
+        f"not improve ({fmt(float(np.median(before)))} before, {fmt(float(np.mean(after)))} since): the policy keeps "
+        "moving away from its reference without buying reward."
+    )
+    position = reward_ceiling_position(ctx.frame, max(w, after.size))
+    if position is not None and position >= ctx.t("plateau.ceiling"):
+        message += f" The reward is at its ceiling ({position:.0%} of its range): the run has converged."
+    message += (
+        f" Still small in absolute terms (under {fmt(ctx.t('kl_high.drift_value'))} nats, not a blow-up): worth "
+        "knowing before it grows."
+    )
+    cfg = ctx.config
+    remedy = join_fixes(
+        [
+            f"stop here, or keep a checkpoint from before step {onset} if its reward is as good",
+            f"raise beta{cfg.now('beta')} to hold the policy near its reference if training continues",
+            "read recent completions (log_completions=True) for changes the reward does not see",
+            "select checkpoints on an independent eval metric (metric_for_best_model)",
+        ]
+    )
+    return [
+        make_finding(
+            "kl_outpaces_reward",
+            INFO,
+            onset,
+            message,
+            remedy,
+            kl.key,
+            kind="relative_drift",
+            baseline=base,
+            current=recent,
+            growth=growth,
+            reward_gain=gain,
+            reward_ceiling_position=position,
+            threshold=ratio_t,
         )
     ]

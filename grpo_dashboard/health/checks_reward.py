@@ -7,10 +7,21 @@ import re
 import numpy as np
 
 from .checks_length import MEAN_LENGTH_KEYS
-from .checks_signal import reward_range
 from .findings import INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
 from .forecast import fit_reward_curve, reward_series
-from .series import Series, aligned, corr, extend_onset, fmt, linear_fit, short_required, trailing_mean
+from .series import (
+    Series,
+    aligned,
+    corr,
+    extend_onset,
+    fmt,
+    linear_fit,
+    mostly,
+    reward_ceiling_position,
+    reward_range,
+    short_required,
+    trailing_mean,
+)
 
 FORMAT_NAME = re.compile(r"format|tag|xml|think|style|struct|syntax|template|markdown|json|box", re.I)
 ACCURACY_NAME = re.compile(r"acc|correct|answer|math|verif|exact|match|solution|pass|test|equal|gold|judge|code", re.I)
@@ -328,15 +339,23 @@ def check_plateau(ctx: Context) -> list[Finding]:
     lo, hi = reward_range(v)
     tail = v[-window:]
     cfg = ctx.config
-    if n >= ctx.t("plateau.constant_min_points"):
+    long_log = n >= ctx.t("plateau.constant_min_points")
+    if long_log or n >= ctx.t("flat_reward.min_points"):
         values, counts = np.unique(tail, return_counts=True)
         mode = float(values[np.argmax(counts)])
         share = float(counts.max()) / tail.size
-        if share >= ctx.t("plateau.constant_frac"):
-            eq = v == mode
+        eq = v == mode
+        if long_log:
+            constant = share >= ctx.t("plateau.constant_frac")
+        else:
+            # A short log: one value on nearly every log, with every completion of those batches scoring the same,
+            # is a state (no signal), not a trend that needs a window.
+            constant = mostly(eq & _zero_spread(ctx, reward), ctx.t("plateau.short_share"))
+        if constant:
             suffix = np.cumsum(eq[::-1])[::-1] / np.arange(n, 0, -1)
-            start = int(np.argmax(eq & (suffix >= ctx.t("plateau.constant_frac"))))
-            at_top = (mode - lo) / (hi - lo) >= 0.9
+            frac = ctx.t("plateau.constant_frac") if long_log else ctx.t("plateau.short_share")
+            start = int(np.argmax(eq & (suffix >= frac)))
+            at_top = (mode - lo) / (hi - lo) >= ctx.t("plateau.ceiling")
             severity = INFO if at_top else WARNING
             message = (
                 f"reward is exactly {fmt(mode)} on {share:.0%} of the last {tail.size} logs (since step "
@@ -379,14 +398,30 @@ def check_plateau(ctx: Context) -> list[Finding]:
     nb = ctx.baseline_n(n)
     overall = float(np.mean(tail[-10:]) - np.median(v[:nb]))
     converged = overall >= 2 * ctx.t("plateau.min_gain") * scale
+    ceiling = None if converged else reward_ceiling_position(ctx.frame, tail.size)
+    at_ceiling = ceiling is not None and ceiling >= ctx.t("plateau.ceiling")
     onset = int(reward.steps[-tail.size])
     message = (
         f"reward has not improved over the last {tail.size} logs (fitted change {gain:+.3g}, t={t:.1f}; level "
         f"{fmt(float(np.mean(tail)))})"
-        + (f" after rising {overall:+.3g} earlier: the run has converged." if converged else ": no learning.")
     )
     if converged:
+        message += f" after rising {overall:+.3g} earlier: the run has converged."
+    elif at_ceiling:
+        message += (
+            f", at {ceiling:.0%} of its range: the reward sits at its ceiling, so there is little left to learn on "
+            "these prompts. The run has converged; a higher learning rate would not help."
+        )
+    else:
+        message += ": no learning."
+    if converged:
         severity, fixes = INFO, ["stop here or continue on harder prompts"]
+    elif at_ceiling:
+        severity = INFO
+        fixes = [
+            "stop here (the last checkpoint is as good as it gets on this data)",
+            "or continue on harder prompts / a curriculum; drop prompts the model always solves (filter by pass rate)",
+        ]
     else:
         severity = WARNING
         fixes = [
@@ -409,9 +444,27 @@ def check_plateau(ctx: Context) -> list[Finding]:
             t_stat=t,
             window=int(tail.size),
             level=float(np.mean(tail)),
-            kind="trend",
+            kind="ceiling" if at_ceiling else "trend",
+            ceiling_position=ceiling,
         )
     ]
+
+
+def _zero_spread(ctx: Context, reward: Series) -> np.ndarray:
+    """Per reward log: every completion of the batch scored the same (reward_std 0, else frac_reward_zero_std 1);
+    all True when neither is logged (identical means are then the only evidence)."""
+    for key, test in (
+        ("reward_std", lambda x: x <= ctx.t("flat_reward.std_atol")),
+        ("frac_reward_zero_std", lambda x: x >= ctx.t("zero_variance.extreme")),
+    ):
+        series = ctx.frame.get(key)
+        if series is None or series.finite().values.size == 0:
+            continue
+        series = series.finite()
+        at = np.searchsorted(series.steps, reward.steps)
+        at = np.minimum(at, series.steps.size - 1)
+        return (series.steps[at] == reward.steps) & test(series.values[at])
+    return np.ones(reward.values.size, dtype=bool)
 
 
 def check_forecast_stop(ctx: Context) -> list[Finding]:

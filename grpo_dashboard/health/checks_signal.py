@@ -9,16 +9,7 @@ import numpy as np
 
 from .checks_policy import check_entropy_collapse, entropy_series
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, judge_state, make_finding
-from .series import Series, extend_onset, fmt, trailing_mean, trailing_streak
-
-
-def reward_range(values: np.ndarray) -> tuple[float, float]:
-    """The range a reward lives in: [0, 1] unless the run logged values outside it."""
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return 0.0, 1.0
-    lo, hi = min(0.0, float(finite.min())), max(1.0, float(finite.max()))
-    return lo, hi
+from .series import Series, extend_onset, fmt, mostly, reward_range, short_required, trailing_mean, trailing_streak
 
 
 def _frac_zero_std(ctx: Context) -> tuple[Series, bool] | None:
@@ -45,17 +36,23 @@ def check_zero_variance(ctx: Context) -> list[Finding]:
     s = ctx.smooth_n(n)
     sm = trailing_mean(v, s)
     warn_t, err_t = ctx.t("zero_variance.warn"), ctx.t("zero_variance.error")
+    error_persist = int(ctx.t("zero_variance.error_persist"))
     severity, run = judge_state(
         n - 1,
         int(ctx.t("zero_variance.warn_persist")),
-        int(ctx.t("zero_variance.error_persist")),
+        error_persist,
         sm > warn_t,
         sm > err_t,
         v >= ctx.t("zero_variance.extreme"),
+        # One batch without spread after batches with it is chance (a single prompt per step, an easy prompt), not a
+        # state: an unmistakable one needs two logs in a row, unless it is the whole log.
+        extreme_required=max(min(2, n), short_required(n - 1, error_persist)),
     )
-    if severity is None and 3 <= n < int(ctx.t("zero_variance.warn_persist")) and trailing_streak(v > warn_t) == n:
-        # A short log with most groups spread-less on every single log: a state, no persistence window needed.
-        severity, run = (ERROR if trailing_streak(v > err_t) == n else WARNING), n
+    share = ctx.t("zero_variance.short_share")
+    if severity is None and 3 <= n < int(ctx.t("zero_variance.warn_persist")) and mostly(v > warn_t, share):
+        # A short log with most groups spread-less on (nearly) every log: a state, no persistence window needed; one
+        # batch that happened to have spread neither hides it nor ends it.
+        severity, run = (ERROR if mostly(v > err_t, share) else WARNING), n - int(np.argmax(v > warn_t))
     if severity is None:
         return []
     start = extend_onset(v > warn_t, n - run, s)

@@ -237,6 +237,45 @@ class MetricFrame:
 # ---- numeric helpers ---------------------------------------------------------------------------------------------
 
 
+def reward_range(values: np.ndarray) -> tuple[float, float]:
+    """The range a reward lives in: [0, 1] unless the run logged values outside it."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return 0.0, 1.0
+    lo, hi = min(0.0, float(finite.min())), max(1.0, float(finite.max()))
+    return lo, hi
+
+
+def _unit_position(values: np.ndarray, recent: int) -> float | None:
+    """Where the mean of the last ``recent`` values sits in the reward's range, when that range is known: values
+    within [lo, 1] (the usual 0-1 reward, ceiling 1) or all <= 0 (a penalty, ceiling 0); None for larger scales, whose
+    maximum a log does not show, and for a function that never varied."""
+    lo, top = min(0.0, float(values.min())), float(values.max())
+    hi = 0.0 if top <= 0 else (1.0 if top <= 1.0 else None)
+    if hi is None or hi - lo <= 0:
+        return None
+    return (float(np.mean(values[-recent:])) - lo) / (hi - lo)
+
+
+def reward_ceiling_position(frame: MetricFrame, recent: int) -> float | None:
+    """How close the recent reward is to its ceiling (1.0 = at it), judged per reward function when they are logged
+    (the lowest of them: every function must be near its own ceiling), else on the total; None when unknown."""
+    positions = []
+    for mean_key, _ in frame.reward_functions().values():
+        values = frame.get(mean_key).finite().values
+        if values.size == 0 or np.all(values == values[0]):
+            continue  # a constant function (often a penalty that never fires) says nothing about the ceiling
+        position = _unit_position(values, recent)
+        if position is None:
+            return None
+        positions.append(position)
+    if positions:
+        return min(positions)
+    reward = frame.get("reward")
+    values = reward.finite().values if reward is not None else np.empty(0)
+    return _unit_position(values, recent) if values.size else None
+
+
 def baseline_count(n: int, window: int, fraction: float) -> int:
     """How many leading points form the warm-up baseline of an ``n``-point series."""
     return max(1, min(int(window), int(n * fraction)))
@@ -262,6 +301,24 @@ def trailing_streak(mask: np.ndarray) -> int:
 def short_required(n_available: int, persist: int) -> int:
     """Persistence demanded of an unmistakable condition: ``persist`` logs, fewer when the log is short."""
     return max(1, min(int(persist), n_available // 2))
+
+
+def mostly(mask: np.ndarray, share: float, min_count: int = 3) -> bool:
+    """A state on a short log: at least ``share`` of the logs (and ``min_count`` of them) meet ``mask``, and so does
+    one of the latest two, so a single log without it neither hides the state nor ends it."""
+    count = int(np.count_nonzero(mask))
+    return mask.size > 0 and count >= min_count and count >= share * mask.size and bool(mask[-2:].any())
+
+
+def trailing_median(values: np.ndarray, window: int) -> np.ndarray:
+    """Median of the last ``window`` points at each index (fewer at the start); never looks ahead."""
+    n, window = values.size, max(1, int(window))
+    out = np.empty(n)
+    for i in range(min(window - 1, n)):
+        out[i] = np.median(values[: i + 1])
+    if n >= window:
+        out[window - 1 :] = np.median(np.lib.stride_tricks.sliding_window_view(values, window), axis=1)
+    return out
 
 
 def extend_onset(raw_mask: np.ndarray, start: int, lookback: int) -> int:

@@ -76,6 +76,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("zero_variance.extreme", 0.99, "raw value treated as unmistakable (fires on short logs)"),
     Threshold("zero_variance.saturated", 0.8, "reward above this fraction of its range: groups saturated"),
     Threshold("zero_variance.starved", 0.2, "reward below this fraction of its range: groups starved"),
+    Threshold(
+        "zero_variance.short_share",
+        0.75,
+        "log shorter than warn_persist: share of logs with most groups spread-less (one of the latest two) that fires",
+    ),
     # flat_reward
     Threshold(
         "flat_reward.std_atol", 1e-8, "rewards/<f>/std at or below this counts as constant (TRL's isclose)", "TRL"
@@ -101,6 +106,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("truncation.persist", 5, "logs the condition must hold"),
     Threshold("truncation.nearly_all", 0.95, "short log: the latest 2+ logs at or above this clipped_ratio: error"),
     Threshold("truncation.cap_fraction", 0.98, "old logs: mean length at or above this fraction of the cap = pinned"),
+    Threshold(
+        "truncation.note", 0.1, "mean clipped_ratio over the note window at or above this: steady truncation info"
+    ),
+    Threshold("truncation.note_logs", 0.5, "... and at least this share of those logs cut that share or more"),
+    Threshold("truncation.note_window", 20, "trailing logs over which steady partial truncation is measured"),
     # length_collapse
     Threshold("length_collapse.ratio", 0.5, "smoothed mean length below this fraction of its baseline", "PTT"),
     Threshold("length_collapse.extreme_ratio", 0.2, "raw mean length below this fraction: unmistakable"),
@@ -152,6 +162,13 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("kl_outpaces_reward.min_points", 20, "fewest joint logs before judging"),
     Threshold("kl_outpaces_reward.ratio", 3.0, "kl rise / reward rise over the window above this", "Gao"),
     Threshold("kl_outpaces_reward.min_kl_rise", 0.1, "nats; kl must have risen at least this much over the window"),
+    Threshold(
+        "kl_outpaces_reward.drift_ratio",
+        10.0,
+        "relative drift: trailing median kl at this multiple of its warm-up level",
+    ),
+    Threshold("kl_outpaces_reward.drift_floor", 0.05, "nats; ... and at least this (smaller drifts are noise)"),
+    Threshold("kl_outpaces_reward.persist", 10, "logs the relative drift must hold"),
     # clip_high
     Threshold("clip_high.warn", 0.25, "smoothed clip_ratio/region_mean above this (off-policy only)", "PTT"),
     Threshold("clip_high.error", 0.4, "... above this: error", "PTT"),
@@ -180,6 +197,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("plateau.t_stat", 2.0, "a rising slope with this t-statistic counts as learning"),
     Threshold("plateau.constant_frac", 0.6, "share of recent logs at exactly one value (zero spread) = plateau"),
     Threshold("plateau.constant_min_points", 10, "fewest logs for the zero-spread plateau"),
+    Threshold("plateau.short_share", 0.75, "shorter log: share of logs at one value with zero spread = plateau"),
+    Threshold("plateau.ceiling", 0.9, "reward level at or above this fraction of its range = at its ceiling"),
     # forecast_stop
     Threshold("forecast_stop.min_gain", 0.02, "forecast gain to max_steps below this share of the reward's range"),
     Threshold("forecast_stop.min_points", 30, "fewest reward logs before the forecast is trusted for this"),
@@ -192,8 +211,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("tool_failures.persist", 3, "logs the level must hold"),
     Threshold("tool_failures.rise", 0.15, "rise of the failure share from the first to the last third: warning"),
     Threshold("tool_use_collapse.min_peak", 0.2, "calls per episode the agent must have reached", "derived"),
-    Threshold("tool_use_collapse.ratio", 0.25, "smoothed calls per episode at or below this share of the peak = "
-              "stopped"),
+    Threshold(
+        "tool_use_collapse.ratio", 0.25, "smoothed calls per episode at or below this share of the peak = stopped"
+    ),
     Threshold("tool_use_collapse.persist", 3, "logs the agent must have stopped for"),
     Threshold("turn_limit.warn", 0.5, "share of episodes cut off at max_tool_calling_iterations", "derived"),
     Threshold("turn_limit.persist", 3, "logs the share must hold"),

@@ -1,0 +1,200 @@
+"""Constructed logs with the shapes the third batch of real logs showed (see tests/fixtures/real_logs/INDEX.md):
+relative KL drift at a flat reward, a plateau at the reward's ceiling, steady partial truncation, and short logs
+whose zero-spread state has a one-log gap. Each behaviour has a case where it fires and one where it must not."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grpo_dashboard.health import diagnose, finding_history
+
+from .test_health_rules import healthy, no_rule_crashes, only, rules  # noqa: F401  (the fixture is autouse)
+
+BETA = {"beta": 0.04}
+
+
+def _drift_kl(n: int, seed: int = 0, top: float = 0.08) -> np.ndarray:
+    """kl 0.0008 for 20 logs, growing ~100x by log 60, then noisy at that level (with two one-log blips)."""
+    rng = np.random.default_rng(seed)
+    kl = np.concatenate([np.full(20, 0.0008), np.geomspace(0.0008, top, 40), np.full(n - 60, top)])
+    kl = kl * rng.uniform(0.7, 1.3, n)
+    kl[[70, 100]] *= 2.5
+    return kl
+
+
+def _flat(n: int, level: float, seed: int = 0, noise: float = 0.03) -> np.ndarray:
+    return np.clip(level + np.random.default_rng(seed).normal(0, noise, n), 0, 1)
+
+
+# ---- kl_outpaces_reward: relative drift -----------------------------------------------------------------------------
+
+
+def test_relative_kl_drift_at_a_flat_ceiling_reward_is_an_info() -> None:
+    n = 120
+    reward = _flat(n, 0.92)
+    records = healthy(n, kl=_drift_kl(n), reward=reward, rewards__count_a__mean=reward)
+    findings = diagnose(records, config=BETA)
+    f = only(findings, "kl_outpaces_reward")
+    assert f.severity == "info" and f.evidence["kind"] == "relative_drift"
+    assert 30 <= f.step <= 60 and f.evidence["growth"] >= 50
+    assert "ceiling" in f.message and "beta (now 0.04)" in f.remedy
+    assert not {"kl_high", "kl_spike"} & rules(findings, "warning")
+
+
+def test_relative_kl_drift_is_silent_when_it_buys_reward_or_stays_tiny_or_beta_is_zero() -> None:
+    n = 120
+    rising = np.clip(np.linspace(0.3, 0.8, n) + np.random.default_rng(1).normal(0, 0.03, n), 0, 1)
+    bought = healthy(n, kl=_drift_kl(n), reward=rising, rewards__count_a__mean=rising)
+    assert "kl_outpaces_reward" not in rules(diagnose(bought, config=BETA))
+    flat = _flat(n, 0.92)
+    tiny = healthy(n, kl=_drift_kl(n, top=0.015), reward=flat, rewards__count_a__mean=flat)
+    assert "kl_outpaces_reward" not in rules(diagnose(tiny, config=BETA))
+    drifting = healthy(n, kl=_drift_kl(n), reward=flat, rewards__count_a__mean=flat)
+    assert not {"kl_outpaces_reward", "kl_high", "kl_spike"} & rules(diagnose(drifting, config={"beta": 0.0}))
+
+
+# ---- plateau at the reward's ceiling ------------------------------------------------------------------------------
+
+
+def test_flat_reward_at_its_ceiling_is_a_converged_info_not_raise_the_learning_rate() -> None:
+    n = 100
+    reward = _flat(n, 0.94)
+    f = only(diagnose(healthy(n, reward=reward, rewards__count_a__mean=reward)), "plateau")
+    assert f.severity == "info" and f.evidence["kind"] == "ceiling"
+    assert "converged" in f.message and "stop" in f.remedy.lower() and "learning_rate" not in f.remedy
+
+
+def test_flat_reward_below_or_off_a_known_ceiling_stays_a_no_learning_warning() -> None:
+    n = 100
+    low = _flat(n, 0.5)
+    f = only(diagnose(healthy(n, reward=low, rewards__count_a__mean=low)), "plateau")
+    assert f.severity == "warning" and "learning_rate" in f.remedy
+    # A total near its own logged maximum on a scale above 1: the log does not show the ceiling, so no "converged".
+    big = 1.9 + np.random.default_rng(2).normal(0, 0.03, n)
+    f = only(diagnose(healthy(n, reward=big, rewards__count_a__mean=None, rewards__count_a__std=None)), "plateau")
+    assert f.severity == "warning"
+    # One reward function at its ceiling, another far from it: the run is not at its ceiling.
+    high, mid = _flat(n, 0.95), _flat(n, 0.3, seed=3)
+    records = healthy(n, reward=(high + mid) / 2, rewards__count_a__mean=high, rewards__acc__mean=mid)
+    assert only(diagnose(records), "plateau").severity == "warning"
+
+
+# ---- truncation: steady partial truncation --------------------------------------------------------------------------
+
+L2_CLIPPED = [0.375, 0.25, 0, 0.125, 0.875, 0, 0, 0.5, 0.875, 0.125, 0.25, 0.125, 0, 0.125, 0, 0, 0.25, 0.25]
+L2_CLIPPED += [0.125, 0.5, 0.125, 0.125, 0, 0.375, 0.125]
+
+
+def test_steady_partial_truncation_is_an_info_with_the_cap_and_share() -> None:
+    clipped = np.array(L2_CLIPPED)
+    n = clipped.size
+    longest = np.where(clipped > 0, 512.0, 400.0)
+    reward = 0.5 - clipped + np.random.default_rng(0).normal(0, 0.05, n)
+    records = healthy(n, completions__clipped_ratio=clipped, completions__max_length=longest, reward=reward)
+    f = only(diagnose(records), "truncation")
+    assert f.severity == "info" and f.evidence["kind"] == "steady" and f.evidence["cap"] == 512
+    assert "512" in f.message and "score lowest" in f.message and 0.15 <= f.evidence["mean"] <= 0.25
+    # The config's cap wins over the one read from the log.
+    assert only(diagnose(records, config={"max_completion_length": 600}), "truncation").evidence["cap"] == 600
+
+
+def test_rare_or_light_truncation_is_not_a_finding() -> None:
+    n = 25
+    rare = np.zeros(n)
+    rare[[4, 8]] = 0.875  # two batches cut heavily, the rest never: mean 0.07, 2 of 25 logs
+    assert "truncation" not in rules(diagnose(healthy(n, completions__clipped_ratio=rare)))
+    light = np.full(n, 0.05)  # a few completions cut on every log
+    assert "truncation" not in rules(diagnose(healthy(n, completions__clipped_ratio=light)))
+
+
+# ---- short logs: a zero-spread state with a one-log gap ----------------------------------------------------------
+
+
+def _l3(frac: list[float], reward: list[float], std: list[float]) -> list[dict]:
+    n = len(frac)
+    r = np.array(reward, dtype=float)
+    return healthy(
+        n,
+        frac_reward_zero_std=np.array(frac, dtype=float),
+        reward=r,
+        reward_std=np.array(std, dtype=float),
+        rewards__count_a__mean=r,
+        rewards__count_a__std=np.array(std, dtype=float),
+        grad_norm=np.where(np.array(std) == 0, 1e-3, 0.1),
+    )
+
+
+def test_short_log_with_zero_spread_on_most_logs_fires_and_stays_active_through_one_batch_with_spread() -> None:
+    records = _l3([1, 1, 1, 0, 1], [0, 0, 0, -0.25, 0], [0, 0, 0, 0.46, 0])
+    findings = diagnose(records)
+    assert only(findings, "zero_variance").severity == "error"
+    plateau = only(findings, "plateau")
+    assert plateau.severity == "warning" and plateau.step == 1 and "exactly 0" in plateau.message
+    history = {f.rule: f for f in finding_history(records)}
+    assert history["zero_variance"].status == "active" and history["zero_variance"].step == 1
+    assert history["plateau"].status == "active"
+    # The log as it was at step 4: one batch with spread after three without does not end the state.
+    at4 = {f.rule: f for f in finding_history(records[:4])}
+    assert at4["zero_variance"].status == "active"
+    # Two batches with spread in a row (3 of 6 spread-less): resolved.
+    recovered = _l3([1, 1, 1, 0, 0, 0], [0, 0, 0, -0.25, 0.4, 0.5], [0, 0, 0, 0.46, 0.4, 0.4])
+    later = {f.rule: f for f in finding_history(recovered)}
+    assert later["zero_variance"].status == "resolved"
+    assert "zero_variance" not in rules(diagnose(recovered))
+
+
+def test_short_log_without_a_majority_state_or_without_zero_spread_is_silent() -> None:
+    mixed = _l3([1, 0, 1, 0, 1], [0, 0.4, 0, 0.3, 0], [0, 0.4, 0, 0.4, 0])
+    assert not {"zero_variance", "plateau"} & rules(diagnose(mixed))
+    # The same mean on 4 of 5 logs, but every batch has spread: a coincidence of means, not a state.
+    spread = _l3([0, 0, 0, 0, 0], [0.5, 0.5, 0.5, 0.7, 0.5], [0.3, 0.3, 0.3, 0.3, 0.3])
+    assert "plateau" not in rules(diagnose(spread))
+
+
+# ---- kl_spike on the latest log; one spread-less batch on a short log ---------------------------------------------
+
+
+def test_a_kl_spike_on_the_latest_log_is_a_note_until_the_next_log_unless_it_is_huge() -> None:
+    n = 60
+    kl = 0.05 + 0.005 * np.random.default_rng(4).random(n)
+    kl[-1] = 0.35  # 7x its level on the very last log, beta small, reward rising
+    f = only(diagnose(healthy(n, kl=kl), config=BETA), "kl_spike")
+    assert f.severity == "info" and f.evidence["pending"] and "not known yet" in f.message
+    assert "came back down" not in f.message and "resume" not in f.remedy
+    stays = healthy(n + 1, kl=np.append(kl, 0.35))  # the next log is still up: no longer a blip
+    assert only(diagnose(stays, config=BETA), "kl_spike").severity == "warning"
+    kl[-1] = 2.5  # 50x on the latest log: an error at once
+    assert only(diagnose(healthy(n, kl=kl), config=BETA), "kl_spike").severity == "error"
+    kl[-1] = 0.35  # the same 7x spike with a large beta is a warning at once
+    assert only(diagnose(healthy(n, kl=kl), config={"beta": 0.5}), "kl_spike").severity == "warning"
+
+
+def test_one_spread_less_batch_after_batches_with_spread_is_not_a_zero_variance_state() -> None:
+    assert "zero_variance" not in rules(diagnose(_l3([0, 0, 1], [0.7, 1.5, -0.1], [1.2, 0.6, 0.0])))
+    assert "zero_variance" not in rules(diagnose(_l3([0, 1], [0.7, -0.1], [1.2, 0.0])))
+    # Two in a row at the end, or the whole (short) log, is a state.
+    assert only(diagnose(_l3([0, 1, 1], [0.7, 0, 0], [1.2, 0, 0])), "zero_variance").severity == "error"
+    assert only(diagnose(_l3([1, 1], [0, 0], [0, 0])), "zero_variance").severity == "error"
+
+
+def test_real_angle_log_kl_spikes_are_notes_at_every_length() -> None:
+    """tikz dataset_angle (beta 0.04, reward rising near its ceiling): two one-log kl spikes (s36, s40) are notes live
+    too, while each is the latest log, not warnings."""
+    from pathlib import Path
+
+    from grpo_dashboard.health import load_log_frame
+
+    folder = Path(__file__).parent / "fixtures" / "real_logs"
+    (path,) = folder.glob("screechingviolet__*dataset_angle_grpo-first71.jsonl")
+    frame, hints = load_log_frame(path)
+    for step in (36, 37, 40, 41, 71):
+        f = only(diagnose(frame.upto(step), hints), "kl_spike")
+        assert f.severity == "info", (step, f.message)
+
+
+def test_entropy_halving_under_the_floor_is_an_error_only_from_a_baseline_clearly_above_it() -> None:
+    n = 60
+    low = np.concatenate((np.full(20, 0.13), np.full(n - 20, 0.06)))  # near the floor from the start, halved
+    assert "entropy_collapse" not in rules(diagnose(healthy(n, entropy=low)))
+    high = np.concatenate((np.full(20, 0.25), np.full(n - 20, 0.09)))  # clearly above it, now under 0.1 nats
+    assert only(diagnose(healthy(n, entropy=high)), "entropy_collapse").severity == "error"
