@@ -6,7 +6,9 @@ severity), ``forbid`` (rules that are false alarms at warning or error level) an
 
 Prints, per log and in total: expected items caught, forbidden alarms, errors and warnings on healthy runs, and the
 same for rldoctor 0.2 (``pip install --no-deps rldoctor==0.2.0``) through the detector -> rule map below; an item
-no rldoctor detector maps to is left out of rldoctor's denominator.
+no rldoctor detector maps to is left out of rldoctor's denominator. Under each log it lists every warning or error
+the findings history raised during the run (rule, metric, severity, first step, and the step it resolved at),
+marked FORBIDDEN when the log's labels forbid that rule, so the totals can be checked by hand.
 
     python benchmarks/doctor_real_logs.py [--verbose]
 """
@@ -62,14 +64,40 @@ def labelled_logs() -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
-def ours(path: Path, history: bool = True) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def ours(
+    path: Path, history: bool = True
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
     """What ``doctor PATH`` reports on ``path``: (active findings, findings resolved before the end), each as
-    (rule, severity) pairs; with ``history=False`` only ``diagnose`` on the whole log (nothing resolved)."""
+    (rule, severity) pairs, and for every finding that was a warning or an error at some point of the run (active
+    or resolved) its rule and a line "rule (metric) severity, first at step N[, resolved at step M]".
+    With ``history=False`` only ``diagnose`` on the whole log (nothing resolved)."""
     frame, hints = load_log_frame(path)
     found = finding_history(frame, hints) if history else diagnose(frame, hints)
     active = [(f.rule, f.severity) for f in found if f.status == "active"]
     resolved = [(f.rule, f.severity) for f in found if f.status == "resolved"]
-    return active, resolved
+    raised = []
+    for f in found:
+        # An active finding carries the severity of the last evaluation; a worse one it had is its peak_severity.
+        worst = f.evidence.get("peak_severity", f.severity) if f.severity != "error" else "error"
+        if worst in ("warning", "error"):
+            end = f", resolved at step {f.resolved_step}" if f.status == "resolved" else ""
+            now = f" (now {f.severity})" if worst != f.severity else ""
+            raised.append((f.rule, f"{f.rule} ({f.metric}) {worst}{now}, first at step {f.step}{end}"))
+    return active, resolved, raised
+
+
+def live_alarms(path: Path, forbid: set[str]) -> dict[str, int]:
+    """Forbidden rules the live panel would have shown at warning or error after some record: ``diagnose`` on the log
+    cut after every logged step (the panel's last evaluation is the log as it is then, whatever the history's fixed
+    cut points hold), each with the first step it was shown at."""
+    frame, hints = load_log_frame(path)
+    steps = sorted({int(s) for col in frame.columns.values() for s in col.steps})
+    first: dict[str, int] = {}
+    for step in steps:
+        for f in diagnose(frame.upto(step), hints):
+            if f.rule in forbid and f.severity in ("warning", "error"):
+                first.setdefault(f.rule, step)
+    return first
 
 
 def rldoctor(path: Path) -> list[tuple[str, str]] | None:
@@ -120,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="print the findings of every log")
     parser.add_argument("--snapshot", action="store_true", help="score diagnose on the whole log, not the history")
+    parser.add_argument(
+        "--cuts-only", action="store_true", help="skip diagnose after every record (the live panel's view; slower)"
+    )
     args = parser.parse_args(argv)
     logs = labelled_logs()
     if not logs:
@@ -134,13 +165,17 @@ def main(argv: list[str] | None = None) -> int:
     rld_available = True
     for path, label in logs:
         frame, _ = load_log_frame(path)
-        found, resolved = ours(path, history=not args.snapshot)
+        found, resolved, raised = ours(path, history=not args.snapshot)
         peer = rldoctor(path)
         rld_available = rld_available and peer is not None
         a = score(found, label)
         past = score(found + resolved, label)
         a["caught"], a["missed"] = past["caught"], past["missed"]  # a finding that fired and resolved was reported
-        a["past_alarms"] = sorted(set(past["alarms"]) - set(a["alarms"]))
+        forbid = set(label.get("forbid", []))
+        # Forbidden warnings/errors shown at any point of the run but not at its end (resolved, or since demoted).
+        a["past_alarms"] = sorted(({r for r, _ in raised} & forbid) - set(a["alarms"]))
+        live = {} if args.cuts_only else live_alarms(path, forbid)
+        a["live_alarms"] = sorted(live)
         b = score(peer or [], label, mappable) if peer is not None else None
         healthy = bool(label.get("healthy"))
         healthy_runs += healthy
@@ -152,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             t["caught"] = t.get("caught", 0) + s["caught"]
             t["alarms"] = t.get("alarms", 0) + len(s["alarms"])
             t["past_alarms"] = t.get("past_alarms", 0) + len(s.get("past_alarms", []))
+            t["live_alarms"] = t.get("live_alarms", 0) + len(s.get("live_alarms", []))
             if healthy:
                 t["healthy_errors"] = t.get("healthy_errors", 0) + s["error"]
                 t["healthy_warnings"] = t.get("healthy_warnings", 0) + s["warning"]
@@ -172,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.verbose:
                 print(f"    ours: {found}; resolved: {resolved}")
         if a["past_alarms"]:
-            print(f"    ours false alarms raised earlier and resolved since: {a['past_alarms']}")
+            print(f"    ours false alarms raised earlier and resolved (or demoted) since: {a['past_alarms']}")
+        for rule, line in raised:
+            print(f"    raised during the run: {line}{' FORBIDDEN' if rule in forbid else ''}")
+        for rule, step in sorted(live.items(), key=lambda kv: kv[1]):
+            print(f"    shown live after a record (diagnose at every length): {rule} first at step {step} FORBIDDEN")
     print("(* = labelled healthy; E/W = error/warning findings active at the end; caught counts resolved ones too)")
     print("| figure | ours | peer (rldoctor 0.2) | ratio | target | met |\n|---|---|---|---|---|---|")
     o, r = totals["ours"], totals["rld"]
@@ -190,9 +230,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{'yes' if o['alarms'] == 0 else 'NO'} |"
     )
     print(
-        f"| forbidden alarms raised during the run and resolved since (findings history) | {o['past_alarms']} | "
-        "- | - | - | - |"
+        "| forbidden alarms raised during the run and resolved or demoted since (findings history) | "
+        f"{o['past_alarms']} | - | - | 0 | {'yes' if o['past_alarms'] == 0 else 'NO'} |"
     )
+    if not args.cuts_only:
+        print(
+            "| forbidden alarms shown live after some record (diagnose after every logged step) | "
+            f"{o['live_alarms']} | - | - | 0 | {'yes' if o['live_alarms'] == 0 else 'NO'} |"
+        )
     if healthy_runs:
         ok = o.get("healthy_errors", 0) == 0 and o.get("healthy_max_warnings", 0) <= 1
         print(

@@ -84,28 +84,33 @@ def test_an_error_that_clears_resets_the_persistence_count() -> None:
     assert all(s is None for s in stops)
 
 
-def test_alerts_are_deduplicated_by_rule_and_severity() -> None:
+def test_alerts_are_sent_once_per_finding_and_again_only_when_it_gets_worse() -> None:
     monitor = HealthMonitor(alerts=True, budget=None)
-    sent: list[tuple[str, str]] = []
+    sent: list[tuple[str, str | None, str, str]] = []
     for rec in collapse_records(40, 21):
-        sent += [(f.rule, f.severity) for f in monitor.observe(rec).alerts]
-    assert len(sent) == len(set(sent)) and ("entropy_collapse", "error") in sent
-    assert all(sev in ("warning", "error") for _, sev in sent)
+        sent += [(f.rule, f.metric, f.severity, f.status) for f in monitor.observe(rec).alerts]
+    assert len(sent) == len(set(sent)) and ("entropy_collapse", "entropy", "error", "active") in sent
+    assert all(sev in ("warning", "error") for _, _, sev, _ in sent)
+    per_finding: dict[tuple[str, str | None], list[str]] = {}
+    for rule, metric, sev, _ in sent:
+        per_finding.setdefault((rule, metric), []).append(sev)
+    assert all(sevs in (["warning"], ["error"], ["warning", "error"]) for sevs in per_finding.values()), per_finding
     assert HealthMonitor(alerts=False, budget=None).observe(collapse_records(3, 1)[0]).alerts == []
 
 
 def test_monitor_keeps_within_its_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With diagnose costing 50 ms and a log every 0.5 s, a 0.8% budget allows one evaluation every ~13 logs."""
-    import grpo_dashboard.health.monitor as monitor_module
+    """With diagnose costing 0.5 ms per logged record (50 ms at 100) and a log every 0.5 s, a 0.8% budget allows
+    about one evaluation every ~13 logs late in a 300-log run, the history's replays of its fixed cuts included."""
+    import grpo_dashboard.health.history as history_module
 
     clock = FakeClock()
-    real_diagnose = monitor_module.diagnose
+    real_diagnose = history_module.diagnose
 
-    def slow_diagnose(*args: Any, **kwargs: Any) -> list[Finding]:
-        clock.now += 0.05
-        return real_diagnose(*args, **kwargs)
+    def slow_diagnose(frame: Any, *args: Any, **kwargs: Any) -> list[Finding]:
+        clock.now += 0.0005 * frame.n_records
+        return real_diagnose(frame, *args, **kwargs)
 
-    monkeypatch.setattr(monitor_module, "diagnose", slow_diagnose)
+    monkeypatch.setattr(history_module, "diagnose", slow_diagnose)
     monitor = HealthMonitor(budget=0.008, clock=clock)
     evaluated_at = []
     for rec in collapse_records(300, 1000):
@@ -114,10 +119,13 @@ def test_monitor_keeps_within_its_time_budget(monkeypatch: pytest.MonkeyPatch) -
             evaluated_at.append(rec["step"])
     assert evaluated_at[0] == 1 and 15 <= len(evaluated_at) <= 30
     assert monitor.spent_s <= 0.008 * (clock.now - 0.5) + 0.05 and monitor.overhead <= 0.0085
+    assert monitor.replays == 19  # the 12 first steps and 7 more fixed cut points: 18, 27, 40, 60, 91, 136, 205
     real = HealthMonitor()  # back to back records: nearly all the wall time is diagnose, so it runs rarely
     for rec in collapse_records(200, 1000):
         real.observe(rec)
-    assert real.evaluations < 200 and real.spent_s <= real.budget * (real.clock() - real._started) + real._last_cost
+    evaluations_s = real.spent_s - real.replay_s
+    assert real.evaluations < 200 and evaluations_s <= real.budget * (real.clock() - real._started) + real._last_cost
+    assert real.replays == 18  # each fixed cut point once (12 + 6 up to step 136), when the step after it is logged
 
 
 def test_monitor_rejects_bad_settings() -> None:

@@ -96,8 +96,12 @@ def test_guard_stops_a_collapsing_run_with_a_checkpoint_and_alerts_a_real_webhoo
     posts = [p["json"] for p in receiver.posts]
     assert posts and posts[-1]["event"] == "guard_stop" and posts[-1]["finding"]["rule"] == stop["rule"]
     assert all(p["text"] and p["content"] and p["finding"]["severity"] in ("warning", "error") for p in posts)
-    keys = [(p["finding"]["rule"], p["finding"]["severity"]) for p in posts if p["event"] == "finding"]
-    assert len(keys) == len(set(keys)) and (stop["rule"], "error") in keys
+    keys = [(p["finding"]["rule"], p["finding"]["metric"], p["finding"]["severity"]) for p in posts
+            if p["event"] == "finding"]
+    assert len(keys) == len(set(keys)) and (stop["rule"], "error") in {(r, s) for r, _, s in keys}
+    # The guard's stop names the finding's first onset: never later than what an earlier alert on it said (a later
+    # evaluation may only find the episode began earlier).
+    assert stop["onset"] <= min(p["finding"]["step"] for p in posts if p["finding"]["rule"] == stop["rule"])
     assert events["health_summary"]["alerts"] == events["health_summary"]["webhook_posts"] == len(posts)
     records, _ = load_log_records(Path(run.run_dir) / "metrics.jsonl")
     assert max(r["step"] for r in records) == stop["step"]

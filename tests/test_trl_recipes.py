@@ -16,7 +16,8 @@ from grpo_dashboard.errors import SpecError
 from grpo_dashboard.spec import trl_keys
 from grpo_dashboard.spec.run_spec import LoraSpec, QuantizationSpec, RewardSpec, RunSpec
 from grpo_dashboard.spec.trl_export import export_trl
-from grpo_dashboard.spec.trl_import import import_trl, parse_with_trl, read_config
+from grpo_dashboard.spec.trl_import import import_trl
+from grpo_dashboard.spec.trl_parse import parse_with_trl, read_config
 
 from .conftest import REPO, SMOKE_DATA
 

@@ -29,6 +29,7 @@ from .findings import ERROR, Finding
 
 TIMEOUT_S = 5.0
 _ICON = {"warning": "⚠️", "error": "🛑"}
+_RESOLVED_ICON = "✅"
 _DISCORD_LIMIT = 2000  # Discord rejects a `content` longer than this
 BLOCK_PRIVATE_ENV = "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE"
 # Names that only resolve inside a network (or to this host): `metadata`, `metadata.google.internal`, `*.local`, ...
@@ -158,13 +159,26 @@ def _public_opener() -> urllib.request.OpenerDirector:
 
 
 def alert_text(finding: Finding, run_name: str | None = None, stopped: bool = False) -> str:
-    """One human-readable message: run, what happened, rule, onset step, what is wrong and the remedy."""
+    """One human-readable message: run, what happened, rule, first onset, what is wrong and the remedy (for a
+    finding that resolved: since when it held and when it resolved)."""
     run = f"GRPO run {run_name!r}" if run_name else "GRPO run"
+    if finding.status == "resolved" and not stopped:
+        return (
+            f"{_RESOLVED_ICON} {run}: resolved {finding.severity} {finding.rule} (from step {finding.step}, "
+            f"resolved at step {finding.resolved_step}).\n{finding.message}"
+        ).strip()
     what = "stopped by the health guard on" if stopped else finding.severity
     return (
         f"{_ICON.get(finding.severity, '')} {run}: {what} {finding.rule} (since step {finding.step}).\n"
         f"{finding.message}\nRemedy: {finding.remedy}"
     ).strip()
+
+
+def alert_event(finding: Finding, stopped: bool = False) -> str:
+    """The payload's ``event``: ``guard_stop``, ``resolved`` (an alerted finding no longer holds) or ``finding``."""
+    if stopped:
+        return "guard_stop"
+    return "resolved" if finding.status == "resolved" else "finding"
 
 
 def alert_payload(finding: Finding, run_name: str | None = None, stopped: bool = False) -> dict[str, Any]:
@@ -176,7 +190,7 @@ def alert_payload(finding: Finding, run_name: str | None = None, stopped: bool =
         "content": content,
         "source": "grpo-dashboard",
         "run": run_name,
-        "event": "guard_stop" if stopped else "finding",
+        "event": alert_event(finding, stopped),
         "finding": finding.to_dict(),
     }
 
@@ -212,8 +226,13 @@ def trackio_alert(finding: Finding, run_name: str | None = None, stopped: bool =
     except ImportError:
         return "trackio is not installed"
     try:
-        level = trackio.AlertLevel.ERROR if finding.severity == ERROR else trackio.AlertLevel.WARN
-        title = f"{'guard stop' if stopped else finding.severity}: {finding.rule} (step {finding.step})"
+        event = alert_event(finding, stopped)
+        if event == "resolved":
+            level = trackio.AlertLevel.INFO
+            title = f"resolved: {finding.rule} (step {finding.step} to {finding.resolved_step})"
+        else:
+            level = trackio.AlertLevel.ERROR if finding.severity == ERROR else trackio.AlertLevel.WARN
+            title = f"{'guard stop' if stopped else finding.severity}: {finding.rule} (step {finding.step})"
         trackio.alert(title=title, text=alert_text(finding, run_name, stopped), level=level)
     except Exception as exc:  # noqa: BLE001 - no active trackio run, an older trackio, ...
         return f"{type(exc).__name__}: {exc}"

@@ -26,19 +26,34 @@ DENSE_CUTS = 12
 GROWTH = 1.5
 
 
+def is_fixed_index(j: int) -> bool:
+    """Whether the ``j``-th logged step (0-based) is one of the fixed cut points (see ``_fixed_indices``)."""
+    if j < DENSE_CUTS:
+        return True
+    i = float(DENSE_CUTS)
+    while int(i) - 1 < j:
+        i *= GROWTH
+    return int(i) - 1 == j
+
+
+def _fixed_indices(n: int) -> list[int]:
+    """Indices (into the logged steps) replayed whatever the log's length: the first ``DENSE_CUTS``, then every
+    ``GROWTH``-fold more logs."""
+    idx = list(range(min(n, DENSE_CUTS)))
+    i = float(DENSE_CUTS)
+    while i < n:
+        idx.append(int(i) - 1)
+        i *= GROWTH
+    return idx
+
+
 def cut_steps(steps: np.ndarray) -> list[int]:
     """Steps at which the log is replayed: the first ``DENSE_CUTS`` logged steps, then every ``GROWTH``-fold more
     logs, and always the last step."""
     n = int(steps.size)
     if n == 0:
         return []
-    idx = list(range(min(n, DENSE_CUTS)))
-    i = float(DENSE_CUTS)
-    while i < n:
-        idx.append(int(i) - 1)
-        i *= GROWTH
-    idx.append(n - 1)
-    return sorted({int(steps[j]) for j in idx})
+    return sorted({int(steps[j]) for j in [*_fixed_indices(n), n - 1]})
 
 
 def _key(f: Finding) -> tuple[str, str | None]:
@@ -51,30 +66,65 @@ def order(findings: Sequence[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.status != "active", *order_key(f, rank)))
 
 
-def finding_history(
-    records: Sequence[Mapping[str, Any]] | MetricFrame,
-    config: Mapping[str, Any] | None = None,
-    thresholds: Mapping[str, Any] | None = None,
-    completions: list[dict[str, Any]] | None = None,
-    previous: Sequence[Finding] = (),
-) -> list[Finding]:
-    """Every finding that fired on the log so far, with its first onset; active ones carry their latest message.
+def _logged_steps(frame: MetricFrame) -> np.ndarray:
+    return np.unique(np.concatenate([s.steps for s in frame.columns.values()])) if frame.columns else np.empty(0)
 
-    Args:
-        records / config / thresholds / completions: as for ``diagnose``.
-        previous: a history saved earlier for the same run (e.g. from the store): its onsets and resolutions are
-            kept when they are earlier than what the replay sees (a log that was cut or resumed since).
+
+class HistoryReplay:
+    """The replay behind ``finding_history``, kept between calls for a log that grows (the job's monitor).
+
+    ``update(frame)`` replays every fixed cut point the log has passed since the last call (each once, in order),
+    then evaluates the log as it is now without committing that last evaluation, so calling it after every record
+    gives, at any length, exactly what ``finding_history`` gives on the log of that length.
     """
-    frame = records if isinstance(records, MetricFrame) else MetricFrame.from_records(records)
-    all_steps = np.unique(np.concatenate([s.steps for s in frame.columns.values()])) if frame.columns else np.empty(0)
-    cuts = cut_steps(all_steps)
-    seen: dict[tuple[str, str | None], Finding] = {_key(f): f for f in previous}
-    fired: dict[tuple[str, str | None], int] = {_key(f): 2 for f in previous}  # consecutive cuts each one fired at
-    recorded = set(fired)
-    replayed: set[tuple[str, str | None]] = set()
-    for i, cut in enumerate(cuts):
-        last = i == len(cuts) - 1
-        now = diagnose(frame if last else frame.upto(cut), config, thresholds, completions if last else None)
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        thresholds: Mapping[str, Any] | None = None,
+        previous: Sequence[Finding] = (),
+    ) -> None:
+        self.config, self.thresholds = config, thresholds
+        self.seen: dict[tuple[str, str | None], Finding] = {_key(f): f for f in previous}
+        self.fired: dict[tuple[str, str | None], int] = {_key(f): 2 for f in previous}  # consecutive cuts fired at
+        self.recorded = set(self.fired)
+        self.replayed: set[tuple[str, str | None]] = set()
+        self.committed: int | None = None  # the last fixed cut step replayed
+
+    def update(self, frame: MetricFrame, completions: list[dict[str, Any]] | None = None) -> list[Finding]:
+        """Every finding that fired on ``frame`` so far (the log as it is now), causes first."""
+        steps = self.advance(frame)
+        if steps.size == 0:
+            return []
+        last = int(steps[-1])
+        final = self._copy()
+        final._merge(diagnose(frame, self.config, self.thresholds, completions), last, last=True)
+        out = []
+        for f in final.seen.values():
+            if f.status == "resolved":
+                f = replace(f, message=f"Resolved at step {f.resolved_step}. " + f.message)
+            out.append(f)
+        return order(out)
+
+    def advance(self, frame: MetricFrame) -> np.ndarray:
+        """Replay the fixed cut points before the log's last step not replayed yet; returns the logged steps."""
+        steps = _logged_steps(frame)
+        if steps.size:
+            last = int(steps[-1])
+            for cut in sorted({int(steps[j]) for j in _fixed_indices(int(steps.size))}):
+                if cut < last and (self.committed is None or cut > self.committed):
+                    self._merge(diagnose(frame.upto(cut), self.config, self.thresholds), cut, last=False)
+                    self.committed = cut
+        return steps
+
+    def _copy(self) -> HistoryReplay:
+        other = HistoryReplay(self.config, self.thresholds)
+        other.seen, other.fired = dict(self.seen), dict(self.fired)
+        other.recorded, other.replayed, other.committed = set(self.recorded), set(self.replayed), self.committed
+        return other
+
+    def _merge(self, now: list[Finding], cut: int, last: bool) -> None:
+        seen, fired = self.seen, self.fired
         current = {_key(f): f for f in now}
         for key in list(fired):
             if key not in current and fired[key] < 2:
@@ -98,13 +148,25 @@ def finding_history(
         for key, f in list(seen.items()):
             if key in current or f.status != "active":
                 continue
-            if key in recorded and not last and key not in replayed:
+            if key in self.recorded and not last and key not in self.replayed:
                 continue  # known from the saved record but not reached yet by the replay of the early log
             seen[key] = replace(f, status="resolved", resolved_step=cut)
-        replayed.update(current)
-    out = []
-    for f in seen.values():
-        if f.status == "resolved":
-            f = replace(f, message=f"Resolved at step {f.resolved_step}. " + f.message)
-        out.append(f)
-    return order(out)
+        self.replayed.update(current)
+
+
+def finding_history(
+    records: Sequence[Mapping[str, Any]] | MetricFrame,
+    config: Mapping[str, Any] | None = None,
+    thresholds: Mapping[str, Any] | None = None,
+    completions: list[dict[str, Any]] | None = None,
+    previous: Sequence[Finding] = (),
+) -> list[Finding]:
+    """Every finding that fired on the log so far, with its first onset; active ones carry their latest message.
+
+    Args:
+        records / config / thresholds / completions: as for ``diagnose``.
+        previous: a history saved earlier for the same run (e.g. from the store): its onsets and resolutions are
+            kept when they are earlier than what the replay sees (a log that was cut or resumed since).
+    """
+    frame = records if isinstance(records, MetricFrame) else MetricFrame.from_records(records)
+    return HistoryReplay(config, thresholds, previous).update(frame, completions)

@@ -1,20 +1,22 @@
-"""Live evaluation of the health rules inside a training job: the guard's stop decision and new-finding alerts.
+"""Live evaluation of the health rules inside a training job: the guard's stop decision and alerts.
 
-``HealthMonitor`` is fed every log record as the trainer writes it and runs ``diagnose`` on the log so far, but only
-as often as a time budget allows (by default 0.8% of the wall time since the first record), so a run never pays
-more than about 1% of its training time for its health checks. It needs nothing beyond this package (numpy and the
-standard library), so the job can import a shipped copy of it (see ``ship.py``).
+``HealthMonitor`` is fed every log record as the trainer writes it and keeps the run's findings history on the log so
+far (``history.HistoryReplay``: the same record, first onsets and resolutions that the dashboard's live panel and
+``doctor`` show for that log), but only as often as a time budget allows (by default 0.8% of the wall time since the
+first record), so a run never pays more than about 1% of its training time for its health checks. It needs nothing
+beyond this package (numpy and the standard library), so the job can import a shipped copy of it (see ``ship.py``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .findings import ERROR, SEVERITY_RANK, WARNING, Finding
-from .rules import diagnose
+from .history import HistoryReplay, is_fixed_index
+from .series import MetricFrame
 from .thresholds import resolve_thresholds
 
 # 0.8% for diagnose leaves room for the per-record bookkeeping and the final evaluation within 1% of training time.
@@ -23,7 +25,12 @@ DEFAULT_BUDGET = 0.008
 
 @dataclass
 class MonitorUpdate:
-    """What one observed record changed: findings to alert on (new rule + severity pairs) and a stop decision."""
+    """What one observed record changed: findings to alert on and a stop decision.
+
+    ``alerts`` holds each warning/error finding that is new in the run's record or worse than when it was last
+    alerted on (``status == "active"``), and each alerted one that has since resolved (``status == "resolved"``,
+    with ``resolved_step``); ``step`` is always the finding's first onset.
+    """
 
     evaluated: bool = False
     alerts: list[Finding] = field(default_factory=list)
@@ -39,8 +46,10 @@ class HealthMonitor:
         guard: when True, ``observe`` returns a stop decision once an error-level finding has been seen on
             ``guard_persist`` consecutive logged records (every evaluation in between showing it as an error).
         guard_persist: logged records an error must persist before the guard stops the run (>= 1).
-        alerts: when True, ``observe`` returns each warning/error finding whose (rule, severity) is new.
-        budget: the most time spent in ``diagnose`` as a fraction of the wall time since the first record; None
+        alerts: when True, ``observe`` returns the alerts of ``MonitorUpdate``: a (rule, metric) once when it enters
+            the record at warning or error, again only if it gets worse (warning -> error) or fires again after it
+            resolved, and once when it resolves.
+        budget: the most time spent evaluating the rules as a fraction of the wall time since the first record; None
             evaluates on every record.
         clock: the time source (``time.perf_counter``; tests pass a fake).
     """
@@ -64,11 +73,15 @@ class HealthMonitor:
         self.guard, self.guard_persist, self.alerts = guard, int(guard_persist), alerts
         self.budget, self.clock = budget, clock
         self.records: list[dict[str, Any]] = []
-        self.findings: list[Finding] = []
+        self.findings: list[Finding] = []  # the run's findings history: active and resolved
+        self.history = HistoryReplay(self.config, self.thresholds)
+        self._steps: list[int] = []  # distinct steps in the order they were first logged
         self.evaluations = 0
-        self.spent_s = 0.0
+        self.spent_s = 0.0  # all of it: evaluations and the replays of fixed cut points
+        self.replays = 0
+        self.replay_s = 0.0
         self._started: float | None = None
-        self._alerted: set[tuple[str, str]] = set()
+        self._alerted: dict[tuple[str, str | None], Finding] = {}  # (rule, metric) -> what was last alerted
         self._error_since: dict[str, int] = {}  # rule -> number of records when it was first seen as an error
         self._last_cost = 0.0
 
@@ -88,39 +101,84 @@ class HealthMonitor:
         if step is not None:
             rec["step"] = int(step)
         self.records.append(rec)
+        self._replay_passed_cut(rec)
         if not (self._affordable(now) or self._persistence_due()):
             return MonitorUpdate()
         return self.evaluate()
 
     def evaluate(self) -> MonitorUpdate:
-        """Run the rules on every record so far, whatever the budget (also used once at the end of training)."""
+        """Bring the findings history up to every record so far, whatever the budget (also used once at the end of
+        training)."""
         update = MonitorUpdate(evaluated=True)
         if not self.records:
             return update
         t0 = self.clock()
-        self.findings = diagnose(self.records, self.config, self.thresholds)
+        self.findings = self.history.update(MetricFrame.from_records(self.records))
         self._last_cost = self.clock() - t0
         self.spent_s += self._last_cost
         self.evaluations += 1
         n = len(self.records)
-        errors = {f.rule: f for f in self.findings if f.severity == ERROR}
+        active = [f for f in self.findings if f.status == "active"]
+        errors = {f.rule: f for f in active if f.severity == ERROR}
         self._error_since = {rule: self._error_since.get(rule, n) for rule in errors}
         if self.alerts:
-            for f in sorted(self.findings, key=lambda f: (f.step, -SEVERITY_RANK[f.severity])):
-                key = (f.rule, f.severity)
-                if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[WARNING] and key not in self._alerted:
-                    self._alerted.add(key)
-                    update.alerts.append(f)
+            update.alerts = self._alerts()
         if self.guard:
             due = [errors[r] for r, since in self._error_since.items() if n - since + 1 >= self.guard_persist]
             if due:
                 update.stop = min(due, key=lambda f: f.step)
         return update
 
+    def _alerts(self) -> list[Finding]:
+        """Transitions of the record since the last evaluation that are worth a message (see ``MonitorUpdate``)."""
+        out = []
+        now = {(f.rule, f.metric): f for f in self.findings}
+        last_step = max((int(r["step"]) for r in self.records if "step" in r), default=len(self.records))
+        for key, f in now.items():
+            before = self._alerted.get(key)
+            if f.status == "active" and SEVERITY_RANK[f.severity] >= SEVERITY_RANK[WARNING]:
+                worse = before is not None and SEVERITY_RANK[f.severity] > SEVERITY_RANK[before.severity]
+                if before is None or before.status == "resolved" or worse:
+                    self._alerted[key] = f
+                    out.append(f)
+            elif f.status == "resolved" and before is not None and before.status == "active":
+                self._alerted[key] = f
+                out.append(f)
+        for key, before in list(self._alerted.items()):
+            if key not in now and before.status == "active":
+                # Dropped from the record (it fired at one evaluation only): tell the receiver it no longer holds.
+                gone = replace(
+                    before,
+                    status="resolved",
+                    resolved_step=last_step,
+                    message=f"Resolved at step {last_step}. " + before.message,
+                )
+                self._alerted[key] = gone
+                out.append(gone)
+        return sorted(out, key=lambda f: (f.status != "active", f.step, -SEVERITY_RANK[f.severity]))
+
+    def _replay_passed_cut(self, rec: Mapping[str, Any]) -> None:
+        """When a record starts a new step and the step before it is one of the history's fixed cut points, replay
+        that cut now: the record then matches ``finding_history`` on the same log whenever it is evaluated, and the
+        replays (12 short prefixes, then one per 1.5x more logs: together about two evaluations of the whole log) are
+        spread out instead of landing on one evaluation. Their time counts against the budget like any other."""
+        step = rec.get("step")
+        if step is None or (self._steps and step <= self._steps[-1]):
+            return
+        self._steps.append(step)
+        if len(self._steps) >= 2 and is_fixed_index(len(self._steps) - 2):
+            t0 = self.clock()
+            self.history.advance(MetricFrame.from_records(self.records))
+            cost = self.clock() - t0
+            self.spent_s += cost
+            self.replay_s += cost
+            self.replays += 1
+
     def _affordable(self, now: float) -> bool:
         assert self._started is not None
         if self.budget is None:
             return True
+        # The replays are owed whatever the budget (they make the record), but count against it: evaluations wait.
         return self.spent_s + self._last_cost <= self.budget * (now - self._started)
 
     def _persistence_due(self) -> bool:

@@ -133,6 +133,16 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("reward_drop.error_frac", 0.8, "fraction lost that makes it an error"),
     Threshold("reward_drop.min_drop", 0.1, "absolute fall, times max(1, the reward's range), below which it is noise"),
     Threshold("reward_drop.persist", 3, "logs the drop must hold"),
+    Threshold(
+        "reward_drop.noise_z",
+        3.0,
+        "the fall must exceed this many standard errors of the reward's step-to-step scatter (one level compared)",
+    ),
+    Threshold(
+        "reward_drop.shuffle_alpha",
+        0.002,
+        "skewed reward, few logs per level: share of shuffled logs allowed to fall as far (permutation p-value)",
+    ),
     Threshold("reward_drop.long_window", 0.1, "long logs: the drop is re-measured on means over this share of logs"),
     # reward_length_corr
     Threshold("reward_length_corr.window", 50, "trailing logs over which correlation is measured", "PTT"),

@@ -260,13 +260,7 @@ class RunSpec:
     @classmethod
     def from_file(cls, path: str | Path) -> RunSpec:
         """Read a spec from a YAML file."""
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problem = FieldError("(file)", str(path), f"cannot be read: {exc}. Give a readable YAML file.")
-            raise SpecError([problem]) from exc
-        return cls.from_yaml(text)
+        return cls.from_yaml(safe_yaml.read_text(path))
 
     @property
     def reward_weights(self) -> list[float]:

@@ -16,6 +16,7 @@ allowed and the fix.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -28,6 +29,15 @@ from grpo_dashboard.errors import FieldError, SpecError, shorten
 
 MAX_BYTES = 128 * 1024
 MAX_DEPTH = 50
+
+
+def read_text(path: str | Path) -> str:
+    """A YAML file's text; a SpecError on `(file)` that names the path when it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        problem = FieldError("(file)", str(path), f"cannot be read: {exc}. Give a readable YAML file.")
+        raise SpecError([problem]) from exc
 
 
 def yaml_problem(exc: Exception) -> str:

@@ -24,7 +24,7 @@ from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_keys
 from grpo_dashboard.spec.jobfiles import JOBS_DIR
 from grpo_dashboard.spec.run_spec import BackendSpec, DatasetSpec, HealthSpec, LoraSpec, RewardSpec, RunSpec
-from grpo_dashboard.spec.trl_import import HEADER
+from grpo_dashboard.spec.trl_parse import HEADER
 from grpo_dashboard.spec.trl_rewards import GENERATED, TRL_REWARDS
 
 
