@@ -138,7 +138,7 @@ def _from_protocol(obj: dict[str, Any], hints: dict[str, Any], index: int) -> tu
             hints["last_event"] = obj["event"]
         return None
     metrics = obj.get("metrics")
-    if not isinstance(metrics, dict):
+    if not isinstance(metrics, dict) or obj.get("split") == "system":  # a system sample (wall-time step), not a log
         return None
     if obj.get("max_steps") is not None:
         hints["max_steps"] = obj["max_steps"]
