@@ -35,7 +35,10 @@ def resolve_log_path(path: str | Path) -> tuple[Path, str]:
     Raises:
         ValueError: the path does not exist or holds no known log.
     """
-    p = Path(path).expanduser()
+    try:
+        p = Path(path).expanduser()
+    except RuntimeError:  # `~name` of no known user: the literal path, reported as missing below
+        p = Path(path)
     if not p.exists():
         raise ValueError(f"{p}: no such file or directory")
     if p.is_dir():
