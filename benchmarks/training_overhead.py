@@ -151,7 +151,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         child(args.config, args.warm_config, args.pairs, args.child)
         return {}
 
-    import yaml
 
     from grpo_dashboard.spec.run_spec import RunSpec
 
@@ -159,10 +158,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         tmp_path = Path(tmp)
         model = tmp_path / "tiny-qwen2-char"
-        build = tmp_path / "build.yaml"
-        build.write_text(yaml.safe_dump({"model": {"name_or_path": str(model)}}))
-        subprocess.run([sys.executable, str(common.ROOT / "jobs" / "grpo_job.py"), "--config", str(build),
-                        "--build-tiny-model"], check=True, capture_output=True, cwd=common.ROOT)
+        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'jobs'); import grpo_job; "
+                        f"grpo_job.build_tiny_model({str(model)!r})"], check=True, capture_output=True,
+                       cwd=common.ROOT)  # the job script's own builder, as the tests build it
         config = tmp_path / "run.yaml"
         config.write_text(RunSpec.from_dict(smoke_spec(model, tmp_path / "out", args.steps)).to_job_yaml())
         cmd = [sys.executable, __file__, "--child", str(tmp_path), "--config", str(config), "--pairs",

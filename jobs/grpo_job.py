@@ -29,6 +29,10 @@ Line protocol (the contract between jobs and the dashboard, identical for every 
 object, written both to stdout behind the marker `@@GRPO_DASHBOARD@@ ` and, flushed per line, to `metrics.jsonl`:
 - `{"v": 1, "type": "log", "split": "train"|"eval", "step": int, "time": unix_s, "max_steps": int, "metrics": {...}}`
   with every key TRL logged, verbatim (NaN, Infinity and null allowed);
+- `{"v": 1, "type": "log", "split": "system", "step": wall_ms, "time": unix_s, "metrics": {"system/...": ...}}`: a
+  system sample (`grpo_job_setup.SystemSampler`: this process's CPU and memory at every log; with CUDA, the GPUs'
+  utilisation and memory too, also every GRPO_JOB_SYSTEM_INTERVAL_S between logs). Its step is its wall time in ms;
+  it does not count as a logged training step;
 - `{"v": 1, "type": "event", "event": "starting"|"started"|"checkpoint"|"finished"|"failed"|"canceled", "time":
   unix_s, ...}`: `started` carries `config` (the resolved GRPOConfig) and `max_steps`; `checkpoint` carries `step` and
   `path` (a checkpoint was saved); `failed` carries `error_type`, `message` and `traceback`; `canceled` carries `step`.
@@ -49,6 +53,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -86,16 +91,18 @@ class Emitter:
     def __init__(self, path: Path | None, enabled: bool = True) -> None:
         self.enabled = enabled
         self._file = open(path, "a", encoding="utf-8") if (path is not None and enabled) else None  # noqa: SIM115
+        self._lock = threading.Lock()  # the system sampler's thread emits too: whole lines only
 
     def emit(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
         line = json.dumps({"v": PROTOCOL_VERSION, **record}, default=_json_default)
-        if self._file is not None:
-            self._file.write(line + "\n")
-            self._file.flush()
-        sys.stdout.write(MARKER + line + "\n")
-        sys.stdout.flush()
+        with self._lock:
+            if self._file is not None:
+                self._file.write(line + "\n")
+                self._file.flush()
+            sys.stdout.write(MARKER + line + "\n")
+            sys.stdout.flush()
 
     def event(self, event: str, **fields: Any) -> None:
         self.emit({"type": "event", "event": event, "time": time.time(), **fields})
@@ -297,6 +304,7 @@ def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int,
             self.stop_requested = False
             self.guard_stop: Any = None
             self.t0 = time.time()
+            self.system = grpo_job_setup.SystemSampler(emitter.emit)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.t0 = time.time()
@@ -305,6 +313,10 @@ def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int,
                 emitter.event("started", max_steps=state.max_steps, config=config, world_size=args.world_size)
                 if health is not None:
                     health.begin({**config, **_reward_config(self.trainer)})
+                self.system.start()
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.system.stop()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.stop_requested:
@@ -322,9 +334,9 @@ def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int,
                 split = "eval" if any(k.startswith("eval_") for k in logs) else "train"
                 if split == "train" and "reward" in logs and self.trainer is not None:
                     logs.update(grpo_agents.episode_metrics(self.trainer))  # agent/* and tasks/* (tool runs only)
-                metrics = {**logs, **grpo_job_setup.gpu_metrics()} if split == "train" else dict(logs)
                 emitter.emit({"type": "log", "split": split, "step": state.global_step, "time": time.time(),
-                              "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": metrics})
+                              "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": dict(logs)})
+                self.system.sample()
                 if samples_path is not None and split == "train" and "reward" in logs and self.trainer is not None:
                     _write_samples(samples_path, state.global_step, self.trainer, max_samples)
                 if health is not None and self.guard_stop is None:

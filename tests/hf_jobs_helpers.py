@@ -12,7 +12,7 @@ from grpo_dashboard.launch import hf_jobs
 from grpo_dashboard.launch.runs import refresh
 from grpo_dashboard.store.db import TERMINAL, Store
 
-from .conftest import SMOKE_DATA, smoke_dict, wait_for, write_spec
+from .conftest import SMOKE_DATA, smoke_dict, store_records, wait_for, write_spec
 
 TOKEN = "hf_FakeUserToken0123456789abcdef"
 MARK = "@@GRPO_DASHBOARD@@ "
@@ -59,6 +59,20 @@ def printed_records(lines: list[str]) -> dict[tuple[str, int], dict[str, Any]]:
             slot = out.setdefault((rec.get("split", "train"), rec["step"]), {})
             for k, v in rec["metrics"].items():
                 slot.setdefault(k, v)
+    return out
+
+
+SAMPLED = ("system/cpu/", "system/memory/", "system/gpu")  # series the dashboard samples from the Jobs metrics
+
+
+def logged_records(store: Store, run_id: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """What the store holds from the job's log (`store_records` without the dashboard's own samples of the Jobs
+    metrics stream, which the fake Hub serves while a job runs and no log line carries)."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for ident, metrics in store_records(store, run_id).items():
+        kept = {k: v for k, v in metrics.items() if not (ident[0] == "system" and k.startswith(SAMPLED))}
+        if kept:
+            out[ident] = kept
     return out
 
 

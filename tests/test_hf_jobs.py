@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -23,17 +24,19 @@ from grpo_dashboard.launch import hf_jobs
 from grpo_dashboard.launch.runs import cancel, launch, reattach, refresh
 from grpo_dashboard.spec.jobfiles import job_files
 from grpo_dashboard.store.db import Store, data_dir
+from grpo_dashboard.views import charts
+from grpo_dashboard.views.live import Feed
+from grpo_dashboard.views.remote_status import hf_job_markdown
 
 from .conftest import (
     REPO,
     SMOKE_DATA,
     jsonl_records,
     same_values,
-    store_records,
     wait_for,
 )
 from .fake_hub import FakeHub, Plan
-from .hf_jobs_helpers import TOKEN, follow_until_done, hf_spec, printed_records, protocol_lines
+from .hf_jobs_helpers import TOKEN, follow_until_done, hf_spec, logged_records, printed_records, protocol_lines
 
 
 def job_log(run: Any) -> list[str]:
@@ -70,7 +73,7 @@ def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeH
     assert run.backend == "hf_jobs" and run.external_id == f"alice/{job.id}" and run.status in ("queued", "running")
     run = follow_until_done(store, run.id)
     assert run.status == "completed", run.error
-    assert same_values(printed_records(job.printed), store_records(store, run.id))
+    assert same_values(printed_records(job.printed), logged_records(store, run.id))
     assert run.n_records == 8 and run.last_step == 8 and run.max_steps == 8 and run.n_skipped == 1
     assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
     assert job_log(run) == job.printed and run.ingest_offset == len(job.printed)
@@ -81,7 +84,8 @@ def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeH
     assert body["command"] == ["uv", "run", "/data/grpo_job.py", "--config", "/data/run.yaml", "--metrics",
                                "/tmp/grpo_dashboard_metrics.jsonl"]
     assert body["dockerImage"] == hf_jobs.IMAGE and body["flavor"] == "cpu-basic" and body["timeoutSeconds"] == 1800
-    assert body["environment"] == {"PYTHONUNBUFFERED": "1", "GRPO_JOB_SAMPLES_STDOUT": "1"}
+    assert body["environment"] == {"PYTHONUNBUFFERED": "1", "GRPO_JOB_SAMPLES_STDOUT": "1",
+                                   "GRPO_JOB_SYSTEM_GPUS": "0"}  # the dashboard samples the Hub's GPU metrics
     assert body["labels"] == {"app": "grpo-dashboard", "grpo-dashboard-run": run.id, "name": "smoke"}
     assert body["volumes"] == [{"type": "bucket", "source": "alice/jobs-artifacts", "mountPath": "/data",
                                 "path": run.id, "readOnly": False}]
@@ -112,10 +116,14 @@ def test_a_real_job_runs_from_the_uploaded_files_and_the_store_matches_its_outpu
     assert run.status == "completed", (run.error, job.printed[-20:])
     printed = printed_records(job.printed)
     assert len([k for k in printed if k[0] == "train"]) == 4
-    assert same_values(printed, store_records(store, run.id))
+    # The store holds what the job printed (its own process samples included) and the dashboard's samples of the
+    # Jobs metrics stream (the job samples no GPU itself there), which no job line carries
+    assert same_values(printed, logged_records(store, run.id))
+    assert any(k[0] == "system" and "system/process/rss_gb" in m for k, m in printed.items())
+    assert not any(key.startswith("system/gpu") for m in printed.values() for key in m)
     assert job.workdir is not None
     on_disk = jsonl_records(job.workdir / "tmp" / "grpo_dashboard_metrics.jsonl")
-    assert same_values(on_disk, store_records(store, run.id))
+    assert same_values(on_disk, printed)
     assert (job.workdir / "data" / "output" / "model.safetensors").is_file()  # the model lands in the bucket folder
     assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
     # The job's sample rows travel back in its log (GRPO_JOB_SAMPLES_STDOUT=1): the completions and trajectory
@@ -155,15 +163,42 @@ def test_a_job_killed_by_its_timeout_says_so(hub: FakeHub, tmp_path: Path) -> No
     assert run.status == "failed" and "raise backend.timeout" in run.error
 
 
-def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(hub: FakeHub, tmp_path: Path) -> None:
+def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(hub: FakeHub, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRPO_DASHBOARD_SYSTEM_INTERVAL_S", "0.5")
     hub.plans.append(Plan(lines=protocol_lines(20), hold_at=10))
     store = Store()
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
     wait_for(lambda: refresh(store, store.get_run(run.id)).ingest_offset >= 10, timeout=30)
     assert store.get_run(run.id).status == "running"
-    wait_for(lambda: hf_jobs.gpu_metrics(run), timeout=30)
-    sample = hf_jobs.gpu_metrics(run)[-1]
-    assert sample["gpus"][0]["utilization"] >= 90 and sample["gpus"][0]["memory_total_bytes"] == 22836000000
+    feed = Feed(store, run.id, 0.6)
+    # The fake Hub's metrics stream (a sample every 0.2 s, GPU entries included) reaches the store as system series
+    wait_for(lambda: len(store.arrays(run.id, "system/gpu0/utilization", "system")) >= 2, timeout=30)
+    feed.advance()
+    util = store.arrays(run.id, "system/gpu0/utilization", "system")
+    assert (util.values >= 90).all() and (util.values <= 94).all()
+    assert (np.diff(util.times) >= 0.5 - 0.05).all()  # one sample kept per interval, not every streamed one
+    assert np.array_equal(util.steps, (util.times * 1000).astype(np.int64))  # stepped by wall time (ms)
+    now = store.latest_metrics(run.id, "system")
+    assert now["system/gpu0/memory_total_gb"] == pytest.approx(22.836)
+    assert now["system/gpu0/memory_pct"] == pytest.approx(100 * 20 * 2**30 / 22836000000)
+    assert 50 <= now["system/cpu/utilization"] <= 59 and now["system/memory/used_gb"] == pytest.approx(2 * 2**30 / 1e9)
+    assert store.get_run(run.id).last_step <= 20  # samples are not training steps (max_steps is 20)
+    assert "GPU0 9" in hf_job_markdown(store.get_run(run.id), store)  # "Hardware now" from the newest sample
+    # ... and the System chart of Run detail and of the live page draw them, against time
+    spec = charts.run_specs(store, run.id, charts.ChartOptions(), None, None, None, ())["system"]
+    drawn = {t["meta"]["s"]: t for t in spec[0] if t["meta"]["r"] == "value"}
+    assert {"system|system/gpu0/utilization", "system|system/gpu0/memory_used_gb", "system|system/gpu0/memory_pct",
+            "system|system/cpu/utilization", "system|system/memory/used_gb"} <= drawn.keys()
+    assert drawn["system|system/gpu0/utilization"]["meta"]["x"] == "relative time"
+    shown = drawn["system|system/gpu0/utilization"]["y"]
+    assert list(shown[:len(util)]) == list(util.values)
+    snapshot = json.loads(feed.snapshot())
+    assert any(t["meta"]["s"] == "system|system/gpu0/utilization" for t in snapshot["panels"]["system"]["data"])
+    n = len(store.arrays(run.id, "system/gpu0/utilization", "system"))
+    wait_for(lambda: len(store.arrays(run.id, "system/gpu0/utilization", "system")) > n, timeout=30)
+    assert feed.advance()  # new samples move the run's change token: the live page gets them as a delta
+    assert "system|system/gpu0/utilization" in feed.versions[-1].series
     state = hf_jobs.follow_state(run.id)
     assert state is not None and state["stage"] == "RUNNING" and state["phase"] == "streaming"
     started = time.perf_counter()
@@ -185,7 +220,7 @@ def test_the_stream_dropping_mid_run_resumes_without_loss_or_duplication(hub: Fa
     run = follow_until_done(store, launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN).id)
     assert run.status == "completed"
     assert len(hub.requests_to("GET", f"/api/jobs/alice/{hub.only_job().id}/logs")) >= 4
-    assert same_values(printed_records(lines), store_records(store, run.id))
+    assert same_values(printed_records(lines), logged_records(store, run.id))
     assert run.n_records == 40 and run.n_skipped == 1
     assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
     assert job_log(run) == lines  # every line exactly once, in order
@@ -208,7 +243,7 @@ def test_dashboard_restart_mid_run_reattaches_and_misses_nothing(hub: FakeHub, t
     assert found.id == run.id
     run = follow_until_done(restarted, run.id)
     assert run.status == "completed"
-    assert same_values(printed_records(lines), store_records(restarted, run.id))
+    assert same_values(printed_records(lines), logged_records(restarted, run.id))
     assert run.n_records == 30 and job_log(run) == lines
     listing = [r for r in hub.requests_to("GET", "/api/jobs/alice") if r.path == "/api/jobs/alice"]
     assert listing and listing[-1].query["label"] == ["app=grpo-dashboard"]
@@ -226,7 +261,7 @@ def test_reattach_recreates_runs_a_fresh_dashboard_has_never_seen(hub: FakeHub, 
     assert found.id == run.id and found.name == "smoke" and found.owner == "alice"
     again = follow_until_done(fresh, run.id)
     assert again.status == "completed"
-    assert same_values(printed_records(lines), store_records(fresh, run.id))
+    assert same_values(printed_records(lines), logged_records(fresh, run.id))
 
 
 def test_401_and_402_and_unknown_namespace_fail_the_run_with_clear_messages(hub: FakeHub, tmp_path: Path) -> None:

@@ -20,9 +20,9 @@ from grpo_dashboard.launch.runs import launch, reattach, refresh
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.views.remote_status import hf_job_markdown
 
-from .conftest import REPO, same_values, store_records, wait_for
+from .conftest import REPO, same_values, wait_for
 from .fake_hub import FakeHub, Plan
-from .hf_jobs_helpers import TOKEN, follow_until_done, hf_spec, printed_records, protocol_lines
+from .hf_jobs_helpers import TOKEN, follow_until_done, hf_spec, logged_records, printed_records, protocol_lines
 
 CLIENT_TIMEOUT_S = 2
 SLOW_S = 4  # the fake's late answers: well past CLIENT_TIMEOUT_S
@@ -53,7 +53,7 @@ def label_lookups(hub: FakeHub) -> list[Any]:
 def assert_exactly_what_was_printed(store: Store, run_id: str, lines: list[str]) -> None:
     run = store.get_run(run_id)
     assert run.status == "completed", run.error
-    assert same_values(printed_records(lines), store_records(store, run_id))
+    assert same_values(printed_records(lines), logged_records(store, run_id))
     assert run.ingest_offset == len(lines)
     assert [e["event"] for e in store.events(run_id)] == ["starting", "started", "finished"]
 

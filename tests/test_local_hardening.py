@@ -86,7 +86,8 @@ def test_the_job_environment_is_allow_listed() -> None:
     for name in ("PATH", "HOME", "LANG", "LC_CTYPE", "PYTHONPATH", "CUDA_HOME", "NCCL_DEBUG", "HF_HUB_OFFLINE",
                  "HF_DATASETS_CACHE", "TRANSFORMERS_CACHE", "HF_ENDPOINT", "ACCELERATE_MIXED_PRECISION",
                  "TOKENIZERS_PARALLELISM", "VIRTUAL_ENV", "SSL_CERT_FILE", "https_proxy", "TRACKIO_DIR",
-                 "GRPO_JOB_NO_CALLBACK", "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE"):
+                 "GRPO_JOB_NO_CALLBACK", "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE", "GRPO_JOB_SYSTEM_INTERVAL_S",
+                 "GRPO_JOB_SYSTEM_GPUS"):
         assert local.allowed_job_variable(name), name
     for name in (*SECRETS, "HF_API_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "GITHUB_TOKEN",
                  "SPACE_ID", "GRPO_DASHBOARD_DATA_DIR", "GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND", "DATABASE_URL",

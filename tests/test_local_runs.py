@@ -16,6 +16,7 @@ from grpo_dashboard.launch import local
 from grpo_dashboard.launch.runs import cancel, launch, metrics_path, refresh, wait
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Run, Store
+from grpo_dashboard.views import charts
 
 from .conftest import (
     REPO,
@@ -76,6 +77,18 @@ def test_smoke_run_end_to_end_through_the_cli(tiny_model: Path, tmp_path: Path) 
     assert (Path(run.run_dir) / "run.yaml").is_file() and (Path(run.run_dir) / "job.log").is_file()
     assert (Path(run.output_dir) / "model.safetensors").is_file()
     assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
+    # The job's own system samples (one per log on CPU) reach the store and the System chart, against time
+    rss = store.arrays(run.id, "system/process/rss_gb", "system")
+    assert len(rss) == run.n_records and 0.05 < rss.values.min() <= rss.values.max() < 64  # a torch process: >50 MB
+    assert len(store.arrays(run.id, "system/process/cpu_pct", "system")) == run.n_records - 1
+    assert not any(k.startswith("system/gpu") for _, k in store.metric_keys(run.id))  # no CUDA here
+    data, layout = charts.run_specs(store, run.id, charts.ChartOptions(smoothing=0), None, None, run.started_at,
+                                    ())["system"]
+    drawn = {t["meta"]["s"]: t for t in data}
+    assert drawn.keys() == {"system|system/process/rss_gb", "system|system/process/cpu_pct"}
+    shown = drawn["system|system/process/rss_gb"]
+    assert shown["meta"]["x"] == "relative time" and shown["y"].tolist() == rss.values.tolist()
+    assert shown["x"].tolist() == pytest.approx(((rss.times - run.started_at) / 60).tolist())
 
 
 def test_a_run_that_does_not_learn_fails_the_learning_margin(tiny_model: Path) -> None:

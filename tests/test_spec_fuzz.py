@@ -71,6 +71,16 @@ def test_mutated_smoke_spec_is_valid_or_clearly_rejected(path: tuple[Any, ...], 
     validate_any(data)
 
 
+@pytest.mark.parametrize("path", [("model", "name_or_path"), ("dataset", "data_files"), ("output_dir",)])
+def test_a_tilde_path_of_no_known_user_is_a_clear_error(path: tuple[Any, ...]) -> None:
+    data = copy.deepcopy(SMOKE)
+    node = data
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = "~no_such_user_grpo/x.jsonl"  # Path.expanduser raises RuntimeError for an unknown user
+    validate_any(data)
+
+
 @settings(max_examples=100, deadline=None)
 @given(text=st.text(max_size=200))
 def test_arbitrary_yaml_text_is_a_spec_or_a_spec_error(text: str) -> None:

@@ -42,6 +42,10 @@ WRITER = textwrap.dedent("""
                  "completions/clipped_ratio": 0.05, "rewards/acc/mean": step / n, "rewards/acc/std": 0.2}
             f.write(json.dumps({"v": 1, "type": "log", "split": "train", "step": step, "time": time.time(),
                                 "max_steps": n, "metrics": m}) + "\\n")
+            t = time.time()  # a system sample, as the job's sampler writes them (stepped by wall time in ms)
+            f.write(json.dumps({"v": 1, "type": "log", "split": "system", "step": int(t * 1000), "time": t,
+                                "metrics": {"system/gpu0/utilization": 50.0 + step % 7,
+                                            "system/process/rss_gb": 0.5}}) + "\\n")
             f.flush()
             with open(run_dir + "/job.log", "a") as log:
                 log.write(f"step {step} done\\n")
@@ -110,6 +114,9 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 POINTS = "() => Number(document.body.dataset.grpoPoints || 0)"
+SYSTEM_X = ("() => { const gd = document.querySelector('#plot-system .js-plotly-plot'); const t = gd && gd.data && "
+            "gd.data.find(t => t.meta && t.meta.s === 'system|system/gpu0/utilization' && t.meta.r === 'value'); "
+            "return t ? Array.from(t.x) : []; }")
 
 
 def has_text(selector: str, text: str) -> str:
@@ -132,6 +139,12 @@ def test_pushed_charts_grow_without_gradio_polls_and_reload_keeps_run_and_tab(pa
     page.wait_for_function(f"() => ({POINTS})() >= {first + 5}", timeout=30_000)
     assert joins == [], f"Gradio requests while the chart grew: {joins}"
     assert len(streams) == 1 and "run=live-run" in streams[0]
+    # The System panel grows too, its pushed samples placed at minutes since the start (not at their ms step)
+    first_x = page.evaluate(SYSTEM_X)
+    page.wait_for_function(f"() => ({SYSTEM_X})().length >= {len(first_x) + 3}", timeout=30_000)
+    grown = page.evaluate(SYSTEM_X)
+    assert grown[:len(first_x)] == first_x and all(0 <= x < 60 for x in grown), grown[-5:]
+    assert sorted(grown) == grown
     assert "live-run" in page.locator("#live-status").inner_text()
 
     # The log: monospace, opened at its newest line.

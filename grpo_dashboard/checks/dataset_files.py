@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.spec.jobfiles import job_module
+from grpo_dashboard.spec.paths import user_path
 
 SUPPORTED: dict[str, str] = job_module().DATA_FILE_TYPES  # suffix -> datasets builder, as the job loads them
 
@@ -38,7 +39,7 @@ def read_sample(files: str | list[str], limit: int = 20) -> DatasetSample:
     rows: list[dict[str, Any]] = []
     total: int | None = 0
     for path in paths:
-        sample = _read_one(path.expanduser(), limit)
+        sample = _read_one(user_path(path), limit)
         for c in sample.columns:
             if c not in columns:
                 columns.append(c)

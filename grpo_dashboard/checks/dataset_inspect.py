@@ -19,6 +19,7 @@ from typing import Any
 
 from grpo_dashboard.checks.dataset_files import DatasetFileError, is_conversational, read_sample
 from grpo_dashboard.spec.jobfiles import job_module
+from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import DatasetSpec, RunSpec, load_spec
 
 DEFAULT_MAX_PROMPT_TOKENS = 512
@@ -101,7 +102,7 @@ def _short(value: Any, n: int) -> str:
 
 
 def _resolve(base: Path, value: str) -> Path:
-    p = Path(value).expanduser()
+    p = user_path(value)
     return p if p.is_absolute() else base / p
 
 

@@ -60,6 +60,7 @@ from grpo_dashboard.spec.flavors import (  # noqa: F401 - re-exported: the estim
     format_duration,
     parse_timeout,
 )
+from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import HF_JOBS, SLURM, RunSpec, server_nodes, training_nodes, world_size
 
 GIB = 2 ** 30
@@ -541,7 +542,7 @@ def estimate_for_spec(spec: RunSpec, base_dir: Any = None, token: str | bool | N
         files = [d.data_files] if isinstance(d.data_files, str) else list(d.data_files)
         base = Path(base_dir) if base_dir else Path.cwd()
         try:
-            sample = read_sample([str(p if (p := Path(f).expanduser()).is_absolute() else base / p) for f in files])
+            sample = read_sample([str(p if (p := user_path(f)).is_absolute() else base / p) for f in files])
         except DatasetFileError:
             sample = None
         if sample is not None:

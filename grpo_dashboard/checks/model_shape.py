@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.spec.paths import user_path
+
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "float8_e4m3fn": 1}
 
 
@@ -87,7 +89,7 @@ def model_shape(name_or_path: str, revision: str | None = None, base_dir: str | 
                 build_tiny: bool = False, token: str | bool | None = None, endpoint: str | None = None
                 ) -> ModelShape | None:
     """The shape of a model from the best available source; None when nothing is known about it."""
-    local = Path(name_or_path).expanduser()
+    local = user_path(name_or_path)
     if not local.is_absolute() and base_dir is not None:
         local = Path(base_dir) / local
     if (local / "config.json").is_file():

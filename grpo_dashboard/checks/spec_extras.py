@@ -10,6 +10,7 @@ from typing import Any
 
 from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec.job_deps import missing_locally
+from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import HF_JOBS, LOCAL, SLURM, RunSpec
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -107,7 +108,7 @@ def _reward_models(spec: RunSpec, base: Path, err: Any) -> None:
         if r.builtin or r.function or r.params:
             err(FieldError(where, r.model, "is a reward model: it cannot be combined with builtin, function or "
                            "params. Keep the model, or make this entry a reward function."))
-        local = Path(r.model).expanduser()
+        local = user_path(r.model)
         local = local if local.is_absolute() else base / local
         if local.exists():
             if not (local / "config.json").is_file():

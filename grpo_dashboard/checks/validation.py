@@ -27,6 +27,7 @@ from grpo_dashboard.checks.spec_extras import check_extras
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_fields
 from grpo_dashboard.spec.jobfiles import rewards_module
+from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import (
     ACCELERATE_CONFIGS,
     BACKENDS,
@@ -95,7 +96,7 @@ def validate(spec: RunSpec, base_dir: str | Path | None = None) -> ValidationRep
 
 
 def _resolve(base: Path, value: str) -> Path:
-    p = Path(value).expanduser()
+    p = user_path(value)
     return p if p.is_absolute() else base / p
 
 

@@ -35,7 +35,10 @@ def resolve_log_path(path: str | Path) -> tuple[Path, str]:
     Raises:
         ValueError: the path does not exist or holds no known log.
     """
-    p = Path(path).expanduser()
+    try:
+        p = Path(path).expanduser()
+    except RuntimeError:  # `~name` of no known user: the literal path, reported as missing below
+        p = Path(path)
     if not p.exists():
         raise ValueError(f"{p}: no such file or directory")
     if p.is_dir():
@@ -138,7 +141,7 @@ def _from_protocol(obj: dict[str, Any], hints: dict[str, Any], index: int) -> tu
             hints["last_event"] = obj["event"]
         return None
     metrics = obj.get("metrics")
-    if not isinstance(metrics, dict):
+    if not isinstance(metrics, dict) or obj.get("split") == "system":  # a system sample (wall-time step), not a log
         return None
     if obj.get("max_steps") is not None:
         hints["max_steps"] = obj["max_steps"]

@@ -442,20 +442,3 @@ def follow_state(run_id: str) -> dict[str, Any] | None:
     """The live connection state of a run's follower (phase, stage, lines, reconnects, last error), or None."""
     f = follower(run_id)
     return f.state.to_dict() if f is not None else None
-
-
-def gpu_metrics(run: Run, last: int | None = None) -> list[dict[str, Any]]:
-    """GPU/CPU samples of the job (time, cpu_usage_pct, memory_*_bytes, gpus: [{utilization, memory_*_bytes}])."""
-    from grpo_dashboard.launch.hf_jobs_stream import SYSTEM_METRICS
-
-    try:
-        lines = (Path(run.run_dir) / SYSTEM_METRICS).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    rows = []
-    for line in lines[-last:] if last else lines:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return rows

@@ -121,9 +121,10 @@ def equivalent_command(spec: RunSpec, run_id: str, timeout_s: int) -> str:
 
 
 def job_env(spec: RunSpec) -> dict[str, str]:
-    """The job's plain environment: unbuffered output, samples on stdout (they travel back), the spec's `env`."""
-    return {"PYTHONUNBUFFERED": "1", "GRPO_JOB_SAMPLES_STDOUT": "1", **{str(k): str(v) for k, v in
-                                                                       spec.backend.env.items()}}
+    """The job's plain environment: unbuffered output, samples on stdout (they travel back), no GPU sampling of its
+    own (the dashboard samples the Jobs metrics stream: one source per series), the spec's `env`."""
+    return {"PYTHONUNBUFFERED": "1", "GRPO_JOB_SAMPLES_STDOUT": "1", "GRPO_JOB_SYSTEM_GPUS": "0",
+            **{str(k): str(v) for k, v in spec.backend.env.items()}}
 
 
 def job_secrets(spec: RunSpec, token: str, environ: dict[str, str]) -> dict[str, str]:

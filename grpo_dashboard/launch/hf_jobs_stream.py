@@ -1,19 +1,21 @@
-"""Following one Hugging Face Jobs job: its log stream into the store, its stage, and its GPU metrics.
+"""Following one Hugging Face Jobs job: its log stream into the store, its stage, and its system metrics.
 
-One `Follower` per active job runs two daemon threads, so that no UI tick ever waits on the network:
+One `Follower` per active job runs three daemon threads, so that no UI tick ever waits on the network:
 - the reader iterates `fetch_job_logs(follow=True)`. The Hub replays the whole log on every connection, so the i-th
   line of the job's log is record number i: it is applied only when i equals the run's `ingest_offset` (the number
   of lines consumed), and the offset moves to i + 1 in the same transaction as the records. Any reconnect, by the
   client or by us after an error (backoff 1 s doubling to 30 s), skips the lines below the offset: nothing is lost
   or applied twice, across restarts too. Each consumed line is appended (token-redacted) to the run's job.log.
 - the watcher polls the stage every few seconds (queued → running; a terminal stage settles the run, after the
-  reader has drained the log or, if it is stuck, after a catch-up read of its own) and samples GPU/CPU metrics into
-  system_metrics.jsonl.
+  reader has drained the log or, if it is stuck, after a catch-up read of its own).
+- the sampler follows the Jobs metrics stream (`fetch_job_metrics(follow=True)`: about one sample a second, no
+  history) and stores one sample every GRPO_DASHBOARD_SYSTEM_INTERVAL_S (default 10) as the run's `system` series
+  (`job_system_metrics`: the job's CPU % and RAM, each GPU's utilisation and memory), the series the System chart
+  draws for every backend.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -25,6 +27,7 @@ from typing import Any
 from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.store.db import TERMINAL, RunStatus, Store
 from grpo_dashboard.store.ingest import MARKER, apply_records, parse_line
+from grpo_dashboard.store.series import SYSTEM_SPLIT
 
 TOKEN_PATTERN = re.compile(r"hf_oauth_[A-Za-z0-9._~-]{10,}|hf_[A-Za-z0-9]{10,}")  # user and OAuth tokens
 POLL_ENV = "GRPO_DASHBOARD_HF_POLL_S"
@@ -35,7 +38,8 @@ RETRY_AFTER_MAX_S = 120.0  # a Retry-After longer than this is capped (the wait 
 MAX_BACKOFF_S = 30.0
 SETTLE_GRACE_S = 20.0
 DRAIN_RETRIES = 3  # re-reads of a replay that came back empty or short before the log is taken as complete
-SYSTEM_METRICS = "system_metrics.jsonl"
+SYSTEM_INTERVAL_ENV = "GRPO_DASHBOARD_SYSTEM_INTERVAL_S"
+DEFAULT_SYSTEM_INTERVAL_S = 10.0
 _MARK = MARKER.strip()
 SAMPLE_MARKER: str = job_module().grpo_job_setup.SAMPLE_MARKER  # a sample completion printed by a remote job
 
@@ -51,6 +55,44 @@ def poll_interval() -> float:
         return max(0.05, float(os.environ.get(POLL_ENV) or DEFAULT_POLL_S))
     except ValueError:
         return DEFAULT_POLL_S
+
+
+def system_interval() -> float:
+    """Seconds between the system samples kept of a job (env GRPO_DASHBOARD_SYSTEM_INTERVAL_S; default 10)."""
+    try:
+        return max(0.0, float(os.environ.get(SYSTEM_INTERVAL_ENV) or DEFAULT_SYSTEM_INTERVAL_S))
+    except ValueError:
+        return DEFAULT_SYSTEM_INTERVAL_S
+
+
+def job_system_metrics(sample: dict[str, Any]) -> dict[str, float]:
+    """One Jobs metrics sample as `system/...` metrics: `cpu/utilization` (the job's cpu_usage_pct),
+    `memory/used_gb|total_gb|pct` and, per GPU (numbered in the order of their ids), `gpu<i>/utilization`,
+    `memory_used_gb`, `memory_total_gb` and `memory_pct`. Fields the sample lacks are left out."""
+    out: dict[str, float] = {}
+
+    def num(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def memory(prefix: str, used: Any, total: Any) -> None:
+        used, total = num(used), num(total)
+        if used is not None:
+            out[prefix + "used_gb"] = used / 1e9
+        if total:
+            out[prefix + "total_gb"] = total / 1e9
+            if used is not None:
+                out[prefix + "pct"] = 100.0 * used / total
+
+    if num(sample.get("cpu_usage_pct")) is not None:
+        out["system/cpu/utilization"] = float(sample["cpu_usage_pct"])
+    memory("system/memory/", sample.get("memory_used_bytes"), sample.get("memory_total_bytes"))
+    gpus = sample.get("gpus") if isinstance(sample.get("gpus"), dict) else {}
+    for i, gid in enumerate(sorted(gpus, key=str)):
+        g = gpus[gid] if isinstance(gpus[gid], dict) else {}
+        if num(g.get("utilization")) is not None:
+            out[f"system/gpu{i}/utilization"] = float(g["utilization"])
+        memory(f"system/gpu{i}/memory_", g.get("memory_used_bytes"), g.get("memory_total_bytes"))
+    return out
 
 
 def hub_timeout() -> float:
@@ -153,8 +195,8 @@ class Follower:
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def start(self) -> Follower:
-        """Start the reader and the watcher."""
-        for name, target in (("logs", self._logs_loop), ("stage", self._watch_loop)):
+        """Start the reader, the watcher and the system sampler."""
+        for name, target in (("logs", self._logs_loop), ("stage", self._watch_loop), ("system", self._system_loop)):
             t = threading.Thread(target=self._guard, args=(target,), name=f"hf-jobs-{name}-{self.run_id}",
                                  daemon=True)
             self._threads.append(t)
@@ -293,7 +335,6 @@ class Follower:
                 failures = 0
                 if stage == "RUNNING":
                     self._mark_running(info)
-                    self._sample_metrics()
                 elif stage in _TERMINAL_STAGES:
                     if not self._drained.wait(SETTLE_GRACE_S) and not self._stop.is_set():
                         self.state.phase = "catching up"
@@ -320,24 +361,35 @@ class Follower:
                 self.store.update_run(self.run_id, conn=conn, status=RunStatus.RUNNING,
                                       started_at=run.started_at or started)
 
-    def _sample_metrics(self) -> None:
-        try:
-            sample = next(iter(self.api.fetch_job_metrics(job_id=self.job_id, namespace=self.namespace)), None)
-        except Exception:  # noqa: BLE001 - metrics are optional; the job may not expose them yet
-            return
-        if not isinstance(sample, dict):
-            return
-        gpus = [{"id": str(k), "utilization": v.get("utilization"), "memory_used_bytes": v.get("memory_used_bytes"),
-                 "memory_total_bytes": v.get("memory_total_bytes")}
-                for k, v in (sample.get("gpus") or {}).items() if isinstance(v, dict)]
-        row = {"time": time.time(), "cpu_usage_pct": sample.get("cpu_usage_pct"),
-               "memory_used_bytes": sample.get("memory_used_bytes"),
-               "memory_total_bytes": sample.get("memory_total_bytes"), "gpus": gpus}
-        try:
-            with open(self.run_dir / SYSTEM_METRICS, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
-        except OSError:
-            pass
+    # --- the system sampler -----------------------------------------------------------------------------------
+    def _system_loop(self) -> None:
+        """Follow the metrics stream until the job ends, keeping one sample per system_interval() seconds."""
+        kept_at = 0.0
+        failures = 0
+        while not self._stop.is_set() and self.state.stage not in _TERMINAL_STAGES:
+            try:
+                for sample in self.api.fetch_job_metrics(job_id=self.job_id, namespace=self.namespace, follow=True):
+                    if self._stop.is_set():
+                        return
+                    now = time.time()
+                    if isinstance(sample, dict) and now - kept_at >= system_interval():
+                        kept_at = now if self.store_system_sample(sample, now) else kept_at
+                    failures = 0
+            except Exception:  # noqa: BLE001 - the metrics are optional: the log and the stage go on without them
+                failures += 1
+            if self._stop.wait(_poll_wait(failures)):
+                return
+
+    def store_system_sample(self, sample: dict[str, Any], now: float) -> bool:
+        """Store one Jobs metrics sample as the run's `system` series at `now` (stepped by ms); True if stored."""
+        metrics = job_system_metrics(sample)
+        if not metrics:
+            return False
+        step = int(now * 1000)
+        record = {"type": "log", "split": SYSTEM_SPLIT, "step": step, "time": now, "metrics": metrics}
+        with self.store.transaction() as conn:
+            apply_records(conn, self.run_id, [(step, record)])
+        return True
 
     # --- the end ----------------------------------------------------------------------------------------------
     def settle(self, info: Any) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.spec import safe_yaml
+from grpo_dashboard.spec.paths import user_path
 
 
 @dataclass
@@ -93,5 +94,5 @@ def map_files(agent: AgentSpec | None, move: Any) -> None:
 
 def resolve(base: Path, value: str) -> Path:
     """A spec path relative to the spec's directory."""
-    p = Path(value).expanduser()
+    p = user_path(value)
     return p if p.is_absolute() else base / p

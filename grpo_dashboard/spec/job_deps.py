@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import RunSpec
 
 TRACKERS = {"trackio": ("trackio", "trackio"), "wandb": ("wandb", "wandb"),
@@ -91,7 +92,7 @@ def _deepspeed(config: str | None) -> bool:
     if name.startswith("zero") or "deepspeed" in name:
         return True
     try:
-        return "deepspeed" in Path(config).expanduser().read_text(encoding="utf-8").lower()
+        return "deepspeed" in user_path(config).read_text(encoding="utf-8").lower()
     except OSError:
         return False
 

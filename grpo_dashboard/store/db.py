@@ -308,7 +308,8 @@ class Store:
         """The run's log records re-assembled as flat TRL-style dicts with a `step` key, train and eval by step."""
         per_split: dict[str, list[tuple[str, SeriesArrays]]] = {}
         for (split, key), arrays in sorted(self.arrays_all(run_id).items()):
-            per_split.setdefault(split, []).append((key, arrays))
+            if split != series.SYSTEM_SPLIT:  # samples between steps, stepped by wall time: not log records
+                per_split.setdefault(split, []).append((key, arrays))
         merged: list[tuple[int, int, dict[str, Any]]] = []
         for split, columns in per_split.items():
             steps = columns[0][1].steps
@@ -458,9 +459,11 @@ class Store:
                 raise RunNotFound(f"No run with id {run_id!r}. List runs with `python -m grpo_dashboard runs`.")
 
     def change_token(self, run_id: str) -> tuple[Any, ...]:
-        """A cheap value that changes whenever anything visible about the run changes."""
+        """A cheap value that changes whenever anything visible about the run changes (system samples of a remote
+        job are written without moving the ingest offset: their newest step is part of it)."""
         row = self.connection().execute(
-            "SELECT ingest_offset, n_records, status, last_step FROM runs WHERE id = ?", (run_id,)).fetchone()
+            "SELECT ingest_offset, n_records, status, last_step, (SELECT MAX(last_step) FROM series WHERE run_id = ? "
+            "AND split = ?) FROM runs WHERE id = ?", (run_id, series.SYSTEM_SPLIT, run_id)).fetchone()
         return tuple(row) if row else ()
 
     def integrity_ok(self) -> bool:

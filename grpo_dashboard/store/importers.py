@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Run, RunStatus, Store, data_dir
 from grpo_dashboard.store.ingest import ingest_file
@@ -49,7 +50,7 @@ class Source:
 
 def detect(path: str | Path, run_name: str | None = None) -> Source:
     """Read a run from `path` (any supported source); ImportRunError when it cannot."""
-    p = Path(path).expanduser()
+    p = user_path(path)
     if not p.exists():
         raise ImportRunError(f"{p} does not exist. Give a trainer_state.json, a checkpoint or output directory, a "
                              "TRL JSONL log, a trackio project .db, a TensorBoard log directory or a W&B history "

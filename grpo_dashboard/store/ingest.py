@@ -22,7 +22,7 @@ import numpy as np
 
 from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.store.db import RunStatus, Store
-from grpo_dashboard.store.series import append_points, encode
+from grpo_dashboard.store.series import SYSTEM_SPLIT, append_points, encode
 
 try:
     from orjson import loads as _loads
@@ -84,7 +84,8 @@ def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, 
     result = IngestResult()
     # Log records grouped by split and key order: one group is one float matrix, converted in bulk.
     groups: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
-    logs: list[dict[str, Any]] = []
+    logs: list[dict[str, Any]] = []  # training log records (system samples are series too, but not logged steps)
+    system = 0
     for seq, rec in items:
         if rec["type"] == "event":
             payload = {k: v for k, v in rec.items() if k not in ("v", "type", "event", "time")}
@@ -95,20 +96,25 @@ def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, 
                 result.events += 1
                 _apply_event(conn, run_id, rec)
             continue
-        logs.append(rec)
-        ident = ("eval" if rec.get("split") == "eval" else "train", tuple(rec["metrics"]))
+        split = rec.get("split")
+        if split != SYSTEM_SPLIT:
+            logs.append(rec)
+        else:
+            system += 1
+        ident = (split if split in ("eval", SYSTEM_SPLIT) else "train", tuple(rec["metrics"]))
         group = groups.get(ident)
         if group is None:
             groups[ident] = [rec]
         else:
             group.append(rec)
-    if not logs:
+    if not logs and not system:
         return result
     columns: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     last_step = -1
     for (split, keys), recs in groups.items():
         steps = np.fromiter((r["step"] for r in recs), dtype=np.int64, count=len(recs))
-        last_step = max(last_step, int(steps.max()))
+        if split != SYSTEM_SPLIT:
+            last_step = max(last_step, int(steps.max()))
         times = _times(recs)
         block = _plain_block(recs, len(keys))
         if block is not None:
@@ -132,6 +138,8 @@ def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, 
             times_a = np.concatenate([p[2] for p in parts])
         result.skipped += append_points(conn, run_id, split, key, steps_a, vals_a, times_a)
     result.records = len(logs)
+    if not logs:
+        return result
     max_steps = next((r["max_steps"] for r in reversed(logs) if type(r.get("max_steps")) is int
                       and r["max_steps"] > 0), None)
     last_time = next((t for t in map(_num, (r.get("time") for r in reversed(logs))) if t is not None), None)

@@ -19,6 +19,9 @@ from typing import Any
 import numpy as np
 
 CHUNK_POINTS = 1024
+# System samples (CPU, memory, GPUs): stepped by their wall time in ms, not by training step, so they are left out of
+# everything that reads training steps (the doctor, records, the run's last step, a resume's truncation).
+SYSTEM_SPLIT = "system"
 NONE_BITS = np.uint64(0x7FF8_DEAD_0000_0001)
 _NONE_FLOAT = np.array([NONE_BITS], dtype=np.uint64).view(np.float64)[0]
 
@@ -232,10 +235,11 @@ def _update_head(conn: sqlite3.Connection, run_id: str, split: str, key: str) ->
 
 def truncate_after(conn: sqlite3.Connection, run_id: str, step: int) -> int:
     """Drop every point after `step` of a run's series (a resume from the checkpoint at `step` logs them again);
-    returns how many were dropped. A series left without points is removed."""
+    returns how many were dropped. A series left without points is removed. System samples stay (they are stepped
+    by wall time and are not logged again)."""
     dropped = 0
-    for split, key in conn.execute("SELECT split, key FROM series WHERE run_id = ? AND last_step > ?",
-                                   (run_id, step)).fetchall():
+    for split, key in conn.execute("SELECT split, key FROM series WHERE run_id = ? AND last_step > ? AND split != ?",
+                                   (run_id, step, SYSTEM_SPLIT)).fetchall():
         a = read_arrays(conn, run_id, key, split)
         keep = a.steps <= step
         dropped += int((~keep).sum())

@@ -9,9 +9,10 @@ import gradio as gr
 from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.space import access
 from grpo_dashboard.store.importers import IMPORTED
+from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
-from grpo_dashboard.views import charts, display, overview
+from grpo_dashboard.views import charts, display, overview, system_panel
 
 
 def metric_options(ctx: UiContext, run_ids: list[str]) -> list[str]:
@@ -21,6 +22,12 @@ def metric_options(ctx: UiContext, run_ids: list[str]) -> list[str]:
         keys.update(k for _, k in ctx.store.metric_keys(rid) if k not in charts.SUMMARY_KEYS)
     preferred = [k for k in ("reward", "kl", "entropy", "completions/mean_length") if k in keys]
     return preferred + sorted(keys - set(preferred))
+
+
+def split_of(metric: str) -> str:
+    """The split a Compare metric is read from: eval_ keys from eval, system samples from system (drawn against
+    time), the rest from train."""
+    return "eval" if metric.startswith("eval_") else SYSTEM_SPLIT if metric.startswith("system/") else "train"
 
 
 def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoothing: float, log_y: bool,
@@ -37,12 +44,14 @@ def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoot
     options = metric_options(ctx, [r.id for r in found])
     if metric not in options:
         metric = options[0] if options else None
+    split = split_of(metric or "")
+    xaxis = "relative time" if xaxis == "wall time" else (xaxis or "step")
     opts = charts.ChartOptions(smoothing=float(smoothing or 0), log_y=bool(log_y),
-                               xaxis="relative time" if xaxis == "wall time" else (xaxis or "step"))
+                               xaxis=system_panel.xaxis_of(xaxis) if split == SYSTEM_SPLIT else xaxis)
     series = []
     differs = overview.differences(found)
     if metric:
-        ident = ("eval" if metric.startswith("eval_") else "train", metric)
+        ident = (split, metric)
         for run in found:
             # The same display series (and cached summaries) as the run's own charts.
             got = display.downsampled(ctx.store, run.id, opts.max_points, opts.smoothing, keys=[ident]).get(ident)

@@ -19,8 +19,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from grpo_dashboard.store.db import Store
-from grpo_dashboard.store.series import SeriesArrays
-from grpo_dashboard.views import display
+from grpo_dashboard.store.series import SYSTEM_SPLIT, SeriesArrays
+from grpo_dashboard.views import display, system_panel
 from grpo_dashboard.views.display import MAX_POINTS
 from grpo_dashboard.views.display import REWARD_MEAN as _REWARD_MEAN
 
@@ -59,6 +59,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("tasks", "Reward per environment / task", "reward"),
     Panel("log_metric", "Metrics logged by reward functions (log_metric)", "as logged"),
     Panel("async", "Async GRPO: sample/* staleness and queue, batch/* packing, perf/*", "as logged"),
+    Panel("system", "System: GPU utilisation and memory, CPU and memory", "as sampled"),
     Panel("other", "Other metrics", "value"),
 )
 PANEL_IDS = tuple(p.id for p in PANELS)
@@ -123,7 +124,9 @@ def group_metrics(keys: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     """Panel id -> train metric keys to draw, for the (split, key) pairs of a run.
 
     Eval keys (`eval_<name>`) are drawn on their train twin's panel; an eval metric without one gets its own line.
+    System samples (split `system`) go to the System panel.
     """
+    keys = list(keys)
     train = {k for s, k in keys if s == "train"}
     evals = {k for s, k in keys if s == "eval"}
     out: dict[str, list[str]] = {p: [] for p in PANEL_IDS}
@@ -136,6 +139,7 @@ def group_metrics(keys: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
         panel = panel_of(base) if ekey not in SUMMARY_KEYS else None
         if panel is not None and base not in train:
             out[panel].append(base)
+    out["system"] = system_panel.panel_keys(keys)
     out["reward"].sort(key=lambda k: (k == "reward", k))
     out["length"].sort(key=lambda k: (_LENGTH_ORDER.index(k) if k in _LENGTH_ORDER else len(_LENGTH_ORDER), k))
     return out
@@ -305,9 +309,14 @@ def panel_spec(panel_id: str, keys: Sequence[str], frames: SeriesMap, opts: Char
             note = ("KL not logged: beta is 0 (no reference model, no KL penalty)" if beta == 0
                     else "KL not logged yet")
             return _empty_spec(panel.title, note)
+        if panel_id == "system":
+            return _empty_spec(panel.title, "no system samples (yet): the job samples them at each log, its "
+                                            "GPUs also between logs")
         return _empty_spec(panel.title, "not logged (yet)")
     if panel_id == "other":
         return _other_spec(keys, frames, opts, t0=t0)
+    if panel_id == "system":
+        return system_panel.system_spec(keys, frames, opts, t0)
     traces: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
@@ -438,13 +447,17 @@ def run_figures(store: Store, run_id: str, opts: ChartOptions, *, beta: float | 
 
 def on_metric(frames: SeriesMap, x: SeriesArrays) -> dict[tuple[str, str], SeriesArrays] | None:
     """The series with each step replaced by the value the monotone metric `x` (num_tokens, epoch) had there
-    (interpolated between its logged steps); None when `x` is not logged or ever decreases."""
+    (interpolated between its logged steps); None when `x` is not logged or ever decreases. System samples stay as
+    they are (drawn against time)."""
     ok = np.isfinite(x.values)
     xs, xv = x.steps[ok], x.values[ok]
     if len(xs) < 2 or bool(np.any(np.diff(xv) < 0)):
         return None
     out: dict[tuple[str, str], SeriesArrays] = {}
     for key, series in frames.items():
+        if key[0] == SYSTEM_SPLIT:
+            out[key] = series
+            continue
         inside = (series.steps >= xs[0]) & (series.steps <= xs[-1])
         masked = {f.name: getattr(series, f.name)[inside] for f in dataclasses.fields(series)
                   if isinstance(getattr(series, f.name), np.ndarray)}

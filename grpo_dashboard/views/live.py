@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 
 from grpo_dashboard.store.db import Run, Store
+from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.views import charts, completions, display, overview
 
 KEEP_VERSIONS = 64  # versions a feed remembers: a viewer further behind gets a snapshot
@@ -58,9 +59,12 @@ def series_delta(points: Any, keep: int) -> dict[str, Any]:
 
 
 def drawn_series(groups: dict[str, list[str]]) -> set[tuple[str, str]]:
-    """The (split, key) series the panels draw: their train keys and eval twins."""
+    """The (split, key) series the panels draw: their train keys and eval twins, and the system samples."""
     out = set()
     for pid, keys in groups.items():
+        if pid == "system":
+            out.update((SYSTEM_SPLIT, key) for key in keys)
+            continue
         for key in keys[:12] if pid == "other" else keys:
             out.add(("train", key))
             out.add(("eval", f"eval_{key}"))
@@ -125,7 +129,7 @@ class Feed:
                 self._advance_series(run, version, findings)
             if token != self._token:
                 self._pace = overview.recent_pace(self.store, run)
-            status = status_parts(run, now, self._pace)
+            status = status_parts(run, now, self._pace, self.store)
             if status != self._status:
                 version.status = self._status = status
             self._status_at = now
@@ -253,12 +257,13 @@ def _size(path: Path | None) -> int | None:
 
 
 # --- the page's live text ------------------------------------------------------------------------------------------
-def status_parts(run: Run, now: float | None = None, pace: float | None = None) -> dict[str, Any]:
+def status_parts(run: Run, now: float | None = None, pace: float | None = None, store: Store | None = None
+                 ) -> dict[str, Any]:
     """The status block as data: its HTML (escaped), whether the run is active and whether a cancel is pending."""
     from grpo_dashboard.views import remote_status
 
     text = overview.status_markdown(run, now, pace)
-    remote = remote_status.hf_job_markdown(run) or remote_status.slurm_job_markdown(run)
+    remote = remote_status.hf_job_markdown(run, store) or remote_status.slurm_job_markdown(run)
     if remote:
         text += f"\n\n{remote}"
     return {"html": markdown_html(text), "active": run.is_active, "status": run.status,

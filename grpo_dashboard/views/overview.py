@@ -19,6 +19,7 @@ from grpo_dashboard.spec import safe_yaml
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store import ingest
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, StoreError, token_text
+from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.views import forecast as forecast_view
 from grpo_dashboard.views.completions import recent_samples
 from grpo_dashboard.views.memo import LruCache, SingleFlight
@@ -212,7 +213,8 @@ def metric_frame(store: Store, run_id: str) -> Any:
 
     by_split: dict[str, dict[str, Any]] = {}
     for (split, key), a in store.arrays_all(run_id).items():
-        by_split.setdefault(split, {})[key] = (a.steps, a.values)
+        if split != SYSTEM_SPLIT:  # stepped by wall time: the doctor reads training steps
+            by_split.setdefault(split, {})[key] = (a.steps, a.values)
     return MetricFrame.from_splits([by_split[s] for s in sorted(by_split, key=lambda s: s != "train")])
 
 

@@ -36,8 +36,9 @@
     return gd;
   }
 
-  function xs(d) {
-    const x = state.opts.xaxis;
+  // A trace may name its own axis (meta.x): the System panel's samples are drawn against time on every x axis.
+  function xs(d, meta) {
+    const x = (meta && meta.x) || state.opts.xaxis;
     if (x === "step") return d.step;
     if (x === "relative time") return d.time.map(t => (t === null ? null : (t - (state.t0 || 0)) / 60));
     return d.time.map(t => (t === null ? null : new Date(t * 1000).toISOString().replace("Z", "")));
@@ -136,11 +137,11 @@
             if (!d) return;
             const have = state.lens[t.meta.s] || 0;
             if (d.keep === have && drawn) {
-              ext.x.push(xs(d));
+              ext.x.push(xs(d, t.meta));
               ext.y.push(ys(d, t.meta.r));
               idx.push(i);
             } else {
-              t.x = Array.from(t.x || []).slice(0, d.keep).concat(xs(d));
+              t.x = Array.from(t.x || []).slice(0, d.keep).concat(xs(d, t.meta));
               t.y = Array.from(t.y || []).slice(0, d.keep).concat(ys(d, t.meta.r));
               rewritten = true;
             }
