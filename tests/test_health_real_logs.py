@@ -27,12 +27,7 @@ SHARED = next(
 # Logs whose labels the doctor does not meet yet (labels are written from the numbers before the doctor runs and are
 # not bent to it; see the corpus INDEX.md for the reading). Strict: once the doctor is fixed the test passes and the
 # entry must go.
-OPEN_DISAGREEMENTS: dict[str, str] = {
-    "srinath-manda__IITD_Feb26_AAIPL__outputs-checkpoint-500-trainer_state.jsonl": (
-        "format_hacking missed: valid_json_reward (a JSON-validity format reward, max 2.0) saturates at 1.94-2.0 from"
-        " step 60 while the task reward gameplay_scores stays flat and noisy around -1 for 440 steps"
-    ),
-}
+OPEN_DISAGREEMENTS: dict[str, str] = {}
 
 
 def _labelled(folder: Path | None) -> list:

@@ -198,3 +198,51 @@ def test_entropy_halving_under_the_floor_is_an_error_only_from_a_baseline_clearl
     assert "entropy_collapse" not in rules(diagnose(healthy(n, entropy=low)))
     high = np.concatenate((np.full(20, 0.25), np.full(n - 20, 0.09)))  # clearly above it, now under 0.1 nats
     assert only(diagnose(healthy(n, entropy=high)), "entropy_collapse").severity == "error"
+
+
+# ---- format_hacking: a task reward that moved while the format was learned, then stalled ---------------------------
+
+
+def _game(n: int, rise: int, late_slope: float, seed: int = 3) -> dict[str, np.ndarray]:
+    """A JSON-format reward (max 2) learned in `rise` logs, and a noisy game score (no accuracy-like name) that climbs
+    with it (valid output scores) and then moves by `late_slope` per log."""
+    rng = np.random.default_rng(seed)
+    fmt_r = np.concatenate([np.linspace(-0.9, 2.0, rise), np.full(n - rise, 2.0)]) - rng.uniform(0, 0.15, n)
+    game = np.concatenate([np.linspace(-7.0, -1.0, rise), -1.0 + late_slope * np.arange(n - rise)])
+    game = game + rng.normal(0, 4.0, n)
+    spread = np.full(n, 10.0)  # completions score from -10 to +10 within a group: the game is far from solved
+    return {"rewards/valid_json_reward/mean": fmt_r, "rewards/gameplay_scores/mean": game,
+            "rewards/gameplay_scores/std": spread, "reward": fmt_r + game}
+
+
+def _with(records: list[dict], series: dict[str, np.ndarray]) -> list[dict]:
+    for i, rec in enumerate(records):
+        rec.pop("rewards/count_a/mean", None)
+        rec.pop("rewards/count_a/std", None)
+        rec.update({k: float(v[i]) for k, v in series.items()})
+    return records
+
+
+def test_format_saturated_while_an_unnamed_task_score_stalls_is_format_hacking() -> None:
+    n = 60
+    f = only(diagnose(_with(healthy(n), _game(n, 6, 0.0))), "format_hacking")
+    assert f.severity == "warning" and f.step <= 10 and f.metric == "rewards/valid_json_reward/mean"
+    assert "has not risen since" in f.message and "gameplay_scores" in f.message
+
+
+def test_format_saturated_while_the_task_keeps_rising_or_sits_high_is_not_format_hacking() -> None:
+    n = 60
+    rising = _with(healthy(n), _game(n, 6, 0.35))  # the game score climbs ~19 over the stretch since
+    assert "format_hacking" not in rules(diagnose(rising))
+    solved = _game(n, 6, 0.0)
+    solved["rewards/gameplay_scores/std"] = np.full(n, 0.5)  # every completion scores about the same: solved
+    assert "format_hacking" not in rules(diagnose(_with(healthy(n), solved)))
+    high = _game(n, 6, 0.0)  # a 0-1 accuracy flat at 0.8 of its range after the format saturated: a plateau
+    high["rewards/gameplay_scores/mean"] = np.clip(0.8 + np.random.default_rng(4).normal(0, 0.03, n), 0, 1)
+    high["rewards/gameplay_scores/std"] = np.full(n, 0.4)
+    assert "format_hacking" not in rules(diagnose(_with(healthy(n), high)))
+    low = dict(high)  # the same accuracy flat at 0.2: the format was learned, the task was not
+    low["rewards/gameplay_scores/mean"] = high["rewards/gameplay_scores/mean"] - 0.6
+    assert only(diagnose(_with(healthy(n), low)), "format_hacking").severity == "warning"
+    short = _with(healthy(18), _game(18, 6, 0.0))  # 12 logs since saturation: too short a stretch to call
+    assert "format_hacking" not in rules(diagnose(short))

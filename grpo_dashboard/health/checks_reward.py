@@ -22,17 +22,24 @@ from .series import (
     reward_range,
     short_required,
     trailing_mean,
+    unit_position,
 )
 
 FORMAT_NAME = re.compile(r"format|tag|xml|think|style|struct|syntax|template|markdown|json|box", re.I)
+# Shaping terms (length, repetition, KL-like penalties) are not the task's reward, whatever else is logged.
+PENALTY_NAME = re.compile(r"penal|length|len_|overlong|repet|cosine|kl|entropy|cost", re.I)
 ACCURACY_NAME = re.compile(r"acc|correct|answer|math|verif|exact|match|solution|pass|test|equal|gold|judge|code", re.I)
 
 
 def _classify(ctx: Context, names: list[str]) -> tuple[list[str], list[str]]:
-    """Split reward functions into format-like and accuracy-like, by config tags first, then by name."""
+    """Split reward functions into format-like and accuracy-like, by config tags first, then by name. When a format
+    reward is there but no function is named or tagged as the task's, every other function is the task's: a JSON
+    reward next to a `gameplay_scores` is the same pair as format next to accuracy."""
     fmt_tagged, acc_tagged = ctx.config.names_in("format_rewards"), ctx.config.names_in("accuracy_rewards")
     formats = [n for n in names if n in fmt_tagged or (n not in acc_tagged and FORMAT_NAME.search(n))]
     accuracy = [n for n in names if n not in formats and (n in acc_tagged or ACCURACY_NAME.search(n))]
+    if formats and not accuracy:
+        accuracy = [n for n in names if n not in formats and not PENALTY_NAME.search(n)]
     return formats, accuracy
 
 
@@ -72,18 +79,33 @@ def check_format_hacking(ctx: Context) -> list[Finding]:
             severity, run = judge_state(
                 n - nb, 1, int(ctx.t("format_hacking.persist")), extreme=mask, extreme_severity=WARNING
             )
-            if severity is None:
-                continue
             start = n - run
-            onset = int(steps[start])
             f_now, a_now = float(f_sm[-1]), float(a_sm[-1])
-            verb = "fell" if a_now < a_base else "stayed at"
-            message = (
-                f"rewards/{f_name} rose {fmt(f_base)} -> {fmt(f_now)}"
-                + (f" (saturated, >= {sat:.0%} of its max)" if saturating[-1] else "")
-                + f" while rewards/{a_name} {verb} {fmt(a_base)} -> {fmt(a_now)} since step {onset}: the policy is "
-                "learning the format, not the task."
-            )
+            if severity is None:
+                # The task reward may have moved while the format was being learned (a score that needs valid
+                # output first) and then stalled: judged on the stretch since the format saturated.
+                std_key = functions[a_name][1]
+                a_std = ctx.frame.get(std_key).finite() if std_key and ctx.frame.get(std_key) is not None else None
+                spread = float(np.mean(a_std.values)) if a_std is not None and a_std.values.size else None
+                stall = _stalled_since_saturation(ctx, f, a, f_sm, f_lo + sat * (f_hi - f_lo), spread, s)
+                if stall is None:
+                    continue
+                severity, (start, early, late) = WARNING, stall
+                message = (
+                    f"rewards/{f_name} reached {sat:.0%} of its max at step {int(steps[start])} and has held there "
+                    f"for {n - start} logs (now {fmt(f_now)}), while rewards/{a_name} has not risen since "
+                    f"({fmt(early)} -> {fmt(late)} over the two halves of that stretch) and is far from solved (its "
+                    "groups still spread, or it sits low in its range): the policy learned the format, not the task."
+                )
+            else:
+                verb = "fell" if a_now < a_base else "stayed at"
+                message = (
+                    f"rewards/{f_name} rose {fmt(f_base)} -> {fmt(f_now)}"
+                    + (f" (saturated, >= {sat:.0%} of its max)" if saturating[-1] else "")
+                    + f" while rewards/{a_name} {verb} {fmt(a_base)} -> {fmt(a_now)} since step {int(steps[start])}: "
+                    "the policy is learning the format, not the task."
+                )
+            onset = int(steps[start])
             cfg = ctx.config
             remedy = join_fixes(
                 [
@@ -112,6 +134,41 @@ def check_format_hacking(ctx: Context) -> list[Finding]:
                 )
             ]
     return []
+
+
+def _stalled_since_saturation(
+    ctx: Context, f: np.ndarray, a: np.ndarray, f_sm: np.ndarray, level: float, spread: float | None, s: int
+) -> tuple[int, float, float] | None:
+    """(index where the format reward saturated, the task reward's mean over the earlier and the later half since)
+    when the format has held there for a long stretch (at least a third of the log and ``format_hacking.stall_logs``
+    logs) while the task reward did not rise over it (its later half no higher than its earlier half beyond twice
+    the standard error) and is far from solved; None otherwise.
+
+    Far from solved: a 0-1 reward (or a penalty <= 0) in the lower half of its range; a reward of unknown scale whose
+    completions still spread widely within their groups (mean logged std, ``spread``, at least a quarter of the range
+    its means span), which a solved task does not."""
+    first = max(s - 1, 0)  # the first full smoothing window
+    hit = np.flatnonzero(f_sm[first:] >= level)
+    if hit.size == 0:
+        return None
+    k = max(int(hit[0]) + first - (s - 1), 0)  # where that window starts: the log the format got there
+    m = f.size - k
+    if m < max(ctx.t("format_hacking.stall_logs"), f.size / 3) or float(np.mean(f[k:])) < level:
+        return None
+    tail = a[k:]
+    h = m // 2
+    early, late = tail[:h], tail[h:]
+    se = float(np.std(tail, ddof=1)) * np.sqrt(1 / early.size + 1 / late.size) if m > 2 else 0.0
+    if float(np.mean(late)) - float(np.mean(early)) > 2 * se:
+        return None
+    position = unit_position(a, m)
+    if position is not None:
+        far = position <= 0.5
+    else:
+        far = spread is not None and spread >= 0.25 * float(np.ptp(a))
+    if not far:
+        return None
+    return k, float(np.mean(early)), float(np.mean(late))
 
 
 def _drop(ctx: Context, series: Series) -> Finding | None:

@@ -246,7 +246,7 @@ def reward_range(values: np.ndarray) -> tuple[float, float]:
     return lo, hi
 
 
-def _unit_position(values: np.ndarray, recent: int) -> float | None:
+def unit_position(values: np.ndarray, recent: int) -> float | None:
     """Where the mean of the last ``recent`` values sits in the reward's range, when that range is known: values
     within [lo, 1] (the usual 0-1 reward, ceiling 1) or all <= 0 (a penalty, ceiling 0); None for larger scales, whose
     maximum a log does not show, and for a function that never varied."""
@@ -265,7 +265,7 @@ def reward_ceiling_position(frame: MetricFrame, recent: int) -> float | None:
         values = frame.get(mean_key).finite().values
         if values.size == 0 or np.all(values == values[0]):
             continue  # a constant function (often a penalty that never fires) says nothing about the ceiling
-        position = _unit_position(values, recent)
+        position = unit_position(values, recent)
         if position is None:
             return None
         positions.append(position)
@@ -273,7 +273,7 @@ def reward_ceiling_position(frame: MetricFrame, recent: int) -> float | None:
         return min(positions)
     reward = frame.get("reward")
     values = reward.finite().values if reward is not None else np.empty(0)
-    return _unit_position(values, recent) if values.size else None
+    return unit_position(values, recent) if values.size else None
 
 
 def baseline_count(n: int, window: int, fraction: float) -> int:

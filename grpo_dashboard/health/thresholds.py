@@ -128,6 +128,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("format_hacking.acc_flat", 0.02, "accuracy gain at or below this (x its scale) counts as flat"),
     Threshold("format_hacking.acc_drop", 0.3, "relative accuracy fall that, with a rising format reward, fires"),
     Threshold("format_hacking.persist", 3, "logs the condition must hold (fewer on very short logs)"),
+    Threshold("format_hacking.stall_logs", 20, "logs since the format saturated before a stalled task reward fires"),
     # reward_drop
     Threshold("reward_drop.frac", 0.5, "fraction of the earlier gain (peak above floor) that must be lost"),
     Threshold("reward_drop.error_frac", 0.8, "fraction lost that makes it an error"),
