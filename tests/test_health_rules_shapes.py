@@ -246,3 +246,10 @@ def test_format_saturated_while_the_task_keeps_rising_or_sits_high_is_not_format
     assert only(diagnose(_with(healthy(n), low)), "format_hacking").severity == "warning"
     short = _with(healthy(18), _game(18, 6, 0.0))  # 12 logs since saturation: too short a stretch to call
     assert "format_hacking" not in rules(diagnose(short))
+
+
+def test_with_several_unnamed_functions_none_is_guessed_to_be_the_task() -> None:
+    n = 60
+    series = _game(n, 6, 0.0)
+    series["rewards/pnl_reward_fn/mean"] = series["rewards/gameplay_scores/mean"] * 0.5  # which one is the task?
+    assert "format_hacking" not in rules(diagnose(_with(healthy(n), series)))

@@ -33,13 +33,14 @@ ACCURACY_NAME = re.compile(r"acc|correct|answer|math|verif|exact|match|solution|
 
 def _classify(ctx: Context, names: list[str]) -> tuple[list[str], list[str]]:
     """Split reward functions into format-like and accuracy-like, by config tags first, then by name. When a format
-    reward is there but no function is named or tagged as the task's, every other function is the task's: a JSON
-    reward next to a `gameplay_scores` is the same pair as format next to accuracy."""
+    reward is there but no function is named or tagged as the task's, the one other function (not a penalty) is the
+    task's: a JSON reward next to a `gameplay_scores` is the same pair as format next to accuracy."""
     fmt_tagged, acc_tagged = ctx.config.names_in("format_rewards"), ctx.config.names_in("accuracy_rewards")
     formats = [n for n in names if n in fmt_tagged or (n not in acc_tagged and FORMAT_NAME.search(n))]
     accuracy = [n for n in names if n not in formats and (n in acc_tagged or ACCURACY_NAME.search(n))]
     if formats and not accuracy:
-        accuracy = [n for n in names if n not in formats and not PENALTY_NAME.search(n)]
+        rest = [n for n in names if n not in formats and not PENALTY_NAME.search(n)]
+        accuracy = rest if len(rest) == 1 else []  # among several unnamed functions, which one is the task is a guess
     return formats, accuracy
 
 
