@@ -46,7 +46,10 @@ def test_exported_hf_commands_upload_and_run_the_job_the_dashboard_would_submit(
     spec["name"] = "exported-smoke"
     spec_file.write_text(yaml.safe_dump(spec))
     out = tmp_path / "out" / "recipe.yaml"
-    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "0", SECRET: "s3cret",
+    # A user's own shell: not the dashboard process's HF_HUB_DISABLE_IMPLICIT_TOKEN (set once a Space-mode client has
+    # run in this test process), under which the CLI would not send HF_TOKEN.
+    shell = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_IMPLICIT_TOKEN"}
+    env = {**shell, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "0", SECRET: "s3cret",
            "HF_HOME": str(tmp_path / "hf-home"), "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "export-trl", str(spec_file), "-o", str(out)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
