@@ -67,6 +67,33 @@ def _first_error_log(records: list[dict[str, Any]]) -> int:
         f.severity == "error" for f in diagnose(records[: i + 1], {"beta": 0.0})))
 
 
+def test_guard_acts_on_the_replayed_record_when_the_budget_allows_no_evaluation(monkeypatch: pytest.MonkeyPatch
+                                                                              ) -> None:
+    """A run so fast that the budget never affords an evaluation after the first: the fixed-cut replays (their time
+    already spent) still bring the record up to date, and the guard stops on it within the dense first cuts."""
+    import grpo_dashboard.health.history as history_module
+
+    clock = FakeClock()
+    real_diagnose = history_module.diagnose
+
+    def slow_diagnose(frame: Any, *args: Any, **kwargs: Any) -> list[Finding]:
+        clock.now += 1.0  # every rule evaluation costs far more than the training between logs
+        return real_diagnose(frame, *args, **kwargs)
+
+    monkeypatch.setattr(history_module, "diagnose", slow_diagnose)
+    monitor = HealthMonitor({"beta": 0.0}, guard=True, guard_persist=3, clock=clock)
+    updates = []
+    for rec in collapse_records(40, collapse_at=4):
+        clock.now += 0.001
+        updates.append((rec["step"], monitor.observe(rec)))
+    evaluated = [step for step, u in updates if u.evaluated]
+    stops = [(step, u.stop) for step, u in updates if u.stop is not None]
+    # Full evaluations: the first record, then only the persistence checks the replayed record made due.
+    assert evaluated[0] == 1 and len(evaluated) <= 3 and stops, (evaluated, stops)
+    step, stop = stops[0]
+    assert stop.severity == "error" and step <= 12 and stop.step <= 6
+
+
 def test_guard_off_and_healthy_log_never_stop() -> None:
     off = HealthMonitor(guard=False, budget=None)
     assert all(off.observe(r).stop is None for r in collapse_records(40, 21))

@@ -253,3 +253,18 @@ def test_with_several_unnamed_functions_none_is_guessed_to_be_the_task() -> None
     series = _game(n, 6, 0.0)
     series["rewards/pnl_reward_fn/mean"] = series["rewards/gameplay_scores/mean"] * 0.5  # which one is the task?
     assert "format_hacking" not in rules(diagnose(_with(healthy(n), series)))
+
+
+# ---- entropy_collapse inside the warm-up window --------------------------------------------------------------------
+
+
+def test_entropy_that_collapsed_within_the_warm_up_window_stays_a_collapse_on_the_whole_log() -> None:
+    """learning_rate 5e-2 on the smoke task: entropy 4.46 -> 0.43 by the fifth log, then 0 for 55 logs; the warm-up
+    median of 60 logs is the collapsed level itself."""
+    n = 60
+    entropy = np.concatenate([[4.46, 4.31, 3.98, 3.05, 0.43, 0.025, 0.005], np.zeros(n - 7)])
+    findings = finding_history(healthy(n, entropy=entropy), {})
+    f = only(findings, "entropy_collapse")
+    assert f.severity == "error" and f.status == "active" and f.step <= 6
+    near_zero = np.full(n, 0.05)  # near zero from the very first log: still the "since the first log" warning
+    assert only(diagnose(healthy(n, entropy=near_zero), {}), "entropy_collapse").severity == "warning"

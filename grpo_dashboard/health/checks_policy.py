@@ -88,6 +88,11 @@ def check_entropy_collapse(ctx: Context) -> list[Finding]:
     nb = ctx.baseline_n(n)
     base = float(np.median(v[:nb]))
     floor, persist = ctx.t("entropy_collapse.abs_floor"), int(ctx.t("entropy_collapse.persist"))
+    first = float(np.median(v[: min(3, nb)]))
+    if base <= floor < first / 2:
+        # The collapse happened inside the warm-up window (4.46 -> 0 by the fifth log of 60): the window's median is
+        # the collapsed level, so the run's level before it is its first logs'.
+        base, nb = first, min(3, nb)
     warn_ratio, err_ratio = ctx.t("entropy_collapse.warn_ratio"), ctx.t("entropy_collapse.error_ratio")
     s = ctx.smooth_n(n)
     sm = trailing_mean(v, s)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .findings import ERROR, SEVERITY_RANK, WARNING, Finding
-from .history import HistoryReplay, is_fixed_index
+from .history import HistoryReplay, is_fixed_index, order
 from .series import MetricFrame
 from .thresholds import resolve_thresholds
 
@@ -101,10 +101,14 @@ class HealthMonitor:
         if step is not None:
             rec["step"] = int(step)
         self.records.append(rec)
-        self._replay_passed_cut(rec)
-        if not (self._affordable(now) or self._persistence_due()):
-            return MonitorUpdate()
-        return self.evaluate()
+        replayed = self._replay_passed_cut(rec)
+        if self._affordable(now) or self._persistence_due():
+            return self.evaluate()
+        if replayed:
+            # The replay just brought the record up to the cut before this step, and its time is already spent:
+            # alerts and the guard act on that record now (a fast run's budget may allow no evaluation for long).
+            return self._decide(order(list(self.history.seen.values())), MonitorUpdate())
+        return MonitorUpdate()
 
     def evaluate(self) -> MonitorUpdate:
         """Bring the findings history up to every record so far, whatever the budget (also used once at the end of
@@ -113,10 +117,16 @@ class HealthMonitor:
         if not self.records:
             return update
         t0 = self.clock()
-        self.findings = self.history.update(MetricFrame.from_records(self.records))
+        findings = self.history.update(MetricFrame.from_records(self.records))
         self._last_cost = self.clock() - t0
         self.spent_s += self._last_cost
         self.evaluations += 1
+        return self._decide(findings, update)
+
+    def _decide(self, findings: list[Finding], update: MonitorUpdate) -> MonitorUpdate:
+        """Alerts and the guard's decision on the run's record ``findings`` (the record as of the last evaluation or
+        the last replayed cut)."""
+        self.findings = findings
         n = len(self.records)
         active = [f for f in self.findings if f.status == "active"]
         errors = {f.rule: f for f in active if f.severity == ERROR}
@@ -157,14 +167,14 @@ class HealthMonitor:
                 out.append(gone)
         return sorted(out, key=lambda f: (f.status != "active", f.step, -SEVERITY_RANK[f.severity]))
 
-    def _replay_passed_cut(self, rec: Mapping[str, Any]) -> None:
+    def _replay_passed_cut(self, rec: Mapping[str, Any]) -> bool:
         """When a record starts a new step and the step before it is one of the history's fixed cut points, replay
         that cut now: the record then matches ``finding_history`` on the same log whenever it is evaluated, and the
         replays (12 short prefixes, then one per 1.5x more logs: together about two evaluations of the whole log) are
         spread out instead of landing on one evaluation. Their time counts against the budget like any other."""
         step = rec.get("step")
         if step is None or (self._steps and step <= self._steps[-1]):
-            return
+            return False
         self._steps.append(step)
         if len(self._steps) >= 2 and is_fixed_index(len(self._steps) - 2):
             t0 = self.clock()
@@ -173,6 +183,8 @@ class HealthMonitor:
             self.spent_s += cost
             self.replay_s += cost
             self.replays += 1
+            return True
+        return False
 
     def _affordable(self, now: float) -> bool:
         assert self._started is not None
