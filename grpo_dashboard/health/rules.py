@@ -8,7 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from . import checks_agents, checks_length, checks_optimizer, checks_policy, checks_reward, checks_signal
+from . import (
+    checks_agents,
+    checks_drop,
+    checks_length,
+    checks_optimizer,
+    checks_policy,
+    checks_reward,
+    checks_signal,
+)
 from .findings import SEVERITY_RANK, Context, Finding, RunConfig, order_key
 from .series import MetricFrame
 from .thresholds import RULE_IDS, resolve_thresholds
@@ -27,7 +35,7 @@ RULES: dict[str, Rule] = {
     "length_collapse": checks_length.check_length_collapse,
     "length_drift": checks_length.check_length_drift,
     "format_hacking": checks_reward.check_format_hacking,
-    "reward_drop": checks_reward.check_reward_drop,
+    "reward_drop": checks_drop.check_reward_drop,
     "reward_length_corr": checks_reward.check_reward_length_corr,
     "kl_spike": checks_policy.check_kl_spike,
     "kl_high": checks_policy.check_kl_high,
