@@ -82,9 +82,9 @@ def check_format_hacking(ctx: Context) -> list[Finding]:
             if severity is None:
                 # The task reward may have moved while the format was being learned (a score that needs valid
                 # output first) and then stalled: judged on the stretch since the format saturated.
-                std_key = functions[a_name][1]
-                a_std = ctx.frame.get(std_key).finite() if std_key and ctx.frame.get(std_key) is not None else None
-                spread = float(np.mean(a_std.values)) if a_std is not None and a_std.values.size else None
+                a_std = ctx.frame.get(functions[a_name][1]) if functions[a_name][1] else None
+                std_values = a_std.finite().values if a_std is not None else np.empty(0)
+                spread = float(np.mean(std_values)) if std_values.size else None
                 stall = _stalled_since_saturation(ctx, f, a, f_sm, f_lo + sat * (f_hi - f_lo), spread, s)
                 if stall is None:
                     continue
