@@ -163,6 +163,27 @@ def test_job_summary_says_why_a_job_waits(tmp_path: Path) -> None:
                                         "(partition gpu, 2 node(s), 16 process(es)); script /x/job.sbatch")
 
 
+def test_a_node_failure_names_sruns_line_until_slurmstepds_arrives(tmp_path: Path) -> None:
+    # The order of a real job log when its node went down: srun's error, then srun's wait, which says nothing of why;
+    # slurmstepd's own line may reach the log after the run has settled.
+    log = tmp_path / "job.log"
+    log.write_text("{'loss': 0.1}\nsrun: error: Node failure on n2\n"
+                   "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n", encoding="utf-8")
+    store = Store(tmp_path / "db.sqlite")
+    run = a_run(tmp_path)
+    store.insert_run(run)
+    state = backend.JobState("4", "NODE_FAIL", "NodeDown", exit_code="0:0")
+    store.finish_run(run.id, "failed", error=backend._reason(run, state))
+    error = store.get_run(run.id).error
+    assert error == ("Slurm ended job 4: NODE_FAIL (a node failed), reason NodeDown. "
+                     "Slurm: srun: error: Node failure on n2"), error
+    with log.open("a", encoding="utf-8") as out:
+        out.write("slurmstepd-n2: error: *** JOB 4 ON n2 CANCELLED AT 2026-12-01T17:39:52 DUE TO NODE FAILURE ***\n")
+    backend._add_slurms_word(store, store.get_run(run.id))
+    assert store.get_run(run.id).error == ("Slurm ended job 4: NODE_FAIL (a node failed), reason NodeDown. Slurm: "
+                                           "*** JOB 4 ON n2 CANCELLED AT 2026-12-01T17:39:52 DUE TO NODE FAILURE ***")
+
+
 def test_a_pending_job_is_followed_with_slurms_reason(slurm: Any, tmp_path: Path) -> None:
     """A job held by Slurm shows why it waits (here: held by the user, Reason=JobHeldUser) and cancels cleanly."""
     script = tmp_path / "held.sh"

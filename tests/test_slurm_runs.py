@@ -134,7 +134,7 @@ def test_a_job_on_a_node_that_goes_down_fails_with_slurms_reason(slurm: Any, tin
         wait_for(lambda: "down" not in slurm.command("sinfo", "-h", "-n", "n2", "-o", "%T").stdout, timeout=60)
     assert final.status == "failed", final.error
     assert "NODE_FAIL" in final.error and "a node failed" in final.error and "NodeDown" in final.error, final.error
-    # Slurm's own line from the job log: slurmstepd's "*** JOB … DUE TO NODE FAILURE ***", or srun's, whichever
-    # reached the log last when the run settled.
+    # Slurm's own line from the job log: slurmstepd's "*** JOB … DUE TO NODE FAILURE ***", or srun's error when
+    # slurmstepd's line had not reached the log by the time the run settled.
     assert "DUE TO NODE FAILURE" in final.error or "srun: error: Node failure on" in final.error
     wait_for(lambda: processes_with(run.id) == [], timeout=60)

@@ -324,13 +324,14 @@ def _settle(store: Store, run: Run, state: JobState | None) -> None:
 
 
 def _add_slurms_word(store: Store, run: Run) -> None:
-    """A run Slurm killed that settled before slurmstepd wrote its `*** JOB ... ***` line: the line, once it is in
-    the log, replaces the last log line in the error."""
+    """A run Slurm killed that settled before slurmstepd wrote its `*** JOB ... ***` line (or srun its error): the
+    line, once it is in the log, replaces the last log line, or srun's line, in the error."""
     said = _slurm_said(log_path(run))
     error = run.error or ""
     if run.status != RunStatus.FAILED.value or not said or not error.startswith("Slurm ended job") or said in error:
         return
-    store.update_run(run.id, error=f"{error.split('. Last log line: ')[0]}. Slurm: {said}")
+    head = error.split(". Last log line: ")[0].split(". Slurm: ")[0]
+    store.update_run(run.id, error=f"{head}. Slurm: {said}")
 
 
 def _slurm_said(path: Path) -> str | None:
@@ -340,7 +341,13 @@ def _slurm_said(path: Path) -> str | None:
     except OSError:
         return None
     found = re.findall(r"\*\*\* (?:JOB|STEP) [^*]+\*\*\*", text)
-    return found[-1] if found else None
+    if found:
+        return found[-1]
+    # srun's own report of what Slurm did to the step; it comes before srun's "Job step aborted: waiting ..."
+    # line, which says nothing about why.
+    said = re.findall(r"^srun: error: (?:Node failure on|.*(?:CANCELLED|TIME LIMIT|PREEMPT|NODE FAIL)).*$", text,
+                      flags=re.MULTILINE)
+    return said[-1].strip() if said else None
 
 
 def _exit_code(state: JobState | None) -> int | None:
