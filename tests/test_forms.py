@@ -72,6 +72,17 @@ def test_presets_round_trip_through_the_form(preset: str) -> None:
     assert {k: v for k, v in spec.training.items() if v != trl_fields.default(k)} == bare.training
 
 
+@pytest.mark.parametrize("preset", presets.preset_names())
+def test_a_form_pass_that_changes_nothing_leaves_the_yaml_text_as_written(preset: str) -> None:
+    # A field the user only tabs through (a blur) sends the form again: the YAML keeps its defaults and layout.
+    text = presets.preset_yaml(preset).replace("\ntraining:\n", "\ntraining:  # as written\n", 1)
+    assert forms.yaml_from_values(forms.values_from_yaml(text), text) == text
+    values = forms.values_from_yaml(text)
+    values["training.max_steps"] = 123
+    changed = forms.yaml_from_values(values, text)
+    assert changed != text and "max_steps: 123" in changed
+
+
 def test_form_edit_writes_only_what_changed_and_keeps_yaml_only_fields() -> None:
     base = presets.preset_spec(presets.DEFAULT_PRESET)
     base.health.thresholds = {"entropy_collapse.warn_ratio": 0.2}

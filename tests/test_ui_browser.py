@@ -175,3 +175,26 @@ def test_validate_marks_each_bad_field(page: Any, app_url: tuple[str, Store, Any
     assert "✖" not in page.locator("#field-training-epsilon").inner_text()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "validation.png"), full_page=True)
+
+
+def test_text_pasted_into_a_field_reaches_the_yaml(page: Any, app_url: tuple[str, Store, Any]) -> None:
+    """Text that arrives without key presses (pasted with the mouse, dropped, autofilled): Gradio's textbox does not
+    send `input` for it, so the YAML follows when the field loses focus."""
+    url, _, _ = app_url
+    page.goto(url, wait_until="load")
+    page.wait_for_selector("#validate-btn")
+    yaml_before = page.locator("#spec-yaml").inner_text()
+    # Tabbing through a field without changing it leaves the YAML as written.
+    box = page.locator("#field-training-num-generations textarea")
+    box.click()
+    box.press("Tab")
+    page.wait_for_timeout(1500)
+    assert page.locator("#spec-yaml").inner_text() == yaml_before
+    for elem_id, text, line in [("field-training-num-generations", "6", "num_generations: 6"),
+                                ("field-dataset-prompt-column", "question", "prompt_column: question")]:
+        box = page.locator(f"#{elem_id}").locator("input, textarea").first
+        box.click()
+        box.press("Control+a")
+        page.keyboard.insert_text(text)  # what a paste does: an input event with no key events
+        box.press("Tab")
+        page.wait_for_function(f"() => document.querySelector('#spec-yaml').innerText.includes('{line}')")

@@ -434,9 +434,12 @@ def _set_training(training: dict[str, Any], field: FormField, value: Any) -> Non
 
 def yaml_from_values(values: dict[str, Any], base_yaml: str | None = None) -> str:
     """YAML text of the form values applied onto `base_yaml` (raises SpecError if either is invalid), keeping the
-    base text's comments and layout wherever its values did not change (`keep_layout`)."""
+    base text's comments and layout wherever its values did not change (`keep_layout`), and the whole text when
+    no value changed."""
     base = RunSpec.from_yaml(base_yaml) if base_yaml and base_yaml.strip() else None
     spec = spec_from_values(values, base)
+    if base is not None and base_yaml and spec == base:
+        return base_yaml  # nothing changed: the text stays exactly as written, defaults and all
     return keep_layout(base_yaml, spec) if base is not None and base_yaml else spec.to_yaml()
 
 

@@ -244,7 +244,10 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
             return [gr.skip(), gr.skip(), _summary(exc.errors, [], "")]
         return [text, _command(text), gr.skip()]
 
-    gr.on([c.input for c in tab.inputs], guarded(ctx, form_to_yaml, what="YAML update", scrub=False),
+    # Gradio's textbox sends `input` from its key handlers only, so a value pasted with the mouse, dropped or
+    # autofilled reaches the YAML when the field loses focus.
+    triggers = [c.input for c in tab.inputs] + [c.blur for c in tab.inputs if isinstance(c, gr.Textbox)]
+    gr.on(triggers, guarded(ctx, form_to_yaml, what="YAML update", scrub=False),
           [*tab.inputs, tab.yaml], [tab.yaml, tab.command, tab.summary],
           api_name="form_to_yaml", trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)
 
