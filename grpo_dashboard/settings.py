@@ -8,6 +8,7 @@ Every setting is read from the environment at call time (Space Variables reach P
 | `GRPO_DASHBOARD_ALLOW_CUSTOM_CODE` | off: no `function:` rewards, no `python` reward | on |
 | `GRPO_DASHBOARD_MAX_ACTIVE_RUNS` | 2 queued or running runs per user | no cap |
 | `GRPO_DASHBOARD_LAUNCH_LIMIT` / `GRPO_DASHBOARD_LAUNCH_WINDOW_S` | 5 launches per user per 600 s | no limit |
+| `GRPO_DASHBOARD_MAX_STREAMS` | 8 open live streams (Run detail pages) per user | no cap |
 
 A cap or limit of `0` (or `none`) means "no limit". `GRPO_DASHBOARD_DATA_DIR` (store.py) sets where the store and run
 directories live; on a Space, point it into a mounted Storage Bucket volume so runs survive restarts.
@@ -24,7 +25,8 @@ ALLOW_CODE_ENV = "GRPO_DASHBOARD_ALLOW_CUSTOM_CODE"
 MAX_ACTIVE_ENV = "GRPO_DASHBOARD_MAX_ACTIVE_RUNS"
 LAUNCH_LIMIT_ENV = "GRPO_DASHBOARD_LAUNCH_LIMIT"
 LAUNCH_WINDOW_ENV = "GRPO_DASHBOARD_LAUNCH_WINDOW_S"
-SPACE_DEFAULTS = {MAX_ACTIVE_ENV: 2, LAUNCH_LIMIT_ENV: 5, LAUNCH_WINDOW_ENV: 600}
+MAX_STREAMS_ENV = "GRPO_DASHBOARD_MAX_STREAMS"
+SPACE_DEFAULTS = {MAX_ACTIVE_ENV: 2, LAUNCH_LIMIT_ENV: 5, LAUNCH_WINDOW_ENV: 600, MAX_STREAMS_ENV: 8}
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -72,6 +74,7 @@ class Settings:
     max_active_runs: int | None = None
     launch_limit: int | None = None
     launch_window_s: float = 600.0
+    max_streams: int | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -84,12 +87,14 @@ class Settings:
         max_active = _limit(MAX_ACTIVE_ENV, default(MAX_ACTIVE_ENV))
         launches = _limit(LAUNCH_LIMIT_ENV, default(LAUNCH_LIMIT_ENV))
         window = _limit(LAUNCH_WINDOW_ENV, SPACE_DEFAULTS[LAUNCH_WINDOW_ENV])
+        streams = _limit(MAX_STREAMS_ENV, default(MAX_STREAMS_ENV))
         return cls(on_space=space, space_id=os.environ.get("SPACE_ID"),
                    allow_local_backend=_flag(ALLOW_LOCAL_ENV, not space),
                    allow_custom_code=_flag(ALLOW_CODE_ENV, not space),
                    max_active_runs=int(max_active) if max_active else None,
                    launch_limit=int(launches) if launches else None,
-                   launch_window_s=float(window or SPACE_DEFAULTS[LAUNCH_WINDOW_ENV]))
+                   launch_window_s=float(window or SPACE_DEFAULTS[LAUNCH_WINDOW_ENV]),
+                   max_streams=int(streams) if streams else None)
 
     def describe(self) -> str:
         """One line for the UI: the mode and what is allowed."""

@@ -342,16 +342,19 @@ def test_active_run_cap_and_launch_rate_limit(on_space: None, monkeypatch: pytes
 
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("SPACE_ID", "SYSTEM", settings.ALLOW_LOCAL_ENV, settings.ALLOW_CODE_ENV, settings.MAX_ACTIVE_ENV,
-                settings.LAUNCH_LIMIT_ENV, settings.LAUNCH_WINDOW_ENV):
+                settings.LAUNCH_LIMIT_ENV, settings.LAUNCH_WINDOW_ENV, settings.MAX_STREAMS_ENV):
         monkeypatch.delenv(key, raising=False)
     local = settings.Settings.from_env()
     assert not local.on_space and local.allow_local_backend and local.max_active_runs is None
+    assert local.max_streams is None
     monkeypatch.setenv("SPACE_ID", "me/dash")
     hosted = settings.Settings.from_env()
     assert hosted.on_space and not hosted.allow_local_backend and not hosted.allow_custom_code
-    assert (hosted.max_active_runs, hosted.launch_limit, hosted.launch_window_s) == (2, 5, 600)
+    assert (hosted.max_active_runs, hosted.launch_limit, hosted.launch_window_s, hosted.max_streams) == (2, 5, 600, 8)
     monkeypatch.setenv(settings.MAX_ACTIVE_ENV, "0")
+    monkeypatch.setenv(settings.MAX_STREAMS_ENV, "3")
     assert settings.Settings.from_env().max_active_runs is None
+    assert settings.Settings.from_env().max_streams == 3
     monkeypatch.setenv(settings.ALLOW_LOCAL_ENV, "maybe")
     with pytest.raises(ValueError, match="GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND='maybe' is not a yes/no value"):
         settings.Settings.from_env()

@@ -8,6 +8,7 @@ its pid), so the page is watched without paying for training; the full launch pa
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -261,3 +262,26 @@ def test_cancel_and_delete_ask_first(page: Any, served: dict) -> None:
     page.locator("#delete-btn").click()
     page.wait_for_function(has_text("#manage-message", "Deleted"))
     assert not run_dir.exists() and "to-cancel" not in [r.id for r in store.list_runs()]
+
+
+def test_a_page_past_the_stream_cap_says_why_and_gets_in_once_a_place_frees(browser: Any, served: dict) -> None:
+    ctx = served["demo"].live.ctx
+    hub = served["demo"].live
+    wait_for(lambda: not hub.open_by_user, timeout=30)  # the streams of earlier tests' pages have closed
+    saved = ctx.settings
+    ctx.settings = dataclasses.replace(saved, max_streams=1)
+    first, second = browser.new_page(), browser.new_page()
+    try:
+        first.goto(served["url"] + "?run=live-run&tab=detail")
+        first.wait_for_function(f"() => ({POINTS})() >= 1")
+        second.goto(served["url"] + "?run=live-run&tab=detail")
+        second.wait_for_function("() => (document.querySelector('#live-status')||{}).textContent?"
+                                 ".includes('too many live streams')")
+        assert "GRPO_DASHBOARD_MAX_STREAMS=1" in second.locator("#live-status").inner_text()
+        first.close()
+        second.wait_for_function(f"() => ({POINTS})() >= 1", timeout=60_000)  # its retry gets the freed place
+    finally:
+        ctx.settings = saved
+        for pg in (first, second):
+            if not pg.is_closed():
+                pg.close()

@@ -7,6 +7,10 @@ is one the feed still knows; then `delta` events, each one published version of 
 status, findings, log tail, samples file size), in order. A comment line every KEEPALIVE_S keeps proxies from
 closing an idle stream.
 
+Each user may hold `Settings.max_streams` streams at once (`GRPO_DASHBOARD_MAX_STREAMS`; 8 on a Space, no cap
+locally). One more gets a single `refused` event (`{"error": ...}` naming the cap and what to do) and the stream
+ends: a refusal the browser's EventSource can read, which an HTTP status is not.
+
 One `Channel` per feed (run and smoothing) advances it in a worker thread every TICK_S while anyone watches, and
 wakes every viewer of it when a version is published: the work is done once per run state, not once per viewer.
 Access is decided as for every other read: the request's user (`serving.request_user`) must be allowed to see the run
@@ -16,6 +20,8 @@ Access is decided as for every other read: the request's user (`serving.request_
 from __future__ import annotations
 
 import asyncio
+import json
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -29,6 +35,7 @@ PATH = "/grpo/live"
 TICK_S = 0.1
 KEEPALIVE_S = 15.0
 IDLE_DROP_S = 30.0  # a channel nobody watches is dropped after this long
+GONE = '{"reason": "the run no longer exists"}'
 
 
 class Channel:
@@ -97,6 +104,7 @@ class LiveHub:
         self.ctx = ctx
         self.feeds = Feeds()
         self.channels: dict[int, Channel] = {}
+        self.open_by_user: Counter[str] = Counter()
 
     def channel(self, run_id: str, smoothing: float) -> Channel:
         """The channel of this run's feed at this smoothing."""
@@ -139,15 +147,35 @@ def parse_options(params: Any) -> tuple[str, float, str, bool]:
     return run_id, smoothing, xaxis, params.get("log_y", "0") in ("1", "true", "True")
 
 
-async def events(hub: LiveHub, chan: Channel, cursor: str | None, xaxis: str, log_y: bool,
+def _refusal(user: access.User, cap: int) -> str:
+    who = user.username or user.source
+    return json.dumps({"error": f"too many live streams: {who} already has {cap} open, the most this dashboard "
+                                f"allows per user (GRPO_DASHBOARD_MAX_STREAMS={cap}). Close other Run detail tabs "
+                                f"or windows; this page tries again in a while."})
+
+
+async def events(hub: LiveHub, run_id: str, smoothing: float, cursor: str | None, xaxis: str, log_y: bool,
                  user: access.User, disconnected: Callable[[], Any]) -> AsyncIterator[bytes]:
     """The event stream of one viewer (see the module docstring)."""
     on_space = hub.ctx.settings.on_space
+    cap = hub.ctx.settings.max_streams
+    who = user.username or user.source
 
     def private(text: str) -> str:
         text = access.redact(text, user.token)
         return access.scrub_paths(text) if on_space else text
 
+    # Counted here, once the body runs: its `finally` then always gives the place back (a response whose body never
+    # started holds none).
+    if cap and hub.open_by_user[who] >= cap:
+        yield _event("refused", _refusal(user, cap))
+        return
+    try:
+        chan = hub.channel(run_id, smoothing)
+    except RunNotFound:  # deleted since the request was let in
+        yield _event("gone", GONE)
+        return
+    hub.open_by_user[who] += 1
     chan.join()
     try:
         if chan.feed.version == 0:
@@ -171,10 +199,13 @@ async def events(hub: LiveHub, chan: Channel, cursor: str | None, xaxis: str, lo
             if chan.feed.version == before:
                 yield b": keepalive\n\n"
             if chan.feed not in hub.feeds:  # dropped (the run was deleted)
-                yield _event("gone", '{"reason": "the run no longer exists"}')
+                yield _event("gone", GONE)
                 return
     finally:
         chan.leave()
+        hub.open_by_user[who] -= 1
+        if hub.open_by_user[who] <= 0:
+            del hub.open_by_user[who]
 
 
 def install(app: Any, ctx: UiContext, user_of_request: Callable[[Any], access.User]) -> LiveHub:
@@ -192,13 +223,12 @@ def install(app: Any, ctx: UiContext, user_of_request: Callable[[Any], access.Us
         try:
             user = user_of_request(request)
             run = await asyncio.to_thread(access.get_run, ctx.store, run_id, user, ctx.settings)
-            chan = hub.channel(run.id, smoothing)
         except access.NotAllowed as exc:
             return JSONResponse({"error": str(exc)}, status_code=403)
         except RunNotFound as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
         cursor = request.query_params.get("cursor") or request.headers.get("last-event-id")
-        body = events(hub, chan, cursor, xaxis, log_y, user, request.is_disconnected)
+        body = events(hub, run.id, smoothing, cursor, xaxis, log_y, user, request.is_disconnected)
         return StreamingResponse(body, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

@@ -244,6 +244,13 @@
     source.addEventListener("snapshot", e => { state.received++; state.retry = 0; drawSnapshot(JSON.parse(e.data)); });
     source.addEventListener("delta", e => { state.received++; state.retry = 0; queueDelta(JSON.parse(e.data)); });
     source.addEventListener("gone", () => { source.close(); placeholders("This run no longer exists."); });
+    source.addEventListener("refused", e => {
+      // Over the per-user cap of open streams: say why, and try again later (other tabs may have closed by then).
+      source.close();
+      const box = el("live-status");
+      if (box) box.textContent = JSON.parse(e.data).error;
+      state.timer = setTimeout(() => { if (state.source === source) connect(null); }, 10000);
+    });
     source.onerror = () => {
       // EventSource reconnects by itself (sending Last-Event-ID); after a refusal (404/400) it stops: say so.
       if (source.readyState === EventSource.CLOSED && state.source === source) {
