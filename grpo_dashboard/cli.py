@@ -71,6 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--interval", type=float, default=0.5)
     s.add_argument("--until-idle", action="store_true", help="Exit once no run is active.")
 
+    s = sub.add_parser("reattach", help="Find this dashboard's jobs on Slurm and Hugging Face Jobs and put them back "
+                       "in the store (after losing the store, or on another machine).")
+    s.add_argument("--backend", choices=["slurm", "hf_jobs"], action="append",
+                   help="Only this backend (repeatable; default: both).")
+    s.add_argument("--namespace", help="Hugging Face Jobs namespace to list (default: your username).")
     s = sub.add_parser("build-tiny-model", help="Build the tiny random Qwen2 + char tokenizer used offline.")
     s.add_argument("path")
 
@@ -430,6 +435,27 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         return EXIT_OK
 
 
+def _cmd_reattach(args: argparse.Namespace) -> int:
+    from grpo_dashboard.errors import BackendError
+    from grpo_dashboard.launch.backends import BACKENDS
+    from grpo_dashboard.store.db import Store
+
+    store = Store()
+    names = args.backend or ["slurm", "hf_jobs"]
+    failed = 0
+    for name in names:
+        try:
+            found = BACKENDS[name].reattach(store, namespace=args.namespace)
+        except BackendError as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{name}: {len(found)} run(s) found again" + (":" if found else ""))
+        for r in found:
+            print(f"  {r.id:<44} {r.status:<10} {r.external_id or ''}")
+    return EXIT_FAILED if failed == len(names) else EXIT_OK
+
+
 def _cmd_build_tiny(args: argparse.Namespace) -> int:
     import importlib.util
 
@@ -445,5 +471,5 @@ def _cmd_build_tiny(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "validate": _cmd_validate, "launch": _cmd_launch, "runs": _cmd_runs, "show": _cmd_show, "logs": _cmd_logs,
-    "cancel": _cmd_cancel, "watch": _cmd_watch, "build-tiny-model": _cmd_build_tiny,
+    "cancel": _cmd_cancel, "watch": _cmd_watch, "reattach": _cmd_reattach, "build-tiny-model": _cmd_build_tiny,
 }

@@ -264,6 +264,30 @@ def test_reattach_recreates_runs_a_fresh_dashboard_has_never_seen(hub: FakeHub, 
     assert same_values(printed_records(lines), logged_records(fresh, run.id))
 
 
+def test_the_reattach_command_puts_a_lost_stores_runs_back(hub: FakeHub, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from grpo_dashboard import cli
+
+    hub.plans.append(Plan(lines=protocol_lines(5)))
+    store = Store()
+    run = follow_until_done(store, launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN).id)
+    fresh_dir = tmp_path / "fresh"
+    monkeypatch.setenv("GRPO_DASHBOARD_DATA_DIR", str(fresh_dir))  # restored after the test; --data-dir sets it
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    capsys.readouterr()
+    assert cli.main(["--data-dir", str(fresh_dir), "reattach", "--backend", "hf_jobs"]) == cli.EXIT_FAILED
+    assert "hf auth login" in capsys.readouterr().err  # no login: said, and nothing written
+    assert Store().list_runs() == []
+    monkeypatch.setenv("HF_TOKEN", TOKEN)  # the saved login, as `hf auth login` leaves it for the CLI
+    assert cli.main(["--data-dir", str(fresh_dir), "reattach", "--backend", "hf_jobs"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "hf_jobs: 1 run(s) found again:" in out and run.id in out
+    again = follow_until_done(Store(), run.id)
+    assert again.status == "completed" and again.n_records == 5
+    assert TOKEN not in out
+
+
 def test_401_and_402_and_unknown_namespace_fail_the_run_with_clear_messages(hub: FakeHub, tmp_path: Path) -> None:
     store = Store()
     bad = "hf_SomeoneElsesToken98765"
