@@ -437,6 +437,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 def _cmd_reattach(args: argparse.Namespace) -> int:
     from grpo_dashboard.errors import BackendError
+    from grpo_dashboard.launch import slurm
     from grpo_dashboard.launch.backends import BACKENDS
     from grpo_dashboard.store.db import Store
 
@@ -444,6 +445,13 @@ def _cmd_reattach(args: argparse.Namespace) -> int:
     names = args.backend or ["slurm", "hf_jobs"]
     failed = 0
     for name in names:
+        if name == "slurm":
+            try:
+                slurm.labelled_jobs()  # reattach itself finds nothing, silently, where Slurm does not answer
+            except slurm.SlurmError as exc:
+                print(f"slurm: {exc}", file=sys.stderr)
+                failed += 1
+                continue
         try:
             found = BACKENDS[name].reattach(store, namespace=args.namespace)
         except BackendError as exc:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from grpo_dashboard import cli
 from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import SpecError
 from grpo_dashboard.launch import runs, vllm_server
@@ -231,7 +232,8 @@ def test_refresh_finds_the_job_of_a_run_whose_id_was_never_stored(slurm: Any, tm
         slurm.command("scancel", job_id)
 
 
-def test_reattach_finds_jobs_by_their_run_label(slurm: Any, tmp_path: Path, data_dir: Path) -> None:
+def test_reattach_finds_jobs_by_their_run_label(slurm: Any, tmp_path: Path, data_dir: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
     """A dashboard that stopped between sbatch and storing the job id, and a run missing from the store: both are
     found again by the job's --comment label (held jobs: nothing runs)."""
     store = Store()
@@ -251,6 +253,10 @@ def test_reattach_finds_jobs_by_their_run_label(slurm: Any, tmp_path: Path, data
         assert found == jobs
         assert store.get_run(gone_id).backend == "slurm" and store.get_run(gone_id).name == "smoke"
         assert runs.refresh(store, store.get_run(lost_id)).status == "queued"  # pending, followed again
+        capsys.readouterr()
+        assert cli.main(["reattach", "--backend", "slurm"]) == cli.EXIT_OK
+        out = capsys.readouterr().out
+        assert "slurm: 2 run(s) found again:" in out and all(job_id in out for job_id in jobs.values()), out
     finally:
         for job_id in jobs.values():
             slurm.command("scancel", job_id)

@@ -418,8 +418,8 @@ def resume(store: Store, run: Run, token: str | None) -> bool:
 
 
 def labelled_jobs() -> dict[str, str]:
-    """This user's Slurm jobs that carry a run label: {run id: job id}."""
-    done = _slurm(["squeue", "--noheader", "--me", "--format=%i|%k"], check=False)
+    """This user's Slurm jobs that carry a run label: {run id: job id}; SlurmError when Slurm does not answer."""
+    done = _slurm(["squeue", "--noheader", "--me", "--format=%i|%k"])
     out: dict[str, str] = {}
     for line in done.stdout.splitlines():
         job_id, _, comment = line.strip().partition("|")
