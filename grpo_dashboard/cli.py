@@ -437,15 +437,15 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 def _cmd_reattach(args: argparse.Namespace) -> int:
     from grpo_dashboard.errors import BackendError
-    from grpo_dashboard.launch import slurm
+    from grpo_dashboard.launch import hf_jobs, slurm
     from grpo_dashboard.launch.backends import BACKENDS
     from grpo_dashboard.store.db import Store
 
     store = Store()
-    names = args.backend or ["slurm", "hf_jobs"]
+    names = args.backend or [slurm.KIND, hf_jobs.KIND]
     failed = 0
     for name in names:
-        if name == "slurm":
+        if name == slurm.KIND:
             try:
                 slurm.labelled_jobs()  # reattach itself finds nothing, silently, where Slurm does not answer
             except slurm.SlurmError as exc:
