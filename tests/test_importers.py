@@ -18,6 +18,8 @@ from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Store, data_dir
 from grpo_dashboard.store.export import export_metrics, metric_rows
 from grpo_dashboard.store.importers import IMPORTED, ImportRunError, import_run
+from grpo_dashboard.store.series import SYSTEM_SPLIT
+from grpo_dashboard.views import system_panel
 
 from .conftest import REPO
 
@@ -83,9 +85,14 @@ def test_trl_jsonl_log_and_export_metrics_round_trip(tmp_path: Path) -> None:
 
 def test_trackio_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trackio_dir = tmp_path / "trackio"
-    script = ("import trackio\n"
+    script = ("import time\nimport trackio\n"
               "trackio.init(project='grpo-proj', name='run-a', config={'learning_rate': 1e-6})\n"
               "for s in range(1, 6):\n    trackio.log({'reward': s / 10, 'kl': 0.01 * s}, step=s)\n"
+              "for u in (40.0, 60.0):\n"  # what trackio's GPU and CPU monitors log, by wall time
+              "    trackio.log_system({'gpu/0/utilization': u, 'gpu/0/allocated_memory': 10.0, "
+              "'gpu/0/total_memory': 80.0, 'gpu/0/memory_usage': 0.125, 'gpu/0/power': 300.0, "
+              "'cpu/utilization': 20.0, 'memory/used': 4.0, 'memory/percent': 12.5})\n"
+              "    time.sleep(0.05)\n"
               "trackio.finish()\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
                           env={**os.environ, "TRACKIO_DIR": str(trackio_dir), "HF_HUB_OFFLINE": "1"})
@@ -95,6 +102,18 @@ def test_trackio_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     run = import_run(db, store)
     assert _steps(store, run.id) == [(s, s / 10) for s in range(1, 6)]
     assert run.name == "grpo-proj/run-a"
+    assert run.max_steps == 5 and run.last_step == 5  # system samples, stepped by wall time, are not steps
+    def system(key: str) -> list[float]:
+        return [round(v, 3) for _, v, _ in store.series(run.id, key, SYSTEM_SPLIT)]
+
+    assert system("system/gpu0/utilization") == [40.0, 60.0]
+    assert store.series(run.id, "system/gpu0/utilization", SYSTEM_SPLIT)[0][0] > 1e12  # step = wall time in ms
+    assert system("system/gpu0/memory_used_gb") == [10.737] * 2  # trackio's GiB in GB
+    assert system("system/gpu0/memory_pct") == system("system/memory/pct") == [12.5, 12.5]
+    assert system("system/cpu/utilization") == [20.0, 20.0]
+    assert system("system/gpu0/power") == [300.0, 300.0]  # kept, under its own name
+    assert {"system/gpu0/utilization", "system/gpu0/memory_used_gb", "system/memory/used_gb"} <= set(
+        system_panel.panel_keys(store.metric_keys(run.id)))
     _assert_imported(store, run.id, "trackio")
     with pytest.raises(ImportRunError, match="no run named 'nope'"):
         import_run(db, store, run_name="nope")

@@ -28,6 +28,7 @@ from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Run, RunStatus, Store, data_dir
 from grpo_dashboard.store.ingest import ingest_file
+from grpo_dashboard.store.series import SYSTEM_SPLIT
 
 IMPORTED = "imported"  # the backend kind of an imported run: nothing runs it, nothing refreshes it
 TRACKIO_SCHEMAS = (1, 2)  # `PRAGMA user_version` of trackio project databases this importer reads
@@ -113,12 +114,48 @@ def _trackio(p: Path, run_name: str | None) -> Source:
                                           "ORDER BY step, id", (name,)):
         metrics = json.loads(blob.decode("utf-8") if isinstance(blob, bytes) else blob)
         rows.append((_split(metrics), int(step), _stamp(stamp), _flat(metrics)))
+    if "system_metrics" in tables:
+        rows.extend(_trackio_system(conn, name))
     config: dict[str, Any] = {}
     for (blob,) in conn.execute("SELECT config FROM configs WHERE run_name = ? ORDER BY id DESC LIMIT 1", (name,)):
         raw = json.loads(blob.decode("utf-8") if isinstance(blob, bytes) else blob)
         config = {k: v for k, v in raw.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
     conn.close()
     return Source("trackio", p, rows, config, f"{p.stem}/{name}")
+
+
+_GIB_AS_GB = 1024**3 / 1e9
+# trackio's system metric names (trackio/gpu.py, cpu.py) -> ours (jobs/grpo_job_setup.SystemSampler) and a factor.
+_TRACKIO_SYSTEM = {"utilization": ("utilization", 1.0), "allocated_memory": ("memory_used_gb", _GIB_AS_GB),
+                   "total_memory": ("memory_total_gb", _GIB_AS_GB), "memory_usage": ("memory_pct", 100.0)}
+_TRACKIO_HOST = {"cpu/utilization": ("system/cpu/utilization", 1.0),
+                 "memory/used": ("system/memory/used_gb", _GIB_AS_GB),
+                 "memory/total": ("system/memory/total_gb", _GIB_AS_GB),
+                 "memory/percent": ("system/memory/pct", 1.0)}
+
+
+def _trackio_system(conn: sqlite3.Connection, name: str) -> list[tuple[str, int, float | None, dict[str, Any]]]:
+    """The run's trackio system metrics (`trackio.log_system`, its GPU/CPU monitor) as `system` records stepped by
+    wall time in ms, as our jobs log them; names trackio and our System panel share are renamed, the rest kept
+    under `system/`."""
+    rows = []
+    for stamp, blob in conn.execute("SELECT timestamp, metrics FROM system_metrics WHERE run_name = ? "
+                                    "ORDER BY timestamp, id", (name,)):
+        t = _stamp(stamp)
+        if t is None:
+            continue
+        metrics: dict[str, Any] = {}
+        for key, value in _flat(json.loads(blob.decode("utf-8") if isinstance(blob, bytes) else blob)).items():
+            gpu = re.fullmatch(r"gpu/(\d+)/(\w+)", key)
+            if gpu:
+                ours, factor = _TRACKIO_SYSTEM.get(gpu.group(2), (gpu.group(2), 1.0))
+                ours = f"system/gpu{gpu.group(1)}/{ours}"
+            else:
+                ours, factor = _TRACKIO_HOST.get(key, (f"system/{key}", 1.0))
+            metrics[ours] = None if value is None else value * factor
+        if metrics:
+            rows.append((SYSTEM_SPLIT, int(t * 1000), t, metrics))
+    return rows
 
 
 def _stamp(text: Any) -> float | None:
@@ -250,7 +287,7 @@ def import_run(path: str | Path, store: Store | None = None, name: str | None = 
     spec = RunSpec(name=title, tags=[*(tags or []), IMPORTED, source.kind],
                    description=f"imported from {source.path} ({source.kind})")
     lines = [{"v": 1, "type": "event", "event": "started", "time": source.records[0][2] or time.time(),
-              "config": source.config, "max_steps": max(r[1] for r in source.records)}]
+              "config": source.config, "max_steps": max(r[1] for r in source.records if r[0] != SYSTEM_SPLIT)}]
     for split, step, stamp, metrics in source.records:
         lines.append({"v": 1, "type": "log", "split": split, "step": step, "time": stamp, "metrics": metrics})
     lines.append({"v": 1, "type": "event", "event": "finished", "time": source.records[-1][2] or time.time()})
