@@ -37,7 +37,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int
 def test_trainer_state_json_human_output_and_exit_1() -> None:
     result = doctor(FIXTURES / "trainer_state.json")
     assert result.returncode == 1, result.stderr
-    assert "ERROR    entropy_collapse       step 12" in result.stdout
+    assert "ERROR    entropy_collapse       first seen at step 12" in result.stdout
     assert "fix: " in result.stdout and "26 log records, steps 1-24" in result.stdout
 
 

@@ -118,7 +118,9 @@ def render_report(
     for f in findings:
         metric = f"  [{f.metric}]" if f.metric else ""
         state = f"  resolved at step {f.resolved_step}" if f.status == "resolved" else ""
-        out.write(f"{f.severity.upper():<8} {f.rule:<22} step {f.step}{metric}{state}\n")
+        # The onset is the first step the rule saw this (history); the message is the latest evaluation's, whose
+        # "since step N" may name a later step once the window has moved.
+        out.write(f"{f.severity.upper():<8} {f.rule:<22} first seen at step {f.step}{metric}{state}\n")
         out.write(textwrap.fill(f.message, _WIDTH, initial_indent="  ", subsequent_indent="  ") + "\n")
         out.write(textwrap.fill(f.remedy, _WIDTH, initial_indent="  fix: ", subsequent_indent="       ") + "\n\n")
     counts = {s: sum(f.severity == s and f.status == "active" for f in findings) for s in ("error", "warning", "info")}
