@@ -105,6 +105,31 @@ def test_flat_run_forecasts_no_gain_and_the_doctor_says_stop() -> None:
     assert not [f for f in diagnose(records) if f.rule == "forecast_stop"]  # max_steps unknown: nothing to say
 
 
+def test_a_run_that_rose_then_levelled_off_is_forecast_at_its_recent_level() -> None:
+    # A climb, then a long noisy level: the held-flat recent mean predicted the held-out fifth best, and its
+    # weight grows with the square of how much better it did.
+    rng = np.random.default_rng(5)
+    steps = np.arange(1, 201)
+    mean = np.where(steps < 40, 0.2 + 0.5 * steps / 40, 0.7)
+    records = [{"step": int(s), "reward": float(m + rng.normal(0, 0.05))} for s, m in zip(steps, mean, strict=True)]
+    fc = forecast(MetricFrame.from_records(records), {}, max_steps=1000)
+    weights = dict(zip([m.model for m in fc.curve.members], fc.curve.weights, strict=True))
+    errors = {m.model: m.holdout_rmse for m in fc.curve.members}
+    assert weights["level"] > weights["const"]
+    ratio = weights["level"] / weights["const"]
+    assert ratio == pytest.approx((errors["const"] / errors["level"]) ** 2, rel=1e-6)
+    assert abs(fc.reward_at_max_steps["value"] - 0.7) < 0.03
+
+
+def test_a_straight_climb_is_not_extrapolated_to_an_absurd_plateau() -> None:
+    # A saturating family fitted to a straight line puts its plateau as far away as the grid allows; plateaus more
+    # than half the logged range beyond the data are refused, so the forecast stays near what was seen.
+    records = [{"step": s, "reward": 0.005 * s} for s in range(1, 101)]
+    fc = forecast(MetricFrame.from_records(records), {}, max_steps=1000)
+    assert all(m.plateau <= 0.5 + 0.5 * 0.495 + 1e-9 for m in fc.curve.members)
+    assert fc.plateau_reward["value"] <= 0.75 and fc.reward_at_max_steps["value"] <= 0.75
+
+
 def _write(tmp_path: Path, records: list[dict], name: str = "log.jsonl") -> Path:
     path = tmp_path / name
     path.write_text("".join(json.dumps(r) + "\n" for r in records))

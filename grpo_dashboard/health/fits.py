@@ -1,10 +1,12 @@
-"""The saturating fits of reward over steps that the forecast blends: exponential and power-law approaches and a
-constant.
+"""The saturating fits of reward over steps that the forecast blends: exponential and power-law approaches, a
+constant (the mean of every point) and a level (the mean of the last quarter, held flat: the persistence forecast).
 
 Each family is fitted for every value on a grid of its shape parameter with its linear parameters in closed form
-(least squares), on at most ``_MAX_POINTS`` bin means. ``fit_reward_curve`` scores each family on the last fifth of
-the log after fitting the first four fifths and blends them by 1 / that error; ``bootstrap`` varies the blend by
-resampling its residuals. Only numpy is needed.
+(least squares), on at most ``_MAX_POINTS`` bin means; a grid point whose plateau lies more than ``_PLATEAU_REACH``
+times the logged range beyond the data is a straight line in disguise and is skipped. ``fit_reward_curve`` scores
+each family on the last fifth of the log after fitting the first four fifths and blends them by 1 / that error
+squared (inverse-variance weights: a family that clearly predicted better dominates); ``bootstrap`` varies the blend
+by resampling its residuals. Only numpy is needed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import numpy as np
 
 MIN_POINTS = 8
 _HOLDOUT = 0.2
+_LEVEL_SHARE = 0.25  # the "level" family: the mean of the last quarter of the points, held flat
+FLAT_MODELS = ("const", "level")
+_PLATEAU_REACH = 0.5  # a plateau may lie at most this many times the logged reward's range beyond it
 _BOOTSTRAP = 60
 _MAX_POINTS = 400
 _RATE_GRID = np.geomspace(0.03, 30.0, 36)  # tau or s, as a multiple of the fitted step span
@@ -59,6 +64,11 @@ def _basis(model: str, x: np.ndarray, x0: float, shape: tuple[float, ...]) -> np
     return np.stack([ones, np.zeros_like(x)], axis=-1)
 
 
+def level_window(n: int) -> int:
+    """How many of the last of ``n`` points the ``level`` family averages."""
+    return min(n, max(MIN_POINTS // 2, int(round(n * _LEVEL_SHARE))))
+
+
 def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
     """Best curve of one family on (x, y): grid over the shape parameter, linear least squares for the rest."""
     x0, span = float(x[0]), max(float(x[-1] - x[0]), 1.0)
@@ -66,17 +76,26 @@ def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
         mean = float(np.mean(y))
         rmse = float(np.sqrt(np.mean((y - mean) ** 2)))
         return Curve("const", mean, mean, x0, (), (mean, 0.0), rmse, math.nan)
+    if model == "level":
+        recent = y[-level_window(y.size):]
+        level = float(np.mean(recent))
+        rmse = float(np.sqrt(np.mean((recent - level) ** 2)))
+        return Curve("level", level, level, x0, (), (level, 0.0), rmse, math.nan)
     shapes: list[tuple[float, ...]]
     if model == "exp":
         shapes = [(r * span,) for r in _RATE_GRID]
     else:
         shapes = [(r * span, a) for r in _RATE_GRID[::3] for a in _ALPHA_GRID]
     best: tuple[float, tuple[float, ...], np.ndarray] | None = None
+    lo, hi = float(np.min(y)), float(np.max(y))
+    reach = _PLATEAU_REACH * max(hi - lo, 1e-9)
     for shape in shapes:
         basis = _basis(model, x, x0, shape)
         coef, *_ = np.linalg.lstsq(basis, y, rcond=None)
         # A saturating approach: the curve must not bend back (B's sign fixes the direction, any is allowed), and
-        # a plateau absurdly far from the data means the grid point is a straight line in disguise.
+        # a plateau absurdly far from the data means the grid point is a straight line in disguise: skipped.
+        if not lo - reach <= coef[0] <= hi + reach:
+            continue
         sse = float(np.sum((basis @ coef - y) ** 2))
         if best is None or sse < best[0]:
             best = (sse, shape, coef)
@@ -90,7 +109,7 @@ def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
 
 @dataclass
 class Blend:
-    """The three families fitted on every point, weighted by 1 / their held-out error: a family that predicted the
+    """The families fitted on every point, weighted by 1 / their held-out error squared: a family that predicted the
     last fifth of the log well dominates, and when none clearly wins the forecast does not bet on one extrapolation.
     Quacks like a ``Curve`` (call it, ``plateau``, ``gain_step``)."""
 
@@ -118,7 +137,7 @@ class Blend:
         return float(self(self.x0))
 
     def describe(self) -> str:
-        """``exp 0.62 / power 0.31 / const 0.07``."""
+        """``exp 0.62 / power 0.31 / const 0.02 / level 0.05``."""
         return " / ".join(f"{m.model} {w:.2f}" for m, w in zip(self.members, self.weights, strict=True))
 
     def __call__(self, x: np.ndarray | float) -> np.ndarray:
@@ -151,7 +170,7 @@ def binned(x: np.ndarray, y: np.ndarray, bins: int = _MAX_POINTS) -> tuple[np.nd
 
 
 def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Blend | None, str | None]:
-    """The saturating families fitted on every point, weighted by their error on the last fifth of the log when
+    """The families fitted on every point, weighted by 1 / their squared error on the last fifth of the log when
     fitted on the first four fifths; or None and why."""
     ok = np.isfinite(values) & np.isfinite(steps)
     x, y = steps[ok].astype(float), values[ok].astype(float)
@@ -162,7 +181,7 @@ def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Blend | Non
     x, y = binned(x, y)
     cut = max(MIN_POINTS // 2, int(round(x.size * (1 - _HOLDOUT))))
     members, errors = [], []
-    for model in ("exp", "power", "const"):
+    for model in ("exp", "power", "const", "level"):
         early = _fit_model(model, x[:cut], y[:cut])
         full = _fit_model(model, x, y)
         if early is None or full is None:
@@ -173,7 +192,7 @@ def fit_reward_curve(steps: np.ndarray, values: np.ndarray) -> tuple[Blend | Non
         errors.append(max(err, 1e-9))
     if not members:
         return None, "no model could be fitted"
-    inverse = 1.0 / np.array(errors)
+    inverse = 1.0 / np.array(errors) ** 2
     weights = (inverse / inverse.sum()).tolist()
     blend = Blend(members, weights, float(np.dot(weights, errors)))
     blend.rmse = float(np.sqrt(np.mean((np.asarray(blend(x)) - y) ** 2)))

@@ -7,11 +7,12 @@ Two fits, both on the log so far and nothing else:
   ceiling the run can reach by spending its entropy -- is ``b - a``. Fitted by least squares on ``(H, R)`` pairs;
   reported with its R^2, or with the reason it does not apply (too few points, entropy not falling, no rise).
 * **Saturating curve of reward over steps**: an exponential approach ``A + B * exp(-(x - x0) / tau)``, a power-law
-  approach ``A + B * ((x - x0) / s + 1) ** -alpha`` and a constant, each fitted for every value on a grid of its
-  shape parameter with the linear parameters in closed form. Each family is scored by its error on the last fifth of
-  the log when fitted on the first four fifths, and the forecast weights the families by 1 / that error (on the
-  real logs this beat picking the single best family: see benchmarks/forecast_backtest.py). The band comes from a
-  residual bootstrap plus the held-out error. Runs with enough evaluations are forecast on the eval reward.
+  approach ``A + B * ((x - x0) / s + 1) ** -alpha``, a constant and a level (the recent mean held flat), each fitted
+  for every value on a grid of its shape parameter with the linear parameters in closed form. Each family is scored
+  by its error on the last fifth of the log when fitted on the first four fifths, and the forecast weights the
+  families by 1 / that error squared (on the real logs this beat picking the single best family, and weights of
+  1 / error: see benchmarks/forecast_backtest.py). The band comes from a residual bootstrap plus the held-out error.
+  Runs with enough evaluations are forecast on the eval reward.
 
 Numbers come with ``{value, low, high}`` (a 90 % band) or ``None`` with a ``reason``. Only numpy is needed.
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .fits import _BOOTSTRAP, _MAX_POINTS, MIN_POINTS, Blend, binned, fit_reward_curve
+from .fits import _BOOTSTRAP, _MAX_POINTS, FLAT_MODELS, MIN_POINTS, Blend, binned, fit_reward_curve, level_window
 from .fits import bootstrap as resampled_draws
 from .series import MetricFrame, Series
 
@@ -257,9 +258,13 @@ def forecast(
 
     plateau_idx = len(targets)
     out.plateau_reward = band_at(plateau_idx, curve.plateau)
-    if curve.model == "const":
-        out.plateau_step = {"value": int(x[0]), "low": int(x[0]), "high": int(x[0])}
-        out.reasons["plateau_step"] = "the reward is flat: the best model is a constant, the plateau is already here"
+    if curve.model in FLAT_MODELS:
+        # Flat over the whole log (const), or since the recent window began (level): the plateau is already here.
+        first = int(x[0]) if curve.model == "const" else int(bx[-level_window(bx.size)])
+        out.plateau_step = {"value": first, "low": first, "high": first}
+        out.reasons["plateau_step"] = (
+            "the reward is flat: the best model is a constant, the plateau is already here" if curve.model == "const"
+            else "the reward has levelled off: its recent mean, held flat, predicted best; the plateau is here")
     else:
         s95 = curve.gain_step(0.95)
         steps95 = draws[:, plateau_idx + 1] if draws.size else np.array([s95])
@@ -269,7 +274,7 @@ def forecast(
         own = [
             m.gain_step(0.95)
             for m, w in zip(curve.members, curve.weights, strict=True)
-            if w >= 0.2 and m.model != "const" and math.isfinite(m.gain_step(0.95))
+            if w >= 0.2 and m.model not in FLAT_MODELS and math.isfinite(m.gain_step(0.95))
         ]
         s_lo, s_hi = min([s_lo, *own]), max([s_hi, *own])
         # A family that never settles (a power law's tail) would put the band's end at absurd steps: capped at ten

@@ -147,6 +147,7 @@ def forecast_cell(store: Store, run: Run, saved: dict[str, tuple[str, str]] | No
 
 
 def _cell(store: Store, run: Run) -> str:
+    from grpo_dashboard.health.fits import FLAT_MODELS
     from grpo_dashboard.health.forecast import forecast
 
     from .overview import metric_frame
@@ -154,7 +155,7 @@ def _cell(store: Store, run: Run) -> str:
     fc = forecast(metric_frame(store, run.id), {"max_steps": run.max_steps} if run.max_steps else {}, bootstrap=False)
     if fc.plateau_reward is None:
         return "—"
-    if fc.curve is not None and fc.curve.model == "const":
+    if fc.curve is not None and fc.curve.model in FLAT_MODELS:
         return f"flat {fc.plateau_reward['value']:.3g}"
     step = fc.plateau_step["value"] if fc.plateau_step else None
     return f"{fc.plateau_reward['value']:.3g}" + (f" by {step}" if step is not None else "")
