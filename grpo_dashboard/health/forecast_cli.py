@@ -105,7 +105,7 @@ def render(
     out.write(f" now {fc.reward_now:.3g}\n" if fc.reward_now is not None else "\n")
     if fc.curve is not None:
         out.write(
-            f"  fit: {fc.curve.model} ({fc.curve.describe()}, weighted by 1 / held-out error; rmse "
+            f"  fit: {fc.curve.model} ({fc.curve.describe()}, weighted by 1 / held-out error squared; rmse "
             f"{fc.curve.rmse:.3g})\n"
         )
     for key, label, unit in SUMMARY:
