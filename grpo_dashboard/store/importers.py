@@ -112,13 +112,13 @@ def _trackio(p: Path, run_name: str | None) -> Source:
     rows = []
     for step, stamp, blob in conn.execute("SELECT step, timestamp, metrics FROM metrics WHERE run_name = ? "
                                           "ORDER BY step, id", (name,)):
-        metrics = json.loads(blob.decode("utf-8") if isinstance(blob, bytes) else blob)
+        metrics = _json(blob)
         rows.append((_split(metrics), int(step), _stamp(stamp), _flat(metrics)))
     if "system_metrics" in tables:
         rows.extend(_trackio_system(conn, name))
     config: dict[str, Any] = {}
     for (blob,) in conn.execute("SELECT config FROM configs WHERE run_name = ? ORDER BY id DESC LIMIT 1", (name,)):
-        raw = json.loads(blob.decode("utf-8") if isinstance(blob, bytes) else blob)
+        raw = _json(blob)
         config = {k: v for k, v in raw.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
     conn.close()
     return Source("trackio", p, rows, config, f"{p.stem}/{name}")
@@ -145,7 +145,7 @@ def _trackio_system(conn: sqlite3.Connection, name: str) -> list[tuple[str, int,
         if t is None:
             continue
         metrics: dict[str, Any] = {}
-        for key, value in _flat(json.loads(blob.decode("utf-8") if isinstance(blob, bytes) else blob)).items():
+        for key, value in _flat(_json(blob)).items():
             gpu = re.fullmatch(r"gpu/(\d+)/(\w+)", key)
             if gpu:
                 ours, factor = _TRACKIO_SYSTEM.get(gpu.group(2), (gpu.group(2), 1.0))
@@ -156,6 +156,11 @@ def _trackio_system(conn: sqlite3.Connection, name: str) -> list[tuple[str, int,
         if metrics:
             rows.append((SYSTEM_SPLIT, int(t * 1000), t, metrics))
     return rows
+
+
+def _json(blob: str | bytes) -> Any:
+    """A JSON column of trackio's database (text, or bytes in older projects)."""
+    return json.loads(blob.decode("utf-8") if isinstance(blob, bytes) else blob)
 
 
 def _stamp(text: Any) -> float | None:
