@@ -15,9 +15,9 @@ from grpo_dashboard.launch import hub_client, runs
 from grpo_dashboard.space import access
 from grpo_dashboard.spec import presets
 from grpo_dashboard.store.db import Store
-from grpo_dashboard.ui import auth, compare, detail, new_run, preflight, runs_tab
+from grpo_dashboard.ui import auth, compare, detail, guard, new_run, preflight, runs_tab
 from grpo_dashboard.ui.context import UiContext
-from grpo_dashboard.ui.guard import guarded
+from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.ui.serving import DashboardBlocks, page_head, short_circuit_missing_optional_imports
 from grpo_dashboard.views import overview
 
@@ -70,7 +70,8 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
         def who_text(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None) -> str:
             return auth.who_text(ctx, profile, oauth)
 
-        demo.load(who_text, None, [who], api_name="who", show_progress="hidden")
+        demo.load(gate(ctx, "who", who_text), None, [who], api_name="who", show_progress="hidden")
+    guard.seal(demo, ctx)
     demo.monitor = ctx.monitor.start() if ctx.monitor else None
     demo.ctx = ctx
     demo.form_keys = [f.key for f in new.fields]
@@ -101,7 +102,7 @@ def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, 
         return [*outputs, gr.update(choices=choices, value=run.id), gr.Tabs(selected="detail"), run.id]
 
     launched = gr.Textbox(visible=False, elem_id="launched-run-id")
-    new.launch.click(guarded(ctx, launch, what="launch", sign_in=False, pass_user=True), [*new.inputs, new.yaml],
+    new.launch.click(gate(ctx, "launch", launch, what="launch", pass_user=True), [*new.inputs, new.yaml],
                      [new.summary, *new.group_errors.values(), *new.inputs, det.run, tabs, launched],
                      api_name="launch")
 
@@ -132,7 +133,7 @@ def _wire_navigation(ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.Detai
             return [gr.skip(), gr.skip()]
         return [gr.update(choices=choices, value=run_id), gr.Tabs(selected="detail")]
 
-    runs_t.table.select(open_row, [runs_t.table], [det.run, tabs], api_name="open_run",
+    runs_t.table.select(gate(ctx, "open_run", open_row), [runs_t.table], [det.run, tabs], api_name="open_run",
                         api_visibility="undocumented")
 
     def open_run(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str) -> list[Any]:
@@ -144,7 +145,7 @@ def _wire_navigation(ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.Detai
         return [gr.update(choices=choices, value=run.id), gr.Tabs(selected="detail")]
 
     ref = gr.Textbox(visible=False, elem_id="open-run-ref")
-    ref.submit(open_run, [ref], [det.run, tabs], api_name="open_run_by_ref")
+    ref.submit(gate(ctx, "open_run_by_ref", open_run), [ref], [det.run, tabs], api_name="open_run_by_ref")
 
     def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, last: list[Any] | None) -> list[Any]:
         _, current = mine(profile, oauth)
@@ -152,8 +153,9 @@ def _wire_navigation(ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.Detai
             return [gr.skip(), gr.skip(), last]
         return [gr.update(choices=current), gr.update(choices=current), current]
 
-    runs_t.timer.tick(choices, [runs_t.last_choices], [det.run, compare_dd, runs_t.last_choices],
-                      api_name="run_choices", concurrency_limit=None, show_progress="hidden")
+    runs_t.timer.tick(gate(ctx, "run_choices", choices), [runs_t.last_choices],
+                      [det.run, compare_dd, runs_t.last_choices], api_name="run_choices", concurrency_limit=None,
+                      show_progress="hidden")
 
 
 def initial_view(ctx: UiContext, user: access.User, query: dict[str, str]) -> tuple[list[tuple[str, str]], str | None,
@@ -186,10 +188,11 @@ def _wire_page_state(ctx: UiContext, demo: gr.Blocks, runs_t: runs_tab.RunsTab, 
     # The page's own query string (a queued event's request is Gradio's, not the page's URL).
     search = gr.Textbox(visible=False)
     page_js = "() => [window.grpoLive ? window.grpoLive.initialSearch : window.location.search]"
-    demo.load(load, [search], [det.run, compare_dd, tabs, runs_t.timer, runs_t.last_choices], api_name="page_state",
-              show_progress="hidden", js=page_js).then(None, det.live_inputs, None, js=detail.FOLLOW_JS,
-                                                   api_visibility="private")
+    demo.load(gate(ctx, "page_state", load), [search], [det.run, compare_dd, tabs, runs_t.timer, runs_t.last_choices],
+              api_name="page_state", show_progress="hidden", js=page_js
+              ).then(None, det.live_inputs, None, js=detail.FOLLOW_JS, api_visibility="private")
     for tab_id, block in tab_blocks.items():
         url_js = f"() => {{ window.grpoLive && window.grpoLive.setTab('{tab_id}'); return []; }}"
-        block.select(lambda tid=tab_id: gr.Timer(active=tid == "runs"), None, [runs_t.timer], show_progress="hidden",
-                     queue=False, api_visibility="private", js=url_js)
+        timer_on = gate(ctx, "tab_timer", lambda tid=tab_id: gr.Timer(active=tid == "runs"))
+        block.select(timer_on, None, [runs_t.timer], show_progress="hidden", queue=False, api_visibility="private",
+                     js=url_js)

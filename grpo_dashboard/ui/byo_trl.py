@@ -14,6 +14,7 @@ from grpo_dashboard.errors import BackendError, RunNotFound, SpecError
 from grpo_dashboard.space import access
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.views import overview
 
 
@@ -66,7 +67,8 @@ def new_run_import(ctx: UiContext, tab: Any) -> None:
         return [spec_yaml, new_run._command(spec_yaml), md,
                 *new_run._form_updates(tab, forms.values_from_yaml(spec_yaml))]
 
-    button.click(run, [pasted, upload], [tab.yaml, tab.command, table, *tab.inputs], api_name="import_trl")
+    button.click(gate(ctx, "import_trl", run, what="TRL import"), [pasted, upload],
+                 [tab.yaml, tab.command, table, *tab.inputs], api_name="import_trl")
 
 
 # --- Run detail: resume, metrics download -----------------------------------------------------------------------
@@ -111,7 +113,8 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         steps, chosen, text = resume_choices(ctx, run_id, user_of(ctx, profile, oauth))
         return [gr.update(choices=steps, value=chosen), text]
 
-    run_dd.change(choices, [run_dd], [checkpoint, note], api_name="resume_choices", show_progress="hidden")
+    run_dd.change(gate(ctx, "resume_choices", choices), [run_dd], [checkpoint, note], api_name="resume_choices",
+                  show_progress="hidden")
 
     def resume(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
                step: str | None) -> str:
@@ -127,7 +130,8 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
             raise gr.Error(access.redact(str(exc), user.token)) from None
         return access.redact(overview.status_markdown(run) + f"\n\nResumed from step {run.last_step}.", user.token)
 
-    resume_btn.click(resume, [run_dd, checkpoint], [note], api_name="resume_run")  # the live status follows
+    resume_btn.click(gate(ctx, "resume_run", resume, what="resume"), [run_dd, checkpoint], [note],
+                     api_name="resume_run")  # the live status follows
 
     def export(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
                suffix: str) -> str:
@@ -140,7 +144,8 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         export_metrics(ctx.store, run.id, path)
         return str(path)
 
-    export_btn.click(export, [run_dd, fmt], [download], api_name="export_metrics")
+    export_btn.click(gate(ctx, "export_metrics", export, what="metrics export"), [run_dd, fmt], [download],
+                     api_name="export_metrics")
 
 
 # --- Runs: import a run, filter by tag --------------------------------------------------------------------------
@@ -168,5 +173,5 @@ def runs_tools(ctx: UiContext) -> gr.Textbox:
             raise gr.Error(str(exc)) from None
         return f"Imported **{imported.name}** (`{imported.id}`, {imported.n_records} records, read-only)."
 
-    button.click(run, [upload], [note], api_name="import_run")
+    button.click(gate(ctx, "import_run", run, what="run import"), [upload], [note], api_name="import_run")
     return tag

@@ -12,6 +12,7 @@ from grpo_dashboard.store.importers import IMPORTED
 from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.views import charts, display, overview, system_panel
 
 
@@ -86,7 +87,7 @@ def build(ctx: UiContext) -> gr.Dropdown:
                metric_key: str | None, sm: float, log: bool, x: str) -> tuple[Any, Any, Any]:
         return compare(ctx, run_ids, metric_key, sm, log, x, user=user_of(ctx, profile, oauth))
 
-    gr.on([runs_dd.change, metric.input, smoothing.release, log_y.input, xaxis.input, refresh_btn.click], update,
-          [runs_dd, metric, smoothing, log_y, xaxis], [metric, plot, diff], api_name="compare",
-          concurrency_limit=None, trigger_mode="always_last", show_progress="hidden")
+    gr.on([runs_dd.change, metric.input, smoothing.release, log_y.input, xaxis.input, refresh_btn.click],
+          gate(ctx, "compare", update), [runs_dd, metric, smoothing, log_y, xaxis], [metric, plot, diff],
+          api_name="compare", concurrency_limit=None, trigger_mode="always_last", show_progress="hidden")
     return runs_dd

@@ -27,6 +27,7 @@ from grpo_dashboard.ui import byo_trl, manage_run
 from grpo_dashboard.ui import trajectories as trajectories_tab
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.ui.serving import postprocessed
 from grpo_dashboard.views import chart_json, charts, completions, overview, remote_status
 from grpo_dashboard.views import forecast as forecast_view
@@ -229,15 +230,15 @@ def build(ctx: UiContext) -> DetailTab:
         # The timer's inputs are plain values (no preprocessing needed); outputs are postprocessed here, in one thread.
         return postprocessed(outputs, render(ctx, *args, user=user_of(ctx, profile, oauth)))
 
-    timer.tick(poll, controls, outputs, api_name="detail_poll", concurrency_limit=None, show_progress="hidden",
-               trigger_mode="always_last", preprocess=False, postprocess=False)
+    timer.tick(gate(ctx, "detail_poll", poll), controls, outputs, api_name="detail_poll", concurrency_limit=None,
+               show_progress="hidden", trigger_mode="always_last", preprocess=False, postprocess=False)
     # preprocess=False: the inputs are plain values, and a step outside the slider's build-time range (or none,
     # from an API client) is the handler's to resolve (samples_table), not an input error.
-    api_render.click(update, controls, outputs, api_name="detail_render", concurrency_limit=None,
-                     show_progress="hidden", preprocess=False)
-    gr.on([run_dd.change, follow.input, sort_by.input, descending.input, refresh.click], view, controls, outputs,
-          api_name="detail_view", concurrency_limit=None, trigger_mode="always_last", show_progress="hidden",
-          preprocess=False)
+    api_render.click(gate(ctx, "detail_render", update), controls, outputs, api_name="detail_render",
+                     concurrency_limit=None, show_progress="hidden", preprocess=False)
+    gr.on([run_dd.change, follow.input, sort_by.input, descending.input, refresh.click],
+          gate(ctx, "detail_view", view), controls, outputs, api_name="detail_view", concurrency_limit=None,
+          trigger_mode="always_last", show_progress="hidden", preprocess=False)
     live_inputs = [run_dd, smoothing, log_y, xaxis]
     gr.on([run_dd.change, smoothing.release, log_y.input, xaxis.input], None, live_inputs, None, js=FOLLOW_JS,
           api_visibility="private")
@@ -247,15 +248,15 @@ def build(ctx: UiContext) -> DetailTab:
         extra = [h for h in headers if h not in completions.SORTS and h not in ("#", "prompt", "completion")]
         return gr.update(choices=[*completions.SORTS[:-1], *extra, completions.SORTS[-1]])
 
-    samples_df.change(sort_choices, [samples_df], [sort_by], show_progress="hidden", queue=False,
-                      api_visibility="private")
+    samples_df.change(gate(ctx, "sort_choices", sort_choices), [samples_df], [sort_by], show_progress="hidden",
+                      queue=False, api_visibility="private")
 
     def pick_step(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
         user = user_of(ctx, profile, oauth)
         return [False, *render(ctx, args[0], args[1], args[2], args[3], False, *args[5:], user=user, live=True)]
 
-    step_sl.release(pick_step, controls, [follow, *outputs], api_name="detail_step", concurrency_limit=None,
-                    show_progress="hidden", preprocess=False)
+    step_sl.release(gate(ctx, "detail_step", pick_step), controls, [follow, *outputs], api_name="detail_step",
+                    concurrency_limit=None, show_progress="hidden", preprocess=False)
 
     def cancel(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> Any:
         if not run_id:
@@ -270,7 +271,8 @@ def build(ctx: UiContext) -> DetailTab:
     # A run may be hours of paid GPU time: the browser asks first (an empty answer cancels nothing).
     confirm = ("(r) => (r && window.confirm('Cancel run ' + r + '? The job is stopped; its logged metrics are kept.')"
                " ? [r] : [null])")
-    cancel_btn.click(guarded_cancel(cancel), [run_dd], [status], api_name="cancel_run", js=confirm)
+    cancel_btn.click(gate(ctx, "cancel_run", guarded_cancel(cancel)), [run_dd], [status], api_name="cancel_run",
+                     js=confirm)
     return DetailTab(run_dd, outputs, manage, live_inputs)
 
 

@@ -13,6 +13,7 @@ from grpo_dashboard.launch import runs
 from grpo_dashboard.space import access
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.views import overview
 
 MAX_NAME = 120
@@ -97,7 +98,7 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
             return ["", "", ""]
         return [run.name, ctx.store.notes().get(run.id, ""), ""]
 
-    run_dd.change(fill, [run_dd], [name, note, message], show_progress="hidden", queue=False,
+    run_dd.change(gate(ctx, "manage_fill", fill), [run_dd], [name, note, message], show_progress="hidden", queue=False,
                   api_visibility="private")
 
     def do_rename(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
@@ -106,13 +107,13 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
         text = rename(ctx, user, run_id, new_name)
         return [text, gr.update(choices=_choices(ctx, user), value=run_id)]
 
-    rename_btn.click(do_rename, [run_dd, name], [message, run_dd], api_name="rename_run")
+    rename_btn.click(gate(ctx, "rename_run", do_rename), [run_dd, name], [message, run_dd], api_name="rename_run")
 
     def do_note(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
                 text: str) -> str:
         return save_note(ctx, user_of(ctx, profile, oauth), run_id, text)
 
-    note_btn.click(do_note, [run_dd, note], [message], api_name="note_run")
+    note_btn.click(gate(ctx, "note_run", do_note), [run_dd, note], [message], api_name="note_run")
 
     def do_delete(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> list[Any]:
         if run_id is None:  # the confirmation was declined
@@ -124,5 +125,6 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
 
     confirm = ("(r) => (r && window.confirm('Delete run ' + r + ' and its run directory (metrics, log, samples, "
                "checkpoints)? This cannot be undone.') ? [r] : [null])")
-    delete_btn.click(do_delete, [run_dd], [message, run_dd], api_name="delete_run", js=confirm)
+    delete_btn.click(gate(ctx, "delete_run", do_delete), [run_dd], [message, run_dd], api_name="delete_run",
+                     js=confirm)
     return ManageRun(name, note, message)

@@ -17,10 +17,8 @@ from grpo_dashboard.spec.jobfiles import rewards_module
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.ui import byo_trl
 from grpo_dashboard.ui.context import UiContext
-from grpo_dashboard.ui.guard import guarded
+from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.views import overview
-
-VALIDATE_LIMIT_S = 120.0
 
 FORM_GROUPS = [g for g in forms.GROUPS if g != "Run"]
 
@@ -222,9 +220,9 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         _, errors, warnings = check_form(_values(tab, tuple(vals)), yaml_text, ctx.base_dir, user, ctx.settings)
         return validate_outputs(tab, errors, warnings, "### ✔ Valid: ready to launch.")
 
-    tab.validate.click(guarded(ctx, validate, what="validation", limit_s=VALIDATE_LIMIT_S, pass_user=True),
+    tab.validate.click(gate(ctx, "validate", validate, what="validation", pass_user=True),
                        [*tab.inputs, tab.yaml], [tab.summary, *tab.group_errors.values(), *tab.inputs],
-                       api_name="validate", concurrency_limit=4)  # may read the Hub: a few at once
+                       api_name="validate")
 
     def load_preset(name: str) -> list[Any]:
         text = presets.preset_yaml(name)
@@ -232,7 +230,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         return [text, _command(text), f"Loaded preset **{name}**.", *[gr.update(value="") for _ in range(n_groups)],
                 *_form_updates(tab, values)]
 
-    tab.preset.select(load_preset, [tab.preset],
+    tab.preset.select(gate(ctx, "load_preset", load_preset), [tab.preset],
                      [tab.yaml, tab.command, tab.summary, *tab.group_errors.values(), *tab.inputs],
                      api_name="load_preset", show_progress="hidden", concurrency_limit=None)
 
@@ -247,7 +245,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
     # Gradio's textbox sends `input` from its key handlers only, so a value pasted with the mouse, dropped or
     # autofilled reaches the YAML when the field loses focus.
     triggers = [c.input for c in tab.inputs] + [c.blur for c in tab.inputs if isinstance(c, gr.Textbox)]
-    gr.on(triggers, guarded(ctx, form_to_yaml, what="YAML update", scrub=False),
+    gr.on(triggers, gate(ctx, "form_to_yaml", form_to_yaml, what="YAML update", scrub=False),
           [*tab.inputs, tab.yaml], [tab.yaml, tab.command, tab.summary],
           api_name="form_to_yaml", trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)
 
@@ -263,7 +261,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
             return [gr.skip(), _summary(bad, [], ""), *updates]
         return [_command(yaml_text), "YAML applied to the form.", *_form_updates(tab, values)]
 
-    tab.yaml.input(guarded(ctx, yaml_to_form, what="form update", scrub=False), [tab.yaml],
+    tab.yaml.input(gate(ctx, "yaml_to_form", yaml_to_form, what="form update", scrub=False), [tab.yaml],
                    [tab.command, tab.summary, *tab.inputs], api_name="yaml_to_form",
                    trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)
 

@@ -1,8 +1,9 @@
 """Pre-flight tab: before paying for GPUs, inspect the dataset, run the reward contract check (sandboxed) and estimate
 memory, flavor, time and cost, all from the spec in the New run tab's YAML view.
 
-On a Space every check needs a signed-in user and runs under a time limit (guard.py), the spec's code and file rules
-(access.py) hold, Hub reads use the user's own token or none, and no tokenizer of the spec is loaded here."""
+On a Space every check needs a signed-in user and runs in a fair worker pool under a time limit (guard.py,
+space/policy.py), the spec's code and file rules (access.py) hold, Hub reads use the user's own token or none, and no
+tokenizer of the spec is loaded here."""
 
 from __future__ import annotations
 
@@ -14,11 +15,8 @@ from grpo_dashboard.errors import SpecError
 from grpo_dashboard.space import access
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.ui.context import UiContext
-from grpo_dashboard.ui.guard import guarded
+from grpo_dashboard.ui.guard import gate
 
-INSPECT_LIMIT_S = 120.0
-REWARDS_LIMIT_S = 300.0
-HARDWARE_LIMIT_S = 60.0
 FENCE = "`" * 3 + "\n"
 
 
@@ -100,9 +98,9 @@ def build(ctx: UiContext, spec_yaml: Any) -> None:
     def hardware(user: access.User, yaml_text: str) -> str:
         return hardware_text(ctx, yaml_text, user)
 
-    inspect_btn.click(guarded(ctx, inspect, what="dataset inspection", limit_s=INSPECT_LIMIT_S, pass_user=True),
-                      [spec_yaml], [out], api_name="inspect_dataset", concurrency_limit=2)
-    rewards_btn.click(guarded(ctx, check, what="reward check", limit_s=REWARDS_LIMIT_S, pass_user=True),
-                      [spec_yaml, rows], [out], api_name="check_rewards", concurrency_limit=2)
-    hardware_btn.click(guarded(ctx, hardware, what="hardware estimate", limit_s=HARDWARE_LIMIT_S, pass_user=True),
-                       [spec_yaml], [out], api_name="estimate_hardware", concurrency_limit=2)
+    inspect_btn.click(gate(ctx, "inspect_dataset", inspect, what="dataset inspection", pass_user=True),
+                      [spec_yaml], [out], api_name="inspect_dataset")
+    rewards_btn.click(gate(ctx, "check_rewards", check, what="reward check", pass_user=True),
+                      [spec_yaml, rows], [out], api_name="check_rewards")
+    hardware_btn.click(gate(ctx, "estimate_hardware", hardware, what="hardware estimate", pass_user=True),
+                       [spec_yaml], [out], api_name="estimate_hardware")

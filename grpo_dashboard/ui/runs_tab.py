@@ -14,6 +14,7 @@ from grpo_dashboard.space import access
 from grpo_dashboard.ui import byo_trl
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.views import overview
 
 POLL_S = 2.0
@@ -47,6 +48,6 @@ def build(ctx: UiContext) -> RunsTab:
         mine = access.visible_runs(ctx.store, user, list(statuses) if statuses else None, ctx.settings)
         return overview.runs_frame(ctx.store, statuses or None, runs=mine, tag=tag_filter)
 
-    gr.on([timer.tick, status_filter.change, tag.submit], refresh, [status_filter, tag], [table],
-          api_name="runs_table", concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
+    gr.on([timer.tick, status_filter.change, tag.submit], gate(ctx, "runs_table", refresh), [status_filter, tag],
+          [table], api_name="runs_table", concurrency_limit=None, show_progress="hidden", trigger_mode="always_last")
     return RunsTab(table, status_filter, timer, last_choices)

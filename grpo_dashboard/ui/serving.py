@@ -28,6 +28,9 @@ from typing import Any
 
 import gradio as gr
 
+from grpo_dashboard.ui import guard
+from grpo_dashboard.ui.route_gate import RouteGate
+
 _SKIP = {"__type__": "update"}
 
 
@@ -163,13 +166,16 @@ class DashboardBlocks(gr.Blocks):
         self.form_keys = []
 
     def launch(self, *args: Any, **kwargs: Any) -> Any:
-        """gr.Blocks.launch with an upload size limit and a request body limit unless the caller sets its own, and
-        the dashboard's routes installed before the call returns or blocks."""
+        """gr.Blocks.launch behind the route gate (route_gate.py), with an upload size limit and a request body limit
+        unless the caller sets its own, every handler gated (guard.seal), and the dashboard's routes installed before
+        the call returns or blocks."""
         from starlette.middleware import Middleware
 
+        if self.ctx is not None:
+            guard.seal(self, self.ctx)
         kwargs.setdefault("max_file_size", MAX_UPLOAD)
         app_kwargs = dict(kwargs.get("app_kwargs") or {})
-        app_kwargs.setdefault("middleware", [Middleware(BodyLimit)])
+        app_kwargs.setdefault("middleware", [Middleware(RouteGate, ctx=self.ctx), Middleware(BodyLimit)])
         kwargs["app_kwargs"] = app_kwargs
         block = not kwargs.get("prevent_thread_lock", False) and not bool(getattr(sys, "ps1", sys.flags.interactive))
         kwargs["prevent_thread_lock"] = True

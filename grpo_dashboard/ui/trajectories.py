@@ -12,6 +12,7 @@ from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.space import access
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
+from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.views import completions, overview, trajectories
 
 MAX_SHOWN = 16
@@ -59,6 +60,6 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> None:
     def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> tuple[Any, Any, str]:
         return render(ctx, *args, user=user_of(ctx, profile, oauth))
 
-    gr.on([show.click, step.input, sort_by.input, descending.input, column_filter.submit], update,
-          [run_dd, step, column_filter, sort_by, descending], [step, table, body], api_name="detail_trajectories",
-          show_progress="hidden")
+    gr.on([show.click, step.input, sort_by.input, descending.input, column_filter.submit],
+          gate(ctx, "detail_trajectories", update), [run_dd, step, column_filter, sort_by, descending],
+          [step, table, body], api_name="detail_trajectories", show_progress="hidden")
