@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.redaction import redact
 from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.store.db import TERMINAL, RunStatus, Store
 from grpo_dashboard.store.ingest import MARKER, apply_records, parse_line
 from grpo_dashboard.store.series import SYSTEM_SPLIT
 
-TOKEN_PATTERN = re.compile(r"hf_oauth_[A-Za-z0-9._~-]{10,}|hf_[A-Za-z0-9]{10,}")  # user and OAuth tokens
 POLL_ENV = "GRPO_DASHBOARD_HF_POLL_S"
 DEFAULT_POLL_S = 10.0
 TIMEOUT_ENV = "GRPO_DASHBOARD_HF_TIMEOUT_S"
@@ -42,11 +42,6 @@ SYSTEM_INTERVAL_ENV = "GRPO_DASHBOARD_SYSTEM_INTERVAL_S"
 DEFAULT_SYSTEM_INTERVAL_S = 10.0
 _MARK = MARKER.strip()
 SAMPLE_MARKER: str = job_module().grpo_job_setup.SAMPLE_MARKER  # a sample completion printed by a remote job
-
-
-def redact(text: Any) -> Any:
-    """Replace anything that looks like a Hugging Face token with `hf_***` (non-strings pass through)."""
-    return TOKEN_PATTERN.sub("hf_***", text) if isinstance(text, str) else text
 
 
 def poll_interval() -> float:

@@ -9,7 +9,8 @@ from typing import Any
 
 from grpo_dashboard.errors import BackendError
 from grpo_dashboard.launch.hf_jobs_payload import APP
-from grpo_dashboard.launch.hf_jobs_stream import hub_timeout, is_timeout, redact
+from grpo_dashboard.launch.hf_jobs_stream import hub_timeout, is_timeout
+from grpo_dashboard.redaction import redact
 
 
 def require_token(token: str | None = None) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 from grpo_dashboard.checks import sandbox
 from grpo_dashboard.errors import BackendError, FieldError, RunNotFound, SpecError
 from grpo_dashboard.launch import hf_jobs, runs
-from grpo_dashboard.launch.hf_jobs_stream import redact as _redact_pattern
+from grpo_dashboard.redaction import redact as _redact_pattern
 from grpo_dashboard.settings import MOCK_OAUTH_TOKEN, Settings
 from grpo_dashboard.spec import jobfiles
 from grpo_dashboard.spec.agent_spec import is_file_target
@@ -489,6 +489,26 @@ def launch(spec: RunSpec, store: Store, user: User, base_dir: str | Path | None 
         LIMITER.acquire(str(user.username), settings.launch_limit, settings.launch_window_s)
         try:
             return runs.launch(spec, store, base_dir=base_dir, owner=user.username, token=user.token)
+        except BackendError as exc:
+            raise BackendError(redact(str(exc), user.token)) from None
+
+
+def resume(store: Store, run_id: str, user: User, checkpoint: int | str | None = None,
+           settings: Settings | None = None) -> Run:
+    """Resume one of the user's runs (launch/resume.py) under the same rules as a launch: sign-in, the active-run
+    cap and the launch rate, one launch of a user at a time. Raises NotAllowed, RunNotFound or BackendError."""
+    from grpo_dashboard.launch.resume import resume_run
+
+    settings = settings or Settings.from_env()
+    run = get_run(store, run_id, user, settings)
+    check_user_may_launch(store, user, settings)
+    if not settings.on_space:
+        return resume_run(store, run, checkpoint, token=user.token)
+    with _user_lock(str(user.username)):
+        check_user_may_launch(store, user, settings)
+        LIMITER.acquire(str(user.username), settings.launch_limit, settings.launch_window_s)
+        try:
+            return resume_run(store, get_run(store, run_id, user, settings), checkpoint, token=user.token)
         except BackendError as exc:
             raise BackendError(redact(str(exc), user.token)) from None
 

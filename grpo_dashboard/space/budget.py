@@ -115,11 +115,43 @@ class RateBudget:
                     del self._times[stale]
 
 
+UPLOAD_FILES = 60  # per user per window
+UPLOAD_BYTES = 40 * 2**20
+UPLOAD_WINDOW_S = 600.0
+
+
+class UploadQuota:
+    """Uploads per user in a sliding window: at most `files` requests and `nbytes` bytes."""
+
+    def __init__(self, files: int = UPLOAD_FILES, nbytes: int = UPLOAD_BYTES,
+                 window_s: float = UPLOAD_WINDOW_S) -> None:
+        self.files, self.nbytes, self.window_s = files, nbytes, window_s
+        self._seen: dict[str, deque[tuple[float, int]]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, user: str, size: int, now: float | None = None) -> str | None:
+        """Count one upload of `size` bytes; the refusal's text when it is over the quota (nothing counted then)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            seen = self._seen.setdefault(user, deque())
+            while seen and now - seen[0][0] >= self.window_s:
+                seen.popleft()
+            used = sum(n for _, n in seen)
+            if len(seen) >= self.files or used + size > self.nbytes:
+                wait = max(1, int(seen[0][0] + self.window_s - now) + 1) if seen else 1
+                return (f"upload quota reached: at most {self.files} uploads and {self.nbytes // 2**20} MB per "
+                        f"{self.window_s:g} s per user on this Space (used: {len(seen)} uploads, "
+                        f"{used / 2**20:.1f} MB). Try again in {wait} s.")
+            seen.append((now, size))
+            return None
+
+
 class Budgets:
-    """The pools of policy.POOLS and one RateBudget per endpoint, for one app."""
+    """The pools of policy.POOLS, one RateBudget per endpoint and the upload quota, for one app."""
 
     def __init__(self) -> None:
         self.pools = {name: FairPool.of(name, pool) for name, pool in POOLS.items()}
+        self.uploads = UploadQuota()
         self._rates: dict[str, RateBudget] = {}
         self._lock = threading.Lock()
 

@@ -248,3 +248,7 @@ def markdown_table() -> str:
     for path, r in ROUTES.items():
         lines.append(f"| `{path}` | {', '.join(r.methods)} | {r.who} | {r.purpose} |")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from grpo_dashboard.errors import RunNotFound, StoreError
+from grpo_dashboard.redaction import redact
 from grpo_dashboard.store import series
 from grpo_dashboard.store.series import SeriesArrays
 
@@ -144,6 +145,8 @@ class Run:
 
 
 RUN_COLUMNS = [f.name for f in fields(Run)]
+# Free-text columns: token-redacted on every write (tokens are never at rest, whatever a job printed).
+FREE_TEXT = frozenset({"name", "error"})
 
 
 def data_dir() -> Path:
@@ -207,14 +210,16 @@ class Store:
         """Insert a new run row."""
         cols = ", ".join(RUN_COLUMNS)
         marks = ", ".join("?" for _ in RUN_COLUMNS)
+        values = [redact(getattr(run, c)) if c in FREE_TEXT else getattr(run, c) for c in RUN_COLUMNS]
         with self.transaction() as conn:
-            conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", [getattr(run, c) for c in RUN_COLUMNS])
+            conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", values)
 
     def update_run(self, run_id: str, conn: sqlite3.Connection | None = None, **values: Any) -> None:
         """Set some columns of one run."""
         bad = [k for k in values if k not in RUN_COLUMNS or k == "id"]
         if bad:
             raise KeyError(f"unknown run column(s) {bad}")
+        values = {k: redact(v) if k in FREE_TEXT else v for k, v in values.items()}
         sql = f"UPDATE runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?"
         if conn is not None:
             conn.execute(sql, [*values.values(), run_id])
@@ -227,7 +232,7 @@ class Store:
         """Move an active run to a terminal status; no-op (False) if it already ended."""
         sql = ("UPDATE runs SET status = ?, error = COALESCE(?, error), exit_code = COALESCE(?, exit_code), "
                "ended_at = COALESCE(ended_at, ?) WHERE id = ? AND status IN (?, ?)")
-        args = [status, error, exit_code, time.time(), run_id, *ACTIVE]
+        args = [status, redact(error), exit_code, time.time(), run_id, *ACTIVE]
         if conn is not None:
             return conn.execute(sql, args).rowcount > 0
         with self.transaction() as c:
@@ -425,7 +430,7 @@ class Store:
     def rename_run(self, run_id: str, name: str) -> None:
         """Give a run another display name (its id and directory stay); RunNotFound for an unknown id."""
         with self.transaction() as conn:
-            if conn.execute("UPDATE runs SET name = ? WHERE id = ?", (name, run_id)).rowcount == 0:
+            if conn.execute("UPDATE runs SET name = ? WHERE id = ?", (redact(name), run_id)).rowcount == 0:
                 raise RunNotFound(f"No run with id {run_id!r}. List runs with `python -m grpo_dashboard runs`.")
 
     def set_note(self, run_id: str, note: str) -> None:
@@ -435,7 +440,7 @@ class Store:
             conn.execute(NOTES_SCHEMA)
             if note.strip():
                 conn.execute("INSERT OR REPLACE INTO run_notes (run_id, note, updated_at) VALUES (?, ?, ?)",
-                             (run_id, note, time.time()))
+                             (run_id, redact(note), time.time()))
             else:
                 conn.execute("DELETE FROM run_notes WHERE run_id = ?", (run_id,))
 

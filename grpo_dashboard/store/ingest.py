@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from grpo_dashboard.redaction import redact_deep
 from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.store.db import RunStatus, Store
 from grpo_dashboard.store.series import SYSTEM_SPLIT, append_points, encode
@@ -88,6 +89,7 @@ def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, 
     system = 0
     for seq, rec in items:
         if rec["type"] == "event":
+            rec = redact_deep(rec)  # a job's failure message may quote a token: none is kept
             payload = {k: v for k, v in rec.items() if k not in ("v", "type", "event", "time")}
             cur = conn.execute("INSERT OR IGNORE INTO events (run_id, seq, time, event, payload) "
                                "VALUES (?, ?, ?, ?, ?)",

@@ -97,7 +97,6 @@ def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tup
 
 def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
     """A Resume action (checkpoint picker) and an Export metrics download under the run selector."""
-    from grpo_dashboard.launch.resume import resume_run
     from grpo_dashboard.store.export import export_metrics
 
     with gr.Row():
@@ -121,12 +120,9 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         user = user_of(ctx, profile, oauth)
         if not run_id:
             raise gr.Error("Select a run to resume.")
-        if ctx.settings.on_space and not user.username:
-            raise gr.Error("Sign in to resume runs.")
         try:
-            run = access.get_run(ctx.store, run_id, user, ctx.settings)
-            run = resume_run(ctx.store, run, step or None, token=user.token)
-        except (RunNotFound, BackendError) as exc:
+            run = access.resume(ctx.store, run_id, user, step or None, ctx.settings)
+        except (RunNotFound, BackendError, access.NotAllowed) as exc:
             raise gr.Error(access.redact(str(exc), user.token)) from None
         return access.redact(overview.status_markdown(run) + f"\n\nResumed from step {run.last_step}.", user.token)
 

@@ -10,46 +10,15 @@ user's upload quota (files and bytes per window), so one client cannot fill the 
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections import deque
 from typing import Any
 
 import anyio
 
 from grpo_dashboard.space import access
 from grpo_dashboard.space.policy import DENIED, SIGNED_IN, route_for
+from grpo_dashboard.ui.guard import budgets
 
 UPLOAD_PATH = "/gradio_api/upload"
-UPLOAD_FILES = 60  # per user per window
-UPLOAD_BYTES = 40 * 2**20
-UPLOAD_WINDOW_S = 600.0
-
-
-class UploadQuota:
-    """Uploads per user in a sliding window: at most `files` requests and `nbytes` bytes."""
-
-    def __init__(self, files: int = UPLOAD_FILES, nbytes: int = UPLOAD_BYTES,
-                 window_s: float = UPLOAD_WINDOW_S) -> None:
-        self.files, self.nbytes, self.window_s = files, nbytes, window_s
-        self._seen: dict[str, deque[tuple[float, int]]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, user: str, size: int, now: float | None = None) -> str | None:
-        """Count one upload of `size` bytes; the refusal's text when it is over the quota (nothing counted then)."""
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            seen = self._seen.setdefault(user, deque())
-            while seen and now - seen[0][0] >= self.window_s:
-                seen.popleft()
-            used = sum(n for _, n in seen)
-            if len(seen) >= self.files or used + size > self.nbytes:
-                wait = max(1, int(seen[0][0] + self.window_s - now) + 1) if seen else 1
-                return (f"upload quota reached: at most {self.files} uploads and {self.nbytes // 2**20} MB per "
-                        f"{self.window_s:g} s per user on this Space (used: {len(seen)} uploads, "
-                        f"{used / 2**20:.1f} MB). Try again in {wait} s.")
-            seen.append((now, size))
-            return None
 
 
 def _session_user(scope: dict[str, Any]) -> str | None:
@@ -81,9 +50,8 @@ async def _answer(send: Any, status: int, message: str) -> None:
 class RouteGate:
     """ASGI middleware: ROUTES' policy for every HTTP request (see the module docstring)."""
 
-    def __init__(self, app: Any, ctx: Any = None, quota: UploadQuota | None = None) -> None:
+    def __init__(self, app: Any, ctx: Any = None) -> None:
         self.app, self.ctx = app, ctx
-        self.quota = quota or UploadQuota()
 
     def _on_space(self) -> bool:
         settings = getattr(self.ctx, "settings", None)
@@ -109,7 +77,7 @@ class RouteGate:
                                             f"signed-in users only), or send your token as 'Authorization: Bearer'.")
         if declared == UPLOAD_PATH:
             size = headers.get(b"content-length", b"0")
-            refusal = self.quota.take(user, int(size) if size.isdigit() else 0)
+            refusal = budgets(self.ctx).uploads.take(user, int(size) if size.isdigit() else 0)
             if refusal:
                 return await _answer(send, 429, f"{declared}: {refusal}")
         return await self.app(scope, receive, send)
@@ -125,3 +93,21 @@ class RouteGate:
             return await anyio.to_thread.run_sync(access.whoami_name, token)
         except access.NotAllowed:
             return None
+
+
+def declared_routes(app: Any) -> list[tuple[str, str]]:
+    """(path, method) of every HTTP route the app serves, gradio's included routers walked."""
+    out: list[tuple[str, str]] = []
+
+    def walk(routes: list[Any]) -> None:
+        for route in routes:
+            inner = getattr(route, "original_router", None)
+            if inner is not None:
+                walk(list(inner.routes))
+                continue
+            path = getattr(route, "path", None)
+            for method in sorted(getattr(route, "methods", None) or []):
+                out.append((str(path), method))
+
+    walk(list(app.routes))
+    return out

@@ -35,6 +35,7 @@ PATH = "/grpo/live"
 TICK_S = 0.1
 KEEPALIVE_S = 15.0
 IDLE_DROP_S = 30.0  # a channel nobody watches is dropped after this long
+IDLE_PER_RUN = 2  # idle channels (other smoothings) a run keeps for viewers who come back; more are dropped at once
 GONE = '{"reason": "the run no longer exists"}'
 
 
@@ -58,6 +59,12 @@ class Channel:
     def leave(self) -> None:
         """A viewer leaves."""
         self.viewers -= 1
+
+    def close(self) -> None:
+        """Stop the driver and forget the feed now (nobody watches)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._on_idle(self)
 
     async def wait(self, version: int, timeout: float) -> None:
         """Until the feed's version passes `version` or `timeout` seconds pass."""
@@ -112,6 +119,11 @@ class LiveHub:
         chan = self.channels.get(id(feed))
         if chan is None or chan.feed is not feed:
             chan = self.channels[id(feed)] = Channel(feed, self._drop)
+            # Every smoothing value is its own feed: without this, a viewer stepping through values (or a client
+            # sending many) would keep a feed's memory per value for IDLE_DROP_S.
+            idle = [c for c in self.channels.values() if c is not chan and c.viewers <= 0 and c.feed.run_id == run_id]
+            for old in idle[:max(0, len(idle) - IDLE_PER_RUN)]:
+                old.close()
         return chan
 
     def _drop(self, chan: Channel) -> None:
