@@ -9,6 +9,7 @@ Every setting is read from the environment at call time (Space Variables reach P
 | `GRPO_DASHBOARD_MAX_ACTIVE_RUNS` | 2 queued or running runs per user | no cap |
 | `GRPO_DASHBOARD_LAUNCH_LIMIT` / `GRPO_DASHBOARD_LAUNCH_WINDOW_S` | 5 launches per user per 600 s | no limit |
 | `GRPO_DASHBOARD_MAX_STREAMS` | 8 open live streams (Run detail pages) per user | no cap |
+| `GRPO_DASHBOARD_ALLOWED_ORIGINS` | origins allowed besides `https://` + each host of `SPACE_HOST` | unused |
 
 A cap or limit of `0` (or `none`) means "no limit". `GRPO_DASHBOARD_DATA_DIR` (store.py) sets where the store and run
 directories live; on a Space, point it into a mounted Storage Bucket volume so runs survive restarts.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 MOCK_OAUTH_TOKEN = "mock-oauth-token-for-local-dev"  # what gradio 6.31's local (mocked) sign-in puts in the session
 ALLOW_LOCAL_ENV = "GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND"
@@ -26,6 +28,7 @@ MAX_ACTIVE_ENV = "GRPO_DASHBOARD_MAX_ACTIVE_RUNS"
 LAUNCH_LIMIT_ENV = "GRPO_DASHBOARD_LAUNCH_LIMIT"
 LAUNCH_WINDOW_ENV = "GRPO_DASHBOARD_LAUNCH_WINDOW_S"
 MAX_STREAMS_ENV = "GRPO_DASHBOARD_MAX_STREAMS"
+ALLOWED_ORIGINS_ENV = "GRPO_DASHBOARD_ALLOWED_ORIGINS"
 SPACE_DEFAULTS = {MAX_ACTIVE_ENV: 2, LAUNCH_LIMIT_ENV: 5, LAUNCH_WINDOW_ENV: 600, MAX_STREAMS_ENV: 8}
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -34,6 +37,43 @@ _FALSE = ("0", "false", "no", "off", "")
 def on_space() -> bool:
     """True on a Hugging Face Space: `SPACE_ID` is set (the Spaces runtime also sets `SYSTEM=spaces`)."""
     return bool(os.environ.get("SPACE_ID")) or os.environ.get("SYSTEM") == "spaces"
+
+
+def space_hosts() -> list[str]:
+    """The Space's host names from `SPACE_HOST` (set by Hugging Face: `owner-name.hf.space`, followed by the custom
+    domain, comma-separated, when the Space has one); empty when not set."""
+    return [h.strip().lower() for h in os.environ.get("SPACE_HOST", "").split(",") if h.strip()]
+
+
+def origin_of(text: str) -> str | None:
+    """`text` as a serialised web origin (`https://host[:port]`, lower case, no default port), or None when it is not
+    one (`null`, a path, no host)."""
+    parts = urlsplit(text.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password \
+            or parts.path not in ("", "/") or parts.query or parts.fragment:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = {"http": 80, "https": 443}[parts.scheme]
+    return f"{parts.scheme}://{host}" + (f":{port}" if port not in (None, default) else "")
+
+
+def allowed_origins() -> tuple[str, ...]:
+    """The origins whose pages may call this Space: `https://` + each of `space_hosts()`, then each origin of
+    `GRPO_DASHBOARD_ALLOWED_ORIGINS` (comma-separated; a bare host name means https)."""
+    found = [origin_of("https://" + host) for host in space_hosts()]
+    for raw in os.environ.get(ALLOWED_ORIGINS_ENV, "").split(","):
+        if not raw.strip():
+            continue
+        origin = origin_of(raw if "://" in raw else "https://" + raw.strip())
+        if origin is None:
+            raise ValueError(f"{ALLOWED_ORIGINS_ENV} has {raw.strip()!r}, which is not an origin; use "
+                             "comma-separated origins like https://grpo.example.com (scheme, host, optional port).")
+        found.append(origin)
+    return tuple(dict.fromkeys(o for o in found if o))
 
 
 def _flag(name: str, default: bool) -> bool:

@@ -7,7 +7,8 @@ Both are default deny: `ui/guard.py` refuses to build an app with a handler that
 middleware answers 404 for any route not listed as allowed. `tests/test_endpoint_policy.py` enumerates the running
 app's endpoints and routes against these tables, and SECURITY.md's table is `markdown_table()`'s output.
 
-A policy's limits apply on a Space; locally (one trusted user) only the size caps and time limits hold.
+A policy's limits apply on a Space; locally (one trusted user) only the size caps and time limits hold. On a Space
+every route is also same-origin only, whatever its policy here (`ui/origin.py`).
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ changes any of it):
 - `gradio.components.plot.PlotData`, the payload of a gr.Plot built from ready plotly JSON (`plot_data`).
 - `sys.modules` entries for optional plotting libraries gradio tries to import on every event
   (`short_circuit_missing_optional_imports`).
+- `Blocks.launch` assigning `self.server_app` the app it created before it starts the server: on a Space,
+  DashboardBlocks' setter adds the same-origin check (`origin.SameOrigin`) then, outermost, where it can refuse CORS
+  preflights and strip the CORS headers gradio's `CustomCORSMiddleware` adds (middleware given through
+  `app_kwargs["middleware"]`, like `BodyLimit`, lands inside gradio's CORS and session middleware).
 - `Blocks.server_app` (the FastAPI app `launch` serves), `Blocks.block_thread()`, and the session's `oauth_info`
   (`gradio.oauth._get_valid_oauth_info_from_session`) for the dashboard's own routes: the live stream
   (`stream.py`) and the page's static files (`request_user`, `DashboardBlocks.launch`).
@@ -148,7 +152,7 @@ def install_routes(app: Any, ctx: Any) -> Any:
 
 class DashboardBlocks(gr.Blocks):
     """gr.Blocks whose handlers' gr.skip() outputs cost nothing to post-process, with bounded uploads and bodies,
-    serving the dashboard's own routes (`install_routes`) beside Gradio's.
+    serving the dashboard's own routes (`install_routes`) beside Gradio's, same-origin only on a Space (origin.py).
 
     `monitor`: the ingestion Monitor the app started (None without one); `form_keys`: the spec keys of the New run
     form's inputs, in the order the form endpoints take them; `ctx`: the UiContext its routes use; `live`: the live
@@ -164,6 +168,22 @@ class DashboardBlocks(gr.Blocks):
         kwargs.setdefault("delete_cache", UPLOAD_CACHE)
         super().__init__(*args, **kwargs)
         self.form_keys = []
+
+    @property
+    def server_app(self) -> Any:
+        """The app gradio serves, once `launch` created it (None before)."""
+        return getattr(self, "_server_app", None)
+
+    @server_app.setter
+    def server_app(self, app: Any) -> None:
+        from grpo_dashboard import settings
+        from grpo_dashboard.ui.origin import SameOrigin
+
+        if app is not None and settings.on_space() and not any(m.cls is SameOrigin for m in app.user_middleware):
+            # origins read here, so that a bad GRPO_DASHBOARD_ALLOWED_ORIGINS stops launch() with its message;
+            # add_middleware raises once the app has started: better no server than an open one
+            app.add_middleware(SameOrigin, allowed=settings.allowed_origins())
+        self._server_app = app
 
     def launch(self, *args: Any, **kwargs: Any) -> Any:
         """gr.Blocks.launch behind the route gate (route_gate.py), with an upload size limit and a request body limit
