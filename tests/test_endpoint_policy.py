@@ -150,6 +150,24 @@ def test_a_user_holding_the_pool_is_told_busy_while_another_user_gets_a_worker(s
     assert "YAML applied" in str(clients["alice"].predict(SMOKE, api_name="/yaml_to_form"))
 
 
+def test_one_users_flood_is_told_busy_and_does_not_queue_another_user(clients: dict[str, Client]) -> None:
+    """alice sends eight ~117 KiB YAML texts at once (the stall attack): she gets her share, the rest are told busy
+    at once; bob's call is answered meanwhile."""
+    big = "name: big\ndataset:\n  data_files:\n" + "".join(f"  - data/shard-{i:06d}-with-a-long-name.jsonl\n"
+                                                         for i in range(3000))
+    assert len(big) > 110_000
+    jobs = [clients["alice"].submit(big, api_name="/yaml_to_form") for _ in range(8)]
+    assert "YAML applied" in str(clients["bob"].predict(SMOKE, api_name="/yaml_to_form"))
+    outcomes = []
+    for job in jobs:
+        try:
+            job.result(timeout=120)
+            outcomes.append("answered")
+        except Exception as exc:  # noqa: BLE001 - the refusal is what is counted
+            outcomes.append("busy" if "still running" in str(exc) else str(exc)[:200])
+    assert outcomes.count("busy") >= 1 and set(outcomes) <= {"answered", "busy"}, outcomes
+
+
 def test_fair_pool_shares_and_refuses_without_queueing() -> None:
     pool = FairPool("t", workers=2, per_user=1)
     gate_a, gate_b = threading.Event(), threading.Event()

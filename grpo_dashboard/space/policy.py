@@ -67,7 +67,7 @@ class Route:
 POOLS: dict[str, Pool] = {
     "edit": Pool(2, 1, "the YAML editor: parse and rewrite a spec"),
     "validate": Pool(3, 1, "validation, launch and resume (may read the Hub)"),
-    "check": Pool(4, 1, "pre-flight checks (Hub reads, the sandboxed reward check)"),
+    "check": Pool(4, 2, "pre-flight checks (Hub reads, the sandboxed reward check)"),
     "import": Pool(2, 1, "imports of TRL recipes and runs (TRL's checks in a subprocess)"),
     "export": Pool(2, 1, "metrics exports"),
 }
