@@ -13,6 +13,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from .conftest import processes_with
 REPO = Path(__file__).resolve().parent.parent
 MATH = REPO / "examples" / "data" / "math_tiny.jsonl"
 EXPECT_ENV = "GRPO_DASHBOARD_EXPECT_SANDBOX"
+MODES = ["bwrap", "landlock", "unshare", "audit-hook"]  # how run_sandboxed may isolate (see `sandbox_mode`)
+BOUNDARIES = ("bwrap", "landlock")
 WHERE = ["here", "container"]  # the boundary this machine gives, and the one a container without user namespaces gives
 
 # Shared by every attack: switch the guard's audit hook off (find it with gc, replace its code), raw libc reads and
@@ -130,6 +133,31 @@ def require_boundary(where: str) -> str:
             pytest.fail(f"{EXPECT_ENV}=1 but {found}")
         pytest.skip(found)
     return where
+
+
+def sandbox_mode(param: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Set the sandbox up for one mode of MODES: bubblewrap, Landlock (bubblewrap switched off), the `unshare`
+    fallback or the audit hook alone (both boundaries switched off), each where available. A boundary mode that
+    cannot run here is skipped only while the other boundary can (the tests then run there); with neither, see
+    `require_boundary`. For a test module's `mode` fixture: `yield from sandbox_mode(request.param, monkeypatch)`."""
+    prefix = sandbox.sandbox_module().isolation_prefix
+    if param != "bwrap":
+        monkeypatch.setenv("GRPO_SANDBOX_NO_BWRAP", "1")
+    if param in ("unshare", "audit-hook"):
+        monkeypatch.setenv("GRPO_SANDBOX_NO_LANDLOCK", "1")
+    if param == "audit-hook":
+        monkeypatch.setenv("GRPO_SANDBOX_NO_UNSHARE", "1")
+    prefix.cache_clear()
+    if param in BOUNDARIES and sandbox.boundary() is None:
+        monkeypatch.delenv("GRPO_SANDBOX_NO_BWRAP", raising=False)
+        require_boundary("here")
+        pytest.skip(f"{param} cannot make a sandbox here; the other boundary ({sandbox.boundary()}) can")
+    if param == "bwrap" and not (sandbox.boundary() or "").startswith("bubblewrap"):
+        pytest.skip(f"bubblewrap is not the boundary here ({sandbox.boundary()})")
+    if param == "unshare" and not prefix():
+        pytest.skip("unshare namespaces are not available here")
+    yield param
+    prefix.cache_clear()
 
 
 def check(spec: dict[str, Any], base: Path, where: str) -> CheckReport:

@@ -15,37 +15,15 @@ from grpo_dashboard.checks import sandbox
 from grpo_dashboard.spec.jobfiles import rewards_module
 
 from .conftest import processes_with
-from .sandbox_attacks import require_boundary
+from .sandbox_attacks import BOUNDARIES, MODES, sandbox_mode
 
 R = rewards_module()
 
 
-MODES = ["bwrap", "landlock", "unshare", "audit-hook"]
-BOUNDARIES = ("bwrap", "landlock")
-
-
 @pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Run each test under bubblewrap, under Landlock (bubblewrap switched off), with the `unshare` fallback and with
-    the audit hook alone (both boundaries switched off), each where available. A boundary mode that cannot run here
-    is skipped only while the other boundary can (the tests then run there); with neither, see `require_boundary`."""
-    if request.param != "bwrap":
-        monkeypatch.setenv("GRPO_SANDBOX_NO_BWRAP", "1")
-    if request.param in ("unshare", "audit-hook"):
-        monkeypatch.setenv("GRPO_SANDBOX_NO_LANDLOCK", "1")
-    if request.param == "audit-hook":
-        monkeypatch.setenv("GRPO_SANDBOX_NO_UNSHARE", "1")
-    R.isolation_prefix.cache_clear()
-    if request.param in BOUNDARIES and sandbox.boundary() is None:
-        monkeypatch.delenv("GRPO_SANDBOX_NO_BWRAP", raising=False)
-        require_boundary("here")
-        pytest.skip(f"{request.param} cannot make a sandbox here; the other boundary ({sandbox.boundary()}) can")
-    if request.param == "bwrap" and not (sandbox.boundary() or "").startswith("bubblewrap"):
-        pytest.skip(f"bubblewrap is not the boundary here ({sandbox.boundary()})")
-    if request.param == "unshare" and not R.isolation_prefix():
-        pytest.skip("unshare namespaces are not available here")
-    yield request.param
-    R.isolation_prefix.cache_clear()
+    """Each test in every way the sandbox may isolate (see `sandbox_mode`)."""
+    yield from sandbox_mode(request.param, monkeypatch)
 
 
 def test_runs_code_with_stdin_files_and_a_temporary_working_dir(mode: str) -> None:
