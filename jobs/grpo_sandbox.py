@@ -43,6 +43,9 @@ import grpo_seccomp  # noqa: E402
 from grpo_bwrap import SANDBOX_UID, SANDBOX_WORK  # noqa: E402,F401 - re-exported
 
 _CONFINE = Path(grpo_confine.__file__).read_text(encoding="utf-8")
+# Joins the run's pids cgroup, then execs the sandbox, so every task of it is counted from the start.
+_ENTER_CGROUP = ("import os, sys\nwith open(sys.argv[1] + '/cgroup.procs', 'w') as f:\n    f.write(str(os.getpid()))\n"
+                 "os.execv(sys.argv[2], sys.argv[2:])\n")
 
 
 @dataclass
@@ -408,7 +411,7 @@ def _run(plan: _Plan, code: str, *, stdin: str = "", timeout_s: float, memory_mb
                     os.fchown(fds[-1], cfg["uid"], cfg["uid"])
             cmd = [*prefix, sys.executable, "-I", "-c", _CONFINE, json.dumps(cfg)]
             if cgroup:
-                cmd = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && unset PWD OLDPWD && exec "$@"', cgroup, *cmd]
+                cmd = [sys.executable, "-I", "-S", "-c", _ENTER_CGROUP, cgroup, *cmd]
             returncode, timed_out, duration = _spawn(cmd, io_dir, work, child_env, fds, timeout_s)
         finally:
             for fd in fds:

@@ -24,7 +24,6 @@ import time
 import traceback
 from typing import Any
 
-REPORT_FD_ENV = "GRPO_SANDBOX_REPORT_FD"  # set by the sandbox (jobs/grpo_sandbox.py) when asked for a report
 _COLUMN_IN_MESSAGE = re.compile(r"column '([^']+)'")
 
 
@@ -101,9 +100,12 @@ async def _await(awaitable: Any) -> Any:
 
 def report_channel() -> Any:
     """The sandbox's report channel, as a line-buffered text file; SystemExit when the worker was run without one."""
-    fd = os.environ.pop(REPORT_FD_ENV, "")
+    from grpo_dashboard.checks.sandbox import sandbox_module
+
+    name = sandbox_module().REPORT_FD_ENV
+    fd = os.environ.pop(name, "")
     if not fd.isdigit():
-        raise SystemExit(f"reward_worker: no report channel ({REPORT_FD_ENV} is not set); it runs only through "
+        raise SystemExit(f"reward_worker: no report channel ({name} is not set); it runs only through "
                          f"grpo_dashboard.checks.sandbox.run_module(..., report=True).")
     os.set_inheritable(int(fd), False)
     return open(int(fd), "w", encoding="utf-8", buffering=1)
