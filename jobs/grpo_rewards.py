@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpo_agents  # noqa: E402
+import grpo_regex  # noqa: E402
 from grpo_answers import (  # noqa: E402,F401 - re-exported for the dashboard and tests
     _ANSWER_TAG,
     _FENCE,
@@ -157,14 +158,10 @@ def _regex_match(pattern: str = "", full: bool = False) -> RewardFunc:
     _need(isinstance(pattern, str) and bool(pattern), "regex", "pattern", pattern,
           "a non-empty regular expression, e.g. '<answer>.*</answer>'")
     _need(isinstance(full, bool), "regex", "full", full, "true or false")
-    try:
-        compiled = re.compile(pattern, re.DOTALL)
-    except re.error as exc:
-        raise ValueError(f"regex: params.pattern = {pattern!r} is not a valid regular expression ({exc}).") from exc
+    score = grpo_regex.timed_matcher(grpo_regex.compile_pattern(pattern), full)
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
-        match = compiled.fullmatch if full else compiled.search
-        return [1.0 if match(completion_text(c)) else 0.0 for c in completions]
+        return score([completion_text(c) for c in completions])
 
     return reward
 
@@ -551,8 +548,9 @@ REWARDS: dict[str, RewardDef] = {d.name: d for d in (
     _def("trl_think_format", _trl_think_format, "format", "TRL's think_format_reward: 1.0 when the completion starts "
          "with one <think>...</think> block, else 0.0."),
     _def("regex", _regex_match, "format", "1.0 when the completion matches `pattern` (search, or the whole text "
-         "with full=true), else 0.0.", {"pattern": ("", "a Python regular expression (DOTALL)"),
-                                       "full": (False, "the whole completion must match")}),
+         "with full=true), else 0.0; None when the match takes over 0.1 s (1 s per call at most).",
+         {"pattern": ("", "a Python regular expression (DOTALL), run by the `regex` package under a time limit"),
+          "full": (False, "the whole completion must match")}),
     _def("math_accuracy", _math_accuracy, "accuracy", "1.0 when math-verify finds the completion's answer (\\boxed{}, "
          "<answer> tag, LaTeX or a plain number) equal to the solution; None when the solution is unparseable.",
          {"solution_column": ("solution", _SOL_HELP)}, ("solution",)),

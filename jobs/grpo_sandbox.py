@@ -1,10 +1,19 @@
-"""A sandbox for running untrusted Python (completions' code, users' reward code): a subprocess with time and memory
-limits, a minimal environment without secrets and a temporary working directory. The boundary is bubblewrap where it
-works (own user, pid, network, mount... namespaces, uid 65534 without capabilities, a read-only view of only the
-system and Python, a seccomp filter); elsewhere a weak fallback (`unshare` namespaces where available) that prints
-a warning. An audit hook runs in both as defence in depth. Also the unit-test harness of the code reward.
+"""A sandbox for running untrusted Python (completions' code, users' reward code): a subprocess with time, memory,
+task and open-file limits, a minimal environment without secrets and a temporary working directory.
 
-Ships beside `grpo_job.py` and `grpo_rewards.py`; imports nothing from `grpo_dashboard`.
+Two boundaries, whichever holds here (probed once, see `boundary`):
+- bubblewrap, where unprivileged user namespaces work: own user, pid, network, mount... namespaces, uid 65534
+  without capabilities, a read-only view of only the system, Python and the given paths, a seccomp filter;
+- Landlock, where they do not (a container whose seccomp profile refuses `unshare`, like Docker's default): no new
+  privileges, a Landlock domain (read-only system, Python and given paths; the work dir writable; no TCP, no
+  abstract Unix sockets or signals outside the domain), an unprivileged uid when the parent is root, a seccomp filter.
+In both, the child's guard (`grpo_confine.py`) adds a second seccomp filter (no exec unless subprocesses are allowed,
+no memfd or SysV shared memory) and bounds the tasks (RLIMIT_NPROC where it binds, a pids cgroup where one can be
+made). Without either boundary: a weak fallback (`unshare` namespaces or the audit hook, plus the guard's limits)
+that prints a warning. Also the unit-test harness of the code reward.
+
+Ships beside `grpo_job.py` and `grpo_rewards.py` with its siblings `grpo_bwrap.py`, `grpo_confine.py` and
+`grpo_seccomp.py`; imports nothing from `grpo_dashboard`.
 """
 
 from __future__ import annotations
@@ -13,12 +22,9 @@ import functools
 import json
 import math
 import os
-import platform
 import re
 import secrets
 import shutil
-import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -27,11 +33,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# ---------------------------------------------------------------- sandbox
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+import grpo_bwrap  # noqa: E402
+import grpo_confine  # noqa: E402
+import grpo_host  # noqa: E402
+import grpo_seccomp  # noqa: E402
+from grpo_bwrap import SANDBOX_UID, SANDBOX_WORK  # noqa: E402,F401 - re-exported
+
+_CONFINE = Path(grpo_confine.__file__).read_text(encoding="utf-8")
+# Joins the run's pids cgroup, then execs the sandbox, so every task of it is counted from the start.
+_ENTER_CGROUP = ("import os, sys\nwith open(sys.argv[1] + '/cgroup.procs', 'w') as f:\n    f.write(str(os.getpid()))\n"
+                 "os.execv(sys.argv[2], sys.argv[2:])\n")
+
 
 @dataclass
 class SandboxResult:
-    """What a sandboxed run produced. `ok` is a clean exit within the time limit."""
+    """What a sandboxed run produced. `ok` is a clean exit within the time limit; `report` is what the program
+    wrote to its report channel (fd `GRPO_SANDBOX_REPORT_FD`, when asked for with `report=True`)."""
 
     returncode: int | None
     stdout: str
@@ -39,6 +59,7 @@ class SandboxResult:
     timed_out: bool
     duration_s: float
     isolation: str
+    report: str = ""
 
     @property
     def ok(self) -> bool:
@@ -51,68 +72,30 @@ class SandboxResult:
         return "MemoryError" in self.stderr or "Cannot allocate memory" in self.stderr
 
 
-# Runs first in the child: limits, then an audit hook (network, process spawning, secret files), then the program.
-# Audit hooks are defence in depth, not a jail: code in the same interpreter can switch them off. The barrier is
-# bubblewrap (namespaces, seccomp) when available, else the namespaces added by `unshare`.
-_GUARD = r'''
-import json, os, re, resource, runpy, sys
-cfg = json.loads(sys.argv[1])
-def _limit(res, soft, hard):
-    cur_soft, cur_hard = resource.getrlimit(res)
-    if cur_hard != resource.RLIM_INFINITY:
-        soft, hard = min(soft, cur_hard), min(hard, cur_hard)
-    try:
-        resource.setrlimit(res, (soft, hard))
-    except (ValueError, OSError):
-        pass
-if cfg["memory"]:
-    _limit(resource.RLIMIT_AS, cfg["memory"], cfg["memory"])
-_limit(resource.RLIMIT_CPU, cfg["cpu"], cfg["cpu"] + 2)
-_limit(resource.RLIMIT_FSIZE, cfg["fsize"], cfg["fsize"])
-_limit(resource.RLIMIT_CORE, 0, 0)
-_deny = [re.compile(p) for p in cfg["deny"]]
-_block = frozenset(cfg["block"])
-_proc = re.compile(r"^/proc/(\d+)(?:/|$)")
-_me, _realpath, _fsdecode = str(os.getpid()), os.path.realpath, os.fsdecode
-def _hook(event, args):
-    if event == "open":
-        if isinstance(args[0], (str, bytes)):
-            p = _realpath(_fsdecode(args[0]))
-            m = _proc.match(p)
-            if (m and m.group(1) != _me) or any(d.match(p) for d in _deny):
-                raise PermissionError(f"sandbox: reading {p} is not allowed")
-    elif event == "socket.__new__":
-        if args[1] != 1:
-            raise PermissionError("sandbox: network access is disabled")
-    elif event in _block and not (event == "ctypes.dlopen" and args[0] is None):
-        raise PermissionError(f"sandbox: {event} is not allowed")
-sys.addaudithook(_hook)
-sys.path[:0] = cfg["path"]
-sys.argv = [cfg["main"], *cfg["argv"]]
-del cfg, _limit
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
 _SPAWN_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                  "ctypes.dlopen")
 _SECRET_FILES = (".cache/huggingface", ".huggingface", ".netrc", ".ssh", ".aws", ".azure", ".config/gcloud",
                  ".config/gh", ".git-credentials", ".docker", ".pypirc", ".kaggle")
 _UNSHARE = (("--net", "--pid", "--fork", "--mount-proc", "--kill-child"), ("--net", "--pid", "--fork", "--mount-proc"),
             ("--map-root-user", "--net", "--pid", "--fork", "--mount-proc"), ("--net",), ("--map-root-user", "--net"))
-
-# Inside bubblewrap: the work dir's fixed path, the unprivileged uid, and the variable that tells a nested sandbox
-# (the code reward run by the reward worker) that it already runs inside one.
-SANDBOX_WORK = "/sandbox/work"
-SANDBOX_UID = 65534
+# The variable that tells a nested sandbox (the code reward run by the reward worker) that it already runs inside
+# one; the switches that force the fallbacks (tests, and owners who want to see them); the report channel's fd.
 _INSIDE_ENV = "GRPO_SANDBOX_INSIDE"
 _NO_BWRAP_ENV = "GRPO_SANDBOX_NO_BWRAP"
+_NO_LANDLOCK_ENV = "GRPO_SANDBOX_NO_LANDLOCK"
 _NO_UNSHARE_ENV = "GRPO_SANDBOX_NO_UNSHARE"
+REPORT_FD_ENV = "GRPO_SANDBOX_REPORT_FD"
+MAX_TASKS = 64  # threads and processes of one sandbox; with subprocesses allowed (the code reward's worker runs
+MAX_TASKS_WITH_SUBPROCESSES = 256  # up to 64 sandboxed programs at once, each with its threads) more
+_NOFILE, _NOFILE_WITH_SUBPROCESSES = 256, 1024  # open files: also what bounds pipe and socket buffers
+_LANDLOCK_ABI = 6  # scopes for abstract Unix sockets and signals: without them the domain leaks
 
 
 @functools.cache
 def isolation_prefix() -> tuple[str, ...]:
     """The `unshare` command that gives the child its own network (and pid) namespace here, or () if none works.
 
-    This is the fallback used when bubblewrap cannot create a sandbox (see `bwrap_boundary`).
+    Part of the weak fallback used when neither bubblewrap nor Landlock can make a boundary here.
     """
     tool = shutil.which("unshare")
     if not sys.platform.startswith("linux") or not tool or os.environ.get(_NO_UNSHARE_ENV) or _inside_boundary():
@@ -126,179 +109,30 @@ def isolation_prefix() -> tuple[str, ...]:
     return ()
 
 
-# ---------------------------------------------------------------- seccomp (classic BPF, x86_64)
-
-_AUDIT_ARCH_X86_64 = 0xC000003E
-_X32_SYSCALL_BIT = 0x40000000
-_RET_ALLOW = 0x7FFF0000
-_RET_ERRNO = 0x00050000
-_LD_ABS_W, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
-_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0's low 32 bits on little-endian
-_EPERM, _ENOSYS, _EAFNOSUPPORT = 1, 38, 97
-_CLONE_THREAD = 0x00010000
-_CLONE_NEW_NAMESPACES = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
-_AF_UNIX = 1
-_NR = {"clone": 56, "fork": 57, "vfork": 58, "socket": 41, "clone3": 435}
-_DENIED = {  # always refused with EPERM: debugging other processes, mounts, namespaces, kernel keys and modules...
-    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "pidfd_getfd": 438,
-    "process_madvise": 440, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272,
-    "setns": 308, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-    "mount_setattr": 442, "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
-    "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "kexec_load": 246,
-    "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176, "open_by_handle_at": 304,
-}
-
-
-def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-    return struct.pack("<HBBI", code, jt, jf, k)
-
-
 def seccomp_program(allow_subprocess: bool = False) -> bytes | None:
-    """The seccomp filter (an array of classic-BPF `sock_filter`s) bubblewrap installs, or None off x86_64.
-
-    Refused: other architectures and x32 numbers; clone with namespace flags; fork, vfork and clone without
-    CLONE_THREAD (unless `allow_subprocess`); clone3 as ENOSYS (so glibc creates threads with clone); sockets other
-    than AF_UNIX (EAFNOSUPPORT); and the syscalls in `_DENIED` (EPERM). Everything else is allowed.
-    """
-    if platform.machine().lower() not in ("x86_64", "amd64") or struct.calcsize("P") != 8:
-        return None
-    errno_ret = lambda e: _insn(_RET_K, _RET_ERRNO | e)  # noqa: E731
-    prog = [_insn(_LD_ABS_W, _OFF_ARCH), _insn(_JEQ_K, _AUDIT_ARCH_X86_64, jt=1), errno_ret(_EPERM),
-            _insn(_LD_ABS_W, _OFF_NR), _insn(_JGE_K, _X32_SYSCALL_BIT, jf=1), errno_ret(_EPERM)]
-    clone = [_insn(_LD_ABS_W, _OFF_ARG0), _insn(_JSET_K, _CLONE_NEW_NAMESPACES, jf=1), errno_ret(_EPERM)]
-    if not allow_subprocess:
-        clone += [_insn(_JSET_K, _CLONE_THREAD, jt=1), errno_ret(_EPERM)]
-    clone.append(_insn(_RET_K, _RET_ALLOW))
-    socket = [_insn(_LD_ABS_W, _OFF_ARG0), _insn(_JEQ_K, _AF_UNIX, jt=1), errno_ret(_EAFNOSUPPORT),
-              _insn(_RET_K, _RET_ALLOW)]
-    for nr, block in ((_NR["clone"], clone), (_NR["socket"], socket)):
-        prog += [_insn(_JEQ_K, nr, jf=len(block)), *block]
-    simple = {nr: _EPERM for nr in _DENIED.values()}
-    simple[_NR["clone3"]] = _ENOSYS
-    if not allow_subprocess:
-        simple[_NR["fork"]] = simple[_NR["vfork"]] = _EPERM
-    for nr, err in sorted(simple.items()):
-        prog += [_insn(_JEQ_K, nr, jf=1), errno_ret(err)]
-    prog.append(_insn(_RET_K, _RET_ALLOW))
-    return b"".join(prog)
+    """The seccomp filter bubblewrap installs before it starts Python (see `grpo_seccomp.outer_program`)."""
+    return grpo_seccomp.outer_program(allow_subprocess)
 
 
-# ---------------------------------------------------------------- bubblewrap
-
-# Checked once per configuration inside a real sandbox: who we are, capabilities, seccomp mode, namespaces, threads,
-# and that fork is refused.
-_PROBE = r'''
-import json, os, threading
-status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-t = threading.Thread(target=lambda: None)
-t.start()
-t.join()
-try:
-    pid = os.fork()
-except OSError:
-    fork = "refused"
-else:
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-    fork = "allowed"
-ns = {n: os.readlink(f"/proc/self/ns/{n}") for n in ("user", "pid", "net", "ipc", "uts", "mnt", "cgroup")
-      if os.path.exists(f"/proc/self/ns/{n}")}
-print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "cap_eff": int(status["CapEff"], 16),
-                  "seccomp": status.get("Seccomp", "").strip(), "fork": fork, "ns": ns}))
-'''
-_NAMESPACES = ("user", "pid", "net", "ipc", "uts", "mnt", "cgroup")
-
+# ---------------------------------------------------------------- choosing the boundary
 
 @dataclass(frozen=True)
-class _Bwrap:
-    tool: str
-    seccomp: bool
-    disable_userns: bool
+class _Plan:
+    mode: str  # bubblewrap | landlock | nested | unshare | audit-hook
     description: str
+    tool: str = ""
+    outer_seccomp: bool = False
+    disable_userns: bool = False
+    cgroup: bool = False
 
 
-def _system_binds() -> list[str]:
-    """Read-only binds of the system and the Python installation; the merged-/usr symlinks as symlinks."""
-    args = ["--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        path = "/" + name
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    for prefix in dict.fromkeys([sys.base_prefix, sys.prefix, sys.executable]):
-        args += _ro_bind(prefix)
-    return args
-
-
-def _ro_bind(path: str) -> list[str]:
-    real = os.path.realpath(path)
-    if not os.path.exists(real) or any(real == d or real.startswith(d + "/") for d in ("/usr", "/proc", "/dev")):
-        return []
-    return ["--ro-bind", real, os.path.abspath(path)]
-
-
-def _bwrap_command(tool: str, work: str, read_only: list[str], seccomp_fd: int | None,
-                   disable_userns: bool) -> list[str]:
-    args = [tool, "--unshare-all", "--unshare-user", *(["--disable-userns"] if disable_userns else []),
-            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox", "--die-with-parent",
-            "--new-session", "--cap-drop", "ALL", *_system_binds()]
-    for path in dict.fromkeys(read_only):
-        args += _ro_bind(path)
-    # /proc and /dev are made read-only: when the dashboard runs as root, the sandbox's uid maps to kernel uid 0,
-    # which may write sysctls under /proc/sys; a writable /dev would be an unlimited tmpfs.
-    args += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
-             "--bind", work, SANDBOX_WORK, "--chdir", SANDBOX_WORK, "--remount-ro", "/"]
-    if seccomp_fd is not None:
-        args += ["--seccomp", str(seccomp_fd)]
-    return [*args, "--"]
-
-
-def _seccomp_pipe(program: bytes) -> int:
-    """A pipe's read end holding `program` (small enough for the pipe buffer), for `--seccomp FD`."""
-    r, w = os.pipe()
-    try:
-        os.write(w, program)
-    finally:
-        os.close(w)
-    return r
-
-
-def _probe(tool: str, seccomp: bool, disable_userns: bool) -> tuple[str | None, str]:
-    """(the boundary's description, "") when this bwrap configuration works and holds here, else (None, why not)."""
-    program = seccomp_program() if seccomp else None
-    if seccomp and program is None:
-        return None, f"no seccomp filter for {platform.machine()}"
-    with tempfile.TemporaryDirectory(prefix="grpo-sandbox-probe-") as work:
-        fd = _seccomp_pipe(program) if program else None
-        try:
-            cmd = [*_bwrap_command(tool, work, [], fd, disable_userns), sys.executable, "-I", "-c", _PROBE]
-            out = subprocess.run(cmd, capture_output=True, timeout=30, cwd=work, env=sandbox_env(SANDBOX_WORK),
-                                 pass_fds=(fd,) if fd is not None else (), start_new_session=True)
-        except (OSError, subprocess.SubprocessError) as exc:
-            return None, f"{type(exc).__name__}: {exc}"
-        finally:
-            if fd is not None:
-                os.close(fd)
-    try:
-        seen = json.loads(out.stdout.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        lines = out.stderr.decode(errors="replace").strip().splitlines()
-        return None, lines[-1][:300] if lines else f"bwrap exited with status {out.returncode}"
-    mine = {n: os.readlink(f"/proc/self/ns/{n}") for n in _NAMESPACES if os.path.exists(f"/proc/self/ns/{n}")}
-    own = [n for n in _NAMESPACES if n in seen["ns"] and seen["ns"][n] != mine.get(n)]
-    if out.returncode != 0 or seen["uid"] != SANDBOX_UID or seen["gid"] != SANDBOX_UID or seen["cap_eff"] != 0 \
-            or not {"user", "pid", "net", "mnt"} <= set(own) or (seccomp and (seen["seccomp"] != "2"
-                                                                             or seen["fork"] != "refused")):
-        return None, f"the sandbox does not hold: {json.dumps(seen)[:300]}"
-    names = "/".join("mount" if n == "mnt" else n for n in own)
-    suffix = ", seccomp)" if seccomp else ")"
-    return f"bubblewrap ({names} namespaces, uid {SANDBOX_UID}, no capabilities{suffix}", ""
+def _task_bound(nproc: bool, cgroup: bool) -> str:
+    ways = [w for w, on in (("RLIMIT_NPROC", nproc), ("a pids cgroup", cgroup)) if on]
+    return "tasks bounded by " + " and ".join(ways) if ways else "tasks NOT bounded"
 
 
 @functools.cache
-def _bwrap(tool: str | None, disabled: str, inside: bool) -> _Bwrap | str:
+def _bwrap(tool: str | None, disabled: str, inside: bool) -> _Plan | str:
     """The working bubblewrap configuration, or why there is none."""
     if disabled:
         return f"{_NO_BWRAP_ENV} is set"
@@ -308,47 +142,145 @@ def _bwrap(tool: str | None, disabled: str, inside: bool) -> _Bwrap | str:
         return "bwrap is not installed"
     why = ""
     for seccomp, disable_userns in ((True, True), (True, False), (False, True), (False, False)):
-        description, reason = _probe(tool, seccomp, disable_userns)
+        program = seccomp_program() if seccomp else None
+        if seccomp and program is None:
+            why = why or "no seccomp filter for this architecture"
+            continue
+        description, reason = grpo_bwrap.probe(tool, program, disable_userns, sandbox_env(SANDBOX_WORK))
         if description:
-            return _Bwrap(tool, seccomp, disable_userns, description)
+            cgroup = grpo_host.pids_cgroup_base() is not None
+            return _Plan("bubblewrap", f"{description}, {_task_bound(not grpo_host.root(), cgroup)})", tool, seccomp,
+                         disable_userns, cgroup)
         why = why or reason
     return why
 
 
+# Run once inside a candidate Landlock sandbox: what it can reach of the host must be refused.
+_LANDLOCK_PROBE = r'''
+import json, os, socket, sys, threading
+outside, parent = sys.argv[1], int(sys.argv[2])
+def attempt(fn):
+    try:
+        fn()
+        return "allowed"
+    except OSError as exc:
+        return exc.errno
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+threading.stack_size(1 << 16)
+started, stop = 0, threading.Event()
+try:
+    for _ in range(200):
+        threading.Thread(target=stop.wait, daemon=True).start()
+        started += 1
+except RuntimeError:
+    pass
+stop.set()
+print(json.dumps({"read": attempt(lambda: open(outside).read()), "environ": attempt(
+    lambda: open(f"/proc/{parent}/environ", "rb").read()), "signal": attempt(lambda: os.kill(parent, 0)),
+    "write": attempt(lambda: open(outside + ".new", "x").close()), "fork": attempt(os.fork),
+    "inet": attempt(lambda: socket.socket(socket.AF_INET)), "uid": os.getuid(), "threads": started,
+    "seccomp": status["Seccomp"].strip(), "nnp": status["NoNewPrivs"].strip()}))
+'''
+
+
+@functools.cache
+def _landlock(disabled: str, inside: bool) -> _Plan | str:
+    """The Landlock boundary when it can be made and holds here, or why not."""
+    if disabled:
+        return f"{_NO_LANDLOCK_ENV} is set"
+    if inside:
+        return "already inside a sandbox"
+    abi = grpo_confine.landlock_abi()
+    if abi < _LANDLOCK_ABI:
+        return (f"Landlock ABI {abi} here, the boundary needs ABI {_LANDLOCK_ABI} (Linux 6.12+ with Landlock "
+                f"enabled)" if abi else "Landlock is not available (Linux 5.13+ with landlock in the lsm= list)")
+    if seccomp_program() is None:
+        return "no seccomp filter for this architecture"
+    cgroup = grpo_host.pids_cgroup_base() is not None
+    root, keep = grpo_host.root(), grpo_host.has_read_search()
+    who = ("a spare uid per run, no capabilities but CAP_DAC_READ_SEARCH" if root and keep else
+           "a spare uid per run, no capabilities" if root else "the dashboard's uid, no capabilities")
+    plan = _Plan("landlock", f"landlock (Landlock ABI {abi}: files, TCP, abstract Unix sockets, signals; seccomp, no "
+                 f"sockets; {who}; {_task_bound(True, cgroup)})", cgroup=cgroup)
+    with tempfile.TemporaryDirectory(prefix="grpo-sandbox-probe-") as outside:
+        secret = Path(outside, "outside")
+        secret.write_text("outside")
+        res = _run(plan, _LANDLOCK_PROBE, argv=[str(secret), str(os.getpid())], timeout_s=30, memory_mb=512,
+                   max_tasks=16)
+    try:
+        seen = json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        lines = res.stderr.strip().splitlines()
+        return lines[-1][:300] if lines else f"the Landlock probe exited with status {res.returncode}"
+    refused = all(seen[k] != "allowed" for k in ("read", "environ", "signal", "write", "fork", "inet"))
+    if not refused or seen["seccomp"] != "2" or seen["nnp"] != "1" or (grpo_host.root() and seen["uid"] == 0) \
+            or seen["threads"] >= 100:
+        return f"the Landlock sandbox does not hold: {json.dumps(seen)[:300]}"
+    return plan
+
+
 def _inside_boundary() -> str | None:
-    """The outer boundary's description when this process already runs inside a bubblewrap sandbox."""
+    """The outer boundary's description when this process already runs inside a sandbox."""
     outer = os.environ.get(_INSIDE_ENV)
-    return outer if outer and os.getuid() == SANDBOX_UID else None
+    if not outer:
+        return None
+    if os.getuid() == SANDBOX_UID:
+        return outer
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    confined = re.search(r"^NoNewPrivs:\s*1$", status, re.M) and re.search(r"^Seccomp:\s*2$", status, re.M)
+    return outer if confined else None
 
 
-def _bwrap_found() -> _Bwrap | str:
-    return _bwrap(shutil.which("bwrap"), os.environ.get(_NO_BWRAP_ENV, ""), _inside_boundary() is not None)
-
-
-def _bwrap_here() -> _Bwrap | None:
-    found = _bwrap_found()
-    return found if isinstance(found, _Bwrap) else None
+def _plan_here() -> tuple[_Plan | None, str]:
+    """The boundary runs get here (None: only the weak fallback), and why each stronger one is missing."""
+    inside = _inside_boundary() is not None
+    bw = _bwrap(shutil.which("bwrap"), os.environ.get(_NO_BWRAP_ENV, ""), inside)
+    bw_bounds = isinstance(bw, _Plan) and "NOT bounded" not in bw.description
+    if isinstance(bw, _Plan) and bw_bounds:
+        return bw, ""
+    ll = _landlock(os.environ.get(_NO_LANDLOCK_ENV, ""), inside)
+    if isinstance(ll, _Plan):
+        return ll, ""
+    if isinstance(bw, _Plan):
+        return bw, ""
+    return None, f"bubblewrap: {bw}; Landlock: {ll}"
 
 
 def bwrap_boundary() -> str | None:
-    """What bubblewrap isolates children with on this machine, or None when it cannot create a sandbox here.
+    """What isolates children on this machine, bubblewrap's or Landlock's boundary, or None when neither holds.
 
-    Probed once per `bwrap` found on PATH and value of GRPO_SANDBOX_NO_BWRAP (set: force the fallback): the probe
-    runs the real sandbox and checks the uid (65534), that no capabilities are left, the namespaces and the seccomp
-    filter.
+    Probed once per `bwrap` on PATH and per value of GRPO_SANDBOX_NO_BWRAP / GRPO_SANDBOX_NO_LANDLOCK (set: skip that
+    boundary): each probe runs the real sandbox and checks what it claims (uid, capabilities, namespaces, seccomp;
+    for Landlock also that files, /proc, signals, sockets, fork and threads beyond the limit are refused).
+    bubblewrap is preferred, unless it cannot bound the tasks here (the parent is root and no pids cgroup can be
+    made) and Landlock can.
     """
-    found = _bwrap_here()
-    return found.description if found else None
+    plan, _ = _plan_here()
+    return plan.description if plan else None
+
+
+boundary = bwrap_boundary
+
+
+def no_boundary_reason() -> str:
+    """Why no boundary can be made here ("" when one can): what each boundary lacks, and what to do."""
+    plan, why = _plan_here()
+    return "" if plan else (f"no sandbox boundary can be made here ({why}); install bubblewrap and allow "
+                            f"unprivileged user namespaces, or run on Linux 6.12+ with Landlock enabled")
 
 
 def fallback_isolation() -> str:
-    """How children are isolated without bubblewrap: the `unshare` flags, or the audit hook alone."""
+    """How children are isolated without a boundary: the `unshare` flags or the audit hook, plus seccomp."""
     prefix = isolation_prefix()
-    return "unshare " + " ".join(prefix[1:]) if prefix else "audit hook only"
+    base = "unshare " + " ".join(prefix[1:]) if prefix else "audit hook only"
+    return base + (" + seccomp" if grpo_seccomp.supported() else "")
 
 
 def current_isolation() -> str:
-    """How `run_sandboxed` isolates children here (the bubblewrap boundary, or the weak fallback)."""
+    """How `run_sandboxed` isolates children here (a boundary, or the weak fallback)."""
     outer = _inside_boundary()
     if outer:
         return f"inside the parent's sandbox: {outer}"
@@ -357,9 +289,8 @@ def current_isolation() -> str:
 
 @functools.cache
 def _warn_fallback(isolation: str, why: str) -> None:
-    print(f"grpo_sandbox: custom code runs without an isolation boundary: bubblewrap cannot create a sandbox here "
-          f"({why}); falling back to {isolation}, which does not stop code that means harm. Install bubblewrap and "
-          f"allow unprivileged user namespaces.", file=sys.stderr, flush=True)
+    print(f"grpo_sandbox: custom code runs without an isolation boundary: {why}; falling back to {isolation}, which "
+          f"does not stop code that means harm.", file=sys.stderr, flush=True)
 
 
 def _deny_patterns() -> list[str]:
@@ -383,35 +314,49 @@ def sandbox_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str
             "PYTHONDONTWRITEBYTECODE": "1", **(extra or {})}
 
 
+# ---------------------------------------------------------------- running
+
 def run_sandboxed(code: str, *, stdin: str = "", timeout_s: float = 10.0, memory_mb: int | None = 512,
                   files: dict[str, str] | None = None, argv: list[str] | None = None, allow_subprocess: bool = False,
                   sys_path: list[str] | None = None, env: dict[str, str] | None = None,
-                  max_output: int = 1_000_000, read_only: list[str] | None = None) -> SandboxResult:
+                  max_output: int = 1_000_000, read_only: list[str] | None = None, report: bool = False,
+                  max_tasks: int | None = None) -> SandboxResult:
     """Run Python `code` in a sandboxed subprocess and return its exit status and output.
 
-    With bubblewrap (see `bwrap_boundary`), the child runs as uid 65534 without capabilities in its own user, pid,
-    network, ipc, uts, cgroup and mount namespaces, under a seccomp filter (no other processes unless
-    `allow_subprocess`, no sockets but AF_UNIX, no mounts, ptrace, namespaces, bpf, io_uring...). It sees only the
-    system (/usr), the Python installation and `read_only` (default: the `sys_path` entries), all read-only, a fresh
-    /proc, a minimal /dev, and its temporary working directory at /sandbox/work (holding `files`; also HOME and
-    TMPDIR), the only writable place. Without bubblewrap it falls back to `unshare` namespaces where available and
-    prints a warning once.
+    The boundary (see `boundary`): bubblewrap (uid 65534 without capabilities in its own user, pid, network, ipc,
+    uts, cgroup and mount namespaces; it sees only the system, the Python installation and `read_only` (default: the
+    `sys_path` entries), read-only, a fresh read-only /proc, a minimal read-only /dev and its work dir at
+    /sandbox/work), else Landlock (the same paths readable, the work dir writable, nothing else; no TCP, no abstract
+    Unix sockets or signals outside; a spare uid when the dashboard is root), else a weak fallback that prints a
+    warning once. The work dir holds `files` and is also HOME and TMPDIR.
 
-    In both cases: a minimal environment, an address-space limit of `memory_mb`, a wall-clock limit of `timeout_s`
-    (the whole sandbox is killed), and an audit hook (defence in depth) refusing sockets, subprocesses unless
-    `allow_subprocess`, and reads of other processes' /proc entries or of token files (~/.cache/huggingface...).
+    In every mode: a minimal environment; limits on address space (`memory_mb`), CPU and wall-clock time
+    (`timeout_s`: the whole sandbox is killed), file size, open files and tasks (`max_tasks` threads and processes;
+    default 64, or 256 with `allow_subprocess`); a seccomp filter refusing exec and fork unless `allow_subprocess`,
+    memfd and SysV shared memory, sockets but AF_UNIX (none at all without a network namespace), ptrace, mounts,
+    namespaces, bpf, io_uring...; an audit hook (defence in depth). `report=True` gives the program a channel of its
+    own, an fd named by GRPO_SANDBOX_REPORT_FD, returned as `SandboxResult.report`.
     """
-    boundary = _bwrap_here()
+    plan, why = _plan_here()
     outer = _inside_boundary()
-    prefix: tuple[str, ...] = () if boundary else isolation_prefix()
-    if boundary:
-        isolation = boundary.description
-    elif outer:
-        isolation = f"inside the parent's sandbox: {outer}"
-    else:
-        isolation = "unshare " + " ".join(prefix[1:]) if prefix else "audit hook only"
-        found = _bwrap_found()
-        _warn_fallback(isolation, found if isinstance(found, str) else "")
+    if plan is None and outer:
+        plan = _Plan("nested", f"inside the parent's sandbox: {outer}")
+    elif plan is None:
+        prefix = isolation_prefix()
+        plan = _Plan("unshare" if prefix else "audit-hook", fallback_isolation(),
+                     cgroup=grpo_host.pids_cgroup_base() is not None)
+        _warn_fallback(plan.description, why)
+    return _run(plan, code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb, files=files, argv=argv,
+                allow_subprocess=allow_subprocess, sys_path=sys_path, env=env, max_output=max_output,
+                read_only=read_only, report=report, max_tasks=max_tasks)
+
+
+def _run(plan: _Plan, code: str, *, stdin: str = "", timeout_s: float, memory_mb: int | None,
+         files: dict[str, str] | None = None, argv: list[str] | None = None, allow_subprocess: bool = False,
+         sys_path: list[str] | None = None, env: dict[str, str] | None = None, max_output: int = 1_000_000,
+         read_only: list[str] | None = None, report: bool = False, max_tasks: int | None = None) -> SandboxResult:
+    tasks = max_tasks or (MAX_TASKS_WITH_SUBPROCESSES if allow_subprocess else MAX_TASKS)
+    visible = list(sys_path or []) if read_only is None else list(read_only)
     with tempfile.TemporaryDirectory(prefix="grpo-sandbox-") as work, \
             tempfile.TemporaryDirectory(prefix="grpo-sandbox-io-") as io_dir:
         for name, content in (files or {}).items():
@@ -419,51 +364,84 @@ def run_sandboxed(code: str, *, stdin: str = "", timeout_s: float = 10.0, memory
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content, encoding="utf-8")
         (Path(work) / "main.py").write_text(code, encoding="utf-8")
-        inner = SANDBOX_WORK if boundary else work
+        inner = SANDBOX_WORK if plan.mode == "bubblewrap" else work
         (Path(io_dir) / "stdin").write_text(stdin, encoding="utf-8")
-        cfg = {"memory": int(memory_mb) * 2**20 if memory_mb else 0, "cpu": int(math.ceil(timeout_s)) + 1,
-               "fsize": max(4 * max_output, 64 * 2**20), "deny": _deny_patterns(), "path": list(sys_path or []),
-               "block": [] if allow_subprocess else list(_SPAWN_EVENTS), "main": f"{inner}/main.py",
-               "argv": list(argv or [])}
+        path = list(sys_path or [])
+        cfg: dict[str, Any] = {
+            "memory": int(memory_mb) * 2**20 if memory_mb else 0, "cpu": int(math.ceil(timeout_s)) + 1,
+            "fsize": max(4 * max_output, 64 * 2**20), "nofile": _NOFILE_WITH_SUBPROCESSES if allow_subprocess
+            else _NOFILE, "deny": _deny_patterns(), "block": [] if allow_subprocess else list(_SPAWN_EVENTS),
+            "main": f"{inner}/main.py", "argv": list(argv or []), "landlock": None, "uid": None, "nproc": None}
+        namespaced = plan.mode == "bubblewrap" or (plan.mode == "nested" and plan.description.startswith(
+            "inside the parent's sandbox: bubblewrap")) or (plan.mode == "unshare" and "--pid" in isolation_prefix())
+        if plan.mode in ("landlock", "nested") and grpo_confine.landlock_abi() >= 1:
+            cfg["landlock"] = {"abi": _LANDLOCK_ABI if plan.mode == "landlock" else 1,
+                               "rules": grpo_host.landlock_rules(work, visible)}
+            path = grpo_host.shadow_path(work, path, visible)
+        if plan.mode == "landlock" and grpo_host.root():
+            cfg["uid"], cfg["keep_read_search"] = grpo_host.spare_uid(), grpo_host.has_read_search()
+            cfg["nproc"] = tasks
+            grpo_host.chown_tree(work, cfg["uid"])
+        elif plan.mode != "nested" and not grpo_host.root():
+            # Counted per user namespace under bubblewrap; host-wide for the dashboard's uid otherwise.
+            cfg["nproc"] = tasks + (2 if plan.mode == "bubblewrap" else grpo_host.tasks_of(os.getuid()))
+        cfg["path"] = path
+        program = grpo_seccomp.inner_program(allow_subprocess, namespaced)
+        cfg["seccomp"] = program.hex() if program else ""
         child_env = sandbox_env(inner, env)
-        seccomp_fd: int | None = None
-        if boundary:
-            program = seccomp_program(allow_subprocess) if boundary.seccomp else None
-            seccomp_fd = _seccomp_pipe(program) if program else None
-            mounts = list(sys_path or []) if read_only is None else read_only
-            prefix = tuple(_bwrap_command(boundary.tool, work, mounts, seccomp_fd, boundary.disable_userns))
-            child_env[_INSIDE_ENV] = boundary.description
-        elif outer:
-            child_env[_INSIDE_ENV] = outer
-        cmd = [*prefix, sys.executable, "-I", "-c", _GUARD, json.dumps(cfg)]
-        start = time.monotonic()
-        timed_out = False
+        fds: list[int] = []
+        prefix: tuple[str, ...] = ()
+        cgroup = grpo_host.make_cgroup(tasks + 2) if plan.cgroup else None
         try:
-            with open(Path(io_dir) / "stdin", "rb") as fin, open(Path(io_dir) / "out", "wb") as fout, \
-                    open(Path(io_dir) / "err", "wb") as ferr:
-                proc = subprocess.Popen(cmd, stdin=fin, stdout=fout, stderr=ferr, cwd=work, start_new_session=True,
-                                        env=child_env, pass_fds=() if seccomp_fd is None else (seccomp_fd,))
-                try:
-                    returncode: int | None = proc.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                finally:
-                    _kill_group(proc.pid)
-                    returncode = proc.wait()
+            if plan.mode == "bubblewrap":
+                outer_program = seccomp_program(allow_subprocess) if plan.outer_seccomp else None
+                if outer_program:
+                    fds.append(grpo_bwrap.seccomp_pipe(outer_program))
+                prefix = tuple(grpo_bwrap.command(plan.tool, work, visible, fds[0] if fds else None,
+                                                  plan.disable_userns))
+            elif plan.mode == "unshare":
+                prefix = isolation_prefix()
+            if plan.mode != "audit-hook" and plan.mode != "unshare":
+                child_env[_INSIDE_ENV] = plan.description if plan.mode != "nested" else plan.description.split(
+                    ": ", 1)[1]
+            if report:
+                fds.append(os.open(Path(io_dir) / "report", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+                child_env[REPORT_FD_ENV] = str(fds[-1])
+                if cfg["uid"] is not None:
+                    os.fchown(fds[-1], cfg["uid"], cfg["uid"])
+            cmd = [*prefix, sys.executable, "-I", "-c", _CONFINE, json.dumps(cfg)]
+            if cgroup:
+                cmd = [sys.executable, "-I", "-S", "-c", _ENTER_CGROUP, cgroup, *cmd]
+            returncode, timed_out, duration = _spawn(cmd, io_dir, work, child_env, fds, timeout_s)
         finally:
-            if seccomp_fd is not None:
-                os.close(seccomp_fd)
-        duration = time.monotonic() - start
+            for fd in fds:
+                os.close(fd)
+            if cgroup:
+                grpo_host.remove_cgroup(cgroup)
         out = (Path(io_dir) / "out").read_bytes()[:max_output].decode("utf-8", errors="replace")
         err = (Path(io_dir) / "err").read_bytes()[-max_output:].decode("utf-8", errors="replace")
-    return SandboxResult(None if timed_out else returncode, out, err, timed_out, duration, isolation)
+        channel = Path(io_dir) / "report"
+        text = channel.read_bytes()[:max_output].decode("utf-8", errors="replace") if channel.exists() else ""
+    return SandboxResult(None if timed_out else returncode, out, err, timed_out, duration, plan.description, text)
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _spawn(cmd: list[str], io_dir: str, work: str, env: dict[str, str], fds: list[int],
+           timeout_s: float) -> tuple[int | None, bool, float]:
+    start = time.monotonic()
+    timed_out = False
+    with open(Path(io_dir) / "stdin", "rb") as fin, open(Path(io_dir) / "out", "wb") as fout, \
+            open(Path(io_dir) / "err", "wb") as ferr:
+        proc = subprocess.Popen(cmd, stdin=fin, stdout=fout, stderr=ferr, cwd=work, start_new_session=True, env=env,
+                                pass_fds=tuple(fds))
+        try:
+            returncode: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            grpo_host.kill(-proc.pid)
+            returncode = proc.wait()
+    return returncode, timed_out, time.monotonic() - start
+
 
 
 # ---------------------------------------------------------------- code tests

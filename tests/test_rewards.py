@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,19 @@ def test_trl_think_format_reused() -> None:
 def test_regex_search_and_full_match() -> None:
     assert call("regex", ["Answer: 12", "nothing"], {"pattern": r"Answer: \d+"}) == [1.0, 0.0]
     assert call("regex", ["Answer: 12", "Answer: 12 extra"], {"pattern": r"Answer: \d+", "full": True}) == [1.0, 0.0]
+
+
+def test_a_catastrophic_regex_costs_a_short_stated_time_and_says_so(capfd: pytest.CaptureFixture[str]) -> None:
+    """`^(.|..)*!$` backtracks exponentially on text without a final `!` (Python's re: seconds per completion here,
+    hours on a longer one): each match is stopped after 0.1 s, a call after 1 s, and the undecided ones are None."""
+    texts = ["hello!", "a" * 30 + "!x", "b" * 30 + "!y", "wow!", "c" * 30 + "!z", "d" * 30 + "!w"]
+    start = time.monotonic()
+    out = call("regex", texts, {"pattern": r"^(.|..)*!$"})
+    assert time.monotonic() - start < 1.0 + 1.0  # the call budget, plus slack for a loaded machine
+    assert out[0] == 1.0 and out[1] is None and out[2] is None
+    assert out[3] in (1.0, None) and out[4] is None and out[5] is None  # after the budget: not matched at all
+    err = capfd.readouterr().err
+    assert "was stopped on" in err and "0.1 s each" in err and "backtracks catastrophically" in err
 
 
 @pytest.mark.parametrize(("name", "params", "words"), [

@@ -15,28 +15,15 @@ from grpo_dashboard.checks import sandbox
 from grpo_dashboard.spec.jobfiles import rewards_module
 
 from .conftest import processes_with
+from .sandbox_attacks import BOUNDARIES, MODES, sandbox_mode
 
 R = rewards_module()
 
 
-@pytest.fixture(params=["bwrap", "unshare", "audit-hook"])
+@pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Run each test under bubblewrap, with the `unshare` fallback and with the audit hook alone (where available)."""
-    if request.param != "bwrap":
-        monkeypatch.setenv("GRPO_SANDBOX_NO_BWRAP", "1")
-    if request.param == "audit-hook":
-        monkeypatch.setenv("GRPO_SANDBOX_NO_UNSHARE", "1")
-    R.isolation_prefix.cache_clear()
-    if request.param == "bwrap" and sandbox.boundary() is None:
-        pytest.skip("bubblewrap cannot create a sandbox here")
-    if request.param == "unshare" and not R.isolation_prefix():
-        pytest.skip("unshare namespaces are not available here")
-    yield request.param
-    monkeypatch.delenv("GRPO_SANDBOX_NO_BWRAP", raising=False)
-    monkeypatch.delenv("GRPO_SANDBOX_NO_UNSHARE", raising=False)
-    R.isolation_prefix.cache_clear()
-
-
+    """Each test in every way the sandbox may isolate (see `sandbox_mode`)."""
+    yield from sandbox_mode(request.param, monkeypatch)
 
 
 def test_runs_code_with_stdin_files_and_a_temporary_working_dir(mode: str) -> None:
@@ -49,7 +36,8 @@ def test_runs_code_with_stdin_files_and_a_temporary_working_dir(mode: str) -> No
         assert cwd.strip() == "/sandbox/work"
     else:
         assert "grpo-sandbox-" in cwd and not Path(cwd.strip()).exists()  # removed afterwards
-    assert res.isolation.startswith({"bwrap": "bubblewrap (", "unshare": "unshare --", "audit-hook": "audit"}[mode])
+    assert res.isolation.startswith({"bwrap": "bubblewrap (", "landlock": "landlock (", "unshare": "unshare --",
+                                     "audit-hook": "audit"}[mode])
 
 
 def test_infinite_loop_is_killed_at_the_time_limit(mode: str) -> None:
@@ -100,7 +88,7 @@ print(json.dumps(seen))
     assert "hf_fake" not in res.stdout and "proxy.example" not in res.stdout
     seen = json.loads(res.stdout)
     allowed = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONDONTWRITEBYTECODE"}
-    assert set(seen["env"]) <= allowed | ({"PWD", "GRPO_SANDBOX_INSIDE"} if mode == "bwrap" else set())
+    assert set(seen["env"]) <= allowed | ({"PWD", "GRPO_SANDBOX_INSIDE"} if mode in BOUNDARIES else set())
 
 
 def test_token_files_in_home_cannot_be_read(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,14 +147,18 @@ def test_code_reward_cannot_fake_its_score_by_printing(mode: str) -> None:
 
 
 def test_isolation_is_reported_as_it_is(mode: str) -> None:
-    """`isolation()` says what a run really got, and `boundary()` is set exactly when bubblewrap is used."""
+    """`isolation()` says what a run really got, and `boundary()` is set exactly when a boundary is used."""
     res = sandbox.run_sandboxed("pass")
     assert res.ok, res.stderr
     assert res.isolation == sandbox.isolation()
     if mode == "bwrap":
         assert sandbox.boundary() == res.isolation and res.isolation.startswith("bubblewrap (")
         assert "uid 65534" in res.isolation and "net" in res.isolation and "pid" in res.isolation
+    elif mode == "landlock":
+        assert sandbox.boundary() == res.isolation and res.isolation.startswith("landlock (")
+        assert "signals" in res.isolation and "seccomp" in res.isolation
     else:
         assert sandbox.boundary() is None
-        assert res.isolation == ("audit hook only" if mode == "audit-hook" else
-                                 "unshare " + " ".join(R.isolation_prefix()[1:]))
+        base = "audit hook only" if mode == "audit-hook" else "unshare " + " ".join(R.isolation_prefix()[1:])
+        assert res.isolation == base + " + seccomp"
+    assert "tasks bounded by" in res.isolation or "tasks NOT bounded" in res.isolation or mode not in BOUNDARIES

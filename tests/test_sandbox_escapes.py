@@ -1,10 +1,12 @@
 """Escape attempts against the reward sandbox, each run the way the app runs custom code: `check_rewards` on a spec
 whose inline `python` reward (or reward file, or code-reward dataset row) performs the attack.
 
-Every attack reports what it got on one `ESCAPE {json}` line (the worker's prints land in the report's log tail),
-and every test also checks on the host: a canary that must not appear in any output, the app tree unchanged, no
-process left behind, no connection on a loopback server. Most of them need the real boundary (bubblewrap); where it
-cannot be created they are skipped, and the last test checks that the fallback says so.
+Every attack runs twice: `here` (the boundary this machine gives: bubblewrap where user namespaces work) and
+`container` (a child process under a container-like seccomp profile that refuses user namespaces, so bubblewrap
+cannot start and the Landlock boundary must hold alone). Every attack reports what it got on one `ESCAPE {json}` line
+(the worker's prints land in the report's log tail), and every test also checks on the host: a canary that must not
+appear in any output, the app tree unchanged, no process left behind, no connection on a loopback server. Where no
+boundary can be made they are skipped, or fail with GRPO_DASHBOARD_EXPECT_SANDBOX=1 (see `require_boundary`).
 """
 
 from __future__ import annotations
@@ -19,117 +21,36 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from grpo_dashboard.checks import sandbox
-from grpo_dashboard.checks.reward_check import CheckReport, check_rewards
 from grpo_dashboard.store.db import Store
 
-from .conftest import processes_with
-
-REPO = Path(__file__).resolve().parent.parent
-MATH = REPO / "examples" / "data" / "math_tiny.jsonl"
-needs_boundary = pytest.mark.skipif(sandbox.boundary() is None, reason="bubblewrap cannot create a sandbox here")
-needs_seccomp = pytest.mark.skipif("seccomp" not in (sandbox.boundary() or ""), reason="no seccomp filter here")
-
-# Shared by every attack: switch the guard's audit hook off (find it with gc, replace its code), raw libc reads and
-# writes through ctypes (no audit events), and a wrapper that turns any failure into its message.
-PRELUDE = r'''
-import ctypes, gc, json, os, sys
-def kill_hook():
-    n = 0
-    for o in gc.get_objects():
-        if getattr(o, "__name__", "") == "_hook" and hasattr(o, "__code__"):
-            o.__code__ = (lambda event, args: None).__code__
-            n += 1
-    try:
-        ctypes.CDLL("libc.so.6")
-        return n > 0
-    except Exception:
-        return False
-def libc():
-    lib = ctypes.CDLL(None, use_errno=True)
-    lib.open.argtypes, lib.open.restype = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return lib
-def libc_read(path):
-    lib = libc()
-    fd = lib.open(path.encode(), os.O_RDONLY, 0)
-    if fd < 0:
-        return f"errno {ctypes.get_errno()}"
-    buf = ctypes.create_string_buffer(1 << 20)
-    n = lib.read(fd, buf, 1 << 20)
-    lib.close(fd)
-    return buf.raw[:max(n, 0)].decode("latin-1")
-def libc_create(path):
-    fd = libc().open(path.encode(), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    return f"errno {ctypes.get_errno()}" if fd < 0 else "created"
-def attempt(fn, *args):
-    try:
-        return fn(*args)
-    except BaseException as exc:
-        return f"{type(exc).__name__}: {exc}"
-def short(value):
-    """Long reads keep their start and every secret-looking string in them (the report line must stay short)."""
-    if not isinstance(value, str) or len(value) <= 120:
-        return value
-    import re
-    return value[:60] + " ... " + " ".join(re.findall(r"(?:grpo-canary-|hf_|oauth-)[0-9a-f]{16,}", value))
-def report(result):
-    print("ESCAPE" + json.dumps({k: short(v) for k, v in result.items()}, default=repr), flush=True)
-'''
-
-INLINE = PRELUDE + r'''
-_done = []
-def attack(completions, **kwargs):
-    if not _done:
-        _done.append(True)
-        result = {}
-        try:
-            run(result)
-        except BaseException as exc:
-            result["crashed"] = repr(exc)
-        report(result)
-    return [float(len(c if isinstance(c, str) else c[-1]["content"])) for c in completions]
-'''
-
-def spec_with(code: str, body: str, **reward: Any) -> dict[str, Any]:
-    """A spec over the tiny math data whose one reward is inline code: the prelude, `body` defining run(result)."""
-    rewards = [reward or {"name": "attack", "builtin": "python",
-                          "params": {"code": code + body, "function": "attack"}}]
-    return {"name": "escape", "model": {"name_or_path": "tiny", "build_tiny": True},
-            "dataset": {"data_files": str(MATH), "prompt_column": "question"}, "rewards": rewards}
+from .sandbox_attacks import (
+    INLINE,
+    PRELUDE,
+    REPO,
+    WHERE,
+    canary,
+    check,
+    no_process_left,
+    refused,
+    require_boundary,
+    run_attack,
+    tree_state,
+)
 
 
-def run_attack(tmp_path: Path, body: str, **reward: Any) -> tuple[dict[str, Any], str, CheckReport]:
-    """Run the check on an attack; returns what the attack reported, everything the check produced, the report."""
-    base = tmp_path / "base"
-    base.mkdir(exist_ok=True)
-    report = check_rewards(spec_with(INLINE, body, **reward), n_rows=1, base_dir=base, timeout_s=60)
-    everything = json.dumps(report.to_dict())
-    lines = [line for r in report.rewards for line in r.log_tail.splitlines() if line.startswith("ESCAPE")]
-    assert lines, f"the attack did not run: {report.to_text()}\n{report.rewards[0].log_tail}"
-    return json.loads(lines[-1][len("ESCAPE"):]), everything, report
+@pytest.fixture(params=WHERE)
+def where(request: pytest.FixtureRequest) -> str:
+    """Each attack against this machine's boundary, and against the one a container without user namespaces gets."""
+    return require_boundary(request.param)
 
 
-def canary() -> str:
-    return "grpo-canary-" + secrets.token_hex(12)
-
-
-
-
-def no_process_left(marker: str, grace_s: float = 3.0) -> bool:
-    deadline = time.monotonic() + grace_s
-    while processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not processes_with(marker)
-
-
-def tree_state(*dirs: Path) -> dict[str, tuple[int, int]]:
-    """(size, mtime) of every file under `dirs`, bytecode caches aside (other processes may write those)."""
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for d in dirs for p in sorted(d.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts}
+def bwrap_here(where: str) -> bool:
+    """True when the attack ran under bubblewrap (which hides what Landlock denies: errno 2 rather than 13)."""
+    return where == "here" and (sandbox.boundary() or "").startswith("bubblewrap")
 
 
 @pytest.fixture
@@ -159,8 +80,8 @@ def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, st
     return token, secret
 
 
-@needs_boundary
-def test_the_sqlite_store_in_the_data_dir_cannot_be_read(tmp_path: Path, store_canary: tuple[Path, str]) -> None:
+def test_the_sqlite_store_in_the_data_dir_cannot_be_read(tmp_path: Path, where: str,
+                                                          store_canary: tuple[Path, str]) -> None:
     path, secret = store_canary
     body = f'''
 def run(result):
@@ -171,20 +92,23 @@ def run(result):
     result["wal"] = attempt(libc_read, p + "-wal")
     result["listdir"] = attempt(os.listdir, os.path.dirname(p))
     result["via_proc_root"] = attempt(lambda: open(f"/proc/{os.getpid()}/root" + p, "rb").read().decode("latin-1"))
+    result["via_proc_1_root"] = attempt(lambda: open("/proc/1/root" + p, "rb").read().decode("latin-1"))
     import sqlite3
     result["sqlite"] = attempt(lambda: sqlite3.connect(f"file:{{p}}?mode=ro", uri=True).execute(
         "SELECT value FROM canary").fetchall())
 '''
-    seen, everything, _ = run_attack(tmp_path, body)
+    seen, everything, _ = run_attack(tmp_path, where, body)
     assert seen["hook_off"] is True
     assert secret not in everything
-    for key in ("open", "libc", "wal", "listdir", "via_proc_root", "sqlite"):
+    for key in ("open", "libc", "wal", "listdir", "via_proc_root", "via_proc_1_root", "sqlite"):
         assert "Error" in seen[key] or seen[key].startswith("errno"), (key, seen[key])
-    assert "FileNotFoundError" in seen["open"] and seen["libc"] == "errno 2"  # not denied: not there at all
+    if bwrap_here(where):
+        assert "FileNotFoundError" in seen["open"] and seen["libc"] == "errno 2"  # not denied: not there at all
+    else:
+        assert "PermissionError" in seen["open"] and seen["libc"] == "errno 13"  # Landlock: there, but denied
 
 
-@needs_boundary
-def test_another_runs_job_log_cannot_be_read(tmp_path: Path, data_dir: Path) -> None:
+def test_another_runs_job_log_cannot_be_read(tmp_path: Path, where: str, data_dir: Path) -> None:
     secret = canary()
     log = data_dir / "runs" / "someone-else-20260101-000000-abcdef" / "job.log"
     log.parent.mkdir(parents=True)
@@ -197,13 +121,12 @@ def run(result):
     result["libc"] = attempt(libc_read, p)
     result["runs"] = attempt(os.listdir, os.path.dirname(os.path.dirname(p)))
 '''
-    seen, everything, _ = run_attack(tmp_path, body)
+    seen, everything, _ = run_attack(tmp_path, where, body)
     assert secret not in everything and seen["hook_off"] is True
-    assert "FileNotFoundError" in seen["open"] and seen["libc"] == "errno 2" and "FileNotFoundError" in seen["runs"]
+    assert refused(seen["open"]) and refused(seen["libc"]) and refused(seen["runs"]), seen
 
 
-@needs_boundary
-def test_the_app_tree_cannot_be_written(tmp_path: Path) -> None:
+def test_the_app_tree_cannot_be_written(tmp_path: Path, where: str) -> None:
     pkg, jobs = REPO / "grpo_dashboard", REPO / "jobs"
     targets = [pkg / f"pwned_{secrets.token_hex(4)}.py", jobs / f"pwned_{secrets.token_hex(4)}.py",
                REPO / f"pwned_{secrets.token_hex(4)}.txt"]
@@ -218,20 +141,25 @@ def run(result):
     result["sees_repo_root"] = attempt(os.listdir, {str(REPO)!r})
 '''
     try:
-        seen, _, _ = run_attack(tmp_path, body)
+        seen, _, _ = run_attack(tmp_path, where, body)
     finally:
         leftovers = [t for t in targets if t.exists()]
         for t in leftovers:
             t.unlink()
     assert leftovers == [] and tree_state(pkg, jobs) == before
-    assert all("Read-only file system" in r for r in seen["open"][:2]), seen["open"]
-    assert seen["libc"][:2] == ["errno 30", "errno 30"]  # EROFS: the package dirs are bound read-only
     assert seen["sees_package"] is True  # the worker imports it, so it is there, read-only
-    assert sorted(seen["sees_repo_root"]) == ["grpo_dashboard", "jobs"]  # and nothing else of the repository
+    if bwrap_here(where):
+        assert all("Read-only file system" in r for r in seen["open"][:2]), seen["open"]
+        assert seen["libc"][:2] == ["errno 30", "errno 30"]  # EROFS: the package dirs are bound read-only
+        assert sorted(seen["sees_repo_root"]) == ["grpo_dashboard", "jobs"]  # and nothing else of the repository
+    else:
+        assert all("PermissionError" in r for r in seen["open"]), seen["open"]
+        assert seen["libc"] == ["errno 13"] * 3  # EACCES: Landlock grants reading there, not writing
+        assert "PermissionError" in seen["sees_repo_root"]  # not even the names of the rest
 
 
-@needs_boundary
-def test_the_hub_token_in_home_cannot_be_read_through_ctypes(tmp_path: Path, fake_home: tuple[Path, str]) -> None:
+def test_the_hub_token_in_home_cannot_be_read_through_ctypes(tmp_path: Path, where: str,
+                                                             fake_home: tuple[Path, str]) -> None:
     token, secret = fake_home
     body = f'''
 def run(result):
@@ -243,16 +171,14 @@ def run(result):
     result["home_dir"] = attempt(os.listdir, {str(token.parents[2])!r})
     result["my_home"] = os.environ.get("HOME")
 '''
-    seen, everything, _ = run_attack(tmp_path, body)
+    seen, everything, _ = run_attack(tmp_path, where, body)
     assert secret not in everything and seen["hook_off"] is True
-    assert seen["libc_with_hook"] == "errno 2" and seen["libc"] == "errno 2"
-    assert "FileNotFoundError" in seen["open"] and "FileNotFoundError" in seen["home_dir"]
-    assert seen["my_home"] == "/sandbox/work"
+    assert refused(seen["libc_with_hook"]) and refused(seen["libc"]) and refused(seen["open"]), seen
+    assert refused(seen["home_dir"])
+    assert seen["my_home"] == "/sandbox/work" if bwrap_here(where) else "grpo-sandbox-" in seen["my_home"]
 
 
-@needs_boundary
-@needs_seccomp
-def test_fork_through_ctypes_is_refused(tmp_path: Path) -> None:
+def test_fork_through_ctypes_is_refused(tmp_path: Path, where: str) -> None:
     marker = f"grpo-escape-fork-{secrets.token_hex(6)}"
     body = f'''
 def run(result):
@@ -264,16 +190,14 @@ def run(result):
     result["fork"] = [pid, ctypes.get_errno()]
     result["os_fork"] = attempt(os.fork)
 '''
-    seen, _, _ = run_attack(tmp_path, body)
+    seen, _, _ = run_attack(tmp_path, where, body)
     assert seen["hook_off"] is True
     assert seen["fork"] == [-1, 1]  # EPERM from the seccomp filter
     assert "PermissionError" in seen["os_fork"]
     assert no_process_left(marker)
 
 
-@needs_boundary
-@needs_seccomp
-def test_spawning_through_posixsubprocess_and_popen_is_refused(tmp_path: Path) -> None:
+def test_spawning_through_posixsubprocess_and_popen_is_refused(tmp_path: Path, where: str) -> None:
     marker = f"grpo-escape-spawn-{secrets.token_hex(6)}"
     body = f'''
 def run(result):
@@ -290,7 +214,7 @@ def run(result):
     result["fork_exec"] = attempt(fork_exec)
     result["posix_spawn"] = attempt(lambda: os.posix_spawn(sys.executable, argv, {{}}))
 '''
-    seen, _, _ = run_attack(tmp_path, body)
+    seen, _, _ = run_attack(tmp_path, where, body)
     assert "sandbox: subprocess.Popen is not allowed" in seen["popen_with_hook"]  # the hook, while it is on
     assert seen["hook_off"] is True
     for key in ("popen", "fork_exec", "posix_spawn"):
@@ -298,9 +222,8 @@ def run(result):
     assert no_process_left(marker)
 
 
-@needs_boundary
 def test_the_audit_hook_switched_off_through_gc_guards_nothing_that_matters(
-        tmp_path: Path, fake_home: tuple[Path, str], store_canary: tuple[Path, str]) -> None:
+        tmp_path: Path, where: str, fake_home: tuple[Path, str], store_canary: tuple[Path, str]) -> None:
     token, token_secret = fake_home
     store, store_secret = store_canary
     body = f'''
@@ -311,11 +234,18 @@ def run(result):
     result["store"] = attempt(libc_read, {str(store)!r})
     result["caps"] = [line for line in open("/proc/self/status").read().splitlines() if line.startswith("Cap")]
 '''
-    seen, everything, _ = run_attack(tmp_path, body)
-    assert seen["hook_off"] is True and seen["proc_1"].startswith("Name:")  # the hook is off indeed
+    seen, everything, _ = run_attack(tmp_path, where, body)
+    assert seen["hook_off"] is True
     assert token_secret not in everything and store_secret not in everything
-    assert seen["token"] == "errno 2" and seen["store"] == "errno 2"
-    assert all(line.split()[1] == "0000000000000000" for line in seen["caps"] if not line.startswith("CapBnd"))
+    assert refused(seen["token"]) and refused(seen["store"])
+    caps = {line.split(":")[0]: int(line.split()[1], 16) for line in seen["caps"]}
+    if bwrap_here(where):
+        assert seen["proc_1"].startswith("Name:")  # the hook is off indeed: pid 1 is bubblewrap's own init
+        assert all(v == 0 for k, v in caps.items() if k != "CapBnd")
+    else:
+        assert "PermissionError" in seen["proc_1"]  # Landlock: no /proc but its own
+        # A root dashboard's child keeps CAP_DAC_READ_SEARCH alone (Landlock still decides what it may read).
+        assert all(v & ~(1 << 2) == 0 for v in caps.values()), caps
 
 
 @pytest.fixture
@@ -335,9 +265,7 @@ def loopback_server() -> Iterator[tuple[socket.socket, socket.socket, str]]:
     unix.close()
 
 
-@needs_boundary
-@needs_seccomp
-def test_a_loopback_server_gets_no_connection(tmp_path: Path,
+def test_a_loopback_server_gets_no_connection(tmp_path: Path, where: str,
                                               loopback_server: tuple[socket.socket, socket.socket, str]) -> None:
     tcp, unix, name = loopback_server
     port = tcp.getsockname()[1]
@@ -354,18 +282,21 @@ def run(result):
         return "connected"
     result["abstract_unix"] = attempt(unix)
 '''
-    seen, _, _ = run_attack(tmp_path, body)
+    seen, _, _ = run_attack(tmp_path, where, body)
     assert seen["hook_off"] is True
     assert "Address family not supported" in seen["tcp"] and "Address family not supported" in seen["tcp6"]
     assert seen["libc_socket"] == [-1, 97]  # EAFNOSUPPORT from the seccomp filter
-    assert "ConnectionRefusedError" in seen["abstract_unix"]  # its own network namespace: another abstract space
+    if bwrap_here(where):
+        assert "ConnectionRefusedError" in seen["abstract_unix"]  # its own network namespace: another abstract space
+    else:
+        assert "Address family not supported" in seen["abstract_unix"]  # no socket() at all without a namespace
     for server in (tcp, unix):
         with pytest.raises(BlockingIOError):
             server.accept()
 
 
-@needs_boundary
-def test_the_dashboards_environment_cannot_be_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dashboards_environment_cannot_be_read(tmp_path: Path, where: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     secret = "oauth-" + secrets.token_hex(12)
     monkeypatch.setenv("OAUTH_CLIENT_SECRET", secret)
     # A setenv does not change this process's /proc/<pid>/environ, so a helper started with the secret in its
@@ -383,44 +314,52 @@ def run(result):
     for pid in ({os.getpid()}, {helper.pid}, os.getppid(), 1):
         result[f"environ_{{pid}}"] = attempt(libc_read, f"/proc/{{pid}}/environ")
         result[f"open_{{pid}}"] = attempt(lambda: open(f"/proc/{{pid}}/environ", "rb").read().decode("latin-1"))
-    result["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    result["pids"] = attempt(lambda: sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
     result["env"] = dict(os.environ)
 '''
-        seen, everything, _ = run_attack(tmp_path, body)
+        seen, everything, _ = run_attack(tmp_path, where, body)
     finally:
         helper.kill()
         helper.wait()
     assert secret not in everything and seen["hook_off"] is True
-    assert seen[f"environ_{helper.pid}"] == "errno 2" or helper.pid in (1, 2)
-    assert seen[f"environ_{os.getpid()}"] == "errno 2" or os.getpid() in (1, 2)
-    assert seen["pids"] == [1, 2]  # its own pid namespace: bwrap's init and the worker, nothing of the host
     assert "OAUTH_CLIENT_SECRET" not in seen["env"]
+    if bwrap_here(where):
+        assert seen[f"environ_{helper.pid}"] == "errno 2" or helper.pid in (1, 2)
+        assert seen[f"environ_{os.getpid()}"] == "errno 2" or os.getpid() in (1, 2)
+        assert seen["pids"] == [1, 2]  # its own pid namespace: bwrap's init and the worker, nothing of the host
+    else:
+        assert seen[f"environ_{helper.pid}"] == "errno 13" and seen[f"environ_{os.getpid()}"] == "errno 13"
+        assert "PermissionError" in seen["pids"]
 
 
-@needs_boundary
-@needs_seccomp
-def test_inside_it_is_uid_65534_without_capabilities_under_seccomp(tmp_path: Path) -> None:
+def test_inside_it_is_uid_65534_without_capabilities_under_seccomp(tmp_path: Path, where: str) -> None:
     body = '''
 def run(result):
     status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
     result.update({k: status[k].strip() for k in ("Uid", "Gid", "CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd",
-                                                  "NoNewPrivs", "Seccomp")})
+                                                  "NoNewPrivs", "Seccomp", "Seccomp_filters")})
     result["uid_map"] = open("/proc/self/uid_map").read().split()
     result["proc_sys_write"] = attempt(lambda: os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)))
 '''
-    seen, _, report = run_attack(tmp_path, body)
-    assert seen["Uid"].split() == ["65534"] * 4 and seen["Gid"].split() == ["65534"] * 4
-    for cap in ("CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd"):
-        assert int(seen[cap], 16) == 0, (cap, seen[cap])
+    seen, _, report = run_attack(tmp_path, where, body)
     assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "2"
-    assert seen["uid_map"][0] == "65534" and seen["uid_map"][2] == "1"  # one uid mapped: the dashboard's own
-    assert "Read-only file system" in seen["proc_sys_write"]
-    assert report.isolation == sandbox.boundary() and "uid 65534" in report.isolation
+    assert refused(seen["proc_sys_write"]), seen["proc_sys_write"]
+    assert report.isolation == (sandbox.boundary() if where == "here" else report.isolation)
+    if bwrap_here(where):
+        assert seen["Uid"].split() == ["65534"] * 4 and seen["Gid"].split() == ["65534"] * 4
+        for cap in ("CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd"):
+            assert int(seen[cap], 16) == 0, (cap, seen[cap])
+        assert seen["uid_map"][0] == "65534" and seen["uid_map"][2] == "1"  # one uid mapped: the dashboard's own
+        assert "Read-only file system" in seen["proc_sys_write"] and "uid 65534" in report.isolation
+        assert int(seen["Seccomp_filters"]) == 2  # bubblewrap's and the guard's
+    else:
+        uid = int(seen["Uid"].split()[0])
+        assert len(set(seen["Uid"].split())) == 1 and (uid != 0 if os.geteuid() == 0 else uid == os.getuid())
+        for cap in ("CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd"):
+            assert int(seen[cap], 16) & ~(1 << 2) == 0, (cap, seen[cap])
 
 
-@needs_boundary
-@needs_seccomp
-def test_threads_work_but_the_kernels_attack_surface_is_refused(tmp_path: Path) -> None:
+def test_threads_work_but_the_kernels_attack_surface_is_refused(tmp_path: Path, where: str) -> None:
     body = '''
 def run(result):
     import concurrent.futures, threading
@@ -428,7 +367,6 @@ def run(result):
         result["threads"] = sorted(pool.map(lambda i: i * i, range(8)))
     result["thread_count"] = threading.active_count()
     lib = libc()
-    lib.syscall.restype = ctypes.c_long
     def call(nr, *args):
         return [lib.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args]), ctypes.get_errno()]
     result["unshare_user"] = call(272, 0x10000000)
@@ -441,16 +379,17 @@ def run(result):
     result["x32_getpid"] = call(0x40000000 + 39)
     result["getpid"] = call(39)
 '''
-    seen, _, _ = run_attack(tmp_path, body)
+    seen, _, _ = run_attack(tmp_path, where, body)
     assert seen["threads"] == [i * i for i in range(8)]
     for name in ("unshare_user", "ptrace", "bpf", "io_uring_setup", "keyctl", "mount", "x32_getpid"):
         assert seen[name] == [-1, 1], (name, seen[name])  # EPERM
     assert seen["clone3"] == [-1, 38]  # ENOSYS, so glibc makes its threads with clone
-    assert seen["getpid"][0] == 2  # the worker is pid 2 in its own pid namespace
+    if bwrap_here(where):
+        assert seen["getpid"][0] == 2  # the worker is pid 2 in its own pid namespace
 
 
-@needs_boundary
-def test_a_reward_file_sees_itself_but_not_its_directory(tmp_path: Path, store_canary: tuple[Path, str]) -> None:
+def test_a_reward_file_sees_itself_but_not_its_directory(tmp_path: Path, where: str,
+                                                         store_canary: tuple[Path, str]) -> None:
     store, store_secret = store_canary
     rewards = tmp_path / "rewards"
     rewards.mkdir()
@@ -466,18 +405,21 @@ def run(result):
     result["store"] = attempt(libc_read, {str(store)!r})
 '''
     (rewards / "attack.py").write_text(INLINE + body)
-    seen, everything, _ = run_attack(tmp_path, "", name="attack", function=f"{rewards / 'attack.py'}:attack")
+    seen, everything, _ = run_attack(tmp_path, where, "", name="attack", function=f"{rewards / 'attack.py'}:attack")
     assert seen["file"] == str(rewards / "attack.py") and seen["hook_off"] is True
     assert secret not in everything and store_secret not in everything
-    assert seen["sibling"] == "errno 2" and seen["store"] == "errno 2"
-    assert seen["listdir"] == ["attack.py"]
+    assert refused(seen["sibling"]) and refused(seen["store"])
+    if bwrap_here(where):
+        assert seen["listdir"] == ["attack.py"]
+    else:
+        assert "PermissionError" in seen["listdir"]
 
 
-@needs_boundary
 def test_a_code_reward_datasets_solution_leaks_nothing_and_leaves_no_process(
-        tmp_path: Path, store_canary: tuple[Path, str], data_dir: Path) -> None:
-    """The code reward runs completions' code (here: the dataset's reference solution) with subprocesses allowed:
-    forks work inside, but nothing is readable and nothing outlives the check."""
+        tmp_path: Path, where: str, store_canary: tuple[Path, str], data_dir: Path) -> None:
+    """The code reward runs completions' code (here: the dataset's reference solution) in a sandbox nested in the
+    worker's (which allows subprocesses): the nested one refuses them itself, nothing is readable and nothing
+    outlives the check."""
     store, store_secret = store_canary
     log = data_dir / "runs" / "other" / "job.log"
     log.parent.mkdir(parents=True)
@@ -487,17 +429,19 @@ def test_a_code_reward_datasets_solution_leaks_nothing_and_leaves_no_process(
 import subprocess
 HOOK_OFF = kill_hook()
 LEAKS = [r for r in (libc_read({str(store)!r}), libc_read({str(log)!r})) if not r.startswith("errno")]
-CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", {marker!r}], start_new_session=True)
+CHILD = attempt(lambda: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", {marker!r}],
+                                          start_new_session=True).pid)
 def add(a, b):
     return a + b
 '''
-    tests = json.dumps(["assert HOOK_OFF", "assert LEAKS == []", "assert CHILD.pid > 0", "assert add(2, 3) == 5"])
+    tests = json.dumps(["assert HOOK_OFF", "assert LEAKS == []", "assert 'Operation not permitted' in str(CHILD)",
+                        "assert add(2, 3) == 5"])
     data = tmp_path / "code.jsonl"
     data.write_text(json.dumps({"question": "Write add(a, b).", "canonical_solution": solution, "tests": tests}))
     spec = {"name": "escape", "model": {"name_or_path": "tiny", "build_tiny": True},
             "dataset": {"data_files": str(data), "prompt_column": "question"},
             "rewards": [{"name": "code", "builtin": "code_tests"}]}
-    report = check_rewards(spec, n_rows=1, base_dir=tmp_path, timeout_s=60)
+    report = check(spec, tmp_path, where)
     assert report.rewards[0].values("ideal", "standard") == [1.0], report.to_text()  # every attack ran and failed
     assert store_secret not in json.dumps(report.to_dict()) and log.read_text() not in json.dumps(report.to_dict())
     assert no_process_left(marker)
@@ -508,29 +452,41 @@ def test_the_fallback_reports_no_boundary_and_warns_once(monkeypatch: pytest.Mon
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     module = sandbox.sandbox_module()
     monkeypatch.setenv("GRPO_SANDBOX_NO_BWRAP", "1")
+    monkeypatch.setenv("GRPO_SANDBOX_NO_LANDLOCK", "1")
     module._warn_fallback.cache_clear()
     assert sandbox.boundary() is None
-    assert not sandbox.isolation().startswith("bubblewrap")
+    assert not sandbox.isolation().startswith(("bubblewrap", "landlock"))
+    assert "GRPO_SANDBOX_NO_BWRAP is set" in module.no_boundary_reason()
     first, second = sandbox.run_sandboxed("print('ran')"), sandbox.run_sandboxed("print('ran')")
     assert first.ok and second.ok and first.isolation == sandbox.isolation()
     err = capsys.readouterr().err
     assert err.count("custom code runs without an isolation boundary") == 1
+    assert "GRPO_SANDBOX_NO_LANDLOCK is set" in err  # the warning says why
     monkeypatch.delenv("GRPO_SANDBOX_NO_BWRAP")
+    monkeypatch.delenv("GRPO_SANDBOX_NO_LANDLOCK")
     module._warn_fallback.cache_clear()
     if module.bwrap_boundary() is not None:
         assert sandbox.boundary() is not None and sandbox.run_sandboxed("pass").isolation == sandbox.boundary()
         assert "isolation boundary" not in capsys.readouterr().err
 
 
-def test_a_bwrap_that_cannot_create_the_sandbox_means_the_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bwrap_that_cannot_create_the_sandbox_means_landlock_or_the_fallback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     fake = tmp_path / "bin" / "bwrap"
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    sandbox.sandbox_module()._warn_fallback.cache_clear()
-    assert sandbox.boundary() is None
+    module = sandbox.sandbox_module()
+    module._warn_fallback.cache_clear()
     res = sandbox.run_sandboxed("print('ran')")
     assert res.ok and res.stdout == "ran\n" and not res.isolation.startswith("bubblewrap")
-    assert "custom code runs without an isolation boundary" in capsys.readouterr().err
+    if module.grpo_confine.landlock_abi() >= 6:
+        assert sandbox.boundary() == res.isolation and res.isolation.startswith("landlock (")
+        assert "isolation boundary" not in capsys.readouterr().err
+    monkeypatch.setenv("GRPO_SANDBOX_NO_LANDLOCK", "1")
+    assert sandbox.boundary() is None
+    res = sandbox.run_sandboxed("print('ran')")
+    assert res.ok and not res.isolation.startswith(("bubblewrap", "landlock"))
+    err = capsys.readouterr().err
+    assert "custom code runs without an isolation boundary" in err and "No permissions to creating new" in err

@@ -20,7 +20,6 @@ from typing import Any
 
 from grpo_dashboard.checks.dataset_files import DatasetFileError
 from grpo_dashboard.checks.dataset_inspect import load_rows, render_prompt
-from grpo_dashboard.checks.reward_worker import MARKER
 from grpo_dashboard.checks.sandbox import isolation, reward_paths, run_module
 from grpo_dashboard.spec.jobfiles import rewards_module
 from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec, load_spec
@@ -219,12 +218,25 @@ def _run_reward(r: RewardSpec, kind: str, batches: list[dict[str, Any]], base: P
     request = {"reward": asdict(r), "base_dir": str(base), "batches": batches}
     res = run_module("grpo_dashboard.checks.reward_worker", json.dumps(request, default=str), timeout_s=timeout_s,
                      memory_mb=memory_mb, allow_subprocess=kind == "code", extra_path=[str(base)],
-                     read_only=reward_paths(r.function, base))
-    records = [json.loads(line[len(MARKER):]) for line in res.stdout.splitlines() if line.startswith(MARKER)]
+                     read_only=reward_paths(r.function, base), report=True)
+    records = _report_records(res.report)
     if not records and not res.timed_out and not res.ok:
         why = "ran out of memory" if res.memory_exceeded else f"exited with status {res.returncode}"
         records = [{"build_error": f"the sandboxed worker {why}: {res.stderr.strip()[-600:]}"}]
     return records, res.timed_out, res.stderr[-2000:]
+
+
+def _report_records(text: str) -> list[dict[str, Any]]:
+    """The worker's results: one JSON object per line of its report channel (stdout is only the reward's log)."""
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def check_rewards(source: str | Path | dict[str, Any] | RunSpec, n_rows: int = 8, budget_ms: float | None = None,

@@ -4,8 +4,11 @@ no reward.
 
 stdin: one JSON object `{"reward": {name, builtin, function, params}, "base_dir": str, "batches": [{"case",
 "format", "completions", "prompts", "columns": {column: [values]}}]}`.
-stdout: one line per batch, `@@REWARD_WORKER@@ {json}`, written as each finishes (so a timeout keeps the earlier
-ones): `{"build_error": str}` or `{"case", "format", "values", "error", "missing_column", "seconds"}`.
+Results go to the sandbox's report channel (the fd named by GRPO_SANDBOX_REPORT_FD, `run_module(...,
+report=True)`), never to stdout, where the reward's own prints go (to stderr, in fact): one JSON line per batch,
+written as each finishes (so a timeout keeps the earlier ones): `{"build_error": str}` or `{"case", "format",
+"values", "error", "missing_column", "seconds"}`. A reward that prints a result line (its completions may hold one)
+cannot pass it off as the worker's.
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ import asyncio
 import inspect
 import json
 import math
+import os
 import re
 import sys
 import time
 import traceback
 from typing import Any
 
-MARKER = "@@REWARD_WORKER@@ "
 _COLUMN_IN_MESSAGE = re.compile(r"column '([^']+)'")
 
 
@@ -95,14 +98,27 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
+def report_channel() -> Any:
+    """The sandbox's report channel, as a line-buffered text file; SystemExit when the worker was run without one."""
+    from grpo_dashboard.checks.sandbox import sandbox_module
+
+    name = sandbox_module().REPORT_FD_ENV
+    fd = os.environ.pop(name, "")
+    if not fd.isdigit():
+        raise SystemExit(f"reward_worker: no report channel ({name} is not set); it runs only through "
+                         f"grpo_dashboard.checks.sandbox.run_module(..., report=True).")
+    os.set_inheritable(int(fd), False)
+    return open(int(fd), "w", encoding="utf-8", buffering=1)
+
+
 def main() -> int:
-    """Read the request from stdin, run every batch, write one marked JSON line per result to stdout."""
+    """Read the request from stdin, run every batch, write one JSON line per result to the report channel."""
+    out = report_channel()
     request = json.loads(sys.stdin.read())
-    out = sys.stdout
-    sys.stdout = sys.stderr  # the reward's own prints must not mix with the results
+    sys.stdout = sys.stderr  # the reward's own prints go to the log tail
 
     def emit(obj: dict[str, Any]) -> None:
-        out.write(MARKER + json.dumps(obj, default=repr) + "\n")
+        out.write(json.dumps(obj, default=repr) + "\n")
         out.flush()
 
     from grpo_dashboard.spec.jobfiles import rewards_module

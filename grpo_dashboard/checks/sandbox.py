@@ -32,17 +32,19 @@ def run_sandboxed(code: str, **kwargs: Any) -> Any:
 
 def run_module(module: str, stdin: str = "", *, timeout_s: float = 60.0, memory_mb: int | None = 4096,
                allow_subprocess: bool = False, extra_path: list[str] | None = None,
-               read_only: list[str] | None = None) -> Any:
+               read_only: list[str] | None = None, report: bool = False) -> Any:
     """Run `python -m module` in the sandbox with this package and `jobs/` (and `extra_path`) on sys.path.
 
     Of this repository the sandbox sees only `grpo_dashboard/` and `jobs/`, read-only at their own paths. Beside
-    them it sees `read_only` (host paths, read-only); None shows the `extra_path` entries themselves.
+    them it sees `read_only` (host paths, read-only); None shows the `extra_path` entries themselves. `report`:
+    give the module a report channel of its own (see `run_sandboxed`), returned as the result's `report`.
     """
     code = f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
     extra = list(extra_path or [])
     visible = [str(PACKAGE_DIR), str(JOBS_DIR), *(extra if read_only is None else read_only)]
     return run_sandboxed(code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb,
-                         allow_subprocess=allow_subprocess, sys_path=[str(REPO_ROOT), *extra], read_only=visible)
+                         allow_subprocess=allow_subprocess, sys_path=[str(REPO_ROOT), *extra], read_only=visible,
+                         report=report)
 
 
 def reward_paths(function: str | None, base_dir: str | Path) -> list[str]:
@@ -64,14 +66,20 @@ def reward_paths(function: str | None, base_dir: str | Path) -> list[str]:
 
 
 def boundary() -> str | None:
-    """The real isolation boundary on this machine (bubblewrap's namespaces, uid 65534, seccomp), or None.
+    """The real isolation boundary on this machine (bubblewrap's namespaces, or Landlock where user namespaces are
+    refused; both with seccomp and bounded tasks), or None.
 
-    None means only the weak fallback (`unshare` namespaces or the audit hook alone) is available, which does not stop
-    code that means harm.
+    None means only the weak fallback (`unshare` namespaces or the audit hook, plus seccomp) is available, which does
+    not stop code that means harm; `no_boundary_reason` says why.
     """
     return sandbox_module().bwrap_boundary()
 
 
+def no_boundary_reason() -> str:
+    """Why no boundary can be made on this machine (what bubblewrap and Landlock each lack, and what to do), or ""."""
+    return sandbox_module().no_boundary_reason()
+
+
 def isolation() -> str:
-    """How the sandbox isolates children on this machine: the bubblewrap boundary, else the fallback's description."""
+    """How the sandbox isolates children on this machine: the boundary, else the fallback's description."""
     return sandbox_module().current_isolation()
