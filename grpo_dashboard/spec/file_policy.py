@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from grpo_dashboard.errors import FieldError
+from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec.paths import user_path
 
 # TrainingArguments opens these in __post_init__ when they are strings that do not start with "{" (inline JSON).
@@ -128,6 +128,16 @@ def inline_file_keys(config: dict[str, Any], base_dir: Path | None) -> tuple[dic
         except ValueError as exc:
             errors.append(FieldError(key, value, f"is not a JSON file ({exc}). Fix the file or give the JSON inline."))
     return inline, errors
+
+
+def files_for_check(config: dict[str, Any], on_space: bool, base_dir: Path | None) -> dict[str, Any]:
+    """The content of the files a recipe names, for TRL's check to get instead of opening them (none on a Space,
+    where naming one is refused); SpecError listing every refusal and unreadable file."""
+    refused = recipe_file_errors(config, on_space)
+    inline, unreadable = ({}, []) if on_space else inline_file_keys(config, base_dir)
+    if refused or unreadable:
+        raise SpecError(refused + unreadable)
+    return inline
 
 
 def upload_path(value: str | Path, root: str | Path | None, field: str) -> Path:

@@ -19,7 +19,7 @@ from typing import Any
 
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_keys
-from grpo_dashboard.spec.file_policy import inline_file_keys, recipe_file_errors
+from grpo_dashboard.spec.file_policy import files_for_check
 from grpo_dashboard.spec.run_spec import GenerationSpec, LoraSpec, QuantizationSpec, RewardSpec, RunSpec
 from grpo_dashboard.spec.trl_isolated import fields_of, parse_isolated
 from grpo_dashboard.spec.trl_parse import Recipe, recipe_from_file
@@ -85,10 +85,7 @@ def import_recipe(recipe: Recipe, trl_version: str | None = None, name: str | No
     if trl_version is not None and trl_version not in TRL_DEFAULTS:
         raise SpecError([FieldError("--trl-version", trl_version, f"must be one of {', '.join(TRL_DEFAULTS)} (the "
                                     "releases whose changed defaults are known).")])
-    refused = recipe_file_errors(config, recipe.on_space)
-    inline, unreadable = ({}, []) if recipe.on_space else inline_file_keys(config, recipe.base_dir)
-    if refused or unreadable:
-        raise SpecError(refused + unreadable)
+    inline = files_for_check(config, recipe.on_space, recipe.base_dir)
     version, reason = (trl_version, "given with --trl-version") if trl_version else infer_version(config)
     parsed = parse_isolated(config, inline)
     values, unknown, check = parsed.values, parsed.unknown, parsed.check
