@@ -19,8 +19,10 @@ from typing import Any
 
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_keys
+from grpo_dashboard.spec.file_policy import files_for_check
 from grpo_dashboard.spec.run_spec import GenerationSpec, LoraSpec, QuantizationSpec, RewardSpec, RunSpec
-from grpo_dashboard.spec.trl_parse import parse_with_trl, read_config
+from grpo_dashboard.spec.trl_isolated import fields_of, parse_isolated
+from grpo_dashboard.spec.trl_parse import Recipe, recipe_from_file
 from grpo_dashboard.spec.trl_rewards import (
     OPEN_R1_CODE_LANGUAGES,
     OPEN_R1_REWARDS,
@@ -69,18 +71,25 @@ class ImportResult:
 # --- mapping --------------------------------------------------------------------------------------------------
 def import_trl(path: str | Path, trl_version: str | None = None, name: str | None = None,
                overrides: dict[str, Any] | None = None) -> ImportResult:
-    """Parse a flat TRL config with TRL's parser and map it to a run spec (SpecError naming the key when it cannot).
-
-    `overrides`: what the recipe lacks, e.g. {"model": "Qwen/...", "dataset": "owner/data", "rewards": ["..."]}.
+    """Parse a flat TRL config file with TRL's parser and map it to a run spec (SpecError naming the key when it
+    cannot). `overrides`: what the recipe lacks, e.g. {"model": "Qwen/...", "dataset": "owner/data", "rewards": [..]}.
     """
-    path = Path(path)
-    config, header = read_config(path)
+    return import_recipe(recipe_from_file(path), trl_version, name, overrides)
+
+
+def import_recipe(recipe: Recipe, trl_version: str | None = None, name: str | None = None,
+                  overrides: dict[str, Any] | None = None) -> ImportResult:
+    """import_trl for a Recipe (a file, pasted text or an upload): the files it names are refused on a Space and
+    read with a size budget locally, before TRL's parser and checks run on it in a limited subprocess."""
+    config, header = recipe.config, recipe.header
     if trl_version is not None and trl_version not in TRL_DEFAULTS:
         raise SpecError([FieldError("--trl-version", trl_version, f"must be one of {', '.join(TRL_DEFAULTS)} (the "
                                     "releases whose changed defaults are known).")])
+    inline = files_for_check(config, recipe.on_space, recipe.base_dir)
     version, reason = (trl_version, "given with --trl-version") if trl_version else infer_version(config)
-    values, unknown, check = parse_with_trl(config)
-    m = _Mapper(path, config, values, header)
+    parsed = parse_isolated(config, inline)
+    values, unknown, check = parsed.values, parsed.unknown, parsed.check
+    m = _Mapper(recipe, values, fields_of(parsed))
     errors = [m.unknown_key_error(k) for k in unknown if k not in trl_keys.FOREIGN and k not in trl_keys.UNSUPPORTED
               and k not in trl_keys.REWARD_PARAM_KEYS and k not in trl_keys.LAUNCH_KEYS]
     if errors:
@@ -91,7 +100,7 @@ def import_trl(path: str | Path, trl_version: str | None = None, name: str | Non
     if name:
         m.spec.name = name
     elif not m.spec.name:
-        m.spec.name = re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem).strip("-") or "imported"
+        m.spec.name = re.sub(r"[^A-Za-z0-9_.-]+", "-", recipe.stem).strip("-") or "imported"
     if not header:
         m.infer_processes()
         m.infer_server()
@@ -102,11 +111,10 @@ def import_trl(path: str | Path, trl_version: str | None = None, name: str | Non
 
 
 class _Mapper:
-    def __init__(self, path: Path, config: dict[str, Any], values: dict[str, Any], header: dict[str, Any]) -> None:
-        from grpo_dashboard.spec import trl_fields
-
-        self.path, self.config, self.values, self.header = path, config, values, header
-        self.fields = trl_fields.grpo_fields()
+    def __init__(self, recipe: Recipe, values: dict[str, Any], fields: dict[str, Any]) -> None:
+        self.recipe, self.config, self.values, self.header = recipe, recipe.config, values, recipe.header
+        self.path = recipe.label  # how messages name the recipe: an upload by its own name, never a server path
+        self.fields = fields  # GRPOConfig's, from TRL's subprocess
         self.spec = RunSpec()
         self.rows: list[Row] = []
         self.errors: list[FieldError] = []
@@ -338,7 +346,7 @@ class _Mapper:
 
     def _reward(self, fn: str, given: bool) -> RewardSpec | None:
         key = "(--reward)" if given else "reward_funcs"
-        generated = generated_reward(fn, self.path.parent)
+        generated = generated_reward(fn, self.recipe.base_dir)
         if generated is not None:
             self._kept.append(True)
             self.rows.append(Row(key, fn, "converted", f"rewards[{generated.name}]", "from the exported rewards "
@@ -366,7 +374,7 @@ class _Mapper:
             return RewardSpec(name=fn, builtin=builtin, params=params)
         if "." in fn:
             self._kept.append(True)
-            function, problem = dotted_function(fn, self.path.parent)
+            function, problem = dotted_function(fn, self.recipe.reward_dirs)
             if function is None:
                 self.errors.append(FieldError(key, fn, f"{problem}; nothing was written."))
                 return None
@@ -389,6 +397,11 @@ class _Mapper:
         """The reward names the recipe lists (reward_funcs), as strings."""
         funcs = self.values.get("reward_funcs") or []
         return {str(f) for f in [*([funcs] if isinstance(funcs, str) else funcs), *self._extra]}
+
+    def effective(self, key: str) -> Any:
+        """The value a training field will have: the spec's, else TRL's default."""
+        t = self.spec.training
+        return t[key] if key in t else self.fields[key].default
 
     def pin_defaults(self, version: str) -> None:
         self.rows.extend(Row(*r) for r in pin_defaults(self.spec.training, self.fields, version))
@@ -436,10 +449,8 @@ class _Mapper:
 
     def infer_server(self) -> None:
         """Server mode without a server address: the backend starts `trl vllm-serve` on the GPU after training's."""
-        from grpo_dashboard.spec import trl_fields
-
         s, t = self.spec, self.spec.training
-        eff = lambda k: trl_fields.effective(t, k)  # noqa: E731
+        eff = self.effective
         if s.generation is not None or not eff("use_vllm") or eff("vllm_mode") != "server":
             return
         if t.get("vllm_server_base_url") or t.get("vllm_server_host"):
@@ -452,12 +463,10 @@ class _Mapper:
 
     def infer_processes(self) -> None:
         """The smallest process count for which the recipe's batches hold whole prompt groups (TRL's check)."""
-        from grpo_dashboard.spec import trl_fields
-
         if "num_processes" in self.config:
             return
         t = self.spec.training
-        eff = lambda k: trl_fields.effective(t, k)  # noqa: E731
+        eff = self.effective
         g, bs, ga = eff("num_generations"), eff("per_device_train_batch_size"), eff("gradient_accumulation_steps")
         spg, gbs = eff("steps_per_generation"), eff("generation_batch_size")
         evals = str(eff("eval_strategy") or "no") != "no"

@@ -4,7 +4,8 @@ its metrics (Run detail), import a run made elsewhere and filter runs by tag (Ru
 
 from __future__ import annotations
 
-import tempfile
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +32,45 @@ def mapping_markdown(rows: list[Any], version: str, reason: str, check: str | No
     return "\n".join(lines)
 
 
-def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
-    """(spec YAML, mapping table Markdown) of a pasted or uploaded TRL config; gr.Error naming what is wrong."""
-    from grpo_dashboard.spec.trl_import import import_trl
+def _upload_root() -> Path:
+    """gradio's upload folder: on a Space an upload must be a file inside it."""
+    from gradio.utils import get_upload_folder
 
-    if upload:
-        source = Path(upload if isinstance(upload, str) else upload.name)
-    elif text and text.strip():
-        folder = Path(tempfile.mkdtemp(prefix="trl-import-"))
-        source = folder / "recipe.yaml"
-        source.write_text(text, encoding="utf-8")
-    else:
-        raise gr.Error("Paste a TRL config (trl grpo --config YAML) or upload one.")
+    return Path(get_upload_folder())
+
+
+def _shown(text: str, on_space: bool) -> str:
+    """An answer as a Space shows it: without the server's paths."""
+    return access.scrub_paths(text) if on_space else text
+
+
+def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
+    """(spec YAML, mapping table Markdown) of a pasted or uploaded TRL config; gr.Error naming what is wrong.
+
+    Nothing is written: the text is parsed here and TRL's own parser and checks run in a limited subprocess
+    (spec/trl_isolated). On a Space the recipe may not name files on the server's disk, an upload must be one of
+    gradio's, and answers carry no server path; an upload is named by its own file name.
+    """
+    from grpo_dashboard.settings import on_space
+    from grpo_dashboard.spec.file_policy import FileRefused, upload_path
+    from grpo_dashboard.spec.trl_import import import_recipe
+    from grpo_dashboard.spec.trl_parse import recipe_from_file, recipe_from_text
+
+    space = on_space()
     try:
-        result = import_trl(source)
-    except SpecError as exc:
-        raise gr.Error(str(exc)) from None
-    return result.spec.to_yaml(), mapping_markdown(result.rows, result.trl_version, result.version_reason,
-                                                   result.trl_check)
+        if upload:
+            given = Path(upload if isinstance(upload, str) else upload.name)
+            path = upload_path(given, _upload_root() if space else None, "upload")
+            recipe = recipe_from_file(path, label=given.name, on_space=space)
+        elif text and text.strip():
+            recipe = recipe_from_text(text, on_space=space)
+        else:
+            raise gr.Error("Paste a TRL config (trl grpo --config YAML) or upload one.")
+        result = import_recipe(recipe)
+    except (SpecError, FileRefused) as exc:
+        raise gr.Error(_shown(str(exc), space)) from None
+    table = mapping_markdown(result.rows, result.trl_version, result.version_reason, result.trl_check)
+    return result.spec.to_yaml(), _shown(table, space)
 
 
 def new_run_import(ctx: UiContext, tab: Any) -> None:
@@ -95,10 +117,31 @@ def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tup
     return steps, steps[-1], f"Latest checkpoint: {steps[-1]}."
 
 
+def export_file(ctx: UiContext, user: access.User, run_id: str | None, suffix: str) -> str:
+    """The path of a file holding the run's metrics, for gradio to serve (it copies it into its cache): written to
+    the dashboard's temp area, which deletes it after temp_area.LIFETIME_S. gr.Error naming what is wrong."""
+    from grpo_dashboard.store import temp_area
+    from grpo_dashboard.store.export import FORMATS, export_metrics
+
+    space = ctx.settings.on_space
+    if suffix not in FORMATS:
+        raise gr.Error(f"Metrics format {str(suffix)[:20]!r} is not one of {', '.join(FORMATS)}; choose one of them.")
+    try:
+        run = access.get_run(ctx.store, run_id or "", user, ctx.settings)
+    except RunNotFound as exc:
+        raise gr.Error(_shown(str(exc), space)) from None
+    folder = temp_area.short_lived("metrics")
+    path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', run.id)}{suffix}"
+    try:
+        export_metrics(ctx.store, run.id, path)
+    except (OSError, ValueError) as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise gr.Error(_shown(f"The metrics of {run.id} could not be written ({exc}); try again.", space)) from None
+    return str(path)
+
+
 def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
     """A Resume action (checkpoint picker) and an Export metrics download under the run selector."""
-    from grpo_dashboard.store.export import export_metrics
-
     with gr.Row():
         checkpoint = gr.Dropdown([], label="Checkpoint", allow_custom_value=True, scale=1, elem_id="resume-ckpt")
         resume_btn = gr.Button("Resume run", scale=1, elem_id="resume-btn")
@@ -131,14 +174,7 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
 
     def export(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
                suffix: str) -> str:
-        user = user_of(ctx, profile, oauth)
-        try:
-            run = access.get_run(ctx.store, run_id or "", user, ctx.settings)
-        except RunNotFound as exc:
-            raise gr.Error(str(exc)) from None
-        path = Path(tempfile.mkdtemp(prefix="metrics-")) / f"{run.id}{suffix}"
-        export_metrics(ctx.store, run.id, path)
-        return str(path)
+        return export_file(ctx, user_of(ctx, profile, oauth), run_id, suffix)
 
     export_btn.click(gate(ctx, "export_metrics", export, what="metrics export"), [run_dd, fmt], [download],
                      api_name="export_metrics")
@@ -147,7 +183,7 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
 # --- Runs: import a run, filter by tag --------------------------------------------------------------------------
 def runs_tools(ctx: UiContext) -> gr.Textbox:
     """A tag filter (returned: the runs table reads it) and an upload that imports a run made elsewhere."""
-    from grpo_dashboard.store.importers import ImportRunError, import_run
+    from grpo_dashboard.store.importers import ImportRunError, import_upload
 
     with gr.Row():
         tag = gr.Textbox(label="Only runs with this tag (or group:NAME)", scale=2, elem_id="runs-tag")
@@ -160,14 +196,16 @@ def runs_tools(ctx: UiContext) -> gr.Textbox:
         if not file:
             raise gr.Error("Choose a file to import.")
         user = user_of(ctx, profile, oauth)
-        if ctx.settings.on_space and not user.username:
+        space = ctx.settings.on_space
+        if space and not user.username:
             raise gr.Error("Sign in to import runs: on this Space every run belongs to the user who made it.")
         path = Path(file if isinstance(file, str) else file.name)
         try:
-            imported = import_run(path, ctx.store, name=path.stem, owner=user.username)
+            imported = import_upload(path, ctx.store, owner=user.username, root=_upload_root() if space else None)
         except ImportRunError as exc:
-            raise gr.Error(str(exc)) from None
-        return f"Imported **{imported.name}** (`{imported.id}`, {imported.n_records} records, read-only)."
+            raise gr.Error(_shown(str(exc), space)) from None
+        return _shown(f"Imported **{imported.name}** (`{imported.id}`, {imported.n_records} records, read-only).",
+                      space)
 
     button.click(gate(ctx, "import_run", run, what="run import"), [upload], [note], api_name="import_run")
     return tag
