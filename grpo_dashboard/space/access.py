@@ -369,12 +369,15 @@ def hub_token(user: User, settings: Settings | None = None) -> str | bool | None
 
 
 def custom_code_refusal(settings: Settings | None = None) -> str | None:
-    """Why custom code may not run here, or None: on a Space it needs a real sandbox boundary (bubblewrap)."""
+    """Why custom code may not run here, or None: on a Space it needs a real sandbox boundary (bubblewrap, or
+    Landlock where user namespaces are refused)."""
     settings = settings or Settings.from_env()
     if not settings.on_space or sandbox.boundary() is not None:
         return None
-    return ("custom code cannot run on this Space: no sandbox boundary can be created on its machine (bubblewrap "
-            "with user namespaces is missing or not permitted), and code is never run without one here.")
+    why = sandbox.no_boundary_reason() or ("neither bubblewrap with user namespaces nor Landlock is available or "
+                                           "permitted")
+    return (f"custom code cannot run on this Space: no sandbox boundary can be created on its machine ({why}), and "
+            f"code is never run without one here.")
 
 
 def check_may_run_rewards(spec: RunSpec, user: User, base_dir: str | Path | None = None,

@@ -87,7 +87,7 @@ def import_recipe(recipe: Recipe, trl_version: str | None = None, name: str | No
                                     "releases whose changed defaults are known).")])
     inline = files_for_check(config, recipe.on_space, recipe.base_dir)
     version, reason = (trl_version, "given with --trl-version") if trl_version else infer_version(config)
-    parsed = parse_isolated(config, inline)
+    parsed = parse_isolated(config, inline, isolated=recipe.on_space)  # a visitor's recipe: never in this process
     values, unknown, check = parsed.values, parsed.unknown, parsed.check
     m = _Mapper(recipe, values, fields_of(parsed))
     errors = [m.unknown_key_error(k) for k in unknown if k not in trl_keys.FOREIGN and k not in trl_keys.UNSUPPORTED

@@ -66,15 +66,20 @@ def _refusal(message: str) -> SpecError:
     return SpecError([FieldError("(TRL's check)", "TRL's parser and GRPOConfig", message)])
 
 
-def parse_isolated(config: dict[str, Any], check_overrides: dict[str, Any] | None = None) -> TrlParse:
+def parse_isolated(config: dict[str, Any], check_overrides: dict[str, Any] | None = None,
+                   isolated: bool = True) -> TrlParse:
     """TRL's parse and check of `config` in the limited subprocess (SpecError when it fails or takes too long).
 
-    Answers are cached by the request (the same recipe gives the same answer with the same TRL).
+    `isolated=False` runs the same code in this process instead: for a user's own recipe on their own machine (the
+    CLI, a local dashboard), where the subprocess would only add the seconds of importing TRL again. Answers are
+    cached by the request (the same recipe gives the same answer with the same TRL).
     """
     from grpo_dashboard.checks import sandbox
 
     request = json.dumps({"config": config, "check_overrides": check_overrides or {}}, sort_keys=True,
                          default=str)
+    if not isolated:
+        return _parsed(json.dumps(answer(json.loads(request)), default=_plain))
     with _lock:
         hit = _cache.get(request)
         if hit is not None:
@@ -100,8 +105,12 @@ def parse_isolated(config: dict[str, Any], check_overrides: dict[str, Any] | Non
             _cache[request] = hit
             while len(_cache) > _CACHE_SIZE:
                 _cache.popitem(last=False)
-    answer = json.loads(hit)
-    return TrlParse(answer["values"], answer["unknown"], answer["check"], answer["defaults"])
+    return _parsed(hit)
+
+
+def _parsed(text: str) -> TrlParse:
+    found = json.loads(text)
+    return TrlParse(found["values"], found["unknown"], found["check"], found["defaults"])
 
 
 def fields_of(parsed: TrlParse) -> dict[str, Field]:
@@ -119,19 +128,22 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    """TRL's parse and check of a request ({"config", "check_overrides"}): values, unknown keys, check, defaults."""
+    from grpo_dashboard.spec import trl_fields
+    from grpo_dashboard.spec.trl_parse import parse_with_trl
+
+    values, unknown, check = parse_with_trl(request["config"], request.get("check_overrides") or {})
+    defaults = {name: f.default for name, f in trl_fields.grpo_fields().items()}
+    return {"values": values, "unknown": unknown, "check": check, "defaults": defaults}
+
+
 def main() -> int:
     """The subprocess: read the request, parse and check with TRL, print the answer's line."""
     import warnings
 
-    from grpo_dashboard.spec import trl_fields
-    from grpo_dashboard.spec.trl_parse import parse_with_trl
-
     warnings.simplefilter("ignore")
-    request = json.loads(sys.stdin.read())
-    values, unknown, check = parse_with_trl(request["config"], request.get("check_overrides") or {})
-    defaults = {name: f.default for name, f in trl_fields.grpo_fields().items()}
-    answer = {"values": values, "unknown": unknown, "check": check, "defaults": defaults}
-    print(MARK + json.dumps(answer, default=_plain), flush=True)
+    print(MARK + json.dumps(answer(json.loads(sys.stdin.read())), default=_plain), flush=True)
     return 0
 
 

@@ -14,6 +14,7 @@ from grpo_dashboard.errors import BackendError, SpecError
 from grpo_dashboard.launch import hub_client, runs
 from grpo_dashboard.space import access
 from grpo_dashboard.spec import presets
+from grpo_dashboard.store import temp_area
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.ui import auth, compare, detail, guard, new_run, preflight, runs_tab
 from grpo_dashboard.ui.context import UiContext
@@ -43,6 +44,7 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
         monitor: start the background thread that ingests active runs' metrics.
     """
     short_circuit_missing_optional_imports()
+    temp_area.sweep_temp()  # what a previous process left: pasted recipes, exports, gradio's old uploads
     store = store or Store()
     if settings.on_space():
         hub_client.forbid_implicit_hub_token()
