@@ -17,7 +17,6 @@ import sys
 import traceback
 from typing import Any
 
-MARKER = "@@AGENT_WORKER@@ "
 SAMPLE_ARGS = {"string": "7", "integer": 7, "number": 7.0, "boolean": True}
 
 
@@ -219,16 +218,19 @@ def _tokenizer(template: str, model: str | None, agents: Any) -> Any:
 
 
 def main() -> int:
-    """Read the request from stdin, write one marked JSON line with the result to stdout."""
+    """Read the request from stdin, write the result as one JSON line to the sandbox's report channel (never stdout,
+    where the user's tools and environments print)."""
+    from grpo_dashboard.checks.sandbox import report_channel
+
+    out = report_channel("agent_worker")
     request = json.loads(sys.stdin.read())
-    out = sys.stdout
-    sys.stdout = sys.stderr  # the user's prints must not mix with the result
+    sys.stdout = sys.stderr  # the user's prints go to the log tail
     try:
         result = run(request)
     except BaseException as exc:  # noqa: BLE001
         result = {"problems": [{"field": "agent", "value": None, "message": f"could not be checked: {_short(exc)}",
                                 "severity": "error"}], "environments": {}}
-    out.write(MARKER + json.dumps(result, default=repr) + "\n")
+    out.write(json.dumps(result, default=repr) + "\n")
     out.flush()
     return 0
 

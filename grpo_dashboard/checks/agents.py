@@ -228,10 +228,8 @@ def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any) -> dict[str, Any
     res = run_module("grpo_dashboard.checks.agent_worker", json.dumps(request, default=str),
                      # transformers and trl load native libraries (ctypes.dlopen), which the default policy refuses
                      timeout_s=WORKER_TIMEOUT_S, allow_subprocess=True, extra_path=[str(base)],
-                     read_only=[p for p in visible if Path(p).exists()])
-    from grpo_dashboard.checks.agent_worker import MARKER
-
-    lines = [line[len(MARKER):] for line in res.stdout.splitlines() if line.startswith(MARKER)]
+                     read_only=[p for p in visible if Path(p).exists()], report=True)
+    lines = [line for line in (res.report or "").splitlines() if line.strip()]
     if not lines:
         why = "timed out" if res.timed_out else f"exited with status {res.returncode}"
         warn(FieldError("agent", None, f"could not be checked: the sandboxed worker {why} "

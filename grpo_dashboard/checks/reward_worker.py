@@ -17,7 +17,6 @@ import asyncio
 import inspect
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -98,22 +97,11 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-def report_channel() -> Any:
-    """The sandbox's report channel, as a line-buffered text file; SystemExit when the worker was run without one."""
-    from grpo_dashboard.checks.sandbox import sandbox_module
-
-    name = sandbox_module().REPORT_FD_ENV
-    fd = os.environ.pop(name, "")
-    if not fd.isdigit():
-        raise SystemExit(f"reward_worker: no report channel ({name} is not set); it runs only through "
-                         f"grpo_dashboard.checks.sandbox.run_module(..., report=True).")
-    os.set_inheritable(int(fd), False)
-    return open(int(fd), "w", encoding="utf-8", buffering=1)
-
-
 def main() -> int:
     """Read the request from stdin, run every batch, write one JSON line per result to the report channel."""
-    out = report_channel()
+    from grpo_dashboard.checks.sandbox import report_channel
+
+    out = report_channel("reward_worker")
     request = json.loads(sys.stdin.read())
     sys.stdout = sys.stderr  # the reward's own prints go to the log tail
 

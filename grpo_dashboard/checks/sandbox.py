@@ -9,6 +9,7 @@ this way.
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,6 +46,18 @@ def run_module(module: str, stdin: str = "", *, timeout_s: float = 60.0, memory_
     return run_sandboxed(code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb,
                          allow_subprocess=allow_subprocess, sys_path=[str(REPO_ROOT), *extra], read_only=visible,
                          report=report)
+
+
+def report_channel(worker: str) -> Any:
+    """Inside a worker run with `run_module(..., report=True)`: its report channel, as a line-buffered text file the
+    sandboxed code does not hold as stdout (a print cannot forge a result); SystemExit when there is none."""
+    name = sandbox_module().REPORT_FD_ENV
+    fd = os.environ.pop(name, "")
+    if not fd.isdigit():
+        raise SystemExit(f"{worker}: no report channel ({name} is not set); it runs only through "
+                         f"grpo_dashboard.checks.sandbox.run_module(..., report=True).")
+    os.set_inheritable(int(fd), False)
+    return open(int(fd), "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - the worker's channel for its life
 
 
 def reward_paths(function: str | None, base_dir: str | Path) -> list[str]:
