@@ -156,6 +156,9 @@ def load(text: str, *, what: str = "the run spec", field: str = "(yaml)", loader
         raise refuse(f"nests too deeply to parse; at most {MAX_DEPTH} levels are allowed in {what}. "
                      "Flatten the structure.") from None
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # libyaml's own cap (PyYAML >= 6.0.4) ran before the composer's
+            raise refuse(f"nests deeper than {MAX_DEPTH} levels; at most {MAX_DEPTH} levels are allowed in {what} "
+                         "(a normal spec uses 3 or 4). Flatten the structure.") from None
         raise refuse(yaml_problem(exc)) from exc
     except (ValueError, OverflowError) as exc:  # e.g. `2001-13-45` as a date, an int past Python's digit limit
         raise refuse(f"holds a value YAML cannot convert: {shorten(str(exc), 200)}. "

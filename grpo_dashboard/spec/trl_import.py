@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_keys
 from grpo_dashboard.spec.file_policy import files_for_check
 from grpo_dashboard.spec.run_spec import GenerationSpec, LoraSpec, QuantizationSpec, RewardSpec, RunSpec
-from grpo_dashboard.spec.trl_isolated import fields_of, parse_isolated
+from grpo_dashboard.spec.trl_isolated import TrlParse, fields_of, parse_here
 from grpo_dashboard.spec.trl_parse import Recipe, recipe_from_file
 from grpo_dashboard.spec.trl_rewards import (
     OPEN_R1_CODE_LANGUAGES,
@@ -78,16 +79,18 @@ def import_trl(path: str | Path, trl_version: str | None = None, name: str | Non
 
 
 def import_recipe(recipe: Recipe, trl_version: str | None = None, name: str | None = None,
-                  overrides: dict[str, Any] | None = None) -> ImportResult:
+                  overrides: dict[str, Any] | None = None,
+                  parse: Callable[[dict[str, Any], dict[str, Any]], TrlParse] | None = None) -> ImportResult:
     """import_trl for a Recipe (a file, pasted text or an upload): the files it names are refused on a Space and
-    read with a size budget locally, before TRL's parser and checks run on it in a limited subprocess."""
+    read with a size budget locally, before TRL's parser and checks run on it: `parse` (the dashboard passes
+    checks.trl_check.parse_isolated for a visitor's recipe), by default in this process."""
     config, header = recipe.config, recipe.header
     if trl_version is not None and trl_version not in TRL_DEFAULTS:
         raise SpecError([FieldError("--trl-version", trl_version, f"must be one of {', '.join(TRL_DEFAULTS)} (the "
                                     "releases whose changed defaults are known).")])
     inline = files_for_check(config, recipe.on_space, recipe.base_dir)
     version, reason = (trl_version, "given with --trl-version") if trl_version else infer_version(config)
-    parsed = parse_isolated(config, inline, isolated=recipe.on_space)  # a visitor's recipe: never in this process
+    parsed = (parse or parse_here)(config, inline)
     values, unknown, check = parsed.values, parsed.unknown, parsed.check
     m = _Mapper(recipe, values, fields_of(parsed))
     errors = [m.unknown_key_error(k) for k in unknown if k not in trl_keys.FOREIGN and k not in trl_keys.UNSUPPORTED

@@ -1,16 +1,13 @@
-"""TRL's parser and TRL's own config checks on a recipe, run outside the dashboard process.
+"""TRL's parser and TRL's own config checks on a recipe: the code, and the subprocess that runs it for a visitor.
 
-`TrlParser` and the dataclasses' `__post_init__` are TRL's and transformers' code, run on text a visitor sent: they
-open files the recipe names, import modules, allocate. They run here in a subprocess of the sandbox
-(checks/sandbox.py: bubblewrap where it works, else `unshare` namespaces and an audit hook) with a time limit, an
-address-space limit, no network and an environment without secrets or proxies; the dashboard process never imports
-trl for an import. The subprocess answers with JSON: the values TRL's parser gives the keys, the keys it does not
-know, TRL's check (None: accepted) and GRPOConfig's field defaults (the mapping needs them).
-
-Run as `python -m grpo_dashboard.spec.trl_isolated` it is that subprocess: the request on stdin, the answer on the
-last line of stdout.
+`TrlParser` and the dataclasses' `__post_init__` are TRL's and transformers' code: they open files the recipe names,
+import modules, allocate. For a user's own recipe on their own machine `parse_here` runs them in this process; for a
+visitor's recipe the dashboard runs `python -m grpo_dashboard.spec.trl_isolated` inside the sandbox instead
+(checks/trl_check.py: a time limit, an address-space limit, no network, no secrets), so the dashboard process never
+imports trl for it. The subprocess answers with JSON: the values TRL's parser gives the keys, the keys it does not
+know, TRL's check (None: accepted) and GRPOConfig's field defaults (the mapping needs them), on the last line of
+stdout, marked.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -18,20 +15,15 @@ import enum
 import json
 import os
 import sys
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_dashboard.errors import FieldError, SpecError, shorten
+from grpo_dashboard.errors import FieldError, SpecError
 
 TIMEOUT_ENV = "GRPO_DASHBOARD_TRL_CHECK_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 120.0  # importing trl and transformers alone takes 5-10 s on a small CPU
 MEMORY_MB = 4096
 MARK = "@@trl-parse@@ "
-_CACHE_SIZE = 64
-_cache: OrderedDict[str, str] = OrderedDict()
-_lock = threading.Lock()
 
 
 @dataclass
@@ -62,53 +54,21 @@ def timeout_s() -> float:
     return value if value > 0 else DEFAULT_TIMEOUT_S
 
 
-def _refusal(message: str) -> SpecError:
+def refusal(message: str) -> SpecError:
+    """The SpecError of TRL's check failing for a reason of its own (time, memory, a crash)."""
     return SpecError([FieldError("(TRL's check)", "TRL's parser and GRPOConfig", message)])
 
 
-def parse_isolated(config: dict[str, Any], check_overrides: dict[str, Any] | None = None,
-                   isolated: bool = True) -> TrlParse:
-    """TRL's parse and check of `config` in the limited subprocess (SpecError when it fails or takes too long).
-
-    `isolated=False` runs the same code in this process instead: for a user's own recipe on their own machine (the
-    CLI, a local dashboard), where the subprocess would only add the seconds of importing TRL again. Answers are
-    cached by the request (the same recipe gives the same answer with the same TRL).
-    """
-    from grpo_dashboard.checks import sandbox
-
-    request = json.dumps({"config": config, "check_overrides": check_overrides or {}}, sort_keys=True,
-                         default=str)
-    if not isolated:
-        return _parsed(json.dumps(answer(json.loads(request)), default=_plain))
-    with _lock:
-        hit = _cache.get(request)
-        if hit is not None:
-            _cache.move_to_end(request)
-    if hit is None:
-        limit = timeout_s()
-        # torch loads its libraries with ctypes, which the sandbox counts with process spawning: allowed here, the
-        # boundary (namespaces, no network, limits) stays.
-        result = sandbox.run_module("grpo_dashboard.spec.trl_isolated", stdin=request, timeout_s=limit,
-                                    memory_mb=MEMORY_MB, allow_subprocess=True)
-        if result.timed_out:
-            raise _refusal(f"took longer than {limit:g} s and was stopped (it runs in a limited subprocess). Try "
-                           f"again, or import the recipe with `python -m grpo_dashboard import-trl`; the dashboard's "
-                           f"owner can raise the limit with {TIMEOUT_ENV}.")
-        line = next((x for x in reversed(result.stdout.splitlines()) if x.startswith(MARK)), None)
-        if not result.ok or line is None:
-            if result.memory_exceeded:
-                raise _refusal(f"needed more than {MEMORY_MB} MB and was stopped. Check the recipe's values.")
-            last = next((x for x in reversed(result.stderr.strip().splitlines()) if x.strip()), "no output")
-            raise _refusal(f"failed: {shorten(last.strip(), 300)}. Fix the recipe's values.")
-        hit = line[len(MARK):]
-        with _lock:
-            _cache[request] = hit
-            while len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
-    return _parsed(hit)
+def parse_here(config: dict[str, Any], check_overrides: dict[str, Any] | None = None) -> TrlParse:
+    """TRL's parse and check of `config` in this process: for a user's own recipe on their own machine (the CLI, a
+    local dashboard). A visitor's recipe goes through `checks/trl_check.parse_isolated`, the same code in the limited
+    subprocess."""
+    request = {"config": config, "check_overrides": check_overrides or {}}
+    return parsed(json.dumps(answer(json.loads(json.dumps(request, default=str))), default=_plain))
 
 
-def _parsed(text: str) -> TrlParse:
+def parsed(text: str) -> TrlParse:
+    """A TrlParse from the answer's JSON text."""
     found = json.loads(text)
     return TrlParse(found["values"], found["unknown"], found["check"], found["defaults"])
 

@@ -1,8 +1,8 @@
 """Reading a flat TRL config and parsing it with TRL's own parser (`trl grpo`'s `make_parser`), as `import-trl` does.
 
 Reading is the dashboard's (size-bounded, the safe YAML loader); parsing is TRL's own code, which the dashboard runs
-only in trl_isolated's limited subprocess. A fresh parser per file: `TrlParser.set_defaults_with_config` keeps the
-defaults it was given.
+for a visitor's recipe only in trl_isolated's limited subprocess (checks/trl_check). A fresh parser per file:
+`TrlParser.set_defaults_with_config` keeps the defaults it was given.
 """
 
 from __future__ import annotations
@@ -93,8 +93,9 @@ def parse_with_trl(config: dict[str, Any], check_overrides: dict[str, Any] | Non
 
     The check builds the dataclasses as `trl grpo` does; on a machine without a GPU, bf16/tf32 are cleared for the
     check only (they need one) and the message of any other refusal is returned (None: accepted). It runs TRL's own
-    code on the recipe: the dashboard calls it only in a limited subprocess (trl_isolated), where
-    `check_overrides` gives the check the content of the files the recipe names (read there with a size budget).
+    code on the recipe: for a visitor's recipe the dashboard calls it only in a limited subprocess (trl_isolated),
+    and in every case `check_overrides` gives the check the content of the files the recipe names (read with a size
+    budget before).
     """
     config = {k: v for k, v in config.items() if k != "env"}
     parser = trl_parser()

@@ -47,10 +47,11 @@ def _shown(text: str, on_space: bool) -> str:
 def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
     """(spec YAML, mapping table Markdown) of a pasted or uploaded TRL config; gr.Error naming what is wrong.
 
-    Nothing is written: the text is parsed here and TRL's own parser and checks run in a limited subprocess
-    (spec/trl_isolated). On a Space the recipe may not name files on the server's disk, an upload must be one of
-    gradio's, and answers carry no server path; an upload is named by its own file name.
+    Nothing is written: the text is parsed here. On a Space TRL's own parser and checks run in a limited subprocess
+    (checks/trl_check), the recipe may not name files on the server's disk, an upload must be one of gradio's, and
+    answers carry no server path; an upload is named by its own file name.
     """
+    from grpo_dashboard.checks import trl_check
     from grpo_dashboard.settings import on_space
     from grpo_dashboard.spec.file_policy import FileRefused, upload_path
     from grpo_dashboard.spec.trl_import import import_recipe
@@ -66,7 +67,7 @@ def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
             recipe = recipe_from_text(text, on_space=space)
         else:
             raise gr.Error("Paste a TRL config (trl grpo --config YAML) or upload one.")
-        result = import_recipe(recipe)
+        result = import_recipe(recipe, parse=trl_check.parse_isolated if space else None)
     except (SpecError, FileRefused) as exc:
         raise gr.Error(_shown(str(exc), space)) from None
     table = mapping_markdown(result.rows, result.trl_version, result.version_reason, result.trl_check)
@@ -172,11 +173,13 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
     resume_btn.click(gate(ctx, "resume_run", resume, what="resume"), [run_dd, checkpoint], [note],
                      api_name="resume_run")  # the live status follows
 
+    # Not scrubbed by the gate: the answer is the file's path, which gradio reads to serve it (export_file's
+    # messages name no server path themselves).
     def export(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
                suffix: str) -> str:
         return export_file(ctx, user_of(ctx, profile, oauth), run_id, suffix)
 
-    export_btn.click(gate(ctx, "export_metrics", export, what="metrics export"), [run_dd, fmt], [download],
+    export_btn.click(gate(ctx, "export_metrics", export, what="metrics export", scrub=False), [run_dd, fmt], [download],
                      api_name="export_metrics")
 
 

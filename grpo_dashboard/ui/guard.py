@@ -121,10 +121,12 @@ def gate(ctx: UiContext, name: str, fn: Callable[..., Any], *, what: str | None 
     policy: Policy = ENDPOINTS[name]
     label = what or name.replace("_", " ")
     signature, hints, profile_name, token_name, own = _composed(fn, pass_user)
+    names = list(signature.parameters)
+    at_profile, at_token = names.index(profile_name), names.index(token_name)
 
     def handler(*args: Any) -> Any:
-        bound = signature.bind(*args)
-        profile, oauth = bound.arguments.get(profile_name), bound.arguments.get(token_name)
+        profile = args[at_profile] if len(args) > at_profile else None
+        oauth = args[at_token] if len(args) > at_token else None
         user = user_of(ctx, profile, oauth)
         on_space = ctx.settings.on_space
         inner = args[own:]

@@ -1,0 +1,58 @@
+"""TRL's parser and TRL's own config checks on a visitor's recipe, in a limited subprocess of the sandbox.
+
+`TrlParse`'s code (spec/trl_isolated.py) is TRL's and transformers' on text a visitor sent: it opens files the recipe
+names, imports modules, allocates. Here it runs as `python -m grpo_dashboard.spec.trl_isolated` inside the sandbox
+(checks/sandbox.py: bubblewrap, or Landlock where user namespaces are refused) with a time limit, an address-space
+limit, no network and an environment without secrets or proxies; the dashboard process never imports trl for a
+visitor's import. Answers are cached by the request (the same recipe gives the same answer with the same TRL).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from grpo_dashboard.errors import shorten
+from grpo_dashboard.spec.trl_isolated import MARK, MEMORY_MB, TIMEOUT_ENV, TrlParse, parsed, refusal, timeout_s
+
+_CACHE_SIZE = 64
+_cache: OrderedDict[str, str] = OrderedDict()
+_lock = threading.Lock()
+
+
+def parse_isolated(config: dict[str, Any], check_overrides: dict[str, Any] | None = None) -> TrlParse:
+    """TRL's parse and check of `config` in the limited subprocess (SpecError when it fails or takes too long)."""
+    from grpo_dashboard.checks import sandbox
+
+    request = json.dumps({"config": config, "check_overrides": check_overrides or {}}, sort_keys=True,
+                         default=str)
+    with _lock:
+        hit = _cache.get(request)
+        if hit is not None:
+            _cache.move_to_end(request)
+    if hit is None:
+        limit = timeout_s()
+        # torch loads its libraries with ctypes, which the sandbox counts with process spawning: allowed here, the
+        # boundary (namespaces, no network, limits) stays.
+        result = sandbox.run_module("grpo_dashboard.spec.trl_isolated", stdin=request, timeout_s=limit,
+                                    memory_mb=MEMORY_MB, allow_subprocess=True)
+        if result.timed_out:
+            raise refusal(f"took longer than {limit:g} s and was stopped (it runs in a limited subprocess). Try "
+                           f"again, or import the recipe with `python -m grpo_dashboard import-trl`; the dashboard's "
+                           f"owner can raise the limit with {TIMEOUT_ENV}.")
+        line = next((x for x in reversed(result.stdout.splitlines()) if x.startswith(MARK)), None)
+        if not result.ok or line is None:
+            if result.memory_exceeded:
+                raise refusal(f"needed more than {MEMORY_MB} MB and was stopped. Check the recipe's values.")
+            last = next((x for x in reversed(result.stderr.strip().splitlines()) if x.strip()), "no output")
+            raise refusal(f"failed: {shorten(last.strip(), 300)}. Fix the recipe's values.")
+        hit = line[len(MARK):]
+        with _lock:
+            _cache[request] = hit
+            while len(_cache) > _CACHE_SIZE:
+                _cache.popitem(last=False)
+    return parsed(hit)
+
+
