@@ -179,8 +179,8 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
                suffix: str) -> str:
         return export_file(ctx, user_of(ctx, profile, oauth), run_id, suffix)
 
-    export_btn.click(gate(ctx, "export_metrics", export, what="metrics export", scrub=False), [run_dd, fmt], [download],
-                     api_name="export_metrics")
+    export_btn.click(gate(ctx, "export_metrics", export, what="metrics export", scrub=False), [run_dd, fmt],
+                     [download], api_name="export_metrics")
 
 
 # --- Runs: import a run, filter by tag --------------------------------------------------------------------------
