@@ -8,6 +8,7 @@ of alice's calls were answered and how many were told "busy".
 
     python benchmarks/two_user_stall.py [--flood 20] [--duration 20] [--repo PATH] [--json]
 
+`STALL_SWITCH_S=0.001` sets the served process's GIL switch interval (an experiment; the app keeps Python's 5 ms).
 `--repo` serves another checkout of the project (e.g. the commit before the pools) with the same clients, so the
 two figures come from one machine in one session.
 """
@@ -28,9 +29,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-
-import live_app  # noqa: E402
+if "--serve" not in sys.argv:  # the served checkout comes from PYTHONPATH (--repo)
+    sys.path.insert(0, str(HERE.parent))
 
 
 def big_yaml(kib: int = 117) -> str:
@@ -50,27 +50,34 @@ def serve(data: str, hub: str) -> None:
     """Serve the app in Space mode until stdin closes; prints its URL on the first line."""
     from tests.space_harness import serve_space
 
+    if os.environ.get("STALL_SWITCH_S"):  # to try another GIL switch interval in the served process
+        sys.setswitchinterval(float(os.environ["STALL_SWITCH_S"]))
+
     with serve_space(Path(data), Path(hub)) as app:
-        print(app["url"], flush=True)
+        print("\n" + app["url"], flush=True)
         sys.stdin.read()
 
 
-class CookieSession(live_app.HttpSession):
-    """An HttpSession carrying a signed-in session cookie."""
+def session(url: str, api_name: str, cookie: str) -> Any:
+    """A live_app.HttpSession carrying a signed-in session cookie (imported here: live_app puts this checkout on
+    sys.path, which the served one must not see)."""
+    import live_app
 
-    def __init__(self, url: str, api_name: str, cookie: str) -> None:
-        super().__init__(url, api_name)
-        self.http.headers["Cookie"] = cookie
+    http = live_app.HttpSession(url, api_name)
+    http.http.headers["Cookie"] = cookie
+    return http
 
 
-def timed(session: CookieSession, *args: Any) -> tuple[float, str]:
+def timed(client: Any, *args: Any) -> tuple[float, str]:
     """(seconds, "ok" | "busy" | "error: ...") of one call."""
     start = time.perf_counter()
     try:
-        session.call(*args)
+        client.call(*args)
         outcome = "ok"
     except RuntimeError as exc:
-        outcome = "busy" if "busy" in str(exc) or "still running" in str(exc) else f"error: {str(exc)[:120]}"
+        text = str(exc)
+        outcome = "busy" if ("busy" in text or "still running" in text) and "YAML" not in text \
+            else f"error: {text[:160]}"
     return time.perf_counter() - start, outcome
 
 
@@ -94,12 +101,16 @@ def main() -> None:
                                    f"{tmp}/hub"], cwd=repo, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True)
         try:
-            url = server.stdout.readline().strip() if server.stdout else ""
+            url = ""
+            for line in server.stdout or []:  # the app may print before its URL
+                if line.startswith("http"):
+                    url = line.strip()
+                    break
             if not url:
                 raise SystemExit("the app did not start")
             cookies = {user: sign_in(url, user) for user in ("alice", "bob")}
             smoke = (repo / "examples" / "smoke.yaml").read_text()
-            bob = CookieSession(url, "yaml_to_form", cookies["bob"])
+            bob = session(url, "yaml_to_form", cookies["bob"])
             timed(bob, smoke)
             alone = [timed(bob, smoke)[0] for _ in range(5)]
             text = big_yaml()
@@ -108,9 +119,9 @@ def main() -> None:
             lock = threading.Lock()
 
             def flood() -> None:
-                session = CookieSession(url, "yaml_to_form", cookies["alice"])
+                client = session(url, "yaml_to_form", cookies["alice"])
                 while time.monotonic() < stop:
-                    _, outcome = timed(session, text)
+                    _, outcome = timed(client, text)
                     with lock:
                         alice_outcomes.append(outcome)
 
@@ -140,6 +151,7 @@ def main() -> None:
         "ratio_max": round(max(loaded) / statistics.median(alone), 1),
         "alice_answered": alice_outcomes.count("ok"), "alice_busy": alice_outcomes.count("busy"),
         "alice_errors": sum(o.startswith("error") for o in alice_outcomes),
+        "alice_error_kinds": sorted({o[:160] for o in alice_outcomes if o.startswith("error")})[:3],
         "load_1min": round(os.getloadavg()[0], 2),
     }
     if args.json:
@@ -151,7 +163,7 @@ def main() -> None:
           f"max {figures['bob_loaded_max_s']:.3f} s   ({figures['bob_calls']} calls, {figures['bob_not_ok']} not ok)")
     print(f"ratio to alone:     p50 {figures['ratio_p50']}x   max {figures['ratio_max']}x")
     print(f"alice: {figures['alice_answered']} answered, {figures['alice_busy']} told busy, "
-          f"{figures['alice_errors']} errors")
+          f"{figures['alice_errors']} errors {figures['alice_error_kinds']}")
 
 
 if __name__ == "__main__":

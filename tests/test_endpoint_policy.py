@@ -9,6 +9,7 @@ refuse to build or launch.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,14 @@ def test_fair_pool_shares_and_refuses_without_queueing() -> None:
     gate_b.set()
     b.join(5)
     assert pool.in_use() == 0
+
+
+def test_a_users_share_of_work_is_bounded_over_a_window() -> None:
+    pool = FairPool("edit", workers=2, per_user=1, busy_s=0.05, window_s=600.0)
+    assert pool.run("a", lambda: time.sleep(0.06) or "done", 5.0, "x") == "done"
+    with pytest.raises(Busy, match=r"kept the edit workers busy for 0\.\d s in the last 600 s"):
+        pool.run("a", lambda: 1, 5.0, "x")
+    assert pool.run("b", lambda: 2, 5.0, "x") == 2  # another user is not charged for it
 
 
 def test_rate_budget_and_upload_quota_name_the_limit() -> None:

@@ -35,16 +35,30 @@ class TimedOut(RuntimeError):
 class FairPool:
     """`workers` threads; at most `per_user` of them busy for one user."""
 
-    def __init__(self, name: str, workers: int, per_user: int) -> None:
+    def __init__(self, name: str, workers: int, per_user: int, busy_s: float | None = None,
+                 window_s: float = 20.0) -> None:
         self.name, self.workers, self.per_user = name, workers, per_user
+        self.busy_s, self.window_s = busy_s, window_s
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"grpo-{name}")
         self._lock = threading.Lock()
         self._busy: Counter[str] = Counter()
+        self._spent: dict[str, deque[tuple[float, float]]] = {}  # user -> (end time, seconds of work)
 
     @classmethod
     def of(cls, name: str, pool: Pool) -> FairPool:
         """A pool sized as declared in policy.POOLS."""
-        return cls(name, pool.workers, pool.per_user)
+        return cls(name, pool.workers, pool.per_user, pool.busy_s, pool.window_s)
+
+    def _used(self, user: str, now: float) -> float:
+        spent = self._spent.get(user)
+        if not spent:
+            return 0.0
+        while spent and now - spent[0][0] >= self.window_s:
+            spent.popleft()
+        if not spent:
+            del self._spent[user]
+            return 0.0
+        return sum(seconds for _, seconds in spent)
 
     def in_use(self, user: str | None = None) -> int:
         """Busy workers (of one user, or in all)."""
@@ -56,13 +70,22 @@ class FairPool:
             if self._busy[user] >= self.per_user:
                 raise Busy(f"Your previous {what} is still running (at most {self.per_user} at a time per user on "
                            f"this dashboard); wait for it to finish, then try again.")
+            if self.busy_s is not None:
+                used = self._used(user, time.monotonic())
+                if used >= self.busy_s:
+                    raise Busy(f"You have kept the {self.name} workers busy for {used:.1f} s in the last "
+                               f"{self.window_s:g} s (at most {self.busy_s:g} s per user, so others get their "
+                               f"turn); try again in a few seconds.")
             if sum(self._busy.values()) >= self.workers:
                 raise Busy(f"All {self.workers} workers for {self.name} work are busy with other users' requests "
                            f"right now; try again in a few seconds.")
             self._busy[user] += 1
 
-    def _give(self, user: str) -> None:
+    def _give(self, user: str, started: float) -> None:
+        now = time.monotonic()
         with self._lock:
+            if self.busy_s is not None:
+                self._spent.setdefault(user, deque()).append((now, now - started))
             self._busy[user] -= 1
             if self._busy[user] <= 0:
                 del self._busy[user]
@@ -72,17 +95,18 @@ class FairPool:
         request context, for gr.Warning) travel with the call."""
         self._take(user, what)
         context = contextvars.copy_context()
+        started = time.monotonic()
 
         def work() -> T:
             try:
                 return context.run(call)
             finally:
-                self._give(user)
+                self._give(user, started)
 
         try:
             future = self._executor.submit(work)
         except RuntimeError:  # the executor is shut down
-            self._give(user)
+            self._give(user, started)
             raise
         try:
             return future.result(timeout=limit_s)

@@ -25,11 +25,15 @@ MAX_TEXT_CHARS = 256 * 1024  # a spec is a few kilobytes; YAML texts are cut at 
 
 @dataclass(frozen=True)
 class Pool:
-    """A bounded set of workers shared by some endpoints; `per_user` of them at most for one user at a time."""
+    """A bounded set of workers shared by some endpoints; `per_user` of them at most for one user at a time, and
+    with `busy_s`, at most that many seconds of work per user in any `window_s` (a share of the CPU: a user who keeps
+    a worker busy back to back is told to wait)."""
 
     workers: int
     per_user: int
     purpose: str
+    busy_s: float | None = None
+    window_s: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class Route:
 
 
 POOLS: dict[str, Pool] = {
-    "edit": Pool(2, 1, "the YAML editor: parse and rewrite a spec"),
+    "edit": Pool(2, 1, "the YAML editor: parse and rewrite a spec", busy_s=4.0),
     "validate": Pool(3, 1, "validation, launch and resume (may read the Hub)"),
     "check": Pool(4, 2, "pre-flight checks (Hub reads, the sandboxed reward check)"),
     "import": Pool(2, 1, "imports of TRL recipes and runs (TRL's checks in a subprocess)"),
@@ -237,11 +241,15 @@ def route_for(path: str, method: str) -> tuple[str, Route] | None:
 
 def markdown_table() -> str:
     """SECURITY.md's tables of every endpoint and route with its policy (kept in step by a test)."""
-    lines = ["| endpoint | who (on a Space) | pool (workers, per user) | time limit | text cap | per-user rate "
-             "| what |",
+    lines = ["| endpoint | who (on a Space) | pool (workers, per user[, work per user]) | time limit | text cap "
+             "| per-user rate | what |",
              "|---|---|---|---|---|---|---|"]
     for name, p in ENDPOINTS.items():
-        pool = f"{p.pool} ({POOLS[p.pool].workers}, {POOLS[p.pool].per_user})" if p.pool else "inline"
+        pool = "inline"
+        if p.pool:
+            spec = POOLS[p.pool]
+            share = f", {spec.busy_s:g} s per {spec.window_s:g} s" if spec.busy_s else ""
+            pool = f"{p.pool} ({spec.workers}, {spec.per_user}{share})"
         limit = f"{p.limit_s:g} s" if p.limit_s else "—"
         rate = f"{p.rate[0]} per {p.rate[1]:g} s" if p.rate else "—"
         lines.append(f"| `{name}` | {p.who} | {pool} | {limit} | {p.max_text:,} | {rate} | {p.purpose} |")
