@@ -81,19 +81,27 @@ class FairPool:
                            f"right now; try again in a few seconds.")
             self._busy[user] += 1
 
-    def _give(self, user: str, started: float) -> None:
+    def _give(self, user: str, started: float, fair: bool) -> None:
         now = time.monotonic()
         with self._lock:
-            if self.busy_s is not None:
+            if fair and self.busy_s is not None:
                 self._spent.setdefault(user, deque()).append((now, now - started))
+                if len(self._spent) > 10_000:  # forget users whose window has passed
+                    for stale in [u for u, v in self._spent.items() if now - v[-1][0] >= self.window_s]:
+                        del self._spent[stale]
             self._busy[user] -= 1
             if self._busy[user] <= 0:
                 del self._busy[user]
 
-    def run(self, user: str, call: Callable[[], T], limit_s: float, what: str) -> T:
+    def run(self, user: str, call: Callable[[], T], limit_s: float, what: str, fair: bool = True) -> T:
         """`call()` in a worker within `limit_s` seconds; Busy or TimedOut otherwise. Context variables (gradio's
-        request context, for gr.Warning) travel with the call."""
-        self._take(user, what)
+        request context, for gr.Warning) travel with the call. `fair=False` (one trusted user, locally): no share
+        or busy refusal, a call waits for a worker like in any thread pool."""
+        if fair:
+            self._take(user, what)
+        else:
+            with self._lock:
+                self._busy[user] += 1
         context = contextvars.copy_context()
         started = time.monotonic()
 
@@ -101,12 +109,12 @@ class FairPool:
             try:
                 return context.run(call)
             finally:
-                self._give(user, started)
+                self._give(user, started, fair)
 
         try:
             future = self._executor.submit(work)
         except RuntimeError:  # the executor is shut down
-            self._give(user, started)
+            self._give(user, started, fair)
             raise
         try:
             return future.result(timeout=limit_s)
@@ -187,6 +195,7 @@ class Budgets:
                 budget = self._rates[endpoint] = RateBudget(calls, window_s)
             return budget
 
-    def run(self, pool: str, user: str, call: Callable[[], Any], limit_s: float, what: str) -> Any:
+    def run(self, pool: str, user: str, call: Callable[[], Any], limit_s: float, what: str,
+            fair: bool = True) -> Any:
         """`call()` in the named pool (see FairPool.run)."""
-        return self.pools[pool].run(user, call, limit_s, what)
+        return self.pools[pool].run(user, call, limit_s, what, fair)

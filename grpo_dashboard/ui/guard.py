@@ -141,7 +141,8 @@ def gate(ctx: UiContext, name: str, fn: Callable[..., Any], *, what: str | None 
             if policy.pool is None:
                 result = call()
             else:
-                result = budgets(ctx).run(policy.pool, key, call, float(policy.limit_s or 60.0), label)
+                result = budgets(ctx).run(policy.pool, key, call, float(policy.limit_s or 60.0), label,
+                                          fair=on_space)
         except (Busy, TimedOut) as exc:
             hint = (" Check that the dataset and model ids are right and the Hub is reachable, or run the same check "
                     "locally with the CLI.") if isinstance(exc, TimedOut) else ""
