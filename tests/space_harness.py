@@ -104,3 +104,31 @@ def space_clients(url: str) -> dict[str, Client]:
             "bob": Client(url, verbose=False, headers={"Cookie": sign_in(url, "bob")}),
             "anonymous": Client(url, verbose=False),
             "bob-api": Client(url, verbose=False, oauth_token=BOB)}
+
+
+def space_fixtures(name: str, env: dict[str, str] | None = None) -> tuple[Any, Any, Any, Any]:
+    """The module fixtures of a test file against one Space-mode app: (module_data, data_dir, served, clients).
+
+    Assign them at module level: `module_data, data_dir, served, clients = space_fixtures("policy")`.
+    """
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def module_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+        return tmp_path_factory.mktemp(f"{name}-data")
+
+    @pytest.fixture(autouse=True)
+    def data_dir(module_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+        monkeypatch.setenv("GRPO_DASHBOARD_DATA_DIR", str(module_data))
+        return module_data
+
+    @pytest.fixture(scope="module")
+    def served(module_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+        with serve_space(module_data, tmp_path_factory.mktemp("hub"), env) as app:
+            yield app
+
+    @pytest.fixture(scope="module")
+    def clients(served: dict[str, Any]) -> dict[str, Client]:
+        return space_clients(served["url"])
+
+    return module_data, data_dir, served, clients

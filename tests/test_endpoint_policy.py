@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,32 +24,13 @@ from grpo_dashboard.spec import presets
 from grpo_dashboard.ui import build_app, guard
 from grpo_dashboard.ui.route_gate import declared_routes
 
-from .space_harness import serve_space, sign_in, space_clients
+from .space_harness import sign_in, space_fixtures
 
 SMOKE = presets.preset_yaml(presets.DEFAULT_PRESET)
 README_SECURITY = Path(__file__).resolve().parents[1] / "SECURITY.md"
 
 
-@pytest.fixture(scope="module")
-def module_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("policy-data")
-
-
-@pytest.fixture(autouse=True)
-def data_dir(module_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("GRPO_DASHBOARD_DATA_DIR", str(module_data))
-    return module_data
-
-
-@pytest.fixture(scope="module")
-def served(module_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    with serve_space(module_data, tmp_path_factory.mktemp("hub")) as app:
-        yield app
-
-
-@pytest.fixture(scope="module")
-def clients(served: dict[str, Any]) -> dict[str, Client]:
-    return space_clients(served["url"])
+module_data, data_dir, served, clients = space_fixtures("policy")
 
 
 # --- the declaration covers the running app ------------------------------------------------------------------------

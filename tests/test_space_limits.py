@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -19,30 +18,10 @@ from grpo_dashboard.ui import stream
 
 from .conftest import wait_for
 from .fake_hub import Plan
-from .space_harness import ALICE, MARK, serve_space, sign_in, space_clients
+from .space_harness import ALICE, MARK, sign_in, space_fixtures
 from .test_space import jobs_yaml, launch_args
 
-
-@pytest.fixture(scope="module")
-def module_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("limits-data")
-
-
-@pytest.fixture(autouse=True)
-def data_dir(module_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("GRPO_DASHBOARD_DATA_DIR", str(module_data))
-    return module_data
-
-
-@pytest.fixture(scope="module")
-def served(module_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    with serve_space(module_data, tmp_path_factory.mktemp("hub")) as app:
-        yield app
-
-
-@pytest.fixture(scope="module")
-def clients(served: dict[str, Any]) -> dict[str, Client]:
-    return space_clients(served["url"])
+module_data, data_dir, served, clients = space_fixtures("limits")
 
 
 def _record(**fields: Any) -> str:
