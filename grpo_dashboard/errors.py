@@ -41,6 +41,7 @@ class FieldError:
     value: Any
     message: str
     severity: str = "error"
+    involves: tuple[str, ...] = ()  # every spec field the check that found it reads (the form marks them all)
 
     def __str__(self) -> str:
         return f"{shorten(self.field, MAX_FIELD_CHARS)} = {short_repr(self.value)}: {self.message}"

@@ -1,0 +1,55 @@
+"""Named checks: each one small, read-only over the spec, declaring the fields it involves.
+
+A `Check` has a dotted `name` (``training.batch_divisible``), the spec `fields` it reads (``training.
+per_device_train_batch_size``, ``backend.flavor``...) and a function from a `CheckInput` to the problems it finds.
+`run_checks` runs checks in order and stamps each problem with its check's fields (`FieldError.involves`), so the form
+marks fields from that list, never from message text. A check never changes the spec: `run_checks` hands every check
+the same spec and a test verifies it is unchanged after each one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_dashboard.errors import FieldError
+from grpo_dashboard.spec.run_spec import RunSpec
+
+
+@dataclass
+class CheckInput:
+    """What a check reads: the parsed spec, the folder its relative paths resolve against, and facts earlier checks
+    established for later ones (`facts`, e.g. the dataset sample), which is the only thing a check may add to."""
+
+    spec: RunSpec
+    base: Path
+    facts: dict[str, Any] = field(default_factory=dict)
+    errors_so_far: int = 0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named check: `run(inp)` yields FieldErrors (severity "error" blocks a launch, "warning" does not)."""
+
+    name: str
+    fields: tuple[str, ...]
+    run: Callable[[CheckInput], Iterable[FieldError]]
+    after_errors: bool = True  # False: skipped when earlier checks found errors (it needs a sound spec)
+
+
+def run_checks(checks: Sequence[Check], inp: CheckInput) -> tuple[list[FieldError], list[FieldError]]:
+    """(errors, warnings) of `checks` run in order over `inp`; each problem carries its check's fields."""
+    errors: list[FieldError] = []
+    warnings: list[FieldError] = []
+    for check in checks:
+        if errors and not check.after_errors:
+            continue
+        inp.errors_so_far = len(errors)
+        for problem in check.run(inp):
+            involves = tuple(dict.fromkeys((*problem.involves, *check.fields)))
+            stamped = dataclasses.replace(problem, involves=involves)
+            (warnings if problem.severity == "warning" else errors).append(stamped)
+    return errors, warnings
