@@ -1,6 +1,7 @@
 """The embedded store: SQLite in WAL mode holding runs, every metric value of every log record, and job events.
 
-All SQL lives here. The data directory comes from `GRPO_DASHBOARD_DATA_DIR` (read at call time), default
+All SQL lives here, but for the schema and its versions (`migrations.py`: applied when a store is opened).
+The data directory comes from `GRPO_DASHBOARD_DATA_DIR` (read at call time), default
 `~/.grpo_dashboard`. Metrics are columnar (see `series.py`): values keep their nature (finite, ±Inf, NaN, None).
 """
 
@@ -22,72 +23,10 @@ import numpy as np
 
 from grpo_dashboard.errors import RunNotFound, StoreError
 from grpo_dashboard.redaction import redact
-from grpo_dashboard.store import series
+from grpo_dashboard.store import migrations, series
 from grpo_dashboard.store.series import SeriesArrays
 
-DATA_DIR_ENV = "GRPO_DASHBOARD_DATA_DIR"
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    spec_yaml TEXT NOT NULL,
-    backend TEXT NOT NULL,
-    external_id TEXT,
-    status TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    ended_at REAL,
-    run_dir TEXT NOT NULL,
-    output_dir TEXT,
-    error TEXT,
-    exit_code INTEGER,
-    pid INTEGER,
-    pid_start TEXT,
-    cancel_requested_at REAL,
-    ingest_offset INTEGER NOT NULL DEFAULT 0,
-    last_step INTEGER,
-    max_steps INTEGER,
-    last_time REAL,
-    n_records INTEGER NOT NULL DEFAULT 0,
-    n_skipped INTEGER NOT NULL DEFAULT 0,
-    owner TEXT
-);
-CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
-CREATE TABLE IF NOT EXISTS health (
-    run_id TEXT PRIMARY KEY,
-    token TEXT NOT NULL,
-    badge TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS findings (
-    run_id TEXT NOT NULL,
-    rule TEXT NOT NULL,
-    metric TEXT NOT NULL,
-    severity TEXT NOT NULL,
-    first_step INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    resolved_step INTEGER,
-    finding TEXT NOT NULL,
-    PRIMARY KEY (run_id, rule, metric)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS forecast_cells (
-    run_id TEXT PRIMARY KEY,
-    token TEXT NOT NULL,
-    cell TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    time REAL,
-    event TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
-"""
-
-
-NOTES_SCHEMA = "CREATE TABLE IF NOT EXISTS run_notes (run_id TEXT PRIMARY KEY, note TEXT NOT NULL, updated_at REAL)"
-
+DATA_DIR_ENV = migrations.DATA_DIR_ENV
 
 class RunStatus(str, Enum):
     """Lifecycle of a run; a failed run is a state, not an exception."""
@@ -170,7 +109,8 @@ class Store:
         except OSError as exc:
             raise StoreError(_explain(self.path, exc)) from exc
         with _translated(self.path):
-            self.connection().executescript(SCHEMA + series.SCHEMA)
+            # the version found (older ones are migrated); StoreError for a newer store or one lacking a column
+            self.found_version = migrations.open_schema(self.connection(), self.path)
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (WAL, busy timeout 30 s, autocommit with explicit transactions)."""
@@ -178,6 +118,11 @@ class Store:
         if conn is None:
             with _translated(self.path):
                 conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+                try:
+                    migrations.refuse_newer(conn, self.path)  # before the WAL switch: nothing written to it
+                except StoreError:
+                    conn.close()
+                    raise
                 conn.row_factory = sqlite3.Row
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
@@ -437,7 +382,6 @@ class Store:
         """Keep a free-text note on a run (an empty note removes it)."""
         self.get_run(run_id)
         with self.transaction() as conn:
-            conn.execute(NOTES_SCHEMA)
             if note.strip():
                 conn.execute("INSERT OR REPLACE INTO run_notes (run_id, note, updated_at) VALUES (?, ?, ?)",
                              (run_id, redact(note), time.time()))
@@ -447,17 +391,13 @@ class Store:
     def notes(self) -> dict[str, str]:
         """Run id -> note, for every run that has one."""
         with _translated(self.path):
-            conn = self.connection()
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_notes'").fetchone():
-                return dict(conn.execute("SELECT run_id, note FROM run_notes").fetchall())
-        return {}
+            return dict(self.connection().execute("SELECT run_id, note FROM run_notes").fetchall())
 
     def delete_run_rows(self, run_id: str) -> None:
         """Remove a run and everything stored about it (metrics, events, badge, note, findings history, forecast
         cell) in one transaction; its files
         are the caller's (`launch.runs.delete`)."""
         with self.transaction() as conn:
-            conn.execute(NOTES_SCHEMA)
             for table in ("chunks", "series", "events", "health", "run_notes", "findings", "forecast_cells"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             if conn.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount == 0:
@@ -485,18 +425,8 @@ def _translated(path: Path) -> Iterator[None]:
 
 
 def _explain(path: Path, exc: BaseException) -> str:
-    text = str(exc)
-    low = text.lower()
-    if "readonly" in low or "read-only" in low or "permission" in low or "unable to open" in low:
-        why = "is not writable"
-    elif "full" in low or "no space" in low or "file too large" in low:
-        why = "is full"
-    elif "locked" in low or "busy" in low:
-        why = "is locked by another process for too long"
-    else:
-        why = "cannot be used"
-    return (f"The dashboard's store {path} {why} ({type(exc).__name__}: {text}). Nothing was written. Free space or "
-            f"fix permissions, or set {DATA_DIR_ENV} to a writable directory.")
+    why, fix = migrations.classify(exc)
+    return f"The dashboard's store {path} {why} ({type(exc).__name__}: {exc}). Nothing was written. {fix}"
 
 
 def _like_prefix(prefix: str) -> str:

@@ -25,32 +25,7 @@ SYSTEM_SPLIT = "system"
 NONE_BITS = np.uint64(0x7FF8_DEAD_0000_0001)
 _NONE_FLOAT = np.array([NONE_BITS], dtype=np.uint64).view(np.float64)[0]
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS series (
-    run_id TEXT NOT NULL,
-    split TEXT NOT NULL,
-    key TEXT NOT NULL,
-    n INTEGER NOT NULL,
-    last_step INTEGER NOT NULL,
-    last_value REAL,
-    last_kind INTEGER NOT NULL,
-    PRIMARY KEY (run_id, split, key)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS chunks (
-    run_id TEXT NOT NULL,
-    split TEXT NOT NULL,
-    key TEXT NOT NULL,
-    chunk INTEGER NOT NULL,
-    first_step INTEGER NOT NULL,
-    last_step INTEGER NOT NULL,
-    n INTEGER NOT NULL,
-    steps BLOB NOT NULL,
-    vals BLOB NOT NULL,
-    times BLOB NOT NULL,
-    PRIMARY KEY (run_id, split, key, chunk)
-) WITHOUT ROWID;
-"""
-
+# The tables (series: one row per series with its latest value; chunks) are made by `migrations.py`.
 KIND_VALUE, KIND_NONE, KIND_NAN = 0, 1, 2
 
 
