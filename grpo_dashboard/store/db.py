@@ -28,6 +28,7 @@ from grpo_dashboard.store.series import SeriesArrays
 
 DATA_DIR_ENV = migrations.DATA_DIR_ENV
 
+
 class RunStatus(str, Enum):
     """Lifecycle of a run; a failed run is a state, not an exception."""
 

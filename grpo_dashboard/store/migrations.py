@@ -169,6 +169,7 @@ def _v2_history(conn: sqlite3.Connection) -> None:
                  "dashboard_version TEXT NOT NULL, from_version INTEGER NOT NULL, backup TEXT)")
 
 
+# The next schema change: a function appended here (a new column of `runs` is also a field of `db.Run`).
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the tables of the last unversioned release", _v1_tables),
     Migration(2, "schema_history, the record of migrations", _v2_history),
