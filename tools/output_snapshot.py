@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dirs", nargs="*", type=Path)
     ap.add_argument("-o", "--output", type=Path, required=True)
     args = ap.parse_args(argv)
-    dirs = args.dirs or [ROOT / "tests/fixtures/real_logs", ROOT.parent / "shared/realdata/grpo_logs"]
+    shared = next((p / "shared/realdata/grpo_logs" for p in ROOT.parents if (p / "shared/realdata").is_dir()),
+                  ROOT.parent / "shared/realdata/grpo_logs")  # beside the checkout, or above a worktree of it
+    dirs = args.dirs or [ROOT / "tests/fixtures/real_logs", shared]
     os.environ["TZ"] = "UTC"
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["GRPO_DASHBOARD_DATA_DIR"] = tmp
