@@ -35,6 +35,7 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("push_latency", [], "10. live page: record written -> drawn in Chromium, pushed vs polled"),
     ("push_viewers", [], "11. 50 viewers on 5 live runs, pushed vs polled"),
     ("push_refresh", [], "12. refresh work of 100 new records, pushed vs polled"),
+    ("light_start", [], "13. validate and the app start without torch/trl, against the old trl import"),
 ]
 
 

@@ -32,10 +32,10 @@ SOURCES = ["pyproject.toml", "README.md", "grpo_dashboard", "jobs", "examples"] 
 HEALTHY_STATE = REPO / "tests" / "fixtures" / "health" / "healthy_state.json"
 
 
-def requirements() -> list[str]:
-    """requirements.txt's requirement lines (comments and blank lines left out)."""
-    lines = (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+def requirements(name: str = "requirements.txt") -> list[str]:
+    """A requirements file's requirement lines (comments, blank lines and `-r` includes left out)."""
+    lines = (REPO / name).read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith(("#", "-r"))]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -104,6 +104,10 @@ def files(root: Path, pattern: str = "**/*") -> set[str]:
 def test_pyproject_dependencies_are_requirements_txt() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert project["dependencies"] == requirements()
+    assert project["optional-dependencies"] == {"train": requirements("requirements-train.txt")}
+    assert (REPO / "requirements-train.txt").read_text(encoding="utf-8").count("-r requirements.txt\n") == 1
+    light = {r.split(">")[0].split("=")[0].split("[")[0] for r in requirements()}
+    assert not light & {"torch", "trl", "transformers", "accelerate", "peft"}, "the dashboard needs no training stack"
     assert project["requires-python"] == ">=3.11"
     assert project["scripts"] == {"grpo-dashboard": "grpo_dashboard.__main__:main"}
 
@@ -126,6 +130,9 @@ def test_the_installed_package_holds_every_module_the_jobs_and_the_examples(inst
     assert Path(where["jobs"]) == root / "jobs" and Path(where["examples"]) == root / "examples"
     installed_modules = {f for f in files(package, "**/*.py") if not f.startswith("_project/")}
     assert installed_modules == files(REPO / "grpo_dashboard", "**/*.py"), "a package missing from pyproject.toml?"
+    data = ("spec/trl_schema.json", "spec/trl_accelerate_configs/*.yaml")  # package data the app reads instead of trl
+    assert set().union(*(files(package, d) for d in data)) == set().union(*(files(REPO / "grpo_dashboard", d)
+                                                                             for d in data))
     assert {Path(p).name for p in where["jobs_files"]} == files(REPO / "jobs", "*.py")
     assert files(Path(where["examples"])) == files(REPO / "examples")
 
@@ -133,7 +140,8 @@ def test_the_installed_package_holds_every_module_the_jobs_and_the_examples(inst
 
     requires = json.loads(installed.run_python(
         "import importlib.metadata, json; print(json.dumps(importlib.metadata.requires('grpo-dashboard')))"))
-    assert [Requirement(r) for r in requires] == [Requirement(r) for r in requirements()]
+    extra = [Requirement(f"{r}; extra == 'train'") for r in requirements("requirements-train.txt")]
+    assert [Requirement(r) for r in requires] == [Requirement(r) for r in requirements()] + extra
 
 
 def commands() -> list[str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import json
 import re
 from pathlib import Path
@@ -55,25 +54,10 @@ def _older(version: str | None, minimum: str) -> bool:
     return Version(version) < Version(minimum)
 
 
-@functools.cache
 def async_fields() -> dict[str, trl_fields.TrlField]:
-    """AsyncGRPOConfig's fields in the installed TRL (None when the experimental module is missing)."""
-    import os
-    import typing
-
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from trl.experimental.async_grpo import AsyncGRPOConfig
-
-    hints = typing.get_type_hints(AsyncGRPOConfig)
-    out = {}
-    for f in dataclasses.fields(AsyncGRPOConfig):
-        if not f.init:
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        out[f.name] = trl_fields.TrlField(f.name, trl_fields._flatten(hints.get(f.name, f.type)), default,
-                                          str(f.metadata.get("help", "")).strip(), None)
-    return out
+    """AsyncGRPOConfig's fields in the installed TRL, from its schema (ImportError when this TRL lacks the
+    experimental async_grpo trainer)."""
+    return trl_fields.async_fields()
 
 
 def check_agent(spec: RunSpec, base: Path, sample: DatasetSample | None, err: Any, warn: Any,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.checks import gpu_probe
 from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec import trl_fields
 from grpo_dashboard.spec.run_spec import HF_JOBS, LOCAL, SLURM, RunSpec, server_nodes, training_nodes, world_size
@@ -270,13 +271,9 @@ def _hms(seconds: int) -> str:
 
 
 def gpu_count() -> int | None:
-    """CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied); None when torch cannot say."""
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001 - no torch, or a broken CUDA setup: unknown
-        return None
+    """CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied); None when it cannot be told (torch is not
+    imported for it: checks/gpu_probe.py)."""
+    return gpu_probe.gpu_count()
 
 
 def _importable(name: str) -> bool:
@@ -287,9 +284,4 @@ def _importable(name: str) -> bool:
 
 
 def _fsdp_available() -> bool:
-    try:
-        import torch.distributed
-
-        return bool(torch.distributed.is_available())
-    except ImportError:
-        return False
+    return gpu_probe.distributed_available()

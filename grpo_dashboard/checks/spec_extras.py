@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.checks import gpu_probe
 from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec.job_deps import missing_locally
 from grpo_dashboard.spec.paths import user_path
@@ -174,9 +175,4 @@ def _environment(spec: RunSpec, err: Any, warn: Any) -> None:
 
 
 def _cuda() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
-        return False
+    return gpu_probe.has_cuda()

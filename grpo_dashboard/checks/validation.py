@@ -25,7 +25,7 @@ from grpo_dashboard.checks.cluster_checks import (
 from grpo_dashboard.checks.dataset_files import DatasetFileError, DatasetSample, is_conversational, read_sample
 from grpo_dashboard.checks.spec_extras import check_extras
 from grpo_dashboard.errors import FieldError, SpecError
-from grpo_dashboard.spec import trl_fields
+from grpo_dashboard.spec import trl_fields, trl_schema
 from grpo_dashboard.spec.jobfiles import rewards_module
 from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import (
@@ -571,9 +571,5 @@ def _has_module(name: str) -> bool:
 
 
 def _trl_version() -> str:
-    try:
-        import trl
-
-        return trl.__version__
-    except ImportError:
-        return "(not installed)"
+    version = trl_schema.installed_versions()["trl"]  # from the package metadata: trl is not imported
+    return version or f"{trl_schema.schema()['versions']['trl']} (the dashboard's schema; trl is not installed here)"

@@ -33,6 +33,7 @@ from grpo_dashboard.launch.local_process import (  # noqa: F401 - re-exported fo
 )
 from grpo_dashboard.launch.logs import last_error_line, log_path
 from grpo_dashboard.settings import on_space
+from grpo_dashboard.spec import trl_schema
 from grpo_dashboard.spec.jobfiles import JOB_SCRIPT
 from grpo_dashboard.spec.run_spec import BackendSpec, RunSpec
 from grpo_dashboard.store.db import TERMINAL, Run, RunStatus, Store
@@ -75,14 +76,9 @@ def build_command(spec: RunSpec, config_path: Path, metrics_path: Path) -> list[
 
 def accelerate_config_path(name: str) -> str:
     """Resolve a TRL accelerate preset name (zero2, fsdp2, ...) to its file; other values are paths."""
-    try:
-        import trl
-
-        preset = Path(trl.__file__).parent / "accelerate_configs" / f"{name}.yaml"
-        if preset.is_file():
-            return str(preset)
-    except ImportError:
-        pass
+    preset = trl_schema.accelerate_preset(name)  # the installed TRL's file, or our copy where trl is missing
+    if preset is not None:
+        return str(preset)
     return str(Path(name).expanduser().resolve())
 
 

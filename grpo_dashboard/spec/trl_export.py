@@ -193,17 +193,18 @@ def _plain(d: dict[str, Any]) -> dict[str, Any]:
 def commands(spec: RunSpec, recipe: Path) -> dict[str, str]:
     """The equivalent command lines: `trl grpo` and `accelerate launch` of TRL's script (the HF Jobs ones, which
     upload our job's files, come from launch/hf_jobs_export.py)."""
-    import trl
+    from grpo_dashboard.spec import trl_schema
 
     b = spec.backend
-    script = Path(trl.__file__).parent / "scripts" / "grpo.py"
+    trl_dir = trl_schema.trl_dir() or Path("trl")  # found without importing trl; a stand-in where it is missing
+    script = trl_dir / "scripts" / "grpo.py"
     launch = ["accelerate", "launch"]
     if b.num_processes > 1:
         launch += ["--num_processes", str(b.num_processes)]
     if b.accelerate_config:
         from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS
 
-        cfg = (Path(trl.__file__).parent / "accelerate_configs" / f"{b.accelerate_config}.yaml"
+        cfg = (trl_dir / "accelerate_configs" / f"{b.accelerate_config}.yaml"
                if b.accelerate_config in ACCELERATE_CONFIGS else Path(b.accelerate_config))
         launch += ["--config_file", str(cfg)]
     return {

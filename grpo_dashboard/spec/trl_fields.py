@@ -1,14 +1,13 @@
-"""TRL's GRPOConfig as data: field names, types, defaults, help text and allowed values, from the installed TRL."""
+"""TRL's GRPOConfig as data: field names, types, defaults, help text and allowed values of the installed TRL, read
+from its schema (spec/trl_schema.py) without importing trl."""
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import functools
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any
+
+from grpo_dashboard.spec import trl_schema
 
 # Fields TRL accepts at construction but only checks inside the first training step, plus
 # string options whose values TRL documents; we validate them up front.
@@ -41,38 +40,29 @@ class TrlField:
     choices: tuple[Any, ...] | None
 
 
-def _flatten(annotation: Any) -> tuple[Any, ...]:
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        out: list[Any] = []
-        for arg in typing.get_args(annotation):
-            out.extend(_flatten(arg))
-        return tuple(out)
-    origin = typing.get_origin(annotation)
-    return (origin if origin is not None else annotation,)
+def _field(entry: dict[str, Any], choices: tuple[Any, ...] | None) -> TrlField:
+    return TrlField(entry["name"], trl_schema.python_types(entry), entry["default"], entry["help"], choices)
 
 
 @functools.cache
 def grpo_fields() -> dict[str, TrlField]:
-    """All GRPOConfig fields of the installed TRL (imports trl on first call: a few seconds)."""
-    from trl import GRPOConfig
-
-    hints = typing.get_type_hints(GRPOConfig)
+    """All GRPOConfig fields of the installed TRL, from its schema (spec/trl_schema.py: trl is not imported)."""
     out: dict[str, TrlField] = {}
-    for f in dataclasses.fields(GRPOConfig):
-        if not f.init:
-            continue
-        kinds = _flatten(hints.get(f.name, f.type))
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        choices = CHOICES.get(f.name)
-        if choices is None:
-            enums = [k for k in kinds if isinstance(k, type) and issubclass(k, enum.Enum)]
-            if enums:
-                choices = tuple(e.value for e in enums[0])
-        if isinstance(default, enum.Enum):
-            default = default.value
-        out[f.name] = TrlField(f.name, kinds, default, str(f.metadata.get("help", "")).strip(), choices)
+    for entry in trl_schema.entries("GRPOConfig"):
+        enum_values = entry.get("enum_values")
+        choices = CHOICES.get(entry["name"], tuple(enum_values) if enum_values else None)
+        out[entry["name"]] = _field(entry, choices)
     return out
+
+
+@functools.cache
+def async_fields() -> dict[str, TrlField]:
+    """All AsyncGRPOConfig fields of the installed TRL (ImportError when this TRL has no async_grpo trainer)."""
+    try:
+        found = trl_schema.entries("AsyncGRPOConfig")
+    except KeyError:
+        raise ImportError("trl.experimental.async_grpo.AsyncGRPOConfig is not in this TRL") from None
+    return {entry["name"]: _field(entry, None) for entry in found}
 
 
 def default(name: str) -> Any:

@@ -90,11 +90,14 @@ def _plain(value: Any) -> Any:
 
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     """TRL's parse and check of a request ({"config", "check_overrides"}): values, unknown keys, check, defaults."""
-    from grpo_dashboard.spec import trl_fields
+    from trl import GRPOConfig
+
+    from grpo_dashboard.spec import trl_schema
     from grpo_dashboard.spec.trl_parse import parse_with_trl
 
     values, unknown, check = parse_with_trl(request["config"], request.get("check_overrides") or {})
-    defaults = {name: f.default for name, f in trl_fields.grpo_fields().items()}
+    # trl is imported here anyway: the defaults come from the real class, whatever the shipped schema's version.
+    defaults = {entry["name"]: entry["default"] for entry in trl_schema.config_schema(GRPOConfig)}
     return {"values": values, "unknown": unknown, "check": check, "defaults": defaults}
 
 

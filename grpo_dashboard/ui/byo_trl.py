@@ -47,9 +47,9 @@ def _shown(text: str, on_space: bool) -> str:
 def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
     """(spec YAML, mapping table Markdown) of a pasted or uploaded TRL config; gr.Error naming what is wrong.
 
-    Nothing is written: the text is parsed here. On a Space TRL's own parser and checks run in a limited subprocess
-    (checks/trl_check), the recipe may not name files on the server's disk, an upload must be one of gradio's, and
-    answers carry no server path; an upload is named by its own file name.
+    Nothing is written. TRL's own parser and checks run in a subprocess (checks/trl_check: the dashboard process
+    never imports trl), on a Space a limited one in the sandbox; there the recipe may not name files on the server's
+    disk, an upload must be one of gradio's, and answers carry no server path; an upload is named by its own file name.
     """
     from grpo_dashboard.checks import trl_check
     from grpo_dashboard.settings import on_space
@@ -67,7 +67,7 @@ def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
             recipe = recipe_from_text(text, on_space=space)
         else:
             raise gr.Error("Paste a TRL config (trl grpo --config YAML) or upload one.")
-        result = import_recipe(recipe, parse=trl_check.parse_isolated if space else None)
+        result = import_recipe(recipe, parse=trl_check.parse_isolated if space else trl_check.parse_local)
     except (SpecError, FileRefused) as exc:
         raise gr.Error(_shown(str(exc), space)) from None
     table = mapping_markdown(result.rows, result.trl_version, result.version_reason, result.trl_check)
