@@ -13,24 +13,21 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.checks.agents_async import ASYNC_CHECKS
 from grpo_dashboard.checks.dataset_files import DatasetFileError, DatasetSample, read_sample
 from grpo_dashboard.checks.named import DATASET_SAMPLE, Check, CheckInput, collected, run_checks, sample_of
 from grpo_dashboard.errors import FieldError
-from grpo_dashboard.spec import trl_fields
 from grpo_dashboard.spec.agent_spec import is_file_target, resolve
 from grpo_dashboard.spec.jobfiles import agents_module
-from grpo_dashboard.spec.run_spec import LOCAL, RunSpec
+from grpo_dashboard.spec.run_spec import RunSpec
 
 TOOLS_MIN, ENVIRONMENTS_MIN = "5.0.0", "5.2.0"  # transformers versions TRL 1.16 requires (GRPOTrainer.__init__)
 ENV_ROWS = 100_000  # rows read to compare the environment column with the mapping
-ASYNC_ACCELERATE = (None, "fsdp2")
 WORKER_TIMEOUT_S = 120.0
 
 
@@ -55,27 +52,6 @@ def _older(version: str | None, minimum: str) -> bool:
     from packaging.version import Version
 
     return Version(version) < Version(minimum)
-
-
-@functools.cache
-def async_fields() -> dict[str, trl_fields.TrlField]:
-    """AsyncGRPOConfig's fields in the installed TRL (None when the experimental module is missing)."""
-    import os
-    import typing
-
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from trl.experimental.async_grpo import AsyncGRPOConfig
-
-    hints = typing.get_type_hints(AsyncGRPOConfig)
-    out = {}
-    for f in dataclasses.fields(AsyncGRPOConfig):
-        if not f.init:
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        out[f.name] = trl_fields.TrlField(f.name, trl_fields._flatten(hints.get(f.name, f.type)), default,
-                                          str(f.metadata.get("help", "")).strip(), None)
-    return out
 
 
 def check_agent(spec: RunSpec, base: Path, sample: DatasetSample | None, err: Any, warn: Any,
@@ -194,13 +170,6 @@ def _reward_source(inp: CheckInput) -> Iterator[FieldError]:
         yield FieldError("rewards", [], "is empty and no environment defines `get_reward`: TRL needs a reward "
                          "source. Add a reward function, or a `get_reward(self) -> float` method to the "
                          "environment.")
-
-
-def _async(inp: CheckInput) -> list[FieldError]:
-    a = _agent(inp)
-    if a is None or a.trainer != "async_grpo":
-        return []
-    return collected(lambda err, warn: _check_async(inp.spec, err, warn))
 
 
 def _conversational(spec: RunSpec, sample: DatasetSample | None) -> bool:
@@ -333,63 +302,6 @@ def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any) -> dict[str, Any
     return dict(result.get("environments") or {})
 
 
-def _check_async(spec: RunSpec, err: Any, warn: Any) -> None:
-    a = spec.agent
-    assert a is not None
-    try:
-        fields = async_fields()
-    except ImportError as exc:
-        err(FieldError("agent.trainer", a.trainer, f"needs trl.experimental.async_grpo, which this TRL lacks "
-                       f"({exc})."))
-        return
-    grpo = trl_fields.grpo_fields()
-    for key in spec.training:
-        if key not in fields and key not in trl_fields.RESERVED:
-            err(FieldError(f"training.{key}", spec.training[key], "is not a field of AsyncGRPOConfig, which "
-                           "async_grpo trains with; remove it."))
-    for key, value in a.async_config.items():
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            err(FieldError(f"agent.async_config.{key}", value, f"is not an AsyncGRPOConfig field.{hint}"))
-        elif key in grpo:
-            err(FieldError(f"agent.async_config.{key}", value, f"is a field GRPOConfig shares; set it under "
-                           f"training.{key} instead."))
-    merged = {**spec.training, **a.async_config}
-    url = merged.get("vllm_server_base_url", fields["vllm_server_base_url"].default if
-                     "vllm_server_base_url" in fields else None)
-    if not isinstance(url, str) or not re.match(r"^https?://[\w.-]+(:\d+)?(/\S*)?$", url):
-        err(FieldError("training.vllm_server_base_url", url, "must be the http(s):// URL of the vLLM server async "
-                       "GRPO streams rollouts from (`trl vllm-serve`), e.g. http://localhost:8000."))
-    for key in ("max_staleness", "weight_sync_steps"):
-        v = merged.get(key)
-        if v is not None and (not isinstance(v, int) or v < (0 if key == "max_staleness" else 1)):
-            low = 0 if key == "max_staleness" else 1
-            err(FieldError(f"agent.async_config.{key}", v, f"must be an integer ≥ {low}."))
-    if spec.backend.accelerate_config not in ASYNC_ACCELERATE:
-        err(FieldError("backend.accelerate_config", spec.backend.accelerate_config,
-                       "must be fsdp2 (or unset for one process): async GRPO supports FSDP2 only, not DeepSpeed or "
-                       "FSDP1."))
-    if any(r.weight != 1.0 for r in spec.rewards):
-        err(FieldError("rewards", [r.weight for r in spec.rewards], "must all weigh 1.0 with async_grpo: "
-                       "AsyncGRPOConfig has no reward_weights (rewards are summed). Scale inside the functions."))
-    if spec.dataset.eval_split or spec.dataset.eval_data_files:
-        err(FieldError("dataset.eval_split", spec.dataset.eval_split or spec.dataset.eval_data_files,
-                       "is not supported by AsyncGRPOTrainer (no eval_dataset); remove the eval data."))
-    if a.rollout_func:
-        err(FieldError("agent.rollout_func", a.rollout_func, "is not supported by AsyncGRPOTrainer (it streams "
-                       "rollouts from vLLM); remove it or use trainer: grpo."))
-    if spec.training.get("use_cpu"):
-        err(FieldError("training.use_cpu", True, "cannot be used with async_grpo: it needs a GPU (weights go to the "
-                       "vLLM server over NCCL). Remove use_cpu and run on a GPU machine."))
-    if _version("vllm") is None and spec.backend.kind == LOCAL:
-        warn(FieldError("agent.trainer", a.trainer, "vllm is not installed here; async GRPO needs a running vLLM "
-                        "server (vllm ≥ 0.22) reachable at vllm_server_base_url.", "warning"))
-    if spec.model.lora is not None:
-        warn(FieldError("model.lora", dataclasses.asdict(spec.model.lora), "with async GRPO the vLLM server must be "
-                        "started with LoRA enabled (TRL checks its rank and slots at startup).", "warning"))
-
-
 CHECKS = [
     Check("agent.trainer", ("agent.trainer",), _trainer),
     Check("agent.tools.transformers", ("agent.tools",), _tools_transformers),
@@ -408,5 +320,5 @@ CHECKS = [
     Check("agent.environment_column", ("agent.environment_factory", "dataset.data_files"), _environment_column),
     Check("agent.sandboxed_worker", ("agent",), _worker),
     Check("agent.reward_source", ("rewards", "agent.environment_factory"), _reward_source),
-    Check("agent.async_grpo", ("agent.trainer",), _async),
+    *ASYNC_CHECKS,
 ]

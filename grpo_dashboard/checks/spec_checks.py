@@ -286,7 +286,7 @@ def _chat_template(inp: CheckInput) -> Iterator[FieldError]:
 
 NAME = [Check("name.valid", ("name",), _name)]
 MODEL = [
-    Check("model.source", ("model.name_or_path", "model.build_tiny"), _model_source),
+    Check("model.source", ("model.name_or_path",), _model_source),
     Check("model.dtype", ("model.dtype",), _dtype),
     Check("model.lora.rank", ("model.lora.r",), _lora_rank),
     Check("model.lora.dropout", ("model.lora.lora_dropout",), _lora_dropout),
