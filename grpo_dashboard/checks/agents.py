@@ -14,20 +14,20 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.checks.agents_async import ASYNC_CHECKS
 from grpo_dashboard.checks.dataset_files import DatasetFileError, DatasetSample, read_sample
+from grpo_dashboard.checks.named import DATASET_SAMPLE, Check, CheckInput, collected, run_checks, sample_of
 from grpo_dashboard.errors import FieldError
-from grpo_dashboard.spec import trl_fields
 from grpo_dashboard.spec.agent_spec import is_file_target, resolve
 from grpo_dashboard.spec.jobfiles import agents_module
-from grpo_dashboard.spec.run_spec import LOCAL, RunSpec
+from grpo_dashboard.spec.run_spec import RunSpec
 
 TOOLS_MIN, ENVIRONMENTS_MIN = "5.0.0", "5.2.0"  # transformers versions TRL 1.16 requires (GRPOTrainer.__init__)
 ENV_ROWS = 100_000  # rows read to compare the environment column with the mapping
-ASYNC_ACCELERATE = (None, "fsdp2")
 WORKER_TIMEOUT_S = 120.0
 
 
@@ -54,60 +54,122 @@ def _older(version: str | None, minimum: str) -> bool:
     return Version(version) < Version(minimum)
 
 
-def async_fields() -> dict[str, trl_fields.TrlField]:
-    """AsyncGRPOConfig's fields in the installed TRL, from its schema (ImportError when this TRL lacks the
-    experimental async_grpo trainer)."""
-    return trl_fields.async_fields()
-
-
 def check_agent(spec: RunSpec, base: Path, sample: DatasetSample | None, err: Any, warn: Any,
                 run_code: bool = True) -> None:
-    """Append every problem of the agent section to `err` / `warn` (FieldError each); nothing when no agent."""
-    a = spec.agent
+    """Append every problem of the agent section to `err` / `warn` (FieldError each); nothing when no agent.
+
+    `run_code=False` skips the sandboxed worker (tools' signatures, the template's tool round trip, environments).
+    """
+    inp = CheckInput(spec, base, {RUN_CODE: run_code} if sample is None else {RUN_CODE: run_code,
+                                                                              DATASET_SAMPLE: sample})
+    errors, warnings = run_checks(CHECKS, inp)
+    for e in errors:
+        err(e)
+    for w in warnings:
+        warn(w)
+
+
+RUN_CODE = "agent.run_code"  # facts key: False skips the sandboxed worker (default: it runs)
+ENVIRONMENTS = "agent.environments"  # facts key: what the worker found of each environment class
+
+
+def _agent(inp: CheckInput) -> Any:
+    return inp.spec.agent
+
+
+def _trainer(inp: CheckInput) -> Iterator[FieldError]:
+    a, agents = _agent(inp), agents_module()
+    if a is not None and a.trainer not in agents.TRAINERS:
+        yield FieldError("agent.trainer", a.trainer, f"must be one of {', '.join(agents.TRAINERS)}.")
+
+
+def _tools_transformers(inp: CheckInput) -> Iterator[FieldError]:
+    a, tf = _agent(inp), _version("transformers")
+    if a is not None and a.tools and _older(tf, TOOLS_MIN):
+        yield FieldError("agent.tools", a.tools, f"need transformers ≥ {TOOLS_MIN} (installed {tf}); upgrade it.")
+
+
+def _environments_transformers(inp: CheckInput) -> Iterator[FieldError]:
+    a, tf = _agent(inp), _version("transformers")
+    if a is not None and a.environment_factory and _older(tf, ENVIRONMENTS_MIN):
+        yield FieldError("agent.environment_factory", a.environment_factory,
+                         f"needs transformers ≥ {ENVIRONMENTS_MIN} (installed {tf}); upgrade it.")
+
+
+def _targets(inp: CheckInput) -> list[FieldError]:
+    a = _agent(inp)
+    if a is None:
+        return []
+    agents = agents_module()
+
+    def body(err: Any, _: Any) -> None:
+        for where, target in a.code_targets():
+            _check_target(where, target, inp.base, agents, err)
+    return collected(body)
+
+
+def _iterations(inp: CheckInput) -> Iterator[FieldError]:
+    a = _agent(inp)
+    if a is not None and a.max_tool_calling_iterations is not None and a.max_tool_calling_iterations < 1:
+        yield FieldError("agent.max_tool_calling_iterations", a.max_tool_calling_iterations,
+                         "must be ≥ 1 (tool-call rounds per rollout), or null for no limit.")
+
+
+def _not_in_training(name: str) -> Check:
+    def run(inp: CheckInput) -> Iterator[FieldError]:
+        if _agent(inp) is not None and name in inp.spec.training:
+            yield FieldError(f"training.{name}", inp.spec.training[name], f"is set in the agent section; remove "
+                             f"it from training (keep agent.{name}).")
+    return Check(f"agent.{name}.not_in_training", (f"training.{name}", f"agent.{name}"), run)
+
+
+def _uses_tools(inp: CheckInput) -> bool:
+    a = _agent(inp)
+    return a is not None and bool(a.tools or a.environment_factory)
+
+
+def _conversational_prompts(inp: CheckInput) -> Iterator[FieldError]:
+    spec = inp.spec
+    if _uses_tools(inp) and not _conversational(spec, sample_of(inp)) and not owns_prompts(spec):
+        yield FieldError("dataset.conversational", spec.dataset.conversational,
+                         "must be true (or the prompts message lists) for tools: TRL renders tools only through the "
+                         "chat template. Set `dataset.conversational: true`.")
+
+
+def _tiny_warmup(inp: CheckInput) -> Iterator[FieldError]:
+    a, tiny = _agent(inp), inp.spec.model.build_tiny
     if a is None:
         return
-    agents = agents_module()
-    if a.trainer not in agents.TRAINERS:
-        err(FieldError("agent.trainer", a.trainer, f"must be one of {', '.join(agents.TRAINERS)}."))
-    has_tools, has_env = bool(a.tools), bool(a.environment_factory)
-    tf = _version("transformers")
-    if has_tools and _older(tf, TOOLS_MIN):
-        err(FieldError("agent.tools", a.tools, f"need transformers ≥ {TOOLS_MIN} (installed {tf}); upgrade it."))
-    if has_env and _older(tf, ENVIRONMENTS_MIN):
-        err(FieldError("agent.environment_factory", a.environment_factory,
-                       f"needs transformers ≥ {ENVIRONMENTS_MIN} (installed {tf}); upgrade it."))
-    for where, target in a.code_targets():
-        _check_target(where, target, base, agents, err)
-    if a.max_tool_calling_iterations is not None and a.max_tool_calling_iterations < 1:
-        err(FieldError("agent.max_tool_calling_iterations", a.max_tool_calling_iterations,
-                       "must be ≥ 1 (tool-call rounds per rollout), or null for no limit."))
-    for name in ("max_tool_calling_iterations", "chat_template_kwargs"):
-        if name in spec.training:
-            err(FieldError(f"training.{name}", spec.training[name], f"is set in the agent section; remove it from "
-                           f"training (keep agent.{name})."))
-    if (has_tools or has_env) and not _conversational(spec, sample) and not owns_prompts(spec):
-        err(FieldError("dataset.conversational", spec.dataset.conversational,
-                       "must be true (or the prompts message lists) for tools: TRL renders tools only through the "
-                       "chat template. Set `dataset.conversational: true`."))
-    if spec.model.build_tiny and (has_tools or has_env) and not a.tiny_warmup:
-        err(FieldError("agent.tiny_warmup", False, "must be true to use tools with the tiny model: its plain chat "
-                       "template cannot render tools and a random model never emits a tool call. Set "
-                       "`agent.tiny_warmup: true`."))
-    if a.tiny_warmup and not spec.model.build_tiny:
-        err(FieldError("agent.tiny_warmup", True, "only applies with `model.build_tiny: true`; remove it."))
-    _check_dataset_use(spec, sample, base, err)
-    envs: dict[str, Any] = {}
-    if run_code:
-        envs = _run_worker(spec, base, err, warn)
-    if not spec.rewards:
-        owns = [k for k, v in envs.items() if v.get("get_reward")]
-        builtin = [t for t in a.environments.values() if t in agents.BUILTIN_ENVIRONMENTS]
-        if not owns and not builtin and (run_code or not has_env):
-            err(FieldError("rewards", [], "is empty and no environment defines `get_reward`: TRL needs a reward "
-                           "source. Add a reward function, or a `get_reward(self) -> float` method to the "
-                           "environment."))
-    if a.trainer == "async_grpo":
-        _check_async(spec, err, warn)
+    if tiny and _uses_tools(inp) and not a.tiny_warmup:
+        yield FieldError("agent.tiny_warmup", False, "must be true to use tools with the tiny model: its plain chat "
+                         "template cannot render tools and a random model never emits a tool call. Set "
+                         "`agent.tiny_warmup: true`.")
+    if a.tiny_warmup and not tiny:
+        yield FieldError("agent.tiny_warmup", True, "only applies with `model.build_tiny: true`; remove it.")
+
+
+
+
+def _worker(inp: CheckInput) -> list[FieldError]:
+    if _agent(inp) is None or not inp.facts.get(RUN_CODE, True):
+        return []
+
+    def body(err: Any, warn: Any) -> None:
+        inp.facts[ENVIRONMENTS] = _run_worker(inp.spec, inp.base, err, warn)
+    return collected(body)
+
+
+def _reward_source(inp: CheckInput) -> Iterator[FieldError]:
+    a = _agent(inp)
+    if a is None or inp.spec.rewards:
+        return
+    envs: dict[str, Any] = inp.facts.get(ENVIRONMENTS, {})
+    owns = [k for k, v in envs.items() if v.get("get_reward")]
+    builtin = [t for t in a.environments.values() if t in agents_module().BUILTIN_ENVIRONMENTS]
+    if not owns and not builtin and (inp.facts.get(RUN_CODE, True) or not a.environment_factory):
+        yield FieldError("rewards", [], "is empty and no environment defines `get_reward`: TRL needs a reward "
+                         "source. Add a reward function, or a `get_reward(self) -> float` method to the "
+                         "environment.")
 
 
 def _conversational(spec: RunSpec, sample: DatasetSample | None) -> bool:
@@ -135,39 +197,53 @@ def _check_target(where: str, target: str, base: Path, agents: Any, err: Any) ->
                        f"'file.py:name' or 'package.module:name'.{hint}"))
 
 
-def _check_dataset_use(spec: RunSpec, sample: DatasetSample | None, base: Path, err: Any) -> None:
-    a = spec.agent
-    assert a is not None
-    mapping = a.environment_factory if isinstance(a.environment_factory, dict) else None
-    if owns_prompts(spec):
-        if mapping:
-            err(FieldError("agent.environment_factory", mapping, "is a mapping, which needs a dataset with an "
-                           "`environment` column to route each row; add dataset.data_files (or path), or give one "
-                           "environment."))
-        steps = spec.training.get("max_steps")
-        if not isinstance(steps, int) or steps <= 0:
-            err(FieldError("training.max_steps", steps, "must be a positive number of steps: without a dataset the "
-                           "environment owns the prompts and TRL needs max_steps to know the run's length."))
+def _mapping(inp: CheckInput) -> dict[str, Any] | None:
+    a = _agent(inp)
+    return a.environment_factory if a is not None and isinstance(a.environment_factory, dict) else None
+
+
+def _one_environment(inp: CheckInput) -> Iterator[FieldError]:
+    mapping = _mapping(inp)
+    if mapping and owns_prompts(inp.spec):
+        yield FieldError("agent.environment_factory", mapping, "is a mapping, which needs a dataset with an "
+                         "`environment` column to route each row; add dataset.data_files (or path), or give one "
+                         "environment.")
+
+
+def _owned_prompts_steps(inp: CheckInput) -> Iterator[FieldError]:
+    if not owns_prompts(inp.spec):
         return
-    if sample is None:
+    steps = inp.spec.training.get("max_steps")
+    if not isinstance(steps, int) or steps <= 0:
+        yield FieldError("training.max_steps", steps, "must be a positive number of steps: without a dataset the "
+                         "environment owns the prompts and TRL needs max_steps to know the run's length.")
+
+
+def _log_columns(inp: CheckInput) -> Iterator[FieldError]:
+    a, sample = _agent(inp), sample_of(inp)
+    if a is None or owns_prompts(inp.spec) or sample is None:
         return
     missing = [c for c in a.log_columns if c not in sample.columns]
     if missing:
-        err(FieldError("agent.log_columns", a.log_columns, f"names column(s) {missing} the dataset lacks (columns: "
-                       f"{sample.columns})."))
-    if not mapping:
+        yield FieldError("agent.log_columns", a.log_columns, f"names column(s) {missing} the dataset lacks "
+                         f"(columns: {sample.columns}).")
+
+
+def _environment_column(inp: CheckInput) -> Iterator[FieldError]:
+    spec, sample, mapping = inp.spec, sample_of(inp), _mapping(inp)
+    if not mapping or owns_prompts(spec) or sample is None:
         return
     if "environment" not in sample.columns:
-        err(FieldError("dataset", spec.dataset.data_files or spec.dataset.path,
-                       f"has no `environment` column, which the environment mapping ({sorted(mapping)}) needs to "
-                       f"choose each row's environment; columns are {sample.columns}."))
+        yield FieldError("dataset", spec.dataset.data_files or spec.dataset.path,
+                         f"has no `environment` column, which the environment mapping ({sorted(mapping)}) needs to "
+                         f"choose each row's environment; columns are {sample.columns}.")
         return
-    names = _column_values(spec, base, sample, "environment")
+    names = _column_values(spec, inp.base, sample, "environment")
     unknown = sorted({str(n) for n in names} - set(mapping))
     if unknown:
-        err(FieldError("agent.environment_factory", mapping, f"has no class for the `environment` value(s) "
-                       f"{unknown} found in the dataset; names are {sorted(mapping)}. Add them to the mapping or fix "
-                       "the rows."))
+        yield FieldError("agent.environment_factory", mapping, f"has no class for the `environment` value(s) "
+                         f"{unknown} found in the dataset; names are {sorted(mapping)}. Add them to the mapping or "
+                         "fix the rows.")
 
 
 def _column_values(spec: RunSpec, base: Path, sample: DatasetSample, column: str) -> list[Any]:
@@ -226,58 +302,23 @@ def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any) -> dict[str, Any
     return dict(result.get("environments") or {})
 
 
-def _check_async(spec: RunSpec, err: Any, warn: Any) -> None:
-    a = spec.agent
-    assert a is not None
-    try:
-        fields = async_fields()
-    except ImportError as exc:
-        err(FieldError("agent.trainer", a.trainer, f"needs trl.experimental.async_grpo, which this TRL lacks "
-                       f"({exc})."))
-        return
-    grpo = trl_fields.grpo_fields()
-    for key in spec.training:
-        if key not in fields and key not in trl_fields.RESERVED:
-            err(FieldError(f"training.{key}", spec.training[key], "is not a field of AsyncGRPOConfig, which "
-                           "async_grpo trains with; remove it."))
-    for key, value in a.async_config.items():
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            err(FieldError(f"agent.async_config.{key}", value, f"is not an AsyncGRPOConfig field.{hint}"))
-        elif key in grpo:
-            err(FieldError(f"agent.async_config.{key}", value, f"is a field GRPOConfig shares; set it under "
-                           f"training.{key} instead."))
-    merged = {**spec.training, **a.async_config}
-    url = merged.get("vllm_server_base_url", fields["vllm_server_base_url"].default if
-                     "vllm_server_base_url" in fields else None)
-    if not isinstance(url, str) or not re.match(r"^https?://[\w.-]+(:\d+)?(/\S*)?$", url):
-        err(FieldError("training.vllm_server_base_url", url, "must be the http(s):// URL of the vLLM server async "
-                       "GRPO streams rollouts from (`trl vllm-serve`), e.g. http://localhost:8000."))
-    for key in ("max_staleness", "weight_sync_steps"):
-        v = merged.get(key)
-        if v is not None and (not isinstance(v, int) or v < (0 if key == "max_staleness" else 1)):
-            low = 0 if key == "max_staleness" else 1
-            err(FieldError(f"agent.async_config.{key}", v, f"must be an integer ≥ {low}."))
-    if spec.backend.accelerate_config not in ASYNC_ACCELERATE:
-        err(FieldError("backend.accelerate_config", spec.backend.accelerate_config,
-                       "must be fsdp2 (or unset for one process): async GRPO supports FSDP2 only, not DeepSpeed or "
-                       "FSDP1."))
-    if any(r.weight != 1.0 for r in spec.rewards):
-        err(FieldError("rewards", [r.weight for r in spec.rewards], "must all weigh 1.0 with async_grpo: "
-                       "AsyncGRPOConfig has no reward_weights (rewards are summed). Scale inside the functions."))
-    if spec.dataset.eval_split or spec.dataset.eval_data_files:
-        err(FieldError("dataset.eval_split", spec.dataset.eval_split or spec.dataset.eval_data_files,
-                       "is not supported by AsyncGRPOTrainer (no eval_dataset); remove the eval data."))
-    if a.rollout_func:
-        err(FieldError("agent.rollout_func", a.rollout_func, "is not supported by AsyncGRPOTrainer (it streams "
-                       "rollouts from vLLM); remove it or use trainer: grpo."))
-    if spec.training.get("use_cpu"):
-        err(FieldError("training.use_cpu", True, "cannot be used with async_grpo: it needs a GPU (weights go to the "
-                       "vLLM server over NCCL). Remove use_cpu and run on a GPU machine."))
-    if _version("vllm") is None and spec.backend.kind == LOCAL:
-        warn(FieldError("agent.trainer", a.trainer, "vllm is not installed here; async GRPO needs a running vLLM "
-                        "server (vllm ≥ 0.22) reachable at vllm_server_base_url.", "warning"))
-    if spec.model.lora is not None:
-        warn(FieldError("model.lora", dataclasses.asdict(spec.model.lora), "with async GRPO the vLLM server must be "
-                        "started with LoRA enabled (TRL checks its rank and slots at startup).", "warning"))
+CHECKS = [
+    Check("agent.trainer", ("agent.trainer",), _trainer),
+    Check("agent.tools.transformers", ("agent.tools",), _tools_transformers),
+    Check("agent.environment_factory.transformers", ("agent.environment_factory",), _environments_transformers),
+    Check("agent.code_targets", ("agent",), _targets),
+    Check("agent.max_tool_calling_iterations", ("agent.max_tool_calling_iterations",), _iterations),
+    _not_in_training("max_tool_calling_iterations"),
+    _not_in_training("chat_template_kwargs"),
+    Check("agent.conversational_prompts", ("dataset.conversational", "agent.tools", "agent.environment_factory"),
+          _conversational_prompts),
+    Check("agent.tiny_warmup", ("agent.tiny_warmup", "model.build_tiny"), _tiny_warmup),
+    Check("agent.owned_prompts.one_environment", ("agent.environment_factory", "dataset.data_files"),
+          _one_environment),
+    Check("agent.owned_prompts.max_steps", ("training.max_steps",), _owned_prompts_steps),
+    Check("agent.log_columns", ("agent.log_columns",), _log_columns),
+    Check("agent.environment_column", ("agent.environment_factory", "dataset.data_files"), _environment_column),
+    Check("agent.sandboxed_worker", ("agent",), _worker),
+    Check("agent.reward_source", ("rewards", "agent.environment_factory"), _reward_source),
+    *ASYNC_CHECKS,
+]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.checks.chat_template import model_chat_template
 from grpo_dashboard.checks.dataset_files import DatasetFileError, is_conversational, read_sample
 from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.spec.paths import user_path
@@ -211,9 +212,7 @@ def chat_template_state(spec: RunSpec, base: Path) -> bool | None:
     """True/False when the model's tokenizer has/lacks a chat template; None when it cannot be checked offline."""
     if spec.model.build_tiny:
         return True  # the tiny model builder always writes one
-    from grpo_dashboard.checks.validation import _chat_template
-
-    return _chat_template(spec, base)
+    return model_chat_template(spec, base)
 
 
 def load_tokenizer(spec: RunSpec, base: Path) -> Any:

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.checks.dataset_files import DatasetSample
 from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec.run_spec import RunSpec
+
+DATASET_SAMPLE = "dataset.sample"  # facts key: the DatasetSample the dataset checks read (absent: none was read)
 
 
 @dataclass
@@ -30,9 +33,14 @@ class CheckInput:
     errors_so_far: int = 0
 
 
+def sample_of(inp: CheckInput) -> DatasetSample | None:
+    """The dataset sample the dataset checks read for the checks after them (None when none could be read)."""
+    return inp.facts.get(DATASET_SAMPLE)
+
+
 @dataclass(frozen=True)
 class Check:
-    """One named check: `run(inp)` yields FieldErrors (severity "error" blocks a launch, "warning" does not)."""
+    """One named check: `run(inp)` yields FieldErrors (severity "error" blocks a launch; any other does not)."""
 
     name: str
     fields: tuple[str, ...]
@@ -51,5 +59,15 @@ def run_checks(checks: Sequence[Check], inp: CheckInput) -> tuple[list[FieldErro
         for problem in check.run(inp):
             involves = tuple(dict.fromkeys((*problem.involves, *check.fields)))
             stamped = dataclasses.replace(problem, involves=involves)
-            (warnings if problem.severity == "warning" else errors).append(stamped)
+            (errors if problem.severity == "error" else warnings).append(stamped)
     return errors, warnings
+
+
+Sink = Callable[[FieldError], None]
+
+
+def collected(body: Callable[[Sink, Sink], None]) -> list[FieldError]:
+    """The problems a callback-style check body reports through its (err, warn) sinks, in the order reported."""
+    found: list[FieldError] = []
+    body(found.append, found.append)
+    return found

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.checks.training_checks import normalise_training
 from grpo_dashboard.checks.validation import ValidationReport, validate
 from grpo_dashboard.errors import BackendError
 from grpo_dashboard.health.ship import ship as ship_health
@@ -64,9 +65,14 @@ def resolve_paths(spec: RunSpec, base: Path, run_dir: Path) -> RunSpec:
 
 def check(source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | None = None
           ) -> tuple[RunSpec, ValidationReport]:
-    """Parse and validate; raises SpecError for structural problems, returns the report otherwise."""
+    """Parse and validate; raises SpecError for structural problems, returns the report otherwise.
+
+    The returned spec holds its training values as TRL types them ("1e-6" as 1e-06), which is what a job gets.
+    """
     spec = load_spec(source)
-    return spec, validate(spec, base_dir)
+    report = validate(spec, base_dir)
+    normalise_training(spec)
+    return spec, report
 
 
 def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = None,

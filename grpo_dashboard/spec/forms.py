@@ -514,30 +514,36 @@ def _quoted(value: Any) -> Any:
 
 
 def place_errors(errors: list[FieldError], keys: list[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """Map each error to the form field it belongs to, and to every other training field its message names (a
-    batch that num_generations does not divide involves both); returns (key -> messages, errors with no field)."""
-    import re
-
+    """Map each error to the form field it belongs to, and to every other form field the check that found it
+    involves (`FieldError.involves`: a batch that num_generations does not divide involves both); returns
+    (key -> messages, errors with no field)."""
     by_key: dict[str, list[str]] = {}
     unplaced: list[str] = []
     ordered = sorted(keys, key=len, reverse=True)
-    named = {k: re.compile(rf"(?<![\w.]){re.escape(k.rsplit('.', 1)[-1])}(?!\w)") for k in keys
-             if k.startswith("training.")}
+    known = set(keys)
     for e in errors:
-        for key, pattern in named.items():
-            if key != e.field and not e.field.startswith(key + ".") and pattern.search(e.message):
+        target = _error_target(e.field, keys, ordered)
+        for key in e.involves:
+            if key in known and key != target and not _encloses(key, e.field):
                 by_key.setdefault(key, []).append(f"{e.field}: {e.message}")
-        path = e.field
-        if path.startswith("rewards"):
-            target: str | None = "rewards" if "rewards" in keys else None
-        elif path == "dataset":
-            target = "dataset.data_files" if "dataset.data_files" in keys else None
-        else:
-            target = next((k for k in ordered if path == k or path.startswith(k + ".") or path.startswith(k + "[")),
-                          None)
         text = f"{e.field}: {e.message}" if target == "rewards" else e.message
         if target is None:
             unplaced.append(str(e))
         else:
             by_key.setdefault(target, []).append(text)
     return by_key, unplaced
+
+
+def _encloses(key: str, path: str) -> bool:
+    """True when the form field `key` is `path` or a section holding it (it shows the error already, or its
+    section's field does)."""
+    return path == key or path.startswith((key + ".", key + "["))
+
+
+def _error_target(path: str, keys: list[str], ordered: list[str]) -> str | None:
+    """The form field an error on `path` is shown beside (the longest key holding it), or None."""
+    if path.startswith("rewards"):
+        return "rewards" if "rewards" in keys else None
+    if path == "dataset":
+        return "dataset.data_files" if "dataset.data_files" in keys else None
+    return next((k for k in ordered if _encloses(k, path)), None)
