@@ -290,11 +290,16 @@ def check_plateau(ctx: Context) -> list[Finding]:
     if reward is None:
         return []
     reward = reward.finite()
+    constant = _constant_reward(ctx, reward)
+    return [constant] if constant is not None else _flat_trend(ctx, reward)
+
+
+def _constant_reward(ctx: Context, reward: Series) -> Finding | None:
+    """The reward is one value on (nearly) every recent log: zero spread, saturated at the top or not learning."""
     v, n = reward.values, reward.values.size
     window = int(ctx.t("plateau.window"))
     lo, hi = reward_range(v)
     tail = v[-window:]
-    cfg = ctx.config
     long_log = n >= ctx.t("plateau.constant_min_points")
     if long_log or n >= ctx.t("flat_reward.min_points"):
         values, counts = np.unique(tail, return_counts=True)
@@ -330,20 +335,28 @@ def check_plateau(ctx: Context) -> list[Finding]:
                     "use easier prompts, a graded reward, or more num_generations so that some completions score",
                 ]
             )
-            return [
-                make_finding(
-                    "plateau",
-                    severity,
-                    int(reward.steps[start]),
-                    message,
-                    join_fixes(fixes),
-                    reward.key,
-                    value=mode,
-                    share=share,
-                    window=int(tail.size),
-                    kind="constant",
-                )
-            ]
+            return make_finding(
+                "plateau",
+                severity,
+                int(reward.steps[start]),
+                message,
+                join_fixes(fixes),
+                reward.key,
+                value=mode,
+                share=share,
+                window=int(tail.size),
+                kind="constant",
+            )
+    return None
+
+
+def _flat_trend(ctx: Context, reward: Series) -> list[Finding]:
+    """The reward's fitted trend over the last window is flat: converged, at its ceiling, or not learning."""
+    v, n = reward.values, reward.values.size
+    window = int(ctx.t("plateau.window"))
+    lo, hi = reward_range(v)
+    tail = v[-window:]
+    cfg = ctx.config
     if n < ctx.t("plateau.min_points"):
         return []
     slope, t = linear_fit(tail)
