@@ -17,7 +17,7 @@ from .history import finding_history
 from .job import JobHealth
 from .loaders import load_completions, load_log_frame, load_log_records
 from .monitor import HealthMonitor, MonitorUpdate
-from .rules import RULES, diagnose, worst_severity
+from .rules import RULES, RuleError, diagnose, worst_severity
 from .series import MetricFrame
 from .thresholds import DEFAULT_THRESHOLDS, RULE_IDS, THRESHOLDS, resolve_thresholds
 
@@ -32,6 +32,7 @@ __all__ = [
     "MonitorUpdate",
     "RULES",
     "RULE_IDS",
+    "RuleError",
     "THRESHOLDS",
     "diagnose",
     "finding_history",

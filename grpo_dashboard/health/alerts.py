@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from .findings import ERROR, Finding
+from .findings import ERROR, Finding, is_rule_failure
 
 TIMEOUT_S = 5.0
 _ICON = {"warning": "⚠️", "error": "🛑"}
@@ -167,7 +167,8 @@ def alert_text(finding: Finding, run_name: str | None = None, stopped: bool = Fa
             f"{_RESOLVED_ICON} {run}: resolved {finding.severity} {finding.rule} (from step {finding.step}, "
             f"resolved at step {finding.resolved_step}).\n{finding.message}"
         ).strip()
-    what = "stopped by the health guard on" if stopped else finding.severity
+    what = finding.severity if not is_rule_failure(finding) else "rule failed"
+    what = "stopped by the health guard on" if stopped else what
     return (
         f"{_ICON.get(finding.severity, '')} {run}: {what} {finding.rule} (since step {finding.step}).\n"
         f"{finding.message}\nRemedy: {finding.remedy}"

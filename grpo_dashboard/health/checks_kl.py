@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .checks_policy import level_change
@@ -39,7 +41,39 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     series = _kl_series(ctx)
     if series is None or series.values.size < 2:
         return []
-    v, n = series.values, series.values.size
+    v = series.values
+    spike, ref, early = _kl_spike_mask(ctx, v)
+    idx = np.flatnonzero(spike)
+    if idx.size == 0:
+        return []
+    grade = _grade_kl_spike(ctx, v, spike, ref)
+    onset = int(series.steps[idx[0]])
+    message = _kl_spike_message(ctx, series, grade, early)
+    return [
+        make_finding(
+            "kl_spike",
+            grade.severity,
+            onset,
+            message,
+            join_fixes(_kl_spike_fixes(ctx, grade, onset)),
+            series.key,
+            max_value=float(v[grade.worst]),
+            max_step=int(series.steps[grade.worst]),
+            reference=grade.reference,
+            max_ratio=grade.max_ratio,
+            current=grade.now,
+            recovered=grade.recovered,
+            pending=grade.latest,
+            count=int(idx.size),
+            threshold=ctx.t("kl_spike.ratio"),
+        )
+    ]
+
+
+def _kl_spike_mask(ctx: Context, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(which logs spike, each log's reference level, whether the first spike is an explosion of the very first logs
+    measured against the level the run settles at)."""
+    n = v.size
     ratio, floor = ctx.t("kl_spike.ratio"), ctx.t("kl_spike.abs_floor")
     zero_frac = ctx.t("kl_spike.zero_frac")
     med, count, zero_share = trailing_median_ref(v, int(ctx.t("kl_spike.history")))
@@ -59,14 +93,36 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
         spike[:k0] |= start
         ref[:k0] = np.where(start, later, ref[:k0])
     idx = np.flatnonzero(spike)
-    if idx.size == 0:
-        return []
+    early = bool(idx.size) and idx[0] < k0 and ref[idx[0]] != med[idx[0]]
+    return spike, ref, bool(early)
+
+
+@dataclass
+class _SpikeGrade:
+    """How bad the spikes are now: the worst one, the level now, whether kl fell back, and the severity."""
+
+    idx: np.ndarray  # the spiking logs
+    worst: int
+    max_ratio: float
+    reference: float
+    now: float
+    latest: bool  # the latest log spikes or is above the spike limit: whether it falls back is not known yet
+    recovered: bool
+    pending: bool  # a high latest log after spikes that were all blips
+    severity: str
+
+
+def _grade_kl_spike(ctx: Context, v: np.ndarray, spike: np.ndarray, ref: np.ndarray) -> _SpikeGrade:
+    """Severity of the spikes: an error while kl stays far above its reference, a note for blips while the reward
+    rises (with a small beta), else a warning."""
+    ratio = ctx.t("kl_spike.ratio")
+    idx = np.flatnonzero(spike)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = v[idx] / np.maximum(ref[idx], 1e-12)
     worst = idx[np.argmax(ratios)]
     max_ratio = float(np.max(ratios))
     reference = float(ref[worst])
-    s = ctx.smooth_n(n)
+    s = ctx.smooth_n(v.size)
     # The median of the last logs and the latest one: a one-log spike inside that window must not read as the level.
     now = float(np.median(v[-s:]))
     # The latest log spiking, or above the spike limit: whether it falls back is not known yet.
@@ -77,7 +133,6 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     else:
         high_ratio = float(v[-1]) / max(reference, 1e-12) if latest else max_ratio
     severity = ERROR if high_ratio >= ctx.t("kl_spike.error_ratio") and not recovered else WARNING
-    onset = int(series.steps[idx[0]])
     rising = _reward_rising(ctx)
     blips = recovered and _isolated_blips(v, idx, ratio * ref) and rising
     # A high latest log after spikes that were all blips: under the error multiple it is a note until the next log
@@ -87,35 +142,46 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
     beta = ctx.config.beta
     if (blips or pending) and (beta is None or beta <= ctx.t("kl_spike.blip_beta")):
         severity = INFO
+    return _SpikeGrade(idx, int(worst), max_ratio, reference, now, latest, recovered, pending, severity)
+
+
+def _kl_spike_message(ctx: Context, series: Series, grade: _SpikeGrade, early: bool) -> str:
+    """The spike, where kl is now, and for a note why it is one."""
+    v, worst, now = series.values, grade.worst, grade.now
+    ratio, floor = ctx.t("kl_spike.ratio"), ctx.t("kl_spike.abs_floor")
     message = (
-        f"kl jumped to {fmt(float(v[worst]))} at step {int(series.steps[worst])}, {max_ratio:.0f}x its reference "
-        f"level {fmt(reference)} (threshold {ratio:g}x and +{fmt(floor)})"
+        f"kl jumped to {fmt(float(v[worst]))} at step {int(series.steps[worst])}, {grade.max_ratio:.0f}x its "
+        f"reference level {fmt(grade.reference)} (threshold {ratio:g}x and +{fmt(floor)})"
     )
-    if idx[0] < k0 and ref[idx[0]] != med[idx[0]]:
+    if early:
         message += "; the explosion is in the very first logs, before the run settled"
-    if latest:
+    if grade.latest:
         message += (
             "; that is the latest log, so whether it falls back is not known yet."
-            if spike[-1]
+            if grade.idx[-1] == v.size - 1
             else f"; the latest log (step {int(series.steps[-1])}) is {fmt(float(v[-1]))}, above the spike limit, so "
             "whether it falls back is not known yet."
         )
-    elif recovered:
+    elif grade.recovered:
         message += f"; it came back down to {fmt(now)} by step {int(series.steps[-1])}."
     else:
         message += f"; it is still {fmt(now)} at step {int(series.steps[-1])}."
-    if idx.size > 1:
-        message += f" {idx.size} spiking logs in total."
-    if severity == INFO and pending:
+    if grade.idx.size > 1:
+        message += f" {grade.idx.size} spiking logs in total."
+    if grade.severity == INFO and grade.pending:
         message += (
             " A single log while the reward rises (any earlier spike fell back at once): a note for now, a warning "
             "if kl stays up at the next log."
         )
-    elif severity == INFO:
+    elif grade.severity == INFO:
         message += (
             " Each spike lasts one or two logs and falls back on the next one while the reward rises: blips, not "
             "drift. Worth a look at those steps' completions, nothing to change unless they recur more often."
         )
+    return message
+
+
+def _kl_spike_fixes(ctx: Context, grade: _SpikeGrade, onset: int) -> list[str]:
     cfg = ctx.config
     fixes = [
         f"lower learning_rate{cfg.now('learning_rate')} and add warmup (warmup_ratio=0.05)",
@@ -126,27 +192,9 @@ def check_kl_spike(ctx: Context) -> list[Finding]:
         fixes.append(f"use fewer num_iterations{cfg.now('num_iterations')}")
     if cfg.flag("use_vllm"):
         fixes.append("check the vLLM/trainer mismatch (sampling/sampling_logp_difference/max)")
-    if not recovered and severity != INFO:
+    if not grade.recovered and grade.severity != INFO:
         fixes.insert(0, f"resume from a checkpoint saved before step {onset}")
-    return [
-        make_finding(
-            "kl_spike",
-            severity,
-            onset,
-            message,
-            join_fixes(fixes),
-            series.key,
-            max_value=float(v[worst]),
-            max_step=int(series.steps[worst]),
-            reference=reference,
-            max_ratio=max_ratio,
-            current=now,
-            recovered=recovered,
-            pending=latest,
-            count=int(idx.size),
-            threshold=ratio,
-        )
-    ]
+    return fixes
 
 
 def _isolated_blips(v: np.ndarray, idx: np.ndarray, limit: np.ndarray) -> bool:

@@ -75,96 +75,125 @@ def _truncation_remedy(ctx: Context) -> str:
 def check_truncation(ctx: Context) -> list[Finding]:
     """Completions hit max_completion_length; in old logs without clipped_ratio, lengths pinned at the cap."""
     clipped = ctx.frame.get("completions/clipped_ratio")
-    if clipped is not None:
-        clipped = clipped.finite()
-        v, n = clipped.values, clipped.values.size
-        if n == 0:
-            return []
-        s = ctx.smooth_n(n)
-        sm = trailing_mean(v, s)
-        persist = int(ctx.t("truncation.persist"))
-        severity, length = judge_state(
-            n - 1,
-            persist,
-            persist,
-            sm > ctx.t("truncation.warn"),
-            sm > ctx.t("truncation.error"),
-            v >= ctx.t("truncation.extreme"),
-            # One batch of 16 can come out all truncated by chance; on a short log every record must be.
-            extreme_required=min(persist, n),
+    if clipped is None:
+        return _pinned_length(ctx)
+    clipped = clipped.finite()
+    n = clipped.values.size
+    if n == 0:
+        return []
+    s = ctx.smooth_n(n)
+    sm = trailing_mean(clipped.values, s)
+    severity, length = _truncation_state(ctx, clipped.values, sm)
+    if severity is None:
+        return _steady_truncation(ctx, clipped)
+    return [_truncation_finding(ctx, clipped, sm, s, severity, length)]
+
+
+def _truncation_state(ctx: Context, v: np.ndarray, sm: np.ndarray) -> tuple[str | None, int]:
+    """Severity of the truncation on the latest logs (raw ``v``, smoothed ``sm``) and how many logs it spans."""
+    n = v.size
+    persist = int(ctx.t("truncation.persist"))
+    severity, length = judge_state(
+        n - 1,
+        persist,
+        persist,
+        sm > ctx.t("truncation.warn"),
+        sm > ctx.t("truncation.error"),
+        v >= ctx.t("truncation.extreme"),
+        # One batch of 16 can come out all truncated by chance; on a short log every record must be.
+        extreme_required=min(persist, n),
+    )
+    nearly = trailing_streak(v >= ctx.t("truncation.nearly_all"))
+    if severity is None and n < persist and nearly >= max(2, n // 2):
+        # A short log whose latest logs (each a whole batch) are practically all cut: a state, no window needed.
+        severity, length = ERROR, nearly
+    if severity is None and n < persist and bool(np.all(v > ctx.t("truncation.warn"))):
+        # Too few logs for the window, but every one cuts a large share: a note, since a short log may be all
+        # the user has; the window decides whether it becomes a warning.
+        severity, length = INFO, n
+    return severity, length
+
+
+def _truncation_finding(ctx: Context, clipped: Series, sm: np.ndarray, s: int, severity: str, length: int) -> Finding:
+    """The truncation finding of an episode ``length`` logs long: onset, what it does, graded by the reward trend."""
+    v, n = clipped.values, clipped.values.size
+    start = extend_onset(v > ctx.t("truncation.warn"), n - length, s)
+    onset = int(clipped.steps[start])
+    current = float(sm[-1])
+    cap = ctx.config.max_completion_length
+    message = (
+        f"completions/clipped_ratio is {current:.2f} (mean of the last {s} logs; warning above "
+        f"{ctx.t('truncation.warn')}, error above {ctx.t('truncation.error')}) since step {onset}: "
+        f"{current:.0%} of completions stop at max_completion_length{f' ({int(cap)})' if cap else ''} without EOS."
+    )
+    terminated = ctx.frame.get("completions/mean_terminated_length")
+    recent = terminated.finite().values[-s:] if terminated is not None else np.empty(0)
+    none_end = bool(recent.size) and not recent.any()
+    if none_end:
+        message += " No completion terminates at all (mean_terminated_length is 0), so rewards see cut-off text."
+    if ctx.config.flag("mask_truncated_completions") and current >= 0.5:
+        message += (
+            " With mask_truncated_completions=True these completions are dropped from the loss, so most steps "
+            "train on little or nothing."
         )
-        nearly = trailing_streak(v >= ctx.t("truncation.nearly_all"))
-        if severity is None and n < persist and nearly >= max(2, n // 2):
-            # A short log whose latest logs (each a whole batch) are practically all cut: a state, no window needed.
-            severity, length = ERROR, nearly
-        if severity is None and n < persist and bool(np.all(v > ctx.t("truncation.warn"))):
-            # Too few logs for the window, but every one cuts a large share: a note, since a short log may be all
-            # the user has; the window decides whether it becomes a warning.
-            severity, length = INFO, n
-        if severity is None:
-            return _steady_truncation(ctx, clipped)
-        start = extend_onset(v > ctx.t("truncation.warn"), n - length, s)
-        onset = int(clipped.steps[start])
-        current = float(sm[-1])
-        cfg = ctx.config
-        cap = cfg.max_completion_length
-        message = (
-            f"completions/clipped_ratio is {current:.2f} (mean of the last {s} logs; warning above "
-            f"{ctx.t('truncation.warn')}, error above {ctx.t('truncation.error')}) since step {onset}: "
-            f"{current:.0%} of completions stop at max_completion_length{f' ({int(cap)})' if cap else ''} without EOS."
+    improving = None
+    if not (none_end or current >= ctx.t("truncation.extreme")):
+        severity, improving, note = _grade_partial_truncation(ctx, v, start, onset, current, severity)
+        message += note
+    return make_finding(
+        "truncation",
+        severity,
+        onset,
+        message,
+        _truncation_remedy(ctx),
+        clipped.key,
+        current=current,
+        window=s,
+        warn=ctx.t("truncation.warn"),
+        error=ctx.t("truncation.error"),
+        reward_improving=improving,
+    )
+
+
+def _grade_partial_truncation(
+    ctx: Context, v: np.ndarray, start: int, onset: int, current: float, severity: str
+) -> tuple[str, str | None, str]:
+    """(severity, reward trend, note for the message) of partial truncation, judged by what the reward does.
+
+    Partial truncation pages only once learning is shown to be stuck; a task whose answers need no end (or a cap set
+    on purpose) keeps learning, which makes it a note. Truncation present from the first logs is how the task and cap
+    were set up, not a change in the policy: a note while the log is too young for a reward trend. Truncation that
+    grew mid-run (lengths reaching the cap) warns at once; an episode that already had `persist` logs in a row with
+    every completion cut is never demoted.
+    """
+    n = v.size
+    min_logs = int(ctx.t("plateau.min_points"))
+    improving = _reward_trend(ctx, onset, min_logs=min_logs)
+    from_start = float(np.median(v[: ctx.baseline_n(n)])) > ctx.t("truncation.warn")
+    was_total = _longest_streak(v[start:] >= ctx.t("truncation.extreme")) >= int(ctx.t("truncation.persist"))
+    starved = bool(ctx.config.flag("mask_truncated_completions")) and current >= 0.5
+    if starved or was_total:
+        return severity, improving, ""  # training on (almost) nothing, or on cut text only: whatever the reward does
+    if improving == "improving":
+        return INFO, improving, " Reward still improves, so the cap may be intended."
+    if improving is None and from_start and n < min_logs:
+        return (
+            INFO,
+            improving,
+            (
+                f" It has been so since the first logs; whether it holds learning back shows once the reward "
+                f"trend is known ({min_logs} logs): a warning then unless the reward improves."
+            ),
         )
-        terminated = ctx.frame.get("completions/mean_terminated_length")
-        recent = terminated.finite().values[-s:] if terminated is not None else np.empty(0)
-        none_end = bool(recent.size) and not recent.any()
-        if none_end:
-            message += " No completion terminates at all (mean_terminated_length is 0), so rewards see cut-off text."
-        if cfg.flag("mask_truncated_completions") and current >= 0.5:
-            message += (
-                " With mask_truncated_completions=True these completions are dropped from the loss, so most steps "
-                "train on little or nothing."
-            )
-        improving = None
-        if not (none_end or current >= ctx.t("truncation.extreme")):
-            # Partial truncation pages only once learning is shown to be stuck; a task whose answers need no end
-            # (or a cap set on purpose) keeps learning, which makes it a note. Truncation present from the first
-            # logs is how the task and cap were set up, not a change in the policy: a note while the log is too
-            # young for a reward trend. Truncation that grew mid-run (lengths reaching the cap) warns at once; an
-            # episode that already had `persist` logs in a row with every completion cut is never demoted.
-            min_logs = int(ctx.t("plateau.min_points"))
-            improving = _reward_trend(ctx, onset, min_logs=min_logs)
-            from_start = float(np.median(v[: ctx.baseline_n(n)])) > ctx.t("truncation.warn")
-            was_total = _longest_streak(v[start:] >= ctx.t("truncation.extreme")) >= persist
-            starved = bool(cfg.flag("mask_truncated_completions")) and current >= 0.5
-            if starved or was_total:
-                pass  # training on (almost) nothing, or on cut text only, is a problem whatever the reward does
-            elif improving == "improving":
-                severity = INFO
-                message += " Reward still improves, so the cap may be intended."
-            elif improving is None and from_start and n < min_logs:
-                severity = INFO
-                message += (
-                    f" It has been so since the first logs; whether it holds learning back shows once the reward "
-                    f"trend is known ({min_logs} logs): a warning then unless the reward improves."
-                )
-            elif improving is None and severity == ERROR:
-                severity = WARNING
-            elif improving == "stuck":
-                message += " Reward is not improving."
-        return [
-            make_finding(
-                "truncation",
-                severity,
-                onset,
-                message,
-                _truncation_remedy(ctx),
-                clipped.key,
-                current=current,
-                window=s,
-                warn=ctx.t("truncation.warn"),
-                error=ctx.t("truncation.error"),
-                reward_improving=improving,
-            )
-        ]
+    if improving is None and severity == ERROR:
+        return WARNING, improving, ""
+    if improving == "stuck":
+        return severity, improving, " Reward is not improving."
+    return severity, improving, ""
+
+
+def _pinned_length(ctx: Context) -> list[Finding]:
+    """Old logs without clipped_ratio: the mean completion length pinned at the cap (known or inferred)."""
     length = _mean_length(ctx)
     if length is None or length.values.size < 2:
         return []

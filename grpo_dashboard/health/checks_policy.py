@@ -62,56 +62,79 @@ def _pct(x: float) -> str:
 def check_entropy_collapse(ctx: Context) -> list[Finding]:
     """Entropy fell far below the run's own warm-up level, or sits near zero from the start."""
     series = entropy_series(ctx)
-    if series is None:
+    if series is None or series.values.size < 2:
         return []
-    v, n = series.values, series.values.size
-    if n < 2:
-        return []
-    nb = ctx.baseline_n(n)
+    base, nb = _entropy_baseline(ctx, series.values)
+    fixes = _entropy_collapse_fixes(ctx, base)
+    if base <= ctx.t("entropy_collapse.abs_floor"):
+        return _entropy_low_from_start(ctx, series, base, nb, fixes)
+    return _entropy_fell(ctx, series, base, nb, fixes)
+
+
+def _entropy_baseline(ctx: Context, v: np.ndarray) -> tuple[float, int]:
+    """The run's entropy level before any collapse (the warm-up median) and how many logs it is the median of."""
+    nb = ctx.baseline_n(v.size)
     base = float(np.median(v[:nb]))
-    floor, persist = ctx.t("entropy_collapse.abs_floor"), int(ctx.t("entropy_collapse.persist"))
+    floor = ctx.t("entropy_collapse.abs_floor")
     first = float(np.median(v[: min(3, nb)]))
     if base <= floor < first / 2:
         # The collapse happened inside the warm-up window (4.46 -> 0 by the fifth log of 60): the window's median is
         # the collapsed level, so the run's level before it is its first logs'.
         base, nb = first, min(3, nb)
-    warn_ratio, err_ratio = ctx.t("entropy_collapse.warn_ratio"), ctx.t("entropy_collapse.error_ratio")
-    s = ctx.smooth_n(n)
-    sm = trailing_mean(v, s)
+    return base, nb
+
+
+def _entropy_collapse_fixes(ctx: Context, base: float) -> list[str]:
     cfg = ctx.config
     fixes = [
         f"lower learning_rate{cfg.now('learning_rate')} (2-10x)",
         f"raise temperature{cfg.now('temperature')}",
         "add an entropy bonus: entropy_coef=0.001, or use_adaptive_entropy=True with entropy_target near "
-        f"{fmt(0.5 * max(base, floor))} (TRL >= 1.8)",
+        f"{fmt(0.5 * max(base, ctx.t('entropy_collapse.abs_floor')))} (TRL >= 1.8)",
     ]
     if cfg.off_policy:
         fixes.insert(1, f"set epsilon_high=0.28{cfg.now('epsilon_high')} (DAPO clip-higher)")
     else:
         fixes.append("with num_iterations > 1, epsilon_high=0.28 (clip-higher) also helps; on-policy it never binds")
-    if base <= floor:
-        low = sm <= floor
-        if n < persist or trailing_streak(low) < n:
-            return []
-        message = (
-            f"entropy has been near zero since the first log (warm-up median {fmt(base)}, now {fmt(float(sm[-1]))} "
-            f"nats, floor {fmt(floor)}): the policy is nearly deterministic, so the completions of a group are alike "
-            "and GRPO has little to rank."
+    return fixes
+
+
+def _entropy_low_from_start(ctx: Context, series: Series, base: float, nb: int, fixes: list[str]) -> list[Finding]:
+    """Entropy at the floor on every log from the first: a nearly deterministic policy (a warning)."""
+    v, n = series.values, series.values.size
+    floor, persist = ctx.t("entropy_collapse.abs_floor"), int(ctx.t("entropy_collapse.persist"))
+    sm = trailing_mean(v, ctx.smooth_n(n))
+    low = sm <= floor
+    if n < persist or trailing_streak(low) < n:
+        return []
+    message = (
+        f"entropy has been near zero since the first log (warm-up median {fmt(base)}, now {fmt(float(sm[-1]))} "
+        f"nats, floor {fmt(floor)}): the policy is nearly deterministic, so the completions of a group are alike "
+        "and GRPO has little to rank."
+    )
+    return [
+        make_finding(
+            "entropy_collapse",
+            WARNING,
+            int(series.steps[0]),
+            message,
+            join_fixes(fixes),
+            series.key,
+            baseline=base,
+            current=float(sm[-1]),
+            floor=floor,
+            baseline_logs=nb,
         )
-        return [
-            make_finding(
-                "entropy_collapse",
-                WARNING,
-                int(series.steps[0]),
-                message,
-                join_fixes(fixes),
-                series.key,
-                baseline=base,
-                current=float(sm[-1]),
-                floor=floor,
-                baseline_logs=nb,
-            )
-        ]
+    ]
+
+
+def _entropy_fell(ctx: Context, series: Series, base: float, nb: int, fixes: list[str]) -> list[Finding]:
+    """Entropy fell to a fraction of its warm-up level ``base`` after the warm-up and stays there."""
+    v, n = series.values, series.values.size
+    floor, persist = ctx.t("entropy_collapse.abs_floor"), int(ctx.t("entropy_collapse.persist"))
+    warn_ratio, err_ratio = ctx.t("entropy_collapse.warn_ratio"), ctx.t("entropy_collapse.error_ratio")
+    s = ctx.smooth_n(n)
+    sm = trailing_mean(v, s)
     post = np.arange(n) >= nb
     ratio_s, ratio_r = sm / base, v / base
     warn = post & (ratio_s < warn_ratio)
@@ -130,9 +153,7 @@ def check_entropy_collapse(ctx: Context) -> list[Finding]:
         f"({_pct(current / base)} of it; warning below {warn_ratio:.0%}, error below {err_ratio:.0%} or "
         f"{fmt(floor)} nats) and has stayed low since step {onset}."
     )
-    context = [
-        c for c in (level_change(ctx, "reward", onset), level_change(ctx, "frac_reward_zero_std", onset)) if c
-    ]
+    context = [c for c in (level_change(ctx, "reward", onset), level_change(ctx, "frac_reward_zero_std", onset)) if c]
     if context:
         message += " Same period: " + ", ".join(context) + "."
     if severity == ERROR:

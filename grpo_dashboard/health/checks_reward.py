@@ -45,93 +45,103 @@ def check_format_hacking(ctx: Context) -> list[Finding]:
     """A format-type reward saturates (or climbs) while the accuracy-type reward stays flat or falls."""
     functions = ctx.frame.reward_functions()
     formats, accuracy = _classify(ctx, list(functions))
-    sat, min_gain = ctx.t("format_hacking.saturation"), ctx.t("format_hacking.min_gain")
-    acc_flat, acc_drop = ctx.t("format_hacking.acc_flat"), ctx.t("format_hacking.acc_drop")
     for f_name in formats:
         for a_name in accuracy:
-            f_series = ctx.frame.get(functions[f_name][0]).finite()
-            a_series = ctx.frame.get(functions[a_name][0]).finite()
-            steps, f, a = aligned(f_series, a_series)
-            n = steps.size
-            if n < 3:
-                continue
-            nb = ctx.baseline_n(n)
-            s = ctx.smooth_n(n)
-            f_sm, a_sm = trailing_mean(f, s), trailing_mean(a, s)
-            f_base, a_base = float(np.median(f[:nb])), float(np.median(a[:nb]))
-            f_lo, f_hi = reward_range(f)
-            a_lo, a_hi = reward_range(a)
-            f_gain, a_gain = f_sm - f_base, a_sm - a_base
-            post = np.arange(n) >= nb
-            saturating = (
-                (f_sm >= f_lo + sat * (f_hi - f_lo))
-                & (f_gain >= min_gain * (f_hi - f_lo))
-                & (a_gain <= acc_flat * (a_hi - a_lo))
-            )
-            diverging = (
-                (f_gain >= 2 * min_gain * (f_hi - f_lo))
-                & (a_gain <= -acc_drop * max(a_base, 1e-9))
-                & (-a_gain >= acc_flat * (a_hi - a_lo))
-            )
-            mask = post & (saturating | diverging)
-            severity, run = judge_state(
-                n - nb, 1, int(ctx.t("format_hacking.persist")), extreme=mask, extreme_severity=WARNING
-            )
-            start = n - run
-            f_now, a_now = float(f_sm[-1]), float(a_sm[-1])
-            if severity is None:
-                # The task reward may have moved while the format was being learned (a score that needs valid
-                # output first) and then stalled: judged on the stretch since the format saturated.
-                a_std = ctx.frame.get(functions[a_name][1]) if functions[a_name][1] else None
-                std_values = a_std.finite().values if a_std is not None else np.empty(0)
-                spread = float(np.mean(std_values)) if std_values.size else None
-                stall = _stalled_since_saturation(ctx, f, a, f_sm, f_lo + sat * (f_hi - f_lo), spread, s)
-                if stall is None:
-                    continue
-                severity, (start, early, late) = WARNING, stall
-                message = (
-                    f"rewards/{f_name} reached {sat:.0%} of its max at step {int(steps[start])} and has held there "
-                    f"for {n - start} logs (now {fmt(f_now)}), while rewards/{a_name} has not risen since "
-                    f"({fmt(early)} -> {fmt(late)} over the two halves of that stretch) and is far from solved (its "
-                    "groups still spread, or it sits low in its range): the policy learned the format, not the task."
-                )
-            else:
-                verb = "fell" if a_now < a_base else "stayed at"
-                message = (
-                    f"rewards/{f_name} rose {fmt(f_base)} -> {fmt(f_now)}"
-                    + (f" (saturated, >= {sat:.0%} of its max)" if saturating[-1] else "")
-                    + f" while rewards/{a_name} {verb} {fmt(a_base)} -> {fmt(a_now)} since step {int(steps[start])}: "
-                    "the policy is learning the format, not the task."
-                )
-            onset = int(steps[start])
-            cfg = ctx.config
-            remedy = join_fixes(
-                [
-                    "read the highest-reward completions (log_completions=True)",
-                    f"lower {f_name}'s weight in reward_weights{cfg.now('reward_weights')} or pay it only with a "
-                    "correct answer",
-                    'use multi_objective_aggregation="normalize_then_sum" so the accuracy advantage is not drowned',
-                    'evaluate on held-out prompts (eval_strategy="steps") and select checkpoints on eval accuracy',
-                ]
-            )
-            return [
-                make_finding(
-                    "format_hacking",
-                    severity,
-                    onset,
-                    message,
-                    remedy,
-                    f_series.key,
-                    format_reward=f_name,
-                    accuracy_reward=a_name,
-                    format_baseline=f_base,
-                    format_now=f_now,
-                    accuracy_baseline=a_base,
-                    accuracy_now=a_now,
-                    accuracy_key=a_series.key,
-                )
-            ]
+            found = _format_hacking_pair(ctx, functions, f_name, a_name)
+            if found is not None:
+                return [found]
     return []
+
+
+def _format_hacking_pair(
+    ctx: Context, functions: dict[str, tuple[str, str | None]], f_name: str, a_name: str
+) -> Finding | None:
+    """The format reward ``f_name`` gains (or has held saturated) while the task reward ``a_name`` does not."""
+    sat, min_gain = ctx.t("format_hacking.saturation"), ctx.t("format_hacking.min_gain")
+    acc_flat, acc_drop = ctx.t("format_hacking.acc_flat"), ctx.t("format_hacking.acc_drop")
+    f_series = ctx.frame.get(functions[f_name][0]).finite()
+    a_series = ctx.frame.get(functions[a_name][0]).finite()
+    steps, f, a = aligned(f_series, a_series)
+    n = steps.size
+    if n < 3:
+        return None
+    nb = ctx.baseline_n(n)
+    s = ctx.smooth_n(n)
+    f_sm, a_sm = trailing_mean(f, s), trailing_mean(a, s)
+    f_base, a_base = float(np.median(f[:nb])), float(np.median(a[:nb]))
+    f_lo, f_hi = reward_range(f)
+    a_lo, a_hi = reward_range(a)
+    f_gain, a_gain = f_sm - f_base, a_sm - a_base
+    post = np.arange(n) >= nb
+    saturating = (
+        (f_sm >= f_lo + sat * (f_hi - f_lo))
+        & (f_gain >= min_gain * (f_hi - f_lo))
+        & (a_gain <= acc_flat * (a_hi - a_lo))
+    )
+    diverging = (
+        (f_gain >= 2 * min_gain * (f_hi - f_lo))
+        & (a_gain <= -acc_drop * max(a_base, 1e-9))
+        & (-a_gain >= acc_flat * (a_hi - a_lo))
+    )
+    mask = post & (saturating | diverging)
+    severity, run = judge_state(
+        n - nb, 1, int(ctx.t("format_hacking.persist")), extreme=mask, extreme_severity=WARNING
+    )
+    start = n - run
+    f_now, a_now = float(f_sm[-1]), float(a_sm[-1])
+    if severity is None:
+        # The task reward may have moved while the format was being learned (a score that needs valid
+        # output first) and then stalled: judged on the stretch since the format saturated.
+        a_std = ctx.frame.get(functions[a_name][1]) if functions[a_name][1] else None
+        std_values = a_std.finite().values if a_std is not None else np.empty(0)
+        spread = float(np.mean(std_values)) if std_values.size else None
+        stall = _stalled_since_saturation(ctx, f, a, f_sm, f_lo + sat * (f_hi - f_lo), spread, s)
+        if stall is None:
+            return None
+        severity, (start, early, late) = WARNING, stall
+        message = (
+            f"rewards/{f_name} reached {sat:.0%} of its max at step {int(steps[start])} and has held there "
+            f"for {n - start} logs (now {fmt(f_now)}), while rewards/{a_name} has not risen since "
+            f"({fmt(early)} -> {fmt(late)} over the two halves of that stretch) and is far from solved (its "
+            "groups still spread, or it sits low in its range): the policy learned the format, not the task."
+        )
+    else:
+        verb = "fell" if a_now < a_base else "stayed at"
+        message = (
+            f"rewards/{f_name} rose {fmt(f_base)} -> {fmt(f_now)}"
+            + (f" (saturated, >= {sat:.0%} of its max)" if saturating[-1] else "")
+            + f" while rewards/{a_name} {verb} {fmt(a_base)} -> {fmt(a_now)} since step {int(steps[start])}: "
+            "the policy is learning the format, not the task."
+        )
+    onset = int(steps[start])
+    return make_finding(
+        "format_hacking",
+        severity,
+        onset,
+        message,
+        _format_hacking_remedy(ctx, f_name),
+        f_series.key,
+        format_reward=f_name,
+        accuracy_reward=a_name,
+        format_baseline=f_base,
+        format_now=f_now,
+        accuracy_baseline=a_base,
+        accuracy_now=a_now,
+        accuracy_key=a_series.key,
+    )
+
+
+def _format_hacking_remedy(ctx: Context, f_name: str) -> str:
+    cfg = ctx.config
+    return join_fixes(
+        [
+            "read the highest-reward completions (log_completions=True)",
+            f"lower {f_name}'s weight in reward_weights{cfg.now('reward_weights')} or pay it only with a "
+            "correct answer",
+            'use multi_objective_aggregation="normalize_then_sum" so the accuracy advantage is not drowned',
+            'evaluate on held-out prompts (eval_strategy="steps") and select checkpoints on eval accuracy',
+        ]
+    )
 
 
 def _stalled_since_saturation(
@@ -290,11 +300,16 @@ def check_plateau(ctx: Context) -> list[Finding]:
     if reward is None:
         return []
     reward = reward.finite()
+    constant = _constant_reward(ctx, reward)
+    return [constant] if constant is not None else _flat_trend(ctx, reward)
+
+
+def _constant_reward(ctx: Context, reward: Series) -> Finding | None:
+    """The reward is one value on (nearly) every recent log: zero spread, saturated at the top or not learning."""
     v, n = reward.values, reward.values.size
     window = int(ctx.t("plateau.window"))
     lo, hi = reward_range(v)
     tail = v[-window:]
-    cfg = ctx.config
     long_log = n >= ctx.t("plateau.constant_min_points")
     if long_log or n >= ctx.t("flat_reward.min_points"):
         values, counts = np.unique(tail, return_counts=True)
@@ -330,20 +345,28 @@ def check_plateau(ctx: Context) -> list[Finding]:
                     "use easier prompts, a graded reward, or more num_generations so that some completions score",
                 ]
             )
-            return [
-                make_finding(
-                    "plateau",
-                    severity,
-                    int(reward.steps[start]),
-                    message,
-                    join_fixes(fixes),
-                    reward.key,
-                    value=mode,
-                    share=share,
-                    window=int(tail.size),
-                    kind="constant",
-                )
-            ]
+            return make_finding(
+                "plateau",
+                severity,
+                int(reward.steps[start]),
+                message,
+                join_fixes(fixes),
+                reward.key,
+                value=mode,
+                share=share,
+                window=int(tail.size),
+                kind="constant",
+            )
+    return None
+
+
+def _flat_trend(ctx: Context, reward: Series) -> list[Finding]:
+    """The reward's fitted trend over the last window is flat: converged, at its ceiling, or not learning."""
+    v, n = reward.values, reward.values.size
+    window = int(ctx.t("plateau.window"))
+    lo, hi = reward_range(v)
+    tail = v[-window:]
+    cfg = ctx.config
     if n < ctx.t("plateau.min_points"):
         return []
     slope, t = linear_fit(tail)

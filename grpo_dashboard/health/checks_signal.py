@@ -36,6 +36,41 @@ def check_zero_variance(ctx: Context) -> list[Finding]:
     s = ctx.smooth_n(n)
     sm = trailing_mean(v, s)
     warn_t, err_t = ctx.t("zero_variance.warn"), ctx.t("zero_variance.error")
+    severity, run = _zero_variance_state(ctx, v, sm)
+    if severity is None:
+        return []
+    start = extend_onset(v > warn_t, n - run, s)
+    onset = int(frac.steps[start])
+    current = float(v[-1]) if s == 1 else float(sm[-1])
+    what = (
+        "reward_std is exactly 0 (every completion scored the same)"
+        if inferred
+        else (
+            f"frac_reward_zero_std is {current:.2f}: {current:.0%} of completions are in groups where all "
+            "scored the same"
+        )
+    )
+    message = f"Since step {onset} {what}, so their advantages are 0 and they teach nothing."
+    evidence: dict[str, Any] = {"current": current, "window": s, "warn": warn_t, "error": err_t, "inferred": inferred}
+    cause, level, collapse_step = _zero_variance_cause(ctx, onset, evidence)
+    # Saturation reached late, after the reward rose to it, is the run having learned the data: converged.
+    converged = cause == "saturated" and float(np.median(v[: ctx.baseline_n(n)])) <= warn_t and _rose(ctx, onset)
+    if converged and severity == WARNING:
+        severity = INFO
+    explained, fixes = _zero_variance_explanation(ctx, "converged" if converged else cause, level, collapse_step)
+    message += explained
+    g = ctx.config.number("num_generations")
+    if g and level is not None and 0 <= level <= 1:
+        expected = level**g + (1 - level) ** g
+        evidence["expected_for_binary_reward"] = expected
+        message += f" (For a 0/1 reward at this pass rate with {int(g)} generations about {expected:.0%} is expected.)"
+    return [make_finding("zero_variance", severity, onset, message, join_fixes(fixes), frac.key, **evidence)]
+
+
+def _zero_variance_state(ctx: Context, v: np.ndarray, sm: np.ndarray) -> tuple[str | None, int]:
+    """Severity of spread-less groups on the latest logs (raw ``v``, smoothed ``sm``) and how many logs it spans."""
+    n = v.size
+    warn_t, err_t = ctx.t("zero_variance.warn"), ctx.t("zero_variance.error")
     error_persist = int(ctx.t("zero_variance.error_persist"))
     severity, run = judge_state(
         n - 1,
@@ -53,21 +88,13 @@ def check_zero_variance(ctx: Context) -> list[Finding]:
         # A short log with most groups spread-less on (nearly) every log: a state, no persistence window needed; one
         # batch that happened to have spread neither hides it nor ends it.
         severity, run = (ERROR if mostly(v > err_t, share) else WARNING), n - int(np.argmax(v > warn_t))
-    if severity is None:
-        return []
-    start = extend_onset(v > warn_t, n - run, s)
-    onset = int(frac.steps[start])
-    current = float(v[-1]) if s == 1 else float(sm[-1])
-    what = (
-        "reward_std is exactly 0 (every completion scored the same)"
-        if inferred
-        else (
-            f"frac_reward_zero_std is {current:.2f}: {current:.0%} of completions are in groups where all "
-            "scored the same"
-        )
-    )
-    message = f"Since step {onset} {what}, so their advantages are 0 and they teach nothing."
-    evidence: dict[str, Any] = {"current": current, "window": s, "warn": warn_t, "error": err_t, "inferred": inferred}
+    return severity, run
+
+
+def _zero_variance_cause(ctx: Context, onset: int, evidence: dict[str, Any]) -> tuple[str, float | None, int | None]:
+    """Why the groups have no spread since ``onset``: ``"collapse"`` (of entropy; with its step), ``"saturated"`` or
+    ``"starved"`` (reward near its maximum or minimum; with that level), ``"deterministic"`` or ``"mixed"``.
+    Adds what it read to ``evidence``."""
     cause, level = "mixed", None
     reward = ctx.frame.get("reward")
     if reward is not None:
@@ -86,68 +113,63 @@ def check_zero_variance(ctx: Context) -> list[Finding]:
     entropy = entropy_series(ctx)
     if collapse:
         # A policy that collapsed produces identical completions: that, not easy prompts, explains the zero spread.
-        cause = "collapse"
         evidence.update(entropy_collapse_step=collapse[0].step, entropy=collapse[0].evidence.get("current"))
-    elif entropy is not None:
+        return "collapse", level, collapse[0].step
+    if entropy is not None:
         e = entropy.values
         if e.size >= 2 and e[-1] < 0.1 * max(float(np.median(e[: max(1, e.size // 4)])), 1e-9):
             cause = "deterministic" if cause == "mixed" else cause
             evidence["entropy"] = float(e[-1])
-    # Saturation reached late, after the reward rose to it, is the run having learned the data: converged.
-    converged = cause == "saturated" and float(np.median(v[: ctx.baseline_n(n)])) <= warn_t and _rose(ctx, onset)
-    if converged and severity == WARNING:
-        severity = INFO
+    return cause, level, None
+
+
+def _zero_variance_explanation(
+    ctx: Context, cause: str, level: float | None, collapse_step: int | None
+) -> tuple[str, list[str]]:
+    """What the message adds for ``cause`` (``_zero_variance_cause``, or ``"converged"``) and the fixes."""
     cfg = ctx.config
     more = f"raise num_generations{cfg.now('num_generations')} and temperature{cfg.now('temperature')}"
     if cause == "collapse":
-        message += (
-            f" This follows the entropy collapse from step {collapse[0].step}: the policy produces the same "
+        return (
+            f" This follows the entropy collapse from step {collapse_step}: the policy produces the same "
             "completion for every sample of a prompt, so the groups have no spread to learn from."
-        )
-        fixes = [
+        ), [
             f"fix the collapse first (see entropy_collapse): lower learning_rate{cfg.now('learning_rate')}",
-            f"resume from a checkpoint saved before step {collapse[0].step}",
+            f"resume from a checkpoint saved before step {collapse_step}",
             more,
         ]
-    elif converged:
-        message += (
+    if cause == "converged":
+        return (
             f" The reward rose to near its maximum ({fmt(level)}) before this: the run has converged on these prompts."
             " Stop here, or make the task harder to keep learning."
-        )
-        fixes = [
+        ), [
             "stop the run (the last checkpoint is as good as it gets on this data)",
             "or continue on harder prompts / a curriculum; drop prompts the model always solves (filter by pass rate)",
         ]
-    elif cause == "saturated":
-        message += (
+    if cause == "saturated":
+        return (
             f" Groups are saturated: the reward is near its maximum ({fmt(level)}), the prompts are too easy now."
-        )
-        fixes = [
+        ), [
             "use harder prompts or a curriculum; drop prompts the model always solves (filter by pass rate)",
             "or stop here: the run has converged on this data",
             more,
         ]
-    elif cause == "starved":
-        message += (
+    if cause == "starved":
+        return (
             f" Groups are starved: the reward is near its minimum ({fmt(level)}), the task is too hard or the "
             "reward never fires."
-        )
-        fixes = [
+        ), [
             "check the reward functions on real completions (log_completions=True)",
             "start from easier prompts or an SFT'd model; give partial credit (a graded reward)",
             more,
         ]
-    elif cause == "deterministic":
-        message += " Entropy has collapsed, so the completions of a group are identical."
-        fixes = [more, f"lower learning_rate{cfg.now('learning_rate')}", "see entropy_collapse"]
-    else:
-        fixes = [more, "mix prompt difficulty so that each group has some successes and some failures"]
-    g = cfg.number("num_generations")
-    if g and level is not None and 0 <= level <= 1:
-        expected = level**g + (1 - level) ** g
-        evidence["expected_for_binary_reward"] = expected
-        message += f" (For a 0/1 reward at this pass rate with {int(g)} generations about {expected:.0%} is expected.)"
-    return [make_finding("zero_variance", severity, onset, message, join_fixes(fixes), frac.key, **evidence)]
+    if cause == "deterministic":
+        return " Entropy has collapsed, so the completions of a group are identical.", [
+            more,
+            f"lower learning_rate{cfg.now('learning_rate')}",
+            "see entropy_collapse",
+        ]
+    return "", [more, "mix prompt difficulty so that each group has some successes and some failures"]
 
 
 def _rose(ctx: Context, onset: int) -> bool:

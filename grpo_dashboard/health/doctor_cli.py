@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, TextIO
 
-from .findings import Finding
+from .findings import Finding, is_rule_failure
 from .history import finding_history
 from .loaders import load_completions, load_log_frame
 from .rules import worst_severity
@@ -120,14 +120,18 @@ def render_report(
         state = f"  resolved at step {f.resolved_step}" if f.status == "resolved" else ""
         # The onset is the first step the rule saw this (history); the message is the latest evaluation's, whose
         # "since step N" may name a later step once the window has moved.
-        out.write(f"{f.severity.upper():<8} {f.rule:<22} first seen at step {f.step}{metric}{state}\n")
+        label = "RULE FAILED" if is_rule_failure(f) else f.severity.upper()
+        out.write(f"{label:<8} {f.rule:<22} first seen at step {f.step}{metric}{state}\n")
         out.write(textwrap.fill(f.message, _WIDTH, initial_indent="  ", subsequent_indent="  ") + "\n")
         out.write(textwrap.fill(f.remedy, _WIDTH, initial_indent="  fix: ", subsequent_indent="       ") + "\n\n")
-    counts = {s: sum(f.severity == s and f.status == "active" for f in findings) for s in ("error", "warning", "info")}
-    resolved = sum(f.status == "resolved" for f in findings)
+    active = [f for f in findings if f.status == "active"]
+    failed = sum(map(is_rule_failure, active))
+    counts = {s: sum(f.severity == s and not is_rule_failure(f) for f in active) for s in ("error", "warning", "info")}
+    resolved = len(findings) - len(active)
     if findings:
         summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
-        summary = ", ".join(filter(None, [summary, f"{resolved} resolved" if resolved else ""]))
+        failures = f"{failed} rule{'s' if failed != 1 else ''} failed" if failed else ""
+        summary = ", ".join(filter(None, [summary, failures, f"{resolved} resolved" if resolved else ""]))
         out.write(f"{len(findings)} finding{'s' if len(findings) != 1 else ''}: {summary}.\n")
     else:
         out.write(f"No problems found ({len(RULE_IDS)} rules checked).\n")

@@ -13,6 +13,8 @@ from .series import MetricFrame, baseline_count, fmt, short_required, trailing_s
 
 INFO, WARNING, ERROR = "info", "warning", "error"
 SEVERITY_RANK = {INFO: 0, WARNING: 1, ERROR: 2}
+# Evidence key of the finding that stands in for a rule that crashed (``rule_failure``): never read as healthy.
+RULE_FAILED = "rule_failed"
 
 # Nested sections a run spec or a saved config may use; their fields are merged into the flat view.
 _NESTED_SECTIONS = ("grpo", "config", "training", "training_args", "args", "trainer")
@@ -56,6 +58,27 @@ def _json_safe(value: Any) -> Any:
 # Symptoms: what a collapse, a truncation or a KL blow-up leaves behind. With the same severity and onset, the cause
 # is listed before them.
 SYMPTOMS = ("zero_variance", "zero_gradient", "flat_reward", "reward_drop", "plateau", "forecast_stop")
+
+
+def rule_failure(rule_id: str, exc: BaseException, step: int) -> Finding:
+    """The finding that reports a rule which raised ``exc``: a warning, so the badge and the report never show the
+    run healthy when the doctor could not check it (the guard never stops a run on it)."""
+    return Finding(
+        rule_id,
+        WARNING,
+        int(step),
+        f"rule {rule_id} failed: {type(exc).__name__}: {exc} — the doctor could not check this; report it",
+        "Report it with the run's log (metrics.jsonl or trainer_state.json): this rule's condition went unchecked; "
+        "the other rules' findings are unaffected.",
+        None,
+        {RULE_FAILED: type(exc).__name__},
+    )
+
+
+def is_rule_failure(finding: Any) -> bool:
+    """Whether ``finding`` (a Finding or a finding-like object) stands in for a rule that crashed."""
+    evidence = getattr(finding, "evidence", None)
+    return isinstance(evidence, Mapping) and RULE_FAILED in evidence
 
 
 def order_key(f: Finding, rule_order: dict[str, int]) -> tuple[int, int, int, int]:
@@ -221,6 +244,9 @@ __all__ = [
     "Context",
     "make_finding",
     "judge_state",
+    "rule_failure",
+    "is_rule_failure",
+    "RULE_FAILED",
     "join_fixes",
     "fmt",
     "INFO",

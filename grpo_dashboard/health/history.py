@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .findings import SEVERITY_RANK, Finding, order_key
-from .rules import diagnose
+from .findings import SEVERITY_RANK, Finding, is_rule_failure, order_key
+from .rules import Rule, diagnose
 from .series import MetricFrame
 from .thresholds import RULE_IDS
 
@@ -56,8 +56,13 @@ def cut_steps(steps: np.ndarray) -> list[int]:
     return sorted({int(steps[j]) for j in [*_fixed_indices(n), n - 1]})
 
 
-def _key(f: Finding) -> tuple[str, str | None]:
-    return f.rule, f.metric
+Key = tuple[str, str | None, bool]
+
+
+def finding_key(f: Finding) -> Key:
+    """(rule, metric, rule failed): what identifies a finding in a run's record."""
+    # A rule's "rule failed" finding is its own entry: it neither takes over nor resolves what the rule found before.
+    return f.rule, f.metric, is_rule_failure(f)
 
 
 def order(findings: Sequence[Finding]) -> list[Finding]:
@@ -83,12 +88,13 @@ class HistoryReplay:
         config: Mapping[str, Any] | None = None,
         thresholds: Mapping[str, Any] | None = None,
         previous: Sequence[Finding] = (),
+        rules: Mapping[str, Rule] | None = None,
     ) -> None:
-        self.config, self.thresholds = config, thresholds
-        self.seen: dict[tuple[str, str | None], Finding] = {_key(f): f for f in previous}
-        self.fired: dict[tuple[str, str | None], int] = {_key(f): 2 for f in previous}  # consecutive cuts fired at
+        self.config, self.thresholds, self.rules = config, thresholds, rules
+        self.seen: dict[Key, Finding] = {finding_key(f): f for f in previous}
+        self.fired: dict[Key, int] = {finding_key(f): 2 for f in previous}  # consecutive cuts fired at
         self.recorded = set(self.fired)
-        self.replayed: set[tuple[str, str | None]] = set()
+        self.replayed: set[Key] = set()
         self.committed: int | None = None  # the last fixed cut step replayed
 
     def update(self, frame: MetricFrame, completions: list[dict[str, Any]] | None = None) -> list[Finding]:
@@ -98,7 +104,7 @@ class HistoryReplay:
             return []
         last = int(steps[-1])
         final = self._copy()
-        final._merge(diagnose(frame, self.config, self.thresholds, completions), last, last=True)
+        final._merge(diagnose(frame, self.config, self.thresholds, completions, self.rules), last, last=True)
         out = []
         for f in final.seen.values():
             if f.status == "resolved":
@@ -113,21 +119,23 @@ class HistoryReplay:
             last = int(steps[-1])
             for cut in sorted({int(steps[j]) for j in _fixed_indices(int(steps.size))}):
                 if cut < last and (self.committed is None or cut > self.committed):
-                    self._merge(diagnose(frame.upto(cut), self.config, self.thresholds), cut, last=False)
+                    found = diagnose(frame.upto(cut), self.config, self.thresholds, rules=self.rules)
+                    self._merge(found, cut, last=False)
                     self.committed = cut
         return steps
 
     def _copy(self) -> HistoryReplay:
-        other = HistoryReplay(self.config, self.thresholds)
+        other = HistoryReplay(self.config, self.thresholds, rules=self.rules)
         other.seen, other.fired = dict(self.seen), dict(self.fired)
         other.recorded, other.replayed, other.committed = set(self.recorded), set(self.replayed), self.committed
         return other
 
     def _merge(self, now: list[Finding], cut: int, last: bool) -> None:
         seen, fired = self.seen, self.fired
-        current = {_key(f): f for f in now}
+        current = {finding_key(f): f for f in now}
+        failed = {f.rule for f in now if is_rule_failure(f)}  # unchecked at this cut: their record stands
         for key in list(fired):
-            if key not in current and fired[key] < 2:
+            if key not in current and fired[key] < 2 and key[0] not in failed:
                 # Fired at one cut only and gone at the next: a flicker of the first noisy logs, not a record.
                 del fired[key]
                 seen.pop(key, None)
@@ -146,7 +154,7 @@ class HistoryReplay:
             if last and SEVERITY_RANK[worst] > SEVERITY_RANK[f.severity]:
                 seen[key].evidence = {**f.evidence, "peak_severity": worst}
         for key, f in list(seen.items()):
-            if key in current or f.status != "active":
+            if key in current or f.status != "active" or key[0] in failed:
                 continue
             if key in self.recorded and not last and key not in self.replayed:
                 continue  # known from the saved record but not reached yet by the replay of the early log
@@ -160,13 +168,14 @@ def finding_history(
     thresholds: Mapping[str, Any] | None = None,
     completions: list[dict[str, Any]] | None = None,
     previous: Sequence[Finding] = (),
+    rules: Mapping[str, Rule] | None = None,
 ) -> list[Finding]:
     """Every finding that fired on the log so far, with its first onset; active ones carry their latest message.
 
     Args:
-        records / config / thresholds / completions: as for ``diagnose``.
+        records / config / thresholds / completions / rules: as for ``diagnose``.
         previous: a history saved earlier for the same run (e.g. from the store): its onsets and resolutions are
             kept when they are earlier than what the replay sees (a log that was cut or resumed since).
     """
     frame = records if isinstance(records, MetricFrame) else MetricFrame.from_records(records)
-    return HistoryReplay(config, thresholds, previous).update(frame, completions)
+    return HistoryReplay(config, thresholds, previous, rules).update(frame, completions)

@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .findings import ERROR, SEVERITY_RANK, WARNING, Finding
-from .history import HistoryReplay, is_fixed_index, order
+from .findings import ERROR, SEVERITY_RANK, WARNING, Finding, is_rule_failure
+from .history import HistoryReplay, Key, finding_key, is_fixed_index, order
+from .rules import Rule
 from .series import MetricFrame
 from .thresholds import resolve_thresholds
 
@@ -52,6 +53,10 @@ class HealthMonitor:
         budget: the most time spent evaluating the rules as a fraction of the wall time since the first record; None
             evaluates on every record.
         clock: the time source (``time.perf_counter``; tests pass a fake).
+        rules: the rules to run by id, as for ``diagnose`` (default: all of them).
+
+    A rule that crashes is a "rule failed" warning (``findings.rule_failure``): alerted on like any warning, never a
+    reason for the guard to stop the run.
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class HealthMonitor:
         alerts: bool = False,
         budget: float | None = DEFAULT_BUDGET,
         clock: Callable[[], float] = time.perf_counter,
+        rules: Mapping[str, Rule] | None = None,
     ) -> None:
         if int(guard_persist) < 1:
             raise ValueError(f"guard_persist must be a whole number >= 1, got {guard_persist!r}")
@@ -74,14 +80,14 @@ class HealthMonitor:
         self.budget, self.clock = budget, clock
         self.records: list[dict[str, Any]] = []
         self.findings: list[Finding] = []  # the run's findings history: active and resolved
-        self.history = HistoryReplay(self.config, self.thresholds)
+        self.history = HistoryReplay(self.config, self.thresholds, rules=rules)
         self._steps: list[int] = []  # distinct steps in the order they were first logged
         self.evaluations = 0
         self.spent_s = 0.0  # all of it: evaluations and the replays of fixed cut points
         self.replays = 0
         self.replay_s = 0.0
         self._started: float | None = None
-        self._alerted: dict[tuple[str, str | None], Finding] = {}  # (rule, metric) -> what was last alerted
+        self._alerted: dict[Key, Finding] = {}  # (rule, metric, rule failed) -> what was last alerted
         self._error_since: dict[str, int] = {}  # rule -> number of records when it was first seen as an error
         self._last_cost = 0.0
 
@@ -129,7 +135,7 @@ class HealthMonitor:
         self.findings = findings
         n = len(self.records)
         active = [f for f in self.findings if f.status == "active"]
-        errors = {f.rule: f for f in active if f.severity == ERROR}
+        errors = {f.rule: f for f in active if f.severity == ERROR and not is_rule_failure(f)}
         self._error_since = {rule: self._error_since.get(rule, n) for rule in errors}
         if self.alerts:
             update.alerts = self._alerts()
@@ -142,7 +148,7 @@ class HealthMonitor:
     def _alerts(self) -> list[Finding]:
         """Transitions of the record since the last evaluation that are worth a message (see ``MonitorUpdate``)."""
         out = []
-        now = {(f.rule, f.metric): f for f in self.findings}
+        now = {finding_key(f): f for f in self.findings}
         last_step = max((int(r["step"]) for r in self.records if "step" in r), default=len(self.records))
         for key, f in now.items():
             before = self._alerted.get(key)

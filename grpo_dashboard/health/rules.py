@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from . import (
     checks_reward,
     checks_signal,
 )
-from .findings import SEVERITY_RANK, Context, Finding, RunConfig, order_key
+from .findings import SEVERITY_RANK, Context, Finding, RunConfig, order_key, rule_failure
 from .series import MetricFrame
 from .thresholds import RULE_IDS, resolve_thresholds
 
@@ -57,12 +58,31 @@ RULES: dict[str, Rule] = {
 }
 assert tuple(RULES) == RULE_IDS
 
+# Set (to anything but "" or "0") by the test suite, and inherited by the apps and jobs it starts: a rule that
+# raises fails the caller instead of becoming a "rule failed" finding.
+STRICT_ENV = "GRPO_DASHBOARD_STRICT_HEALTH"
+
+
+class RuleError(RuntimeError):
+    """A health rule raised while ``diagnose`` ran strict; the rule's own exception is the ``__cause__``."""
+
+    def __init__(self, rule_id: str, exc: BaseException) -> None:
+        super().__init__(f"health rule {rule_id} failed: {type(exc).__name__}: {exc}")
+        self.rule = rule_id
+
+
+def strict_default() -> bool:
+    """Whether ``diagnose`` re-raises a rule's exception when its caller does not say (``$STRICT_ENV``)."""
+    return os.environ.get(STRICT_ENV, "").strip() not in ("", "0")
+
 
 def diagnose(
     records: Sequence[Mapping[str, Any]] | MetricFrame,
     config: Mapping[str, Any] | None = None,
     thresholds: Mapping[str, Any] | None = None,
     completions: list[dict[str, Any]] | None = None,
+    rules: Mapping[str, Rule] | None = None,
+    strict: bool | None = None,
 ) -> list[Finding]:
     """Run every enabled health rule over a run's log and return the findings, worst first, then by onset.
 
@@ -73,22 +93,30 @@ def diagnose(
             ``max_completion_length``, ``learning_rate``, ``reward_names``...); missing ones are inferred from the log.
         thresholds: overrides of ``DEFAULT_THRESHOLDS`` (flat ``"rule.param"`` keys or nested per rule).
         completions: optional sample rows ``{"step", "prompt", "completion", ...}`` for ``duplicate_completions``.
+        rules: the rules to run by id (default ``RULES``); an id without an ``enabled`` threshold always runs.
+        strict: re-raise a rule's exception (as ``RuleError``) instead of reporting it as a "rule failed" finding
+            (``rule_failure``: a warning with the rule's id); None reads ``$GRPO_DASHBOARD_STRICT_HEALTH``.
 
     Raises:
         ValueError: an unknown threshold key or a malformed threshold value.
+        RuleError: a rule raised and ``strict`` is on.
     """
     frame = records if isinstance(records, MetricFrame) else MetricFrame.from_records(records)
     ctx = Context(frame, RunConfig(config), resolve_thresholds(thresholds), completions)
+    strict = strict_default() if strict is None else strict
     findings: list[Finding] = []
     # Logged values may be huge or infinite; the rules handle them, numpy need not warn about them.
     with np.errstate(all="ignore"):
-        for rule_id, rule in RULES.items():
-            if not ctx.thresholds[f"{rule_id}.enabled"]:
+        for rule_id, rule in (RULES if rules is None else rules).items():
+            if not ctx.thresholds.get(f"{rule_id}.enabled", True):
                 continue
             try:
                 findings.extend(rule(ctx))
-            except Exception:  # one broken rule must not take the dashboard or a training job down with it
+            except Exception as exc:  # one broken rule must not take the dashboard or a training job down with it
+                if strict:
+                    raise RuleError(rule_id, exc) from exc
                 log.exception("health rule %s failed", rule_id)
+                findings.append(rule_failure(rule_id, exc, frame.last_step() or 0))
     order = {rule_id: i for i, rule_id in enumerate(RULE_IDS)}
     # Causes before symptoms: the worst first, then the earliest onset (a collapse before the zero spread it causes).
     findings.sort(key=lambda f: order_key(f, order))

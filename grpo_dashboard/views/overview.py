@@ -242,18 +242,31 @@ def health_badge(store: Store, run: Run, saved: dict[str, tuple[str, str]] | Non
     known = (saved if saved is not None else store.health_badges()).get(run.id)
     if known is not None and known[0] == token_text(token):
         return known[1]
-    found = [f for f in findings(store, run) if f.status == "active"]
+    badge = badge_text([f for f in findings(store, run) if f.status == "active"])
+    if run.status in TERMINAL:  # a live run's badge moves with every record: kept in memory only (findings cache)
+        try:
+            store.save_health_badge(run.id, token, badge)
+        except StoreError:  # a read-only data directory: the badge is only recomputed next time
+            pass
+    return badge
+
+
+def badge_text(active: list[Any]) -> str:
+    """The badge of a run's active findings; a rule that crashed adds `⚠ N rule failed`, so an unchecked run never
+    reads `ok`."""
+    from grpo_dashboard.health.findings import is_rule_failure
+
+    failed = sum(map(is_rule_failure, active))
+    found = [f for f in active if not is_rule_failure(f)]
     if not found:
         badge = f"{HEALTH_ICON['ok']} ok"
     else:
         worst = max(found, key=lambda f: {"info": 0, "warning": 1, "error": 2}.get(f.severity, 0))
         n = sum(1 for f in found if f.severity == worst.severity)
         badge = f"{HEALTH_ICON.get(worst.severity, '•')} {n} {worst.severity}{'s' if n != 1 else ''}"
-    if run.status in TERMINAL:  # a live run's badge moves with every record: kept in memory only (findings cache)
-        try:
-            store.save_health_badge(run.id, token, badge)
-        except StoreError:  # a read-only data directory: the badge is only recomputed next time
-            pass
+    if failed:
+        failure = f"⚠ {failed} rule{'s' if failed != 1 else ''} failed"
+        badge = f"{badge} · {failure}" if found else failure
     return badge
 
 
