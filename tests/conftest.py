@@ -169,7 +169,7 @@ class WebhookReceiver:
         received = self.posts
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # http.server's naming
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 try:
                     parsed = json.loads(body) if body else None
@@ -184,7 +184,7 @@ class WebhookReceiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            do_GET = do_POST  # noqa: N815 - urllib follows a 302 to a POST with a GET
+            do_GET = do_POST  # urllib follows a 302 to a POST with a GET
 
             def log_message(self, *args: Any) -> None:
                 pass

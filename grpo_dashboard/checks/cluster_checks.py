@@ -275,7 +275,7 @@ def gpu_count() -> int | None:
         import torch
 
         return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001 - no torch, or a broken CUDA setup: unknown
+    except Exception:  # no torch, or a broken CUDA setup: unknown
         return None
 
 

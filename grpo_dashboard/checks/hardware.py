@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_dashboard.checks.cluster_estimate import (  # noqa: F401 - re-exported: the estimator's vocabulary
+from grpo_dashboard.checks.cluster_estimate import (  # re-exported: the estimator's vocabulary
     CLUSTER_SOURCE,
     SYNC_COLOCATE_S,
     SYNC_SERVER_S,

@@ -172,7 +172,7 @@ def _from_hub(repo_id: str, revision: str | None, token: str | bool | None, endp
             path = hf_hub_download(repo_id, "config.json", revision=revision, token=token, endpoint=endpoint,
                                    local_files_only=local_only)
             return from_config(json.loads(Path(path).read_text(encoding="utf-8")), f"config.json of {repo_id}")
-        except Exception:  # noqa: BLE001 - absent, private or offline
+        except Exception:  # absent, private or offline
             return None
 
     shape = config(True)
@@ -181,7 +181,7 @@ def _from_hub(repo_id: str, revision: str | None, token: str | bool | None, endp
     try:
         info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision, expand=["safetensors"],
                                                                   timeout=5)
-    except Exception:  # noqa: BLE001 - offline, private or absent: the cached config (or the table) is all we have
+    except Exception:  # offline, private or absent: the cached config (or the table) is all we have
         return shape
     shape = shape or config(False) or from_name(repo_id)
     total = info.safetensors.total if info.safetensors else None

@@ -92,7 +92,7 @@ def _chat_template(spec: RunSpec, err: Any) -> None:
         jinja2.Environment().parse(template)
     except ImportError:
         return
-    except Exception as exc:  # noqa: BLE001 - any template syntax error
+    except Exception as exc:  # any template syntax error
         err(FieldError("model.chat_template", template[:80] + ("..." if len(template) > 80 else ""),
                        f"is not a valid Jinja template ({type(exc).__name__}: {exc}). Fix it, or remove it to use "
                        "the tokenizer's own template."))
@@ -178,5 +178,5 @@ def _cuda() -> bool:
         import torch
 
         return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False

@@ -196,7 +196,7 @@ def _hub_dataset_sample(spec: RunSpec, warn: Any) -> DatasetSample | None:
         if features is None:
             raise ValueError("no features in the dataset card")
         return DatasetSample(list(features), [], None)
-    except Exception as exc:  # noqa: BLE001 - offline or private: checked again by the job, so only a warning here
+    except Exception as exc:  # offline or private: checked again by the job, so only a warning here
         warn(FieldError("dataset.path", d.path, f"could not be inspected here ({type(exc).__name__}: "
                         f"{str(exc)[:200]}); its columns will only be checked when the job loads it.", "warning"))
         return None
@@ -554,7 +554,7 @@ def _chat_template(spec: RunSpec, base: Path) -> bool | None:
         for name in ("chat_template.jinja", "tokenizer_config.json"):
             try:
                 path = hf_hub_download(spec.model.name_or_path, name, revision=spec.model.revision)
-            except Exception:  # noqa: BLE001 - absent file or offline: try the next source
+            except Exception:  # absent file or offline: try the next source
                 continue
             if name.endswith(".jinja"):
                 return True

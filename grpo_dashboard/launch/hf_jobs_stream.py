@@ -215,7 +215,7 @@ class Follower:
             target()
         except _Stopped:
             pass
-        except Exception as exc:  # noqa: BLE001 - a bug must not kill the dashboard; it is shown in the state
+        except Exception as exc:  # a bug must not kill the dashboard; it is shown in the state
             self.state.last_error = redact(f"{type(exc).__name__}: {exc}")
         finally:
             if not any(t.is_alive() for t in self._threads if t is not threading.current_thread()):
@@ -249,7 +249,7 @@ class Follower:
                 continue
             except (_Stopped, KeyboardInterrupt):
                 return
-            except Exception as exc:  # noqa: BLE001 - HTTP and network errors of any kind: back off and reconnect
+            except Exception as exc:  # HTTP and network errors of any kind: back off and reconnect
                 wait = max(backoff, retry_after_s(exc) or 0.0)
                 self.state.last_error = retry_text(exc, "following the job's logs", wait)
             self.state.reconnects += 1
@@ -340,7 +340,7 @@ class Follower:
                 return
             except _Gap:
                 failures += 1
-            except Exception as exc:  # noqa: BLE001 - HTTP and network errors (429 and timeouts too): poll again later
+            except Exception as exc:  # HTTP and network errors (429 and timeouts too): poll again later
                 failures += 1
                 wait = max(_poll_wait(failures), retry_after_s(exc) or 0.0)
                 self.state.last_error = retry_text(exc, "checking the job's status", wait)
@@ -370,7 +370,7 @@ class Follower:
                     if isinstance(sample, dict) and now - kept_at >= system_interval():
                         kept_at = now if self.store_system_sample(sample, now) else kept_at
                     failures = 0
-            except Exception:  # noqa: BLE001 - the metrics are optional: the log and the stage go on without them
+            except Exception:  # the metrics are optional: the log and the stage go on without them
                 failures += 1
             if self._stop.wait(_poll_wait(failures)):
                 return

@@ -84,7 +84,7 @@ def flavors(token: str | bool | None = None, endpoint: str | None = None, live: 
         from huggingface_hub import HfApi
 
         hardware = HfApi(endpoint=endpoint, token=token).list_jobs_hardware()
-    except Exception:  # noqa: BLE001 - offline, logged out, or the endpoint is down: prices from the table
+    except Exception:  # offline, logged out, or the endpoint is down: prices from the table
         return dict(BUILTIN_FLAVORS)
     out = dict(BUILTIN_FLAVORS)
     for hw in hardware:

@@ -70,7 +70,7 @@ class BodyLimit:
     def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
         self.app, self.limit = app, limit
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:  # noqa: D102
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -206,7 +206,7 @@ class DashboardBlocks(gr.Blocks):
             self.block_thread()
         return result
 
-    async def postprocess_data(self, block_fn: Any, predictions: Any, state: Any) -> list[Any]:  # noqa: D102
+    async def postprocess_data(self, block_fn: Any, predictions: Any, state: Any) -> list[Any]:
         outputs = list(block_fn.outputs)
         if block_fn.batch or not isinstance(predictions, (list, tuple)) or len(outputs) < 2 \
                 or len(predictions) != len(outputs):
