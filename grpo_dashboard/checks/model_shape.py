@@ -119,14 +119,14 @@ def from_config(config: dict[str, Any], source: str) -> ModelShape | None:
     try:
         hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
         heads = int(cfg["num_attention_heads"])
-        vocab = int(cfg.get("vocab_size") or config.get("vocab_size"))
+        vocab = int(cfg.get("vocab_size") or config.get("vocab_size"))  # type: ignore[arg-type]  # None: TypeError
     except (KeyError, TypeError, ValueError):
         return None
     kv = int(cfg.get("num_key_value_heads") or heads)
     hd = int(cfg.get("head_dim") or hidden // heads)
     experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 1)
-    inter = int(cfg.get("moe_intermediate_size") if experts > 1 and cfg.get("moe_intermediate_size")
-                else cfg.get("intermediate_size") or 4 * hidden)
+    inter = int((cfg.get("moe_intermediate_size") if experts > 1 else None) or cfg.get("intermediate_size")
+                or 4 * hidden)
     tied = bool(config.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False)))
     bias = bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2"))
     params = count_params(hidden, inter, layers, heads, kv, hd, vocab, tied, bias, experts=experts)

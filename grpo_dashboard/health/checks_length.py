@@ -83,7 +83,7 @@ def check_truncation(ctx: Context) -> list[Finding]:
         s = ctx.smooth_n(n)
         sm = trailing_mean(v, s)
         persist = int(ctx.t("truncation.persist"))
-        severity, length = judge_state(
+        severity, streak = judge_state(
             n - 1,
             persist,
             persist,
@@ -96,14 +96,14 @@ def check_truncation(ctx: Context) -> list[Finding]:
         nearly = trailing_streak(v >= ctx.t("truncation.nearly_all"))
         if severity is None and n < persist and nearly >= max(2, n // 2):
             # A short log whose latest logs (each a whole batch) are practically all cut: a state, no window needed.
-            severity, length = ERROR, nearly
+            severity, streak = ERROR, nearly
         if severity is None and n < persist and bool(np.all(v > ctx.t("truncation.warn"))):
             # Too few logs for the window, but every one cuts a large share: a note, since a short log may be all
             # the user has; the window decides whether it becomes a warning.
-            severity, length = INFO, n
+            severity, streak = INFO, n
         if severity is None:
             return _steady_truncation(ctx, clipped)
-        start = extend_onset(v > ctx.t("truncation.warn"), n - length, s)
+        start = extend_onset(v > ctx.t("truncation.warn"), n - streak, s)
         onset = int(clipped.steps[start])
         current = float(sm[-1])
         cfg = ctx.config
@@ -307,7 +307,7 @@ def check_length_collapse(ctx: Context) -> list[Finding]:
     )
     rising = []
     for name, (mean_key, _) in ctx.frame.reward_functions().items():
-        series = ctx.frame.get(mean_key).finite()
+        series = ctx.frame.columns[mean_key].finite()
         before, after = series.values[series.steps < onset], series.values[series.steps >= onset]
         if before.size and after.size and np.mean(after[-5:]) - np.mean(before[:5]) >= 0.2:
             rising.append(f"{name} {fmt(float(np.mean(before[:5])))} -> {fmt(float(np.mean(after[-5:])))}")

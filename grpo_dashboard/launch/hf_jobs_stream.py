@@ -81,7 +81,8 @@ def job_system_metrics(sample: dict[str, Any]) -> dict[str, float]:
     if num(sample.get("cpu_usage_pct")) is not None:
         out["system/cpu/utilization"] = float(sample["cpu_usage_pct"])
     memory("system/memory/", sample.get("memory_used_bytes"), sample.get("memory_total_bytes"))
-    gpus = sample.get("gpus") if isinstance(sample.get("gpus"), dict) else {}
+    raw_gpus = sample.get("gpus")
+    gpus = raw_gpus if isinstance(raw_gpus, dict) else {}
     for i, gid in enumerate(sorted(gpus, key=str)):
         g = gpus[gid] if isinstance(gpus[gid], dict) else {}
         if num(g.get("utilization")) is not None:
@@ -443,5 +444,5 @@ def failure_text(stage: str, message: str | None, follower: Follower | None = No
 def _http_error_text(exc: Any) -> str:
     status = getattr(getattr(exc, "response", None), "status_code", None)
     hint = {401: " (token rejected: sign in again)", 403: " (not allowed for this token)",
-            404: " (job not found: deleted, or the token belongs to another account)"}.get(status, "")
+            404: " (job not found: deleted, or the token belongs to another account)"}.get(status or 0, "")
     return redact(f"HTTP {status}{hint}: {getattr(exc, 'server_message', None) or exc}")[:500]

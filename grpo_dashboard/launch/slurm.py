@@ -442,9 +442,10 @@ def reattach(store: Store, token: str | None = None, namespace: str | None = Non
         try:
             run = store.get_run(run_id)
         except Exception:  # RunNotFound: recreate it from its run directory when it is ours
-            run = _recreate(store, run_id, owner)
-            if run is None:
+            recreated = _recreate(store, run_id, owner)
+            if recreated is None:
                 continue
+            run = recreated
         if run.status in TERMINAL:
             continue
         if run.external_id != job_id:

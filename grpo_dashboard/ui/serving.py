@@ -215,7 +215,7 @@ class DashboardBlocks(gr.Blocks):
                    if not block.stateful and isinstance(p, dict) and p == _SKIP}
         rest = [i for i in range(len(outputs)) if i not in skipped]
         if not skipped or len(rest) < 2:  # Gradio unwraps a single remaining output: leave those cases to it
-            return await super().postprocess_data(block_fn, predictions, state)
+            return await super().postprocess_data(block_fn, predictions, state)  # type: ignore[arg-type]  # a tuple too
         narrowed = copy.copy(block_fn)
         narrowed.outputs = [outputs[i] for i in rest]
         done = await super().postprocess_data(narrowed, [predictions[i] for i in rest], state)
