@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 TARGET_RATIO = 5.0
 TARGET_IDLE_MS = 5.0

@@ -173,7 +173,7 @@ def machine() -> dict[str, Any]:
     for mod in ("numpy", "torch", "trl", "transformers", "gradio", "trackio"):
         try:
             info[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 - a missing or broken optional import is only reported
+        except Exception:  # a missing or broken optional import is only reported
             info[mod] = None
     try:
         import sqlite3

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 TARGET = 3.0
 KINDS = ("ours_e2e", "ours_write", "trackio_write", "trackio_e2e")

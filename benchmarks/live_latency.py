@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
-import live_app  # noqa: E402
+import common
+import live_app
 
 TARGET_P95_S = 1.5
 
@@ -44,7 +44,7 @@ def poller(url: str, run_id: str, period: float, until: float, seen: list[tuple[
             step = live_app.visible_step(list(out))
             if step is not None:
                 seen.append((time.time(), step))
-        except Exception as exc:  # noqa: BLE001 - counted and reported
+        except Exception as exc:  # counted and reported
             errors.append(f"{type(exc).__name__}: {exc}")
         next_t += period
         time.sleep(max(0.0, next_t - time.monotonic()))

@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
-import live_app  # noqa: E402
+import common
+import live_app
 
 CHROMIUM = "/usr/bin/chromium"
 # Both pages stay foreground pages: a background tab's timers and frames are throttled.

@@ -27,8 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
-import live_app  # noqa: E402
+import common
+import live_app
 
 TARGET_P95_MS = 250.0
 WARMUP_S = 8.0
@@ -55,7 +55,7 @@ def stream_client(url: str, run_id: str, until: float, out: list[tuple[float, fl
                     newest = max((max(t for t in d["time"] if t is not None) for d in msg["series"].values()
                                   if any(t is not None for t in d["time"])), default=None)
                     out.append((now, now - msg["at"], now - newest if newest else float("nan")))
-    except Exception as exc:  # noqa: BLE001 - counted and reported
+    except Exception as exc:  # counted and reported
         errors.append(f"{type(exc).__name__}: {exc}")
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 TARGET = 0.01  # the callback may cost at most 1% of training time
 NO_CALLBACK_ENV = "GRPO_JOB_NO_CALLBACK"  # jobs/grpo_job.py's switch

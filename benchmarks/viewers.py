@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
-import live_app  # noqa: E402
+import common
+import live_app
 
 TARGET_P95_MS = 250.0
 WARMUP_S = 10.0
@@ -42,7 +42,7 @@ def client_loop(url: str, run_id: str, period: float, start: float, until: float
     """One viewer: a session polling /detail_poll every `period` s; records (start offset, seconds, redrawn)."""
     try:
         session = live_app.HttpSession(url, "detail_poll")
-    except Exception as exc:  # noqa: BLE001 - counted and reported
+    except Exception as exc:  # counted and reported
         errors.append(f"connect: {type(exc).__name__}: {exc}")
         return
     next_t = time.monotonic()
@@ -52,7 +52,7 @@ def client_loop(url: str, run_id: str, period: float, start: float, until: float
             out = session.call(*live_app.poll_args(run_id))
             redrawn = any(isinstance(x, dict) and x.get("type") == "plotly" for x in out)
             samples.append((t - start, time.monotonic() - t, redrawn))
-        except Exception as exc:  # noqa: BLE001 - counted and reported
+        except Exception as exc:  # counted and reported
             errors.append(f"{type(exc).__name__}: {exc}")
         next_t += period
         time.sleep(max(0.0, next_t - time.monotonic()))

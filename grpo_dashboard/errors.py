@@ -28,7 +28,7 @@ def short_repr(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
     """A repr of `value` of at most `limit` characters, computed without building the full repr of a huge value."""
     try:
         text = _repr.repr(value)
-    except Exception:  # noqa: BLE001 - a value whose repr fails (e.g. an int past the digit limit) is still shown
+    except Exception:  # a value whose repr fails (e.g. an int past the digit limit) is still shown
         text = f"<{type(value).__name__} value>"
     return shorten(text, limit)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_agents import GuessNumberEnv, calculator  # noqa: E402
+from grpo_agents import GuessNumberEnv, calculator
 
 AGENT_VERSION = 1  # bump when the warmed model's tokenizer, template or transcripts change
 TOOL_TOKENS = ("<call>", "</call>")

@@ -62,10 +62,10 @@ from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import grpo_agent_model  # noqa: E402
-import grpo_agents  # noqa: E402
-import grpo_job_setup  # noqa: E402
-import grpo_rewards  # noqa: E402
+import grpo_agent_model
+import grpo_agents
+import grpo_job_setup
+import grpo_rewards
 
 MARKER = "@@GRPO_DASHBOARD@@ "
 PROTOCOL_VERSION = 1
@@ -90,7 +90,7 @@ class Emitter:
 
     def __init__(self, path: Path | None, enabled: bool = True) -> None:
         self.enabled = enabled
-        self._file = open(path, "a", encoding="utf-8") if (path is not None and enabled) else None  # noqa: SIM115
+        self._file = open(path, "a", encoding="utf-8") if (path is not None and enabled) else None
         self._lock = threading.Lock()  # the system sampler's thread emits too: whole lines only
 
     def emit(self, record: dict[str, Any]) -> None:
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     emitter.event("starting", pid=os.getpid())
     try:
         return run(spec, emitter, samples_path, config_path.parent)
-    except BaseException as exc:  # noqa: BLE001 - every failure must reach the dashboard as an event
+    except BaseException as exc:  # every failure must reach the dashboard as an event
         if isinstance(exc, SystemExit) and not exc.code:
             raise
         tb = traceback.format_exc()

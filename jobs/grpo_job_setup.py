@@ -94,7 +94,7 @@ def gpu_metrics() -> dict[str, float]:
         try:
             used = torch.cuda.device_memory_used(i)
             out[g + "utilization"] = float(torch.cuda.utilization(i))
-        except Exception:  # noqa: BLE001 - pynvml missing or no NVML: this process's memory only
+        except Exception:  # pynvml missing or no NVML: this process's memory only
             pass
         out[g + "memory_used_gb"] = used / 1e9
         out[g + "memory_total_gb"] = total / 1e9
@@ -165,7 +165,7 @@ class SystemSampler:
         while not self._stop.wait(self.interval_s):
             try:
                 self.sample()
-            except Exception:  # noqa: BLE001 - a failed sample must never stop training
+            except Exception:  # a failed sample must never stop training
                 pass
 
     def stop(self) -> None:

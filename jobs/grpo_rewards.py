@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import grpo_agents  # noqa: E402
-import grpo_regex  # noqa: E402
-from grpo_answers import (  # noqa: E402,F401 - re-exported for the dashboard and tests
+import grpo_agents
+import grpo_regex
+from grpo_answers import (  # noqa: F401 - re-exported for the dashboard and tests
     _ANSWER_TAG,
     _FENCE,
     EXTRACT_MODES,
@@ -43,7 +43,7 @@ from grpo_answers import (  # noqa: E402,F401 - re-exported for the dashboard an
     parse_number,
     schema_validator,
 )
-from grpo_sandbox import (  # noqa: E402,F401 - re-exported for the dashboard and tests
+from grpo_sandbox import (  # noqa: F401 - re-exported for the dashboard and tests
     SandboxResult,
     isolation_prefix,
     run_sandboxed,
@@ -506,7 +506,7 @@ def _python_inline(code: str = "", function: str = "reward", args: dict[str, Any
     def load() -> Callable[..., Any]:
         if "fn" not in state:
             namespace: dict[str, Any] = {"__name__": "grpo_inline_reward"}
-            exec(compile(tree, "<reward code>", "exec"), namespace)  # noqa: S102 - the user's own reward, in the job
+            exec(compile(tree, "<reward code>", "exec"), namespace)  # the user's own reward, in the job
             state["fn"] = namespace[function]
         return state["fn"]
 

@@ -40,7 +40,7 @@ import grpo_bwrap  # noqa: E402
 import grpo_confine  # noqa: E402
 import grpo_host  # noqa: E402
 import grpo_seccomp  # noqa: E402
-from grpo_bwrap import SANDBOX_UID, SANDBOX_WORK  # noqa: E402,F401 - re-exported
+from grpo_bwrap import SANDBOX_UID, SANDBOX_WORK  # noqa: E402 - re-exported
 
 _CONFINE = Path(grpo_confine.__file__).read_text(encoding="utf-8")
 # Joins the run's pids cgroup, then execs the sandbox, so every task of it is counted from the start.

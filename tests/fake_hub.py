@@ -224,7 +224,7 @@ class FakeHub:
                 self._execute(job)
             else:
                 self._script(job)
-        except Exception as exc:  # noqa: BLE001 - a fake-side problem shows up as a failed job
+        except Exception as exc:  # a fake-side problem shows up as a failed job
             job.finish("ERROR", f"fake hub: {type(exc).__name__}: {exc}")
 
     def _script(self, job: FakeJob) -> None:
@@ -377,7 +377,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             return job
 
         # --- routes ---------------------------------------------------------------------------------------------
-        def do_GET(self) -> None:  # noqa: N802 - BaseHTTPRequestHandler's naming
+        def do_GET(self) -> None:  # BaseHTTPRequestHandler's naming
             parts, query, _ = self._record()
             if fake_hub_spaces.oidc_route(self, hub, "GET", parts, query, b""):
                 return
@@ -419,7 +419,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._metrics(job)
             return self._error(404, "not found")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             parts, query, body = self._record()
             if fake_hub_spaces.oidc_route(self, hub, "POST", parts, query, body):
                 return

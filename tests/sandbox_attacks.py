@@ -22,7 +22,7 @@ import pytest
 from grpo_dashboard.checks import sandbox
 from grpo_dashboard.checks.reward_check import CheckReport, check_rewards
 
-from .conftest import processes_with
+from .conftest import not_applicable, processes_with
 
 REPO = Path(__file__).resolve().parent.parent
 MATH = REPO / "examples" / "data" / "math_tiny.jsonl"
@@ -138,8 +138,9 @@ def require_boundary(where: str) -> str:
 def sandbox_mode(param: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Set the sandbox up for one mode of MODES: bubblewrap, Landlock (bubblewrap switched off), the `unshare`
     fallback or the audit hook alone (both boundaries switched off), each where available. A boundary mode that
-    cannot run here is skipped only while the other boundary can (the tests then run there); with neither, see
-    `require_boundary`. For a test module's `mode` fixture: `yield from sandbox_mode(request.param, monkeypatch)`."""
+    cannot run here is skipped (`not_applicable`) only while the other boundary can (the tests then run there);
+    with neither, see `require_boundary`. For a test module's `mode` fixture:
+    `yield from sandbox_mode(request.param, monkeypatch)`."""
     prefix = sandbox.sandbox_module().isolation_prefix
     if param != "bwrap":
         monkeypatch.setenv("GRPO_SANDBOX_NO_BWRAP", "1")
@@ -151,11 +152,11 @@ def sandbox_mode(param: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     if param in BOUNDARIES and sandbox.boundary() is None:
         monkeypatch.delenv("GRPO_SANDBOX_NO_BWRAP", raising=False)
         require_boundary("here")
-        pytest.skip(f"{param} cannot make a sandbox here; the other boundary ({sandbox.boundary()}) can")
+        not_applicable(f"{param} cannot make a sandbox here; the other boundary ({sandbox.boundary()}) can")
     if param == "bwrap" and not (sandbox.boundary() or "").startswith("bubblewrap"):
-        pytest.skip(f"bubblewrap is not the boundary here ({sandbox.boundary()})")
+        not_applicable(f"bubblewrap is not the boundary here ({sandbox.boundary()})")
     if param == "unshare" and not prefix():
-        pytest.skip("unshare namespaces are not available here")
+        not_applicable("unshare namespaces are not available here")
     yield param
     prefix.cache_clear()
 

@@ -44,7 +44,7 @@ def test_a_local_directory_gives_the_exact_count_from_safetensors_headers(tiny_m
 
     exact = 0
     with safe_open(str(tiny_model / "model.safetensors"), "pt") as f:
-        for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+        for key in f.keys():  # safe_open has no __iter__
             exact += _numel(f.get_slice(key).get_shape())
     shape = from_directory(tiny_model)
     assert shape is not None and shape.params == exact and "safetensors" in shape.source

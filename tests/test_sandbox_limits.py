@@ -18,7 +18,7 @@ import pytest
 
 from grpo_dashboard.checks import sandbox
 
-from .conftest import processes_with
+from .conftest import not_applicable, processes_with
 from .sandbox_attacks import (
     BOUNDARIES,
     MODES,
@@ -98,7 +98,7 @@ print(started, error)
 @pytest.mark.parametrize("max_tasks", [None, 8])
 def test_threads_are_bounded(mode: str, max_tasks: int | None) -> None:
     if mode not in BOUNDARIES:
-        pytest.skip("the weak fallbacks bound tasks only where a pids cgroup or RLIMIT_NPROC happens to bind")
+        not_applicable("the weak fallbacks bound tasks only where a pids cgroup or RLIMIT_NPROC happens to bind")
     res = sandbox.run_sandboxed(THREADS, argv=["400"], timeout_s=30, **({"max_tasks": max_tasks} if max_tasks else {}))
     assert res.ok, res.stderr[-1000:]
     started, error = res.stdout.split(" ", 1)
@@ -194,7 +194,7 @@ def test_bubblewrap_starts_from_a_standard_venv(tmp_path: Path) -> None:
     (base_venv, base_found, _, _), (in_venv, venv_found, venv_out, venv_isolation) = answers
     assert not base_venv and in_venv
     if not str(base_found).startswith("bubblewrap"):
-        pytest.skip(f"bubblewrap cannot make a sandbox here even for the base interpreter: {base_found}")
+        not_applicable(f"bubblewrap cannot make a sandbox here even for the base interpreter: {base_found}")
     assert str(venv_found).startswith("bubblewrap"), venv_found
     assert venv_out == "42\n" and venv_isolation.startswith("bubblewrap (")
 

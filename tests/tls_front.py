@@ -126,7 +126,7 @@ class TlsSite:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - BaseHTTPRequestHandler's naming
+            def do_GET(self) -> None:  # BaseHTTPRequestHandler's naming
                 page = site.pages.get(self.path.split("?")[0])
                 body = (page or "not found").encode()
                 self.send_response(200 if page is not None else 404)

@@ -22,7 +22,7 @@ def main() -> int:
     t0 = time.monotonic()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:  # http.server's naming
             ok = self.path == "/health/" and not args.never_healthy and time.monotonic() - t0 >= args.healthy_after
             self.send_response(200 if ok else 503)
             self.send_header("Content-Length", "0")

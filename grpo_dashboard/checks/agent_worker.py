@@ -32,7 +32,7 @@ def schema_problem(fn: Any) -> str | None:
 
     try:
         get_json_schema(fn)
-    except Exception as exc:  # noqa: BLE001 - DocstringParsingException, TypeHintParsingException, ...
+    except Exception as exc:  # DocstringParsingException, TypeHintParsingException, ...
         return (f"{exc}. TRL builds the tool's JSON schema from its type hints and Google-style docstring: give every "
                 "argument a type hint and document it under `Args:` (a one-line description first).")
     return None
@@ -49,7 +49,7 @@ def _picklable(obj: Any) -> str | None:
 
     try:
         data = pickle.dumps(obj)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return _short(exc)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     res = subprocess.run([sys.executable, "-c", _UNPICKLE], input=data, capture_output=True, timeout=60, env=env)
@@ -125,7 +125,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         where = f"agent.tools[{i}]"
         try:
             fn = agents.load_tool(str(target), base)
-        except BaseException as exc:  # noqa: BLE001 - the user's module may raise anything
+        except BaseException as exc:  # the user's module may raise anything
             problem(where, target, f"cannot be imported: {_short(exc)}.")
             continue
         why = schema_problem(fn)
@@ -143,7 +143,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         try:
             factory = agents.load_environment(str(target), base)
             instance = factory()
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             problem(where, target, f"cannot be imported or built with no arguments: {_short(exc)}.")
             continue
         methods = dict(inspect.getmembers(type(instance), predicate=inspect.isfunction))
@@ -173,7 +173,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             if len(inspect.signature(fn).parameters) < 2:
                 problem("agent.rollout_func", agent["rollout_func"], "must accept (prompts, trainer) and return a "
                         "dict with prompt_ids, completion_ids and logprobs.")
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             problem("agent.rollout_func", agent["rollout_func"], f"cannot be imported: {_short(exc)}.")
     if is_async:
         registry = rewards_module()
@@ -181,7 +181,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             try:
                 fn = registry.build_reward(r["name"], r.get("builtin"), r.get("function"),
                                            dict(r.get("params") or {}), base)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 problem(f"rewards[{i}]", r["name"], f"cannot be built: {_short(exc)}.")
                 continue
             if err := _picklable(fn):
@@ -192,7 +192,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     if template and (tools or agent.get("environment_factory")):
         try:
             tokenizer = _tokenizer(template, model, agents)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             problem("model.name_or_path", model, f"its tokenizer could not be loaded here to check tool calling "
                     f"({_short(exc)}); the job checks it when it starts.", "warning")
             tokenizer = None
@@ -227,7 +227,7 @@ def main() -> int:
     sys.stdout = sys.stderr  # the user's prints go to the log tail
     try:
         result = run(request)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         result = {"problems": [{"field": "agent", "value": None, "message": f"could not be checked: {_short(exc)}",
                                 "severity": "error"}], "environments": {}}
     out.write(json.dumps(result, default=repr) + "\n")

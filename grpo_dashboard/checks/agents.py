@@ -42,7 +42,7 @@ def _version(name: str) -> str | None:
         import importlib.metadata
 
         return importlib.metadata.version(name)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from grpo_dashboard.checks.named import Check, CheckInput
 from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec import trl_fields
+from grpo_dashboard.spec.agent_spec import AgentSpec
 from grpo_dashboard.spec.run_spec import LOCAL
 
 ASYNC_ACCELERATE = (None, "fsdp2")
@@ -21,6 +22,12 @@ def async_fields() -> dict[str, trl_fields.TrlField]:
     """AsyncGRPOConfig's fields in the installed TRL, from its schema (ImportError when this TRL lacks the
     experimental async_grpo trainer)."""
     return trl_fields.async_fields()
+
+
+def _agent(inp: CheckInput) -> AgentSpec:
+    """The agent section of a spec `_fields` accepted (it is never None there)."""
+    assert inp.spec.agent is not None
+    return inp.spec.agent
 
 
 def _fields(inp: CheckInput) -> dict[str, trl_fields.TrlField] | None:
@@ -39,7 +46,7 @@ def _vllm_version() -> str | None:
         import importlib.metadata
 
         return importlib.metadata.version("vllm")
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 
@@ -69,7 +76,7 @@ def _async_config(inp: CheckInput) -> Iterator[FieldError]:
     if fields is None:
         return
     grpo = trl_fields.grpo_fields()
-    for key, value in inp.spec.agent.async_config.items():
+    for key, value in _agent(inp).async_config.items():
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -80,7 +87,7 @@ def _async_config(inp: CheckInput) -> Iterator[FieldError]:
 
 
 def _merged(inp: CheckInput) -> dict[str, Any]:
-    return {**inp.spec.training, **inp.spec.agent.async_config}
+    return {**inp.spec.training, **_agent(inp).async_config}
 
 
 def _server_url(inp: CheckInput) -> Iterator[FieldError]:
@@ -126,8 +133,8 @@ def _eval(inp: CheckInput) -> Iterator[FieldError]:
 
 
 def _rollout_func(inp: CheckInput) -> Iterator[FieldError]:
-    if _fields(inp) is not None and inp.spec.agent.rollout_func:
-        yield FieldError("agent.rollout_func", inp.spec.agent.rollout_func, "is not supported by AsyncGRPOTrainer "
+    if _fields(inp) is not None and _agent(inp).rollout_func:
+        yield FieldError("agent.rollout_func", _agent(inp).rollout_func, "is not supported by AsyncGRPOTrainer "
                          "(it streams rollouts from vLLM); remove it or use trainer: grpo.")
 
 
@@ -139,7 +146,7 @@ def _gpu(inp: CheckInput) -> Iterator[FieldError]:
 
 def _vllm_here(inp: CheckInput) -> Iterator[FieldError]:
     if _fields(inp) is not None and _vllm_version() is None and inp.spec.backend.kind == LOCAL:
-        yield FieldError("agent.trainer", inp.spec.agent.trainer, "vllm is not installed here; async GRPO needs a "
+        yield FieldError("agent.trainer", _agent(inp).trainer, "vllm is not installed here; async GRPO needs a "
                          "running vLLM server (vllm ≥ 0.22) reachable at vllm_server_base_url.", "warning")
 
 

@@ -28,7 +28,7 @@ def model_chat_template(spec: RunSpec, base: Path) -> bool | None:
         for name in ("chat_template.jinja", "tokenizer_config.json"):
             try:
                 path = hf_hub_download(spec.model.name_or_path, name, revision=spec.model.revision)
-            except Exception:  # noqa: BLE001 - absent file or offline: try the next source
+            except Exception:  # absent file or offline: try the next source
                 continue
             if name.endswith(".jinja"):
                 return True

@@ -134,7 +134,7 @@ def load_rows(dataset: DatasetSpec, base: Path, limit: int, token: str | bool | 
         features = ds.features or {}
         splits = getattr(ds.info, "splits", None) or {}
         total = splits[dataset.split].num_examples if dataset.split in splits else None
-    except Exception as exc:  # noqa: BLE001 - any loader failure becomes one clear message
+    except Exception as exc:  # any loader failure becomes one clear message
         raise RuntimeError(f"the Hub dataset {dataset.path!r} (config {dataset.config!r}, split {dataset.split!r}) "
                            f"cannot be loaded: {type(exc).__name__}: {str(exc)[:300]}. Check the id, config and "
                            f"split on the Hub, log in for private datasets, or go online.") from exc
@@ -238,7 +238,7 @@ def load_tokenizer(spec: RunSpec, base: Path) -> Any:
 
         return AutoTokenizer.from_pretrained(spec.model.name_or_path, revision=spec.model.revision,
                                              local_files_only=True, trust_remote_code=False)
-    except Exception:  # noqa: BLE001 - a tokenizer that cannot load only makes the token counts approximate
+    except Exception:  # a tokenizer that cannot load only makes the token counts approximate
         return None
 
 
@@ -249,7 +249,7 @@ def count_tokens(prompt: str | list[dict[str, Any]], tokenizer: Any) -> int:
         if tokenizer is not None and getattr(tokenizer, "chat_template", None):
             try:
                 text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-            except Exception:  # noqa: BLE001 - a broken template is reported separately
+            except Exception:  # a broken template is reported separately
                 pass
     else:
         text = prompt

@@ -83,7 +83,7 @@ def gpu_count() -> int | None:
     if torch is not None:
         try:
             return int(torch.cuda.device_count())
-        except Exception:  # noqa: BLE001 - a broken CUDA setup: unknown
+        except Exception:  # a broken CUDA setup: unknown
             return None
     gpus = _physical()
     if gpus is None:

@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_dashboard.checks.cluster_estimate import (  # noqa: F401 - re-exported: the estimator's vocabulary
+from grpo_dashboard.checks.cluster_estimate import (  # re-exported: the estimator's vocabulary
     CLUSTER_SOURCE,
     SYNC_COLOCATE_S,
     SYNC_SERVER_S,
@@ -134,10 +134,10 @@ def workload(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None = None,
         served = server_nodes(spec) * max(1, spec.backend.gpus_per_node or 1)
     else:
         served = 1
-    steps = int(eff("max_steps") or -1)
+    steps: int | None = int(eff("max_steps") or -1)
     iterations = int(eff("num_iterations") or 1)
     gens = int(eff("num_generations") or 8)
-    if steps <= 0:
+    if steps is not None and steps <= 0:
         if num_rows:
             per_step = batch * ga * procs
             steps = math.ceil(float(eff("num_train_epochs") or 1) * num_rows * gens * iterations / per_step)
@@ -435,8 +435,9 @@ def _fit(shape: ModelShape, w: Workload, memory: MemoryEstimate, flavor: Flavor)
     if memory.fits_memory(flavor) and not memory.enough_gpus(flavor):
         note = memory.gpu_shortfall(flavor)
     priced = hours is not None and flavor.source != CLUSTER_SOURCE  # a cluster's own nodes have no price here
+    cost = hours * flavor.price_per_hour if priced and hours is not None else None
     return FlavorFit(flavor.name, flavor.price_per_hour, fits, memory.card_needed(), flavor.memory_gib,
-                     hours, hours * flavor.price_per_hour if priced else None, note, t.step_s, t.parts)
+                     hours, cost, note, t.step_s, t.parts)
 
 
 def _timeout(spec: RunSpec, fit: FlavorFit | None, warnings: list[str]) -> tuple[int, str]:
@@ -450,16 +451,17 @@ def _timeout(spec: RunSpec, fit: FlavorFit | None, warnings: list[str]) -> tuple
     except ValueError:
         given = None  # reported by validation; estimate as if unset
     expected = fit.hours * 3600 if fit is not None and fit.hours is not None else None
+    where = fit.name if fit is not None else ""  # known whenever `expected` is
     if given is not None:
         if expected is not None and given < expected:
             warnings.append(f"timeout {format_duration(given)} is shorter than the estimated run time "
-                            f"{format_duration(expected)} on {fit.name}: the job would be killed")
+                            f"{format_duration(expected)} on {where}: the job would be killed")
         return given, "set in the spec"
     if expected is None:
         return UNKNOWN_TIMEOUT_S, "run time unknown: default 2h; set training.max_steps or backend.timeout"
     timeout = max(MIN_TIMEOUT_S, expected * TIMEOUT_BUFFER)
     timeout = int(math.ceil(timeout / 900) * 900)
-    return timeout, f"estimated {format_duration(expected)} on {fit.name} × {TIMEOUT_BUFFER} buffer"
+    return timeout, f"estimated {format_duration(expected)} on {where} × {TIMEOUT_BUFFER} buffer"
 
 
 def _suggestions(spec: RunSpec, shape: ModelShape, w: Workload, memory: MemoryEstimate, table: dict[str, Flavor],

@@ -119,14 +119,14 @@ def from_config(config: dict[str, Any], source: str) -> ModelShape | None:
     try:
         hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
         heads = int(cfg["num_attention_heads"])
-        vocab = int(cfg.get("vocab_size") or config.get("vocab_size"))
+        vocab = int(cfg.get("vocab_size") or config.get("vocab_size"))  # type: ignore[arg-type]  # None: TypeError
     except (KeyError, TypeError, ValueError):
         return None
     kv = int(cfg.get("num_key_value_heads") or heads)
     hd = int(cfg.get("head_dim") or hidden // heads)
     experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 1)
-    inter = int(cfg.get("moe_intermediate_size") if experts > 1 and cfg.get("moe_intermediate_size")
-                else cfg.get("intermediate_size") or 4 * hidden)
+    inter = int((cfg.get("moe_intermediate_size") if experts > 1 else None) or cfg.get("intermediate_size")
+                or 4 * hidden)
     tied = bool(config.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False)))
     bias = bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2"))
     params = count_params(hidden, inter, layers, heads, kv, hd, vocab, tied, bias, experts=experts)
@@ -172,7 +172,7 @@ def _from_hub(repo_id: str, revision: str | None, token: str | bool | None, endp
             path = hf_hub_download(repo_id, "config.json", revision=revision, token=token, endpoint=endpoint,
                                    local_files_only=local_only)
             return from_config(json.loads(Path(path).read_text(encoding="utf-8")), f"config.json of {repo_id}")
-        except Exception:  # noqa: BLE001 - absent, private or offline
+        except Exception:  # absent, private or offline
             return None
 
     shape = config(True)
@@ -181,7 +181,7 @@ def _from_hub(repo_id: str, revision: str | None, token: str | bool | None, endp
     try:
         info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision, expand=["safetensors"],
                                                                   timeout=5)
-    except Exception:  # noqa: BLE001 - offline, private or absent: the cached config (or the table) is all we have
+    except Exception:  # offline, private or absent: the cached config (or the table) is all we have
         return shape
     shape = shape or config(False) or from_name(repo_id)
     total = info.safetensors.total if info.safetensors else None

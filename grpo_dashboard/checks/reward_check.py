@@ -357,9 +357,11 @@ def _analyse(rep: RewardReport, records: list[dict[str, Any]], conversational: b
 def _expectations(rep: RewardReport, fmt: str, ref: str, severity: str) -> None:
     by_case = {case: rep.values(case, fmt) for case in CASES}
     n = len(next(v for v in by_case.values() if v is not None))
-    ideal_low, empty_high, garbage_high = [], [], []
+    ideal_low: list[tuple[int, float, str, float]] = []
+    empty_high: list[tuple[int, float, float]] = []
+    garbage_high: list[tuple[int, float, float]] = []
     for i in range(n):
-        row = {c: v[i] for c, v in by_case.items() if v is not None and v[i] is not None}
+        row: dict[str, float] = {c: x for c, v in by_case.items() if v is not None and (x := v[i]) is not None}
         if "ideal" not in row or len(row) < 2:
             continue
         top, bottom = max(row.values()), min(row.values())

@@ -86,7 +86,7 @@ def run_batch(fn: Any, batch: dict[str, Any]) -> dict[str, Any]:
         if inspect.isawaitable(out):
             out = asyncio.run(_await(out))
         result["values"] = _check_values(out, len(completions))
-    except BaseException as exc:  # noqa: BLE001 - the user's reward may raise anything, SystemExit included
+    except BaseException as exc:  # the user's reward may raise anything, SystemExit included
         result["error"] = _error(exc)
         result["missing_column"] = _missing_column(exc, columns)
     result["seconds"] = time.perf_counter() - start
@@ -115,7 +115,7 @@ def main() -> int:
     try:
         fn = rewards_module().build_reward(r["name"], r.get("builtin"), r.get("function"), dict(r.get("params") or {}),
                                            request.get("base_dir"))
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         emit({"build_error": _error(exc)})
         return 0
     batches = request["batches"]

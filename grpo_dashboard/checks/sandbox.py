@@ -57,7 +57,7 @@ def report_channel(worker: str) -> Any:
         raise SystemExit(f"{worker}: no report channel ({name} is not set); it runs only through "
                          f"grpo_dashboard.checks.sandbox.run_module(..., report=True).")
     os.set_inheritable(int(fd), False)
-    return open(int(fd), "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - the worker's channel for its life
+    return open(int(fd), "w", encoding="utf-8", buffering=1)  # the worker's channel for its life
 
 
 def reward_paths(function: str | None, base_dir: str | Path) -> list[str]:

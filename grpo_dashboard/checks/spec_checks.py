@@ -128,7 +128,7 @@ def _hub_sample(inp: CheckInput) -> Iterator[FieldError]:
         if features is None:
             raise ValueError("no features in the dataset card")
         inp.facts[DATASET_SAMPLE] = DatasetSample(list(features), [], None)
-    except Exception as exc:  # noqa: BLE001 - offline or private: checked again by the job, so only a warning here
+    except Exception as exc:  # offline or private: checked again by the job, so only a warning here
         yield FieldError("dataset.path", d.path, f"could not be inspected here ({type(exc).__name__}: "
                          f"{str(exc)[:200]}); its columns will only be checked when the job loads it.", "warning")
 

@@ -104,7 +104,7 @@ def _chat_template(inp: CheckInput) -> Iterator[FieldError]:
         jinja2.Environment().parse(template)
     except ImportError:
         return
-    except Exception as exc:  # noqa: BLE001 - any template syntax error
+    except Exception as exc:  # any template syntax error
         yield FieldError("model.chat_template", template[:80] + ("..." if len(template) > 80 else ""),
                          f"is not a valid Jinja template ({type(exc).__name__}: {exc}). Fix it, or remove it to use "
                          "the tokenizer's own template.")

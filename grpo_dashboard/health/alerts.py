@@ -211,12 +211,12 @@ def post_json(url: str, payload: Mapping[str, Any], timeout: float = TIMEOUT_S, 
         headers = {"Content-Type": "application/json", "User-Agent": "grpo-dashboard"}
         request = urllib.request.Request(url, data=body, method="POST", headers=headers)
         opened = _public_opener().open if blocking else urllib.request.urlopen
-        with opened(request, timeout=timeout) as response:  # noqa: S310 - the user's own URL
+        with opened(request, timeout=timeout) as response:  # the user's own URL
             status = getattr(response, "status", 200)
             return None if 200 <= status < 300 else f"HTTP {status}"
     except urllib.error.HTTPError as exc:
         return f"HTTP {exc.code} {exc.reason}"
-    except Exception as exc:  # noqa: BLE001 - URLError, timeouts, bad URLs: report, never raise
+    except Exception as exc:  # URLError, timeouts, bad URLs: report, never raise
         return f"{type(exc).__name__}: {exc}"
 
 
@@ -235,7 +235,7 @@ def trackio_alert(finding: Finding, run_name: str | None = None, stopped: bool =
             level = trackio.AlertLevel.ERROR if finding.severity == ERROR else trackio.AlertLevel.WARN
             title = f"{'guard stop' if stopped else finding.severity}: {finding.rule} (step {finding.step})"
         trackio.alert(title=title, text=alert_text(finding, run_name, stopped), level=level)
-    except Exception as exc:  # noqa: BLE001 - no active trackio run, an older trackio, ...
+    except Exception as exc:  # no active trackio run, an older trackio, ...
         return f"{type(exc).__name__}: {exc}"
     return None
 

@@ -156,9 +156,9 @@ def check_task_regression(ctx: Context) -> list[Finding]:
     persist = int(ctx.t("task_regression.persist"))
     for task, s in stds.items():
         flat = s.values <= 1e-9
-        others = [o for t, o in stds.items() if t != task]
-        if trailing_streak(flat) >= min(persist, len(s)) and others \
-                and all(float(o.values[-1]) > 1e-9 for o in others) and gains.get(task, 0.0) <= 0:
+        other_stds = [o for t, o in stds.items() if t != task]
+        if trailing_streak(flat) >= min(persist, len(s)) and other_stds \
+                and all(float(o.values[-1]) > 1e-9 for o in other_stds) and gains.get(task, 0.0) <= 0:
             out.append(make_finding(
                 "task_regression", WARNING, _onset(s, flat),
                 f"task {task} lost all reward variance (reward_std 0 for {trailing_streak(flat)} logs): its groups "

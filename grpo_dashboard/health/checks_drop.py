@@ -213,7 +213,7 @@ def check_reward_drop(ctx: Context) -> list[Finding]:
     """A reward function (or the total) falls well below its earlier peak, e.g. the format is lost."""
     findings = []
     for mean_key, _ in ctx.frame.reward_functions().values():
-        found = _drop(ctx, ctx.frame.get(mean_key).finite())
+        found = _drop(ctx, ctx.frame.columns[mean_key].finite())
         if found:
             findings.append(found)
     if not findings:

@@ -336,7 +336,7 @@ def check_length_collapse(ctx: Context) -> list[Finding]:
     )
     rising = []
     for name, (mean_key, _) in ctx.frame.reward_functions().items():
-        series = ctx.frame.get(mean_key).finite()
+        series = ctx.frame.columns[mean_key].finite()
         before, after = series.values[series.steps < onset], series.values[series.steps >= onset]
         if before.size and after.size and np.mean(after[-5:]) - np.mean(before[:5]) >= 0.2:
             rising.append(f"{name} {fmt(float(np.mean(before[:5])))} -> {fmt(float(np.mean(after[-5:])))}")

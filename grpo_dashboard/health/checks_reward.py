@@ -59,8 +59,8 @@ def _format_hacking_pair(
     """The format reward ``f_name`` gains (or has held saturated) while the task reward ``a_name`` does not."""
     sat, min_gain = ctx.t("format_hacking.saturation"), ctx.t("format_hacking.min_gain")
     acc_flat, acc_drop = ctx.t("format_hacking.acc_flat"), ctx.t("format_hacking.acc_drop")
-    f_series = ctx.frame.get(functions[f_name][0]).finite()
-    a_series = ctx.frame.get(functions[a_name][0]).finite()
+    f_series = ctx.frame.columns[functions[f_name][0]].finite()
+    a_series = ctx.frame.columns[functions[a_name][0]].finite()
     steps, f, a = aligned(f_series, a_series)
     n = steps.size
     if n < 3:
@@ -92,7 +92,8 @@ def _format_hacking_pair(
     if severity is None:
         # The task reward may have moved while the format was being learned (a score that needs valid
         # output first) and then stalled: judged on the stretch since the format saturated.
-        a_std = ctx.frame.get(functions[a_name][1]) if functions[a_name][1] else None
+        std_key = functions[a_name][1]
+        a_std = ctx.frame.get(std_key) if std_key else None
         std_values = a_std.finite().values if a_std is not None else np.empty(0)
         spread = float(np.mean(std_values)) if std_values.size else None
         stall = _stalled_since_saturation(ctx, f, a, f_sm, f_lo + sat * (f_hi - f_lo), spread, s)

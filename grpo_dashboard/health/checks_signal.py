@@ -195,11 +195,11 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
     min_points = int(ctx.t("flat_reward.min_points"))
     flat: list[dict[str, Any]] = []
     for name, (mean_key, std_key) in functions.items():
-        mean = ctx.frame.get(mean_key).finite()
+        mean = ctx.frame.columns[mean_key].finite()
         if mean.values.size == 0:
             continue
         if std_key is not None:
-            std = ctx.frame.get(std_key).finite()
+            std = ctx.frame.columns[std_key].finite()
             steps, constant = std.steps, std.values <= atol
         else:
             # Old logs have no per-function std: identical means on consecutive logs stand in for it.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -141,7 +142,7 @@ class Blend:
         return " / ".join(f"{m.model} {w:.2f}" for m, w in zip(self.members, self.weights, strict=True))
 
     def __call__(self, x: np.ndarray | float) -> np.ndarray:
-        return sum(w * m(x) for w, m in zip(self.weights, self.members, strict=True))
+        return cast(np.ndarray, sum(w * m(x) for w, m in zip(self.weights, self.members, strict=True)))
 
     def gain_step(self, share: float) -> float:
         """Step at which ``share`` of the gain from ``x0`` to the plateau is reached (inf when never)."""

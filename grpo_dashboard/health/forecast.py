@@ -111,8 +111,8 @@ def _round(x: float | None, digits: int = 6) -> float | None:
 
 def _band(value: float, low: float, high: float, digits: int = 6) -> dict[str, Any]:
     lo, hi = min(low, high), max(low, high)
-    low, high = _round(min(lo, value), digits), _round(max(hi, value), digits)
-    return {"value": _round(value, digits), "low": low, "high": high}
+    return {"value": _round(value, digits), "low": _round(min(lo, value), digits),
+            "high": _round(max(hi, value), digits)}
 
 
 def entropy_law(entropy: Series | None, reward: Series | None) -> tuple[dict[str, Any] | None, str | None]:

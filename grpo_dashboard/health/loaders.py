@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from .series import ColumnBuilder, MetricFrame, record_step
 try:  # orjson (a gradio dependency) parses 3x faster; it rejects NaN/Infinity, which json then handles
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - depends on the environment
-    _fast_loads = json.loads
+    _fast_loads = json.loads  # type: ignore[assignment]
 
 _LOG_HISTORY = re.compile(rb'"log_history"\s*:\s*\[')
 _BLOCK = 1 << 20
@@ -171,7 +171,7 @@ def _iter_trainer_state(file: Path, hints: dict[str, Any]) -> Iterator[tuple[int
         hints.update({k: rest[k] for k in _STATE_HINTS if rest.get(k) is not None})
 
 
-def _iter_log_history(file: Path, data: bytes, pos: int) -> Iterator[tuple[int, dict[str, Any]]]:
+def _iter_log_history(file: Path, data: bytes, pos: int) -> Generator[tuple[int, dict[str, Any]], None, int]:
     """Decode the log_history array a block of elements at a time; returns the offset of its closing bracket.
 
     A block ends at the last ``}`` within ``_BLOCK`` bytes; it parses only if it holds complete elements, so a

@@ -82,6 +82,7 @@ class ColumnBuilder:
         for j, key in enumerate(signature):
             if key in _META_KEYS:
                 continue
+            values: np.ndarray | None
             if block is not None:
                 values, present = block[:, j], None
             else:
@@ -262,7 +263,7 @@ def reward_ceiling_position(frame: MetricFrame, recent: int) -> float | None:
     (the lowest of them: every function must be near its own ceiling), else on the total; None when unknown."""
     positions = []
     for mean_key, _ in frame.reward_functions().values():
-        values = frame.get(mean_key).finite().values
+        values = frame.columns[mean_key].finite().values
         if values.size == 0 or np.all(values == values[0]):
             continue  # a constant function (often a penalty that never fires) says nothing about the ceiling
         position = unit_position(values, recent)

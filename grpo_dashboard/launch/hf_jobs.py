@@ -39,7 +39,7 @@ from grpo_dashboard.launch.hf_jobs_payload import (  # noqa: F401 - re-exported 
     script_dependencies,
 )
 from grpo_dashboard.launch.hf_jobs_stream import Follower, http_status, retry_after_s, retry_text
-from grpo_dashboard.launch.hub_client import (  # noqa: F401 - re-exported for callers and tests
+from grpo_dashboard.launch.hub_client import (  # re-exported for callers and tests
     describe_error,
     endpoint_url,
     make_api,
@@ -99,7 +99,7 @@ def _retry(call: Any, action: str, namespace: str, attempts: int = 4) -> Any:
             if (status != 429 and status < 500) or attempt == attempts - 1:
                 raise BackendError(describe_error(exc, action, namespace, attempts=attempt + 1)) from exc
             _pause(exc, action, attempt, attempts)
-        except Exception as exc:  # noqa: BLE001 - only network errors are retried
+        except Exception as exc:  # only network errors are retried
             if not _network_error(exc) or attempt == attempts - 1:
                 raise BackendError(describe_error(exc, action, namespace, attempts=attempt + 1)) from exc
             _pause(exc, action, attempt, attempts)
@@ -175,7 +175,7 @@ def job_timeout(spec: RunSpec, base_dir: Path | None = None, token: str | None =
         return given, "set in the spec"
     try:
         report = hardware.estimate_for_spec(spec, base_dir, token, endpoint_url(endpoint))
-    except Exception as exc:  # noqa: BLE001 - an estimate must never block a launch
+    except Exception as exc:  # an estimate must never block a launch
         return hardware.UNKNOWN_TIMEOUT_S, f"estimate failed ({type(exc).__name__}); default 2h"
     return report.timeout_s, report.timeout_reason
 
@@ -201,7 +201,7 @@ def _create_job(api: Any, namespace: str, run_id: str, kwargs: dict[str, Any], f
             if status != 429 and status < 500:
                 raise BackendError(describe_error(exc, action, namespace, flavor)) from exc
             last: BaseException = exc
-        except Exception as exc:  # noqa: BLE001 - network errors: the job may or may not exist now
+        except Exception as exc:  # network errors: the job may or may not exist now
             if not _network_error(exc):
                 raise BackendError(describe_error(exc, action, namespace, flavor)) from exc
             last = exc
@@ -357,7 +357,7 @@ def cancel(store: Store, run: Run, wait: bool = False, token: str | None = None,
             return current
         try:
             info = api.inspect_job(job_id=job_id, namespace=ns)
-        except Exception:  # noqa: BLE001 - keep waiting; the follower settles it too
+        except Exception:  # keep waiting; the follower settles it too
             info = None
         if info is not None and str(getattr(info.status.stage, "value", info.status.stage)) in (
                 "CANCELED", "COMPLETED", "ERROR", "DELETED") and f is not None:

@@ -81,7 +81,8 @@ def job_system_metrics(sample: dict[str, Any]) -> dict[str, float]:
     if num(sample.get("cpu_usage_pct")) is not None:
         out["system/cpu/utilization"] = float(sample["cpu_usage_pct"])
     memory("system/memory/", sample.get("memory_used_bytes"), sample.get("memory_total_bytes"))
-    gpus = sample.get("gpus") if isinstance(sample.get("gpus"), dict) else {}
+    raw_gpus = sample.get("gpus")
+    gpus = raw_gpus if isinstance(raw_gpus, dict) else {}
     for i, gid in enumerate(sorted(gpus, key=str)):
         g = gpus[gid] if isinstance(gpus[gid], dict) else {}
         if num(g.get("utilization")) is not None:
@@ -215,7 +216,7 @@ class Follower:
             target()
         except _Stopped:
             pass
-        except Exception as exc:  # noqa: BLE001 - a bug must not kill the dashboard; it is shown in the state
+        except Exception as exc:  # a bug must not kill the dashboard; it is shown in the state
             self.state.last_error = redact(f"{type(exc).__name__}: {exc}")
         finally:
             if not any(t.is_alive() for t in self._threads if t is not threading.current_thread()):
@@ -249,7 +250,7 @@ class Follower:
                 continue
             except (_Stopped, KeyboardInterrupt):
                 return
-            except Exception as exc:  # noqa: BLE001 - HTTP and network errors of any kind: back off and reconnect
+            except Exception as exc:  # HTTP and network errors of any kind: back off and reconnect
                 wait = max(backoff, retry_after_s(exc) or 0.0)
                 self.state.last_error = retry_text(exc, "following the job's logs", wait)
             self.state.reconnects += 1
@@ -340,7 +341,7 @@ class Follower:
                 return
             except _Gap:
                 failures += 1
-            except Exception as exc:  # noqa: BLE001 - HTTP and network errors (429 and timeouts too): poll again later
+            except Exception as exc:  # HTTP and network errors (429 and timeouts too): poll again later
                 failures += 1
                 wait = max(_poll_wait(failures), retry_after_s(exc) or 0.0)
                 self.state.last_error = retry_text(exc, "checking the job's status", wait)
@@ -370,7 +371,7 @@ class Follower:
                     if isinstance(sample, dict) and now - kept_at >= system_interval():
                         kept_at = now if self.store_system_sample(sample, now) else kept_at
                     failures = 0
-            except Exception:  # noqa: BLE001 - the metrics are optional: the log and the stage go on without them
+            except Exception:  # the metrics are optional: the log and the stage go on without them
                 failures += 1
             if self._stop.wait(_poll_wait(failures)):
                 return
@@ -443,5 +444,5 @@ def failure_text(stage: str, message: str | None, follower: Follower | None = No
 def _http_error_text(exc: Any) -> str:
     status = getattr(getattr(exc, "response", None), "status_code", None)
     hint = {401: " (token rejected: sign in again)", 403: " (not allowed for this token)",
-            404: " (job not found: deleted, or the token belongs to another account)"}.get(status, "")
+            404: " (job not found: deleted, or the token belongs to another account)"}.get(status or 0, "")
     return redact(f"HTTP {status}{hint}: {getattr(exc, 'server_message', None) or exc}")[:500]

@@ -23,7 +23,7 @@ from grpo_dashboard.checks.cluster_checks import gpu_count
 from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.launch import vllm_server
 from grpo_dashboard.launch.hub_client import saved_token
-from grpo_dashboard.launch.local_process import (  # noqa: F401 - re-exported for callers and tests
+from grpo_dashboard.launch.local_process import (  # re-exported for callers and tests
     group_alive,
     is_alive,
     is_ours,
@@ -155,7 +155,7 @@ def start(spec: RunSpec, run_dir: Path, config_path: Path, metrics_path: Path, t
         plan = vllm_server.local_plan(spec, run_dir, served, metrics_path, gpu_count())
         plan.write(run_dir / vllm_server.PLAN)
         cmd = vllm_server.supervisor_command(run_dir / vllm_server.PLAN)
-    log = open(run_dir / "job.log", "ab")  # noqa: SIM115 - handed to the child, closed here after spawn
+    log = open(run_dir / "job.log", "ab")  # handed to the child, closed here after spawn
     try:
         popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  cwd=str(run_dir), env=job_environment(spec, token), start_new_session=True)
@@ -246,7 +246,7 @@ def stall_timeout(run: Run) -> float | None:
     if run.id not in _stall_limits:
         try:
             _stall_limits[run.id] = RunSpec.from_yaml(run.spec_yaml).backend.stall_timeout_s
-        except Exception:  # noqa: BLE001 - a run without a readable spec keeps the default
+        except Exception:  # a run without a readable spec keeps the default
             _stall_limits[run.id] = BackendSpec().stall_timeout_s
     return _stall_limits[run.id]
 

@@ -16,6 +16,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from grpo_dashboard.errors import BackendError, RunNotFound, SpecError
 from grpo_dashboard.launch.backends import backend_for
@@ -116,8 +117,8 @@ def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, toke
     tmp.write_text(resumed.to_job_yaml(), encoding="utf-8")
     tmp.replace(run_dir / "run.yaml")
     store.truncate_after(run.id, step)
-    fields: dict[str, object] = dict(status=RunStatus.QUEUED.value, ended_at=None, error=None, exit_code=None,
-                                     cancel_requested_at=None, pid=None, pid_start=None, last_step=step)
+    fields: dict[str, Any] = dict(status=RunStatus.QUEUED.value, ended_at=None, error=None, exit_code=None,
+                                  cancel_requested_at=None, pid=None, pid_start=None, last_step=step)
     if run.backend == HF_JOBS:
         store.shift_events(run.id)
         fields.update(ingest_offset=0, external_id=None)

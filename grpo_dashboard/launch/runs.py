@@ -233,7 +233,7 @@ class Monitor:
                     if run.status in TERMINAL and self.on_end is not None:
                         self.on_end(self.store, run)
                 self.last_error = None
-            except Exception as exc:  # noqa: BLE001 - keep monitoring; the UI shows last_error
+            except Exception as exc:  # keep monitoring; the UI shows last_error
                 self.last_error = f"{type(exc).__name__}: {exc}"
             self.passes += 1
             self._stop.wait(self.interval_s)

@@ -441,10 +441,11 @@ def reattach(store: Store, token: str | None = None, namespace: str | None = Non
     for run_id, job_id in jobs.items():
         try:
             run = store.get_run(run_id)
-        except Exception:  # noqa: BLE001 - RunNotFound: recreate it from its run directory when it is ours
-            run = _recreate(store, run_id, owner)
-            if run is None:
+        except Exception:  # RunNotFound: recreate it from its run directory when it is ours
+            recreated = _recreate(store, run_id, owner)
+            if recreated is None:
                 continue
+            run = recreated
         if run.status in TERMINAL:
             continue
         if run.external_id != job_id:
@@ -460,7 +461,7 @@ def _recreate(store: Store, run_id: str, owner: str | None) -> Run | None:
         return None
     try:
         spec = RunSpec.from_yaml(config.read_text(encoding="utf-8"))
-    except Exception:  # noqa: BLE001 - not a run this dashboard can read
+    except Exception:  # not a run this dashboard can read
         return None
     run = Run(id=run_id, name=spec.name, spec_yaml=spec.to_yaml(), backend=KIND, status=RunStatus.QUEUED.value,
               created_at=config.stat().st_mtime, run_dir=str(run_dir), output_dir=spec.output_dir, owner=owner)

@@ -147,7 +147,7 @@ def write_served_config(config: Path, served: Path, host: str, port: int) -> Non
 def healthy(host: str, port: int, timeout_s: float = 2.0) -> bool:
     """True when the server answers its health endpoint with 200."""
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}{HEALTH_PATH}", timeout=timeout_s) as response:  # noqa: S310
+        with urllib.request.urlopen(f"http://{host}:{port}{HEALTH_PATH}", timeout=timeout_s) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -243,7 +243,7 @@ def supervise(plan: Plan, host: str, values: dict[str, str]) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    log = open(plan.server_log, "ab")  # noqa: SIM115 - handed to the server, closed when it is stopped
+    log = open(plan.server_log, "ab")  # handed to the server, closed when it is stopped
     try:
         print(f"grpo-dashboard: starting the vLLM server: {' '.join(fill(plan.server))} (log {plan.server_log})",
               flush=True)

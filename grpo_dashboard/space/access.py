@@ -158,7 +158,7 @@ def whoami_name(token: str) -> str:
         return known
     try:
         info = hf_jobs.make_api(token).whoami()
-    except Exception as exc:  # noqa: BLE001 - any failure means: this token does not identify anyone
+    except Exception as exc:  # any failure means: this token does not identify anyone
         raise NotAllowed(hf_jobs.describe_error(exc, "check who you are")) from None
     if info.get("type", "user") != "user" or not info.get("name"):
         raise NotAllowed("This token does not belong to a personal Hugging Face account; sign in as a user.")

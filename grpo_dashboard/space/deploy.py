@@ -180,7 +180,7 @@ def deploy_main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    except Exception as exc:  # noqa: BLE001 - a Hub failure becomes a message, not a traceback
+    except Exception as exc:  # a Hub failure becomes a message, not a traceback
         from grpo_dashboard.launch.hf_jobs import describe_error
 
         print(describe_error(exc, f"deploy the Space {args.repo_id}"), file=sys.stderr)

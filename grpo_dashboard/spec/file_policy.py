@@ -15,7 +15,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec.paths import user_path
@@ -28,7 +28,7 @@ _BUILDERS = ("json", "csv", "parquet", "text", "arrow")  # `datasets` builder na
 _ON_SPACE = "on this Space a recipe cannot name files on the server's disk"
 
 
-def names_file(value: Any) -> bool:
+def names_file(value: Any) -> TypeGuard[str]:
     """Whether a FILE_KEYS value is a file path (TRL opens it) rather than a mapping or inline JSON."""
     return isinstance(value, str) and bool(value.strip()) and not value.lstrip().startswith("{")
 

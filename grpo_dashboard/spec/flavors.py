@@ -51,8 +51,9 @@ _TABLE: list[tuple[str, str | None, int, float]] = [
     ("rtx-pro-6000", "RTX PRO 6000", 1, 2.75), ("rtx-pro-6000x2", "RTX PRO 6000", 2, 5.50),
     ("rtx-pro-6000x4", "RTX PRO 6000", 4, 11.00), ("rtx-pro-6000x8", "RTX PRO 6000", 8, 22.00),
 ]
-_CPU = {"cpu-basic": (15.0, 0.1, 20), "cpu-upgrade": (30.0, 0.4, 40), "cpu-xl": (115.0, 0.8, 60),
-        "cpu-performance": (238.0, 1.6, 100)}
+_CPU: dict[str, tuple[float, float, float]] = {
+    "cpu-basic": (15.0, 0.1, 20), "cpu-upgrade": (30.0, 0.4, 40), "cpu-xl": (115.0, 0.8, 60),
+    "cpu-performance": (238.0, 1.6, 100)}
 
 
 def _flavor(name: str, gpu: str | None, count: int, price: float, source: str = "built-in") -> Flavor:
@@ -84,7 +85,7 @@ def flavors(token: str | bool | None = None, endpoint: str | None = None, live: 
         from huggingface_hub import HfApi
 
         hardware = HfApi(endpoint=endpoint, token=token).list_jobs_hardware()
-    except Exception:  # noqa: BLE001 - offline, logged out, or the endpoint is down: prices from the table
+    except Exception:  # offline, logged out, or the endpoint is down: prices from the table
         return dict(BUILTIN_FLAVORS)
     out = dict(BUILTIN_FLAVORS)
     for hw in hardware:

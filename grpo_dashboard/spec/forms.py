@@ -115,7 +115,7 @@ def _spec_fields(group: str, prefix: str, cls: type) -> list[FormField]:
     for f in dataclasses.fields(cls):
         key = f"{prefix}.{f.name}" if prefix else f.name
         kinds = _flat(hints[f.name])
-        nested = [k for k in kinds if dataclasses.is_dataclass(k)]
+        nested = [k for k in kinds if isinstance(k, type) and dataclasses.is_dataclass(k)]
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         if nested:
@@ -390,7 +390,8 @@ def spec_from_values(values: dict[str, Any], base: RunSpec | None = None) -> Run
         parent_key, _, name = toggle.key.rpartition(".")
         parent = _get(spec, parent_key) if parent_key else spec
         if values[toggle.key] and getattr(parent, name) is None:
-            cls = next(k for k in _flat(typing.get_type_hints(type(parent))[name]) if dataclasses.is_dataclass(k))
+            cls = next(k for k in _flat(typing.get_type_hints(type(parent))[name])
+                       if isinstance(k, type) and dataclasses.is_dataclass(k))
             setattr(parent, name, cls())
         elif not values[toggle.key]:
             setattr(parent, name, None)

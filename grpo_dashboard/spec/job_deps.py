@@ -81,8 +81,10 @@ def job_deps(spec: RunSpec) -> list[Dep]:
     if any((r.builtin or r.name) == "json_valid" and (r.params.get("schema") or r.params.get("schema_column"))
            for r in spec.rewards):
         deps.append(Dep("jsonschema", "jsonschema", "rewards", "JSON-schema rewards"))
-    seen: set[str] = set()
-    return [d for d in deps if not (d.pip in seen or seen.add(d.pip))]
+    unique: dict[str, Dep] = {}  # the first of each pip name, in order
+    for d in deps:
+        unique.setdefault(d.pip, d)
+    return list(unique.values())
 
 
 def _deepspeed(config: str | None) -> bool:

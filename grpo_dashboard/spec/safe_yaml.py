@@ -85,7 +85,7 @@ class _Guard:
                                 "Flatten the structure.")
         self._depth += 1
         try:
-            return Composer.compose_node(self, parent, index)  # type: ignore[arg-type]
+            return Composer.compose_node(self, parent, index)
         finally:
             self._depth -= 1
 
@@ -95,9 +95,9 @@ class PySafeLoader(_Guard, yaml.SafeLoader):
 
 
 if yaml.__with_libyaml__:
-    from yaml._yaml import CParser  # type: ignore[import-not-found]
+    from yaml._yaml import CParser
 
-    class CSafeLoader(_Guard, CParser, Composer, SafeConstructor, Resolver):  # type: ignore[misc]
+    class CSafeLoader(_Guard, CParser, Composer, SafeConstructor, Resolver):
         """libyaml's parser (about 4x faster) under PyYAML's Python composer, so the guards see every node.
 
         CSafeLoader composes in C, out of reach of the guards; here CParser only supplies the events and the

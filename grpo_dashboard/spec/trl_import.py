@@ -212,7 +212,8 @@ class _Mapper:
         d = self.spec.dataset
         target = trl_keys.DATASET_KEYS[key]
         if key == "datasets":
-            entries = [dataclasses.asdict(x) if dataclasses.is_dataclass(x) else dict(x) for x in (value or [])]
+            entries = [dataclasses.asdict(x) if dataclasses.is_dataclass(x) and not isinstance(x, type) else dict(x)
+                       for x in (value or [])]
             entries = [{k: x for k, x in e.items() if x is not None and not (k == "split" and x == "train")}
                        for e in entries]
             single = entries[0] if len(entries) == 1 else None
@@ -367,10 +368,10 @@ class _Mapper:
                 self.rows.append(Row(key, fn, "unsupported", None, f"open-r1's {fn!r} reward: {target}"))
                 return None
             builtin, params = target
-            given = dict(self.reward_params.get(fn, {}))
+            overrides = dict(self.reward_params.get(fn, {}))
             if fn == "code_format":
-                params = {"pattern": open_r1_code_format(str(given.pop("language", "python")))}
-            params = {**params, **given}
+                params = {"pattern": open_r1_code_format(str(overrides.pop("language", "python")))}
+            params = {**params, **overrides}
             self._kept.append(True)
             self.rows.append(Row(key, fn, "converted", f"rewards[{fn}]", f"open-r1's {fn!r} as the {builtin} "
                                  f"built-in" + (f" with {sorted(params)}" if params and builtin != "python" else "")))

@@ -125,5 +125,5 @@ def _has_gpu() -> bool:
         import torch
 
         return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False

@@ -99,7 +99,7 @@ def _trl_log(p: Path, budget: Budget) -> Source:
     except ValueError as exc:
         raise ImportRunError(f"{budget.label} cannot be imported: {_named(str(exc), p, budget.label)}.") from None
     kind = "trainer_state" if file.name == "trainer_state.json" else "jsonl"
-    rows = []
+    rows: list[tuple[str, int, float | None, dict[str, Any]]] = []
     for r in records:
         metrics = {k: v for k, v in r.items() if k != "step"}
         budget.add(metrics)
@@ -186,7 +186,7 @@ def _trackio_system(conn: sqlite3.Connection, name: str, budget: Budget
     """The run's trackio system metrics (`trackio.log_system`, its GPU/CPU monitor) as `system` records stepped by
     wall time in ms, as our jobs log them; names trackio and our System panel share are renamed, the rest kept
     under `system/`."""
-    rows = []
+    rows: list[tuple[str, int, float | None, dict[str, Any]]] = []
     for stamp, blob in conn.execute("SELECT timestamp, metrics FROM system_metrics WHERE run_name = ? "
                                     "ORDER BY timestamp, id", (name,)):
         t = _stamp(stamp)

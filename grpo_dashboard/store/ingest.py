@@ -28,7 +28,7 @@ from grpo_dashboard.store.series import SYSTEM_SPLIT, append_points, encode
 try:
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - orjson comes with gradio; stdlib json is the fallback
-    _loads = json.loads
+    _loads = json.loads  # type: ignore[assignment]
 
 MARKER: str = job_module().MARKER  # the job's stdout prefix of protocol lines
 _MARKER_BYTES = MARKER.strip().encode()
@@ -296,7 +296,7 @@ def _parse_lines(body: bytes, offset: int) -> tuple[list[tuple[int, dict[str, An
     objs = [_loads_or_none(line) for line in lines]
     ok = [type(o) is dict and o.get("type") == "log" and type(o.get("step")) is int and o["step"] >= 0
           and type(o.get("metrics")) is dict for o in objs]
-    items: list[tuple[int, dict[str, Any]] | None] = list(zip(starts, objs, strict=True))  # type: ignore[arg-type]
+    items: list[tuple[int, dict[str, Any]] | None] = list(zip(starts, objs, strict=True))
     bad = 0
     if not all(ok):
         for i in [i for i, good in enumerate(ok) if not good]:

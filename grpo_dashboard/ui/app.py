@@ -104,6 +104,7 @@ def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, 
         return [*outputs, gr.update(choices=choices, value=run.id), gr.Tabs(selected="detail"), run.id]
 
     launched = gr.Textbox(visible=False, elem_id="launched-run-id")
+    assert new.launch is not None  # set by new_run.build
     new.launch.click(gate(ctx, "launch", launch, what="launch", pass_user=True), [*new.inputs, new.yaml],
                      [new.summary, *new.group_errors.values(), *new.inputs, det.run, tabs, launched],
                      api_name="launch")
@@ -172,7 +173,7 @@ def initial_view(ctx: UiContext, user: access.User, query: dict[str, str]) -> tu
             run_id = access.find_run(ctx.store, ref, user, ctx.settings).id
         except LookupError:
             pass
-    tab = query.get("tab") if query.get("tab") in TAB_IDS else ("detail" if ref and run_id else "new")
+    tab = str(query.get("tab")) if query.get("tab") in TAB_IDS else ("detail" if ref and run_id else "new")
     return choices, run_id, tab
 
 

@@ -72,7 +72,7 @@ def samples_table(run: Run, step: Any, sort_by: str, descending: bool) -> tuple[
 
 
 def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xaxis: str, follow: bool,
-           step: Any, sort_by: str, descending: bool, state: dict[str, Any] | None,
+           step: Any, sort_by: str, descending: bool, state: dict[str, Any] | None, *,
            user: access.User | None = None, live: bool = False) -> list[Any]:
     """Every output of the tab for `user` (default: an anonymous request); unchanged parts are gr.skip(). With
     `live`, the parts the page gets from its stream (status, findings, charts, log) are skipped too."""
@@ -239,12 +239,13 @@ def build(ctx: UiContext) -> DetailTab:
     gr.on([run_dd.change, follow.input, sort_by.input, descending.input, refresh.click],
           gate(ctx, "detail_view", view), controls, outputs, api_name="detail_view", concurrency_limit=None,
           trigger_mode="always_last", show_progress="hidden", preprocess=False)
-    live_inputs = [run_dd, smoothing, log_y, xaxis]
+    live_inputs: list[gr.components.Component] = [run_dd, smoothing, log_y, xaxis]
     gr.on([run_dd.change, smoothing.release, log_y.input, xaxis.input], None, live_inputs, None, js=FOLLOW_JS,
           api_visibility="private")
 
     def sort_choices(table: Any) -> Any:
-        headers = list(getattr(table, "columns", None) if table is not None else []) or []
+        columns = getattr(table, "columns", None)
+        headers = list(columns) if columns is not None else []
         extra = [h for h in headers if h not in completions.SORTS and h not in ("#", "prompt", "completion")]
         return gr.update(choices=[*completions.SORTS[:-1], *extra, completions.SORTS[-1]])
 

@@ -135,7 +135,8 @@ def build(ctx: UiContext) -> NewRunTab:
 def _command(yaml_text: str) -> str:
     try:
         spec = RunSpec.from_yaml(yaml_text)
-        job, script = overview.job_command(spec), overview.batch_script(spec)
+        job: list[str] | None = overview.job_command(spec)
+        script = overview.batch_script(spec)
     except (SpecError, OSError):
         job = script = None
     return overview.command_text(yaml_text, job, script)
@@ -220,6 +221,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         _, errors, warnings = check_form(_values(tab, tuple(vals)), yaml_text, ctx.base_dir, user, ctx.settings)
         return validate_outputs(tab, errors, warnings, "### ✔ Valid: ready to launch.")
 
+    assert tab.validate is not None  # set by build
     tab.validate.click(gate(ctx, "validate", validate, what="validation", pass_user=True),
                        [*tab.inputs, tab.yaml], [tab.summary, *tab.group_errors.values(), *tab.inputs],
                        api_name="validate")
@@ -244,7 +246,8 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
 
     # Gradio's textbox sends `input` from its key handlers only, so a value pasted with the mouse, dropped or
     # autofilled reaches the YAML when the field loses focus.
-    triggers = [c.input for c in tab.inputs] + [c.blur for c in tab.inputs if isinstance(c, gr.Textbox)]
+    triggers = [c.input for c in tab.inputs]  # type: ignore[attr-defined]  # every form input has `input`
+    triggers += [c.blur for c in tab.inputs if isinstance(c, gr.Textbox)]
     gr.on(triggers, gate(ctx, "form_to_yaml", form_to_yaml, what="YAML update", scrub=False),
           [*tab.inputs, tab.yaml], [tab.yaml, tab.command, tab.summary],
           api_name="form_to_yaml", trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)

@@ -73,7 +73,7 @@ class SameOrigin:
             log.warning("SPACE_HOST is not set: every browser request that names an origin will be refused. Set "
                         "%s to the Space's address.", settings.ALLOWED_ORIGINS_ENV)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:  # noqa: D102
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         headers = {k.lower(): v for k, v in scope.get("headers") or []}

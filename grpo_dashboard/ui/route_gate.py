@@ -57,7 +57,7 @@ class RouteGate:
         settings = getattr(self.ctx, "settings", None)
         return bool(settings.on_space) if settings is not None else False
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:  # noqa: D102
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope.get("path", "/")

@@ -70,7 +70,7 @@ class BodyLimit:
     def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
         self.app, self.limit = app, limit
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:  # noqa: D102
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -206,7 +206,7 @@ class DashboardBlocks(gr.Blocks):
             self.block_thread()
         return result
 
-    async def postprocess_data(self, block_fn: Any, predictions: Any, state: Any) -> list[Any]:  # noqa: D102
+    async def postprocess_data(self, block_fn: Any, predictions: Any, state: Any) -> list[Any]:
         outputs = list(block_fn.outputs)
         if block_fn.batch or not isinstance(predictions, (list, tuple)) or len(outputs) < 2 \
                 or len(predictions) != len(outputs):
@@ -215,7 +215,7 @@ class DashboardBlocks(gr.Blocks):
                    if not block.stateful and isinstance(p, dict) and p == _SKIP}
         rest = [i for i in range(len(outputs)) if i not in skipped]
         if not skipped or len(rest) < 2:  # Gradio unwraps a single remaining output: leave those cases to it
-            return await super().postprocess_data(block_fn, predictions, state)
+            return await super().postprocess_data(block_fn, predictions, state)  # type: ignore[arg-type]  # a tuple too
         narrowed = copy.copy(block_fn)
         narrowed.outputs = [outputs[i] for i in rest]
         done = await super().postprocess_data(narrowed, [predictions[i] for i in rest], state)

@@ -93,7 +93,7 @@ class Channel:
                     self._on_idle(self)
                     self._wake()
                     return
-                except Exception as exc:  # noqa: BLE001 - the stream keeps going; the next tick retries
+                except Exception as exc:  # the stream keeps going; the next tick retries
                     self.error, changed = f"{type(exc).__name__}: {exc}", False
                 if changed:
                     self._wake()

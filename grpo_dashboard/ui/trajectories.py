@@ -18,7 +18,7 @@ from grpo_dashboard.views import completions, overview, trajectories
 MAX_SHOWN = 16
 
 
-def render(ctx: UiContext, run_id: str | None, step: Any, column_filter: str, sort_by: str, descending: bool,
+def render(ctx: UiContext, run_id: str | None, step: Any, column_filter: str, sort_by: str, descending: bool, *,
            user: access.User | None = None) -> tuple[Any, Any, str]:
     """(step dropdown update, summary table, Markdown of the shown trajectories)."""
     user = user or access.current_user(None, None, ctx.settings)

@@ -135,7 +135,7 @@ def forecast_cell(store: Store, run: Run, saved: dict[str, tuple[str, str]] | No
         return cached[2]
     try:
         cell = _cell(store, run)
-    except Exception:  # noqa: BLE001 - a forecast must never break the runs table
+    except Exception:  # a forecast must never break the runs table
         cell = "—"
     _CELLS.put(key, (token, time.monotonic(), cell))
     if not run.is_active:
@@ -189,7 +189,7 @@ def panel_markdown(store: Store, run: Run) -> str:
     """The Run detail forecast panel for a run ('' when there is nothing to forecast); never raises."""
     try:
         return forecast_markdown(run_forecast(store, run))
-    except Exception:  # noqa: BLE001 - the forecast is an extra: a failure must not take the detail page down
+    except Exception:  # the forecast is an extra: a failure must not take the detail page down
         return ""
 
 
@@ -226,7 +226,7 @@ def overlay_plots(plots: dict[str, str], store: Store, run: Run, xaxis: str) -> 
             }
             out["entropy"] = _with_traces(out["entropy"], [trace], None)
         return out
-    except Exception:  # noqa: BLE001 - the overlay is an extra: the charts must show without it
+    except Exception:  # the overlay is an extra: the charts must show without it
         return plots
 
 

@@ -60,7 +60,7 @@ def series_delta(points: Any, keep: int) -> dict[str, Any]:
 
 def drawn_series(groups: dict[str, list[str]]) -> set[tuple[str, str]]:
     """The (split, key) series the panels draw: their train keys and eval twins, and the system samples."""
-    out = set()
+    out: set[tuple[str, str]] = set()
     for pid, keys in groups.items():
         if pid == "system":
             out.update((SYSTEM_SPLIT, key) for key in keys)

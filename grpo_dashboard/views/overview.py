@@ -136,7 +136,7 @@ def health_available() -> bool:
 def _parsed_spec(spec_yaml: str) -> RunSpec | None:
     try:
         return RunSpec.from_yaml(spec_yaml)
-    except Exception:  # noqa: BLE001 - an unreadable stored spec only loses what is derived from it
+    except Exception:  # an unreadable stored spec only loses what is derived from it
         return None
 
 
@@ -462,7 +462,7 @@ DIFFERS_SHOWN = 3  # differing fields named per run in the table and the pickers
 def _flat_spec(spec_yaml: str) -> tuple[tuple[str, str], ...]:
     try:
         data = safe_yaml.load(spec_yaml) or {}
-    except Exception:  # noqa: BLE001 - an unreadable stored spec only loses its differences
+    except Exception:  # an unreadable stored spec only loses its differences
         return ()
     data.pop("output_dir", None)
     return tuple((k, repr(v)) for k, v in flatten(data).items() if k != "name")

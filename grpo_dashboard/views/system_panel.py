@@ -63,7 +63,7 @@ def system_spec(keys: Sequence[str], frames: Mapping[tuple[str, str], SeriesArra
     from grpo_dashboard.views import charts
 
     opts = dataclasses.replace(opts, xaxis=xaxis_of(opts.xaxis))
-    rows = sorted({row_of(k) for k in keys if row_of(k) is not None})
+    rows = sorted({r for k in keys if (r := row_of(k)) is not None})
     titles = tuple(ROWS[r][0] for r in rows)
     layout = charts._subplots_layout(titles)
     devices = sorted({_device(k) for k in keys}, key=lambda d: _device_order(f"system/{d}"))
