@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from grpo_dashboard.launch.hf_jobs_stream import Follower
+from grpo_dashboard.launch.hf_jobs.stream import Follower
 from grpo_dashboard.store.db import Run, Store
 from grpo_dashboard.views.remote_status import hf_job_markdown
 

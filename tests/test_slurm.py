@@ -12,7 +12,7 @@ import pytest
 from grpo_dashboard import cli
 from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import SpecError
-from grpo_dashboard.launch import runs, vllm_server
+from grpo_dashboard.launch import backends, runs, vllm_server
 from grpo_dashboard.launch import slurm as backend
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.spec.slurm_options import sbatch_options, time_seconds
@@ -249,7 +249,7 @@ def test_reattach_finds_jobs_by_their_run_label(slurm: Any, tmp_path: Path, data
                                   f"--output={tmp_path / 'o.log'}", str(script)).stdout.strip()
             for run_id in (lost_id, gone_id)}
     try:
-        found = {r.id: r.external_id for r in backend.reattach(store)}
+        found = {r.id: r.external_id for r in backends.shared().slurm.reattach(store)}
         assert found == jobs
         assert store.get_run(gone_id).backend == "slurm" and store.get_run(gone_id).name == "smoke"
         assert runs.refresh(store, store.get_run(lost_id)).status == "queued"  # pending, followed again

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grpo_dashboard.launch.hf_jobs_stream import job_system_metrics
+from grpo_dashboard.launch.hf_jobs.stream import job_system_metrics
 from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.store.db import Run, Store
 from grpo_dashboard.store.export import metric_rows

@@ -107,7 +107,7 @@ def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, toke
     token = backend.launch_token(token)
     resumed = copy.deepcopy(spec)
     if run.backend == HF_JOBS:
-        from grpo_dashboard.launch.hf_jobs_payload import MOUNT
+        from grpo_dashboard.launch.hf_jobs.payload import MOUNT
 
         path = f"{MOUNT}/output/checkpoint-{step}"  # the bucket folder is mounted there again
     resumed.training["resume_from_checkpoint"] = path

@@ -18,15 +18,16 @@ def hf_job_markdown(run: Run, store: Store | None = None) -> str:
     """Markdown lines for an hf_jobs run (empty for a run without job details, follower or samples: other backends);
     with `store`, the job's latest system sample too (the System chart draws them all)."""
     from grpo_dashboard.checks.hardware import format_duration
-    from grpo_dashboard.launch import hf_jobs
+    from grpo_dashboard.launch.backends import shared
+    from grpo_dashboard.launch.hf_jobs.text import job_details
 
     lines = []
-    d = hf_jobs.job_details(run)
+    d = job_details(run)
     if d:
         lines.append(f"**Job** [{run.external_id or 'job'}]({d.get('url', '')}) on `{d.get('flavor', '?')}`, timeout "
                      f"{format_duration(d['timeout_s']) if d.get('timeout_s') else '?'} "
                      f"({d.get('timeout_reason', '')})")
-    state = hf_jobs.follow_state(run.id)
+    state = shared().hf_jobs.follow_state(run.id)
     if state:
         extra = f", last error: {state['last_error']}" if state.get("last_error") else ""
         lines.append(f"**Log stream** {state.get('phase', '?')} (stage {state.get('stage', '?')}, "
