@@ -33,7 +33,7 @@ def protocol_methods() -> dict[str, inspect.Signature]:
 
 def test_the_protocol_declares_the_interface() -> None:
     assert {"launch_token", "submit", "refresh", "reap", "await_exit", "cancel", "resume", "reattach",
-            "job_summary", "probe", "stop"} == set(protocol_methods())
+            "job_summary", "status_markdown", "probe", "stop"} == set(protocol_methods())
 
 
 @pytest.mark.parametrize("backend_type", backends.BACKEND_TYPES, ids=lambda t: t.KIND)
@@ -67,6 +67,12 @@ def test_the_table_covers_every_kind_a_spec_may_name() -> None:
     for kind in SPEC_KINDS:
         assert table.get(kind).KIND == kind and kind in table
     assert set(backends.REMOTE_KINDS) < set(SPEC_KINDS)
+
+
+def test_each_backend_declares_its_space_policy() -> None:
+    assert backends.space_kinds() == ("hf_jobs",)  # the only kind whose jobs leave the Space's own machine
+    assert [backends.space_policy(k).on_dashboard_host for k in SPEC_KINDS] == [True, False, True]
+    assert backends.space_policy("kubernetes").on_dashboard_host  # unknown: as restricted as the host's own
 
 
 def test_an_unknown_kind_gets_a_clear_error(tmp_path: Path) -> None:

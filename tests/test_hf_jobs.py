@@ -26,7 +26,7 @@ from grpo_dashboard.spec.jobfiles import job_files
 from grpo_dashboard.store.db import Store, data_dir
 from grpo_dashboard.views import charts
 from grpo_dashboard.views.live import Feed
-from grpo_dashboard.views.remote_status import hf_job_markdown
+from grpo_dashboard.views.remote_status import remote_markdown
 
 from .conftest import (
     REPO,
@@ -184,7 +184,7 @@ def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(hub: FakeH
     assert now["system/gpu0/memory_pct"] == pytest.approx(100 * 20 * 2**30 / 22836000000)
     assert 50 <= now["system/cpu/utilization"] <= 59 and now["system/memory/used_gb"] == pytest.approx(2 * 2**30 / 1e9)
     assert store.get_run(run.id).last_step <= 20  # samples are not training steps (max_steps is 20)
-    assert "GPU0 9" in hf_job_markdown(store.get_run(run.id), store)  # "Hardware now" from the newest sample
+    assert "GPU0 9" in remote_markdown(store.get_run(run.id), store)  # "Hardware now" from the newest sample
     # ... and the System chart of Run detail and of the live page draw them, against time
     spec = charts.run_specs(store, run.id, charts.ChartOptions(), None, None, None, ())["system"]
     drawn = {t["meta"]["s"]: t for t in spec[0] if t["meta"]["r"] == "value"}

@@ -19,7 +19,7 @@ from grpo_dashboard.launch import backends, hf_jobs
 from grpo_dashboard.launch.hf_jobs import hub_calls
 from grpo_dashboard.launch.runs import launch, reattach, refresh
 from grpo_dashboard.store.db import Store
-from grpo_dashboard.views.remote_status import hf_job_markdown
+from grpo_dashboard.views.remote_status import remote_markdown
 
 from .conftest import REPO, same_values, wait_for
 from .fake_hub import FakeHub, Plan
@@ -104,7 +104,7 @@ def test_rate_limited_status_polls_wait_as_asked_say_so_and_lose_nothing(hub: Fa
     lines, store, run = launch_held(hub, tmp_path)
     hub.faults["inspect"] = [(429, {"Retry-After": "1"})] * 3
     expected = "rate limited by the Hub (HTTP 429) while checking the job's status; retrying in 1 s"
-    wait_for(lambda: expected in hf_job_markdown(store.get_run(run.id)), timeout=30)
+    wait_for(lambda: expected in remote_markdown(store.get_run(run.id)), timeout=30)
     wait_for(lambda: not hub.faults["inspect"], timeout=30)  # the limit was lifted, the polls went on
     assert store.get_run(run.id).status == "running"  # a rate limit never fails a live run
     hub.only_job().release.set()
@@ -149,7 +149,7 @@ def test_status_polls_that_time_out_are_retried_and_shown(hub: FakeHub, tmp_path
     hub.faults["inspect"] = [f"slow:{SLOW_S}"] * 2
     expected = (f"the Hub did not answer within {CLIENT_TIMEOUT_S} s while checking the job's status "
                 f"(ReadTimeout); retrying in")
-    wait_for(lambda: expected in hf_job_markdown(store.get_run(run.id)), timeout=30)
+    wait_for(lambda: expected in remote_markdown(store.get_run(run.id)), timeout=30)
     wait_for(lambda: not hub.faults["inspect"], timeout=30)
     assert store.get_run(run.id).status == "running"
     hub.only_job().release.set()

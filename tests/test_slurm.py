@@ -207,11 +207,11 @@ def test_the_new_run_page_shows_the_batch_script_and_the_run_page_slurms_state(t
     assert "#SBATCH --nodes=2" in text and "#SBATCH --output=<run_dir>/job.log" in text
     assert not (Path("<run_dir>") / "generation.json").exists()
     run = a_run(tmp_path)
-    assert remote_status.slurm_job_markdown(run) == ""  # not submitted yet
+    assert remote_status.remote_markdown(run) == ""  # not submitted yet
     backend._write_json(tmp_path / backend.JOB_INFO, {"job_id": "9", "partition": "gpu", "nodes": 2,
                                                       "world_size": 2, "script": "/x/job.sbatch"})
     backend._write_json(tmp_path / backend.STATE_FILE, {"summary": "Slurm job 9: Pending: Resources"})
-    assert remote_status.slurm_job_markdown(run).startswith("**Slurm** Slurm job 9: Pending: Resources (partition gpu")
+    assert remote_status.remote_markdown(run).startswith("**Slurm** Slurm job 9: Pending: Resources (partition gpu")
 
 
 def test_refresh_finds_the_job_of_a_run_whose_id_was_never_stored(slurm: Any, tmp_path: Path,

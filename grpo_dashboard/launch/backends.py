@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from grpo_dashboard.errors import BackendError
 from grpo_dashboard.launch.hf_jobs.runner import HfJobsBackend
-from grpo_dashboard.launch.interface import Backend
+from grpo_dashboard.launch.interface import Backend, SpacePolicy
 from grpo_dashboard.launch.local.runner import LocalBackend
 from grpo_dashboard.launch.slurm.runner import SlurmBackend
 
@@ -24,6 +24,17 @@ BACKEND_TYPES: tuple[type[Backend], ...] = (LocalBackend, HfJobsBackend, SlurmBa
 KINDS: tuple[str, ...] = tuple(t.KIND for t in BACKEND_TYPES)
 # The kinds whose jobs run elsewhere and that `reattach` can find again after a restart (the CLI's choices).
 REMOTE_KINDS: tuple[str, ...] = tuple(t.KIND for t in BACKEND_TYPES if t is not LocalBackend)
+
+
+def space_policy(kind: str) -> SpacePolicy:
+    """What a backend of this kind may do on a shared Space; an unknown kind is treated as running on the host."""
+    found = [t.SPACE for t in BACKEND_TYPES if t.KIND == kind]
+    return found[0] if found else SpacePolicy(on_dashboard_host=True)
+
+
+def space_kinds() -> tuple[str, ...]:
+    """The kinds a Space allows without its owner enabling the dashboard host's own backends."""
+    return tuple(t.KIND for t in BACKEND_TYPES if not t.SPACE.on_dashboard_host)
 
 
 def unknown_kind(kind: str) -> BackendError:

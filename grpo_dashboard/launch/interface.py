@@ -20,14 +20,17 @@ app holds one instance of each (`backends.Backends`). Its methods:
 - `reattach(store, token, namespace, owner)`: after a restart, find this dashboard's runs on the backend
   (recreating ones missing from the store for `owner`) and follow them again; returns them.
 - `job_summary(run)`: one line saying where the run's job went (URL, hardware, timeout), or None.
+- `status_markdown(run, store)`: the run page's lines about the job (Markdown; "" when there is nothing to say).
 - `probe()`: why the backend cannot be asked now (its cluster or service does not answer), or None.
 - `stop(timeout)`: stop what runs in the dashboard for this backend (followers) and forget its live state.
 
-A backend may add keyword parameters with defaults (hf_jobs: `endpoint=`).
+A backend may add keyword parameters with defaults (hf_jobs: `endpoint=`). Besides the methods, a backend class
+declares `KIND` (the `backend.kind` it runs) and `SPACE` (its `SpacePolicy`: what it may do on a shared Space).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
@@ -36,11 +39,25 @@ if TYPE_CHECKING:
     from grpo_dashboard.store.db import Run, Store
 
 
+@dataclass(frozen=True)
+class SpacePolicy:
+    """What a backend may do on a shared Space (space/access.py applies it; nothing is restricted locally).
+
+    `on_dashboard_host`: its jobs run on the dashboard's own machine or cluster, so on a Space only when the owner
+    enables it (GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND), and never posting webhooks from there.
+    `namespace_is_user`: its jobs run in a Hub namespace, which defaults to the signed-in user's own.
+    """
+
+    on_dashboard_host: bool
+    namespace_is_user: bool = False
+
+
 @runtime_checkable
 class Backend(Protocol):
     """One backend (`KIND` is the `backend.kind` it runs); see the module docstring for each method's contract."""
 
     KIND: ClassVar[str]
+    SPACE: ClassVar[SpacePolicy]
 
     def launch_token(self, token: str | None = None) -> str | None:
         """The token a launch uses; BackendError when the backend needs one and there is none."""
@@ -78,6 +95,10 @@ class Backend(Protocol):
 
     def job_summary(self, run: Run) -> str | None:
         """One line saying where the run's job went, or None."""
+        ...
+
+    def status_markdown(self, run: Run, store: Store | None = None) -> str:
+        """The run page's lines about the job (Markdown), or ""."""
         ...
 
     def probe(self) -> str | None:

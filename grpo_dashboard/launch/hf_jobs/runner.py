@@ -34,8 +34,9 @@ from grpo_dashboard.launch.hf_jobs.payload import (
     job_name,
     labels,
 )
+from grpo_dashboard.launch.hf_jobs.policy import SPACE_POLICY
 from grpo_dashboard.launch.hf_jobs.stream import Follower
-from grpo_dashboard.launch.hf_jobs.text import JOB_INFO, job_summary
+from grpo_dashboard.launch.hf_jobs.text import JOB_INFO, job_summary, status_markdown
 from grpo_dashboard.launch.hub_client import endpoint_url, make_api, require_token, saved_token
 from grpo_dashboard.spec.run_spec import HF_JOBS, BackendSpec, RunSpec
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, data_dir
@@ -59,6 +60,7 @@ class HfJobsBackend:
     cancellation."""
 
     KIND = HF_JOBS
+    SPACE = SPACE_POLICY
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -173,6 +175,10 @@ class HfJobsBackend:
         if self.follower(run.id) is not None:
             return False
         return self.ensure_following(store, run, token=token) is not None
+
+    def status_markdown(self, run: Run, store: Store | None = None) -> str:
+        """The job, its log follower's state and, with `store`, the job's hardware now (hf_jobs/text.py)."""
+        return status_markdown(run, store, self.follow_state(run.id))
 
     def probe(self) -> str | None:
         """None: whether the Hub answers shows in the call itself (a BackendError naming what failed)."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.launch.hub_client import saved_token
 from grpo_dashboard.launch.local.job import metrics_path, start
+from grpo_dashboard.launch.local.policy import SPACE_POLICY
 from grpo_dashboard.launch.local.process import group_alive, is_alive, is_ours, pid_reused, signal_group
 from grpo_dashboard.launch.logs import last_error_line, log_path
 from grpo_dashboard.spec.run_spec import LOCAL, BackendSpec, RunSpec
@@ -33,6 +34,7 @@ class LocalBackend:
     """Runs jobs on this machine; holds the processes it started (the `Backend` protocol, launch/interface.py)."""
 
     KIND = LOCAL
+    SPACE = SPACE_POLICY
 
     def __init__(self) -> None:
         self._children: dict[str, subprocess.Popen | None] = {}
@@ -41,6 +43,10 @@ class LocalBackend:
         # Runs whose job this backend saw alive (as the very process that was started) at its latest check: when
         # such a job's leader has vanished, what is left of its process group is still the run's (`signal_group`).
         self._seen_alive: set[str] = set()
+
+    def status_markdown(self, run: Run, store: Store | None = None) -> str:
+        """Nothing: a local job's state is the run's own, shown above."""
+        return ""
 
     def probe(self) -> str | None:
         """Always reachable: this machine."""

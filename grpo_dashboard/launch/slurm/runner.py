@@ -44,8 +44,9 @@ from grpo_dashboard.launch.slurm.commands import (
     labelled_jobs,
     metrics_path,
 )
+from grpo_dashboard.launch.slurm.policy import SPACE_POLICY
 from grpo_dashboard.launch.slurm.script import BATCH_SCRIPT, batch_files
-from grpo_dashboard.launch.slurm.text import job_summary
+from grpo_dashboard.launch.slurm.text import job_summary, status_markdown
 from grpo_dashboard.spec.run_spec import SLURM, RunSpec, world_size
 from grpo_dashboard.store.db import TERMINAL, Run, RunStatus, Store
 from grpo_dashboard.store.ingest import ingest_file
@@ -56,10 +57,15 @@ class SlurmBackend:
     answers (`_polled`), so many viewers of one run ask Slurm once per POLL_S."""
 
     KIND = SLURM
+    SPACE = SPACE_POLICY
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._polled: dict[str, tuple[float, JobState | None]] = {}
+
+    def status_markdown(self, run: Run, store: Store | None = None) -> str:
+        """Slurm's last answer about the job, its partition, nodes, processes and batch script."""
+        return status_markdown(run)
 
     def probe(self) -> str | None:
         """Slurm's refusal when `squeue` does not answer (`reattach` itself finds nothing there, silently)."""

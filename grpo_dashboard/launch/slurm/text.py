@@ -19,3 +19,10 @@ def job_summary(run: Run) -> str | None:
     text = (state or {}).get("summary") or f"Slurm job {info['job_id']}"
     return f"{text} ({where}{info.get('nodes', 1)} node(s), {info.get('world_size', 1)} process(es)); " \
            f"script {info.get('script')}"
+
+
+def status_markdown(run: Run) -> str:
+    """One line for a Slurm run: Slurm's last answer (why it waits, where it runs), partition, nodes, processes and
+    the batch script (empty before the job is submitted)."""
+    summary = job_summary(run)
+    return f"**Slurm** {summary}" if summary else ""
