@@ -33,7 +33,8 @@ def protocol_methods() -> dict[str, inspect.Signature]:
 
 def test_the_protocol_declares_the_interface() -> None:
     assert {"launch_token", "submit", "refresh", "reap", "await_exit", "cancel", "resume", "reattach",
-            "job_summary", "status_markdown", "probe", "stop"} == set(protocol_methods())
+            "job_summary", "status_markdown", "checkpoint_path", "resubmit_fields", "probe", "stop"
+            } == set(protocol_methods())
 
 
 @pytest.mark.parametrize("backend_type", backends.BACKEND_TYPES, ids=lambda t: t.KIND)

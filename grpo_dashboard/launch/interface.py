@@ -21,11 +21,15 @@ app holds one instance of each (`backends.Backends`). Its methods:
   (recreating ones missing from the store for `owner`) and follow them again; returns them.
 - `job_summary(run)`: one line saying where the run's job went (URL, hardware, timeout), or None.
 - `status_markdown(run, store)`: the run page's lines about the job (Markdown; "" when there is nothing to say).
+- `checkpoint_path(step, path)`: where a resumed job finds checkpoint `step` (`path` as the store knows it).
+- `resubmit_fields(store, run)`: the run's fields a resubmission resets beyond the common ones (and what it clears
+  in the store first: a log replayed from its start needs its events shifted).
 - `probe()`: why the backend cannot be asked now (its cluster or service does not answer), or None.
 - `stop(timeout)`: stop what runs in the dashboard for this backend (followers) and forget its live state.
 
 A backend may add keyword parameters with defaults (hf_jobs: `endpoint=`). Besides the methods, a backend class
-declares `KIND` (the `backend.kind` it runs) and `SPACE` (its `SpacePolicy`: what it may do on a shared Space).
+declares `KIND` (the `backend.kind` it runs), `RESUMABLE` (whether `resume` may start a run of it again from a
+checkpoint) and `SPACE` (its `SpacePolicy`: what it may do on a shared Space).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class Backend(Protocol):
 
     KIND: ClassVar[str]
     SPACE: ClassVar[SpacePolicy]
+    RESUMABLE: ClassVar[bool]
 
     def launch_token(self, token: str | None = None) -> str | None:
         """The token a launch uses; BackendError when the backend needs one and there is none."""
@@ -99,6 +104,14 @@ class Backend(Protocol):
 
     def status_markdown(self, run: Run, store: Store | None = None) -> str:
         """The run page's lines about the job (Markdown), or ""."""
+        ...
+
+    def checkpoint_path(self, step: int, path: str) -> str:
+        """Where a resumed job finds checkpoint `step`."""
+        ...
+
+    def resubmit_fields(self, store: Store, run: Run) -> dict[str, object]:
+        """The run's fields a resubmission resets beyond the common ones."""
         ...
 
     def probe(self) -> str | None:

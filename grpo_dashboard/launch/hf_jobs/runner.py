@@ -27,6 +27,7 @@ from grpo_dashboard.launch.hf_jobs.payload import (
     IMAGE,
     LABEL_APP,
     LABEL_RUN,
+    MOUNT,
     container_spec,
     equivalent_command,
     job_command,
@@ -60,6 +61,7 @@ class HfJobsBackend:
     cancellation."""
 
     KIND = HF_JOBS
+    RESUMABLE = True
     SPACE = SPACE_POLICY
 
     def __init__(self) -> None:
@@ -179,6 +181,15 @@ class HfJobsBackend:
     def status_markdown(self, run: Run, store: Store | None = None) -> str:
         """The job, its log follower's state and, with `store`, the job's hardware now (hf_jobs/text.py)."""
         return status_markdown(run, store, self.follow_state(run.id))
+
+    def checkpoint_path(self, step: int, path: str) -> str:
+        """The checkpoint in the run's bucket folder, which the new job mounts at /data again."""
+        return f"{MOUNT}/output/checkpoint-{step}"
+
+    def resubmit_fields(self, store: Store, run: Run) -> dict[str, object]:
+        """A new job, whose log is read from its first line: the events are shifted, the offset and job id reset."""
+        store.shift_events(run.id)
+        return {"ingest_offset": 0, "external_id": None}
 
     def probe(self) -> str | None:
         """None: whether the Hub answers shows in the call itself (a BackendError naming what failed)."""

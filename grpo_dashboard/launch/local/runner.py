@@ -34,6 +34,7 @@ class LocalBackend:
     """Runs jobs on this machine; holds the processes it started (the `Backend` protocol, launch/interface.py)."""
 
     KIND = LOCAL
+    RESUMABLE = True
     SPACE = SPACE_POLICY
 
     def __init__(self) -> None:
@@ -47,6 +48,14 @@ class LocalBackend:
     def status_markdown(self, run: Run, store: Store | None = None) -> str:
         """Nothing: a local job's state is the run's own, shown above."""
         return ""
+
+    def checkpoint_path(self, step: int, path: str) -> str:
+        """The checkpoint where it is: the job runs on this machine."""
+        return path
+
+    def resubmit_fields(self, store: Store, run: Run) -> dict[str, object]:
+        """Nothing more: the job appends to the same metrics file."""
+        return {}
 
     def probe(self) -> str | None:
         """Always reachable: this machine."""

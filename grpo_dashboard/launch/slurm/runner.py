@@ -57,6 +57,7 @@ class SlurmBackend:
     answers (`_polled`), so many viewers of one run ask Slurm once per POLL_S."""
 
     KIND = SLURM
+    RESUMABLE = False
     SPACE = SPACE_POLICY
 
     def __init__(self) -> None:
@@ -66,6 +67,14 @@ class SlurmBackend:
     def status_markdown(self, run: Run, store: Store | None = None) -> str:
         """Slurm's last answer about the job, its partition, nodes, processes and batch script."""
         return status_markdown(run)
+
+    def checkpoint_path(self, step: int, path: str) -> str:
+        """Not resumable (RESUMABLE is False): the path as it is."""
+        return path
+
+    def resubmit_fields(self, store: Store, run: Run) -> dict[str, object]:
+        """Not resumable (RESUMABLE is False): nothing."""
+        return {}
 
     def probe(self) -> str | None:
         """Slurm's refusal when `squeue` does not answer (`reattach` itself finds nothing there, silently)."""
