@@ -29,6 +29,8 @@ def _prog() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from grpo_dashboard.launch.backends import REMOTE_KINDS
+
     p = argparse.ArgumentParser(prog=_prog(), description="Launch and watch TRL GRPO runs.")
     p.add_argument("--data-dir", help="Data directory (default: $GRPO_DASHBOARD_DATA_DIR or ~/.grpo_dashboard).")
     sub = p.add_subparsers(dest="command", required=True)
@@ -73,8 +75,8 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("reattach", help="Find this dashboard's jobs on Slurm and Hugging Face Jobs and put them back "
                        "in the store (after losing the store, or on another machine).")
-    s.add_argument("--backend", choices=["slurm", "hf_jobs"], action="append",
-                   help="Only this backend (repeatable; default: both).")
+    s.add_argument("--backend", choices=list(REMOTE_KINDS), action="append",
+                   help=f"Only this backend (repeatable; default: {', '.join(REMOTE_KINDS)}).")
     s.add_argument("--namespace", help="Hugging Face Jobs namespace to list (default: your username).")
     s = sub.add_parser("build-tiny-model", help="Build the tiny random Qwen2 + char tokenizer used offline.")
     s.add_argument("path")
@@ -205,7 +207,7 @@ def _import_trl(argv: list[str]) -> int:
 
 
 def _export_trl(argv: list[str]) -> int:
-    from grpo_dashboard.launch.hf_jobs_export import export_job
+    from grpo_dashboard.launch.hf_jobs.export import export_job
     from grpo_dashboard.spec.trl_cli import export_trl_main  # SPEC [-o RECIPE]
 
     return export_trl_main(argv, job_export=export_job)
@@ -437,23 +439,21 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 def _cmd_reattach(args: argparse.Namespace) -> int:
     from grpo_dashboard.errors import BackendError
-    from grpo_dashboard.launch import hf_jobs, slurm
-    from grpo_dashboard.launch.backends import BACKENDS
+    from grpo_dashboard.launch.backends import REMOTE_KINDS, shared
     from grpo_dashboard.store.db import Store
 
     store = Store()
-    names = args.backend or [slurm.KIND, hf_jobs.KIND]
+    names = args.backend or list(REMOTE_KINDS)
     failed = 0
     for name in names:
-        if name == slurm.KIND:
-            try:
-                slurm.labelled_jobs()  # reattach itself finds nothing, silently, where Slurm does not answer
-            except slurm.SlurmError as exc:
-                print(f"slurm: {exc}", file=sys.stderr)
-                failed += 1
-                continue
+        backend = shared().get(name)
+        unreachable = backend.probe()  # reattach itself finds nothing, silently, where the backend does not answer
+        if unreachable:
+            print(f"{name}: {unreachable}", file=sys.stderr)
+            failed += 1
+            continue
         try:
-            found = BACKENDS[name].reattach(store, namespace=args.namespace)
+            found = backend.reattach(store, namespace=args.namespace)
         except BackendError as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             failed += 1

@@ -223,7 +223,8 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     from huggingface_hub import constants
     from huggingface_hub.utils import disable_progress_bars
 
-    from grpo_dashboard.launch import hf_jobs
+    from grpo_dashboard.launch import backends
+    from grpo_dashboard.launch.hf_jobs import hub_calls
 
     from .fake_hub import FakeHub
     from .hf_jobs_helpers import TOKEN
@@ -235,10 +236,10 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("HF_ENDPOINT", fake.url)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("GRPO_DASHBOARD_HF_POLL_S", "0.2")
-    monkeypatch.setattr(hf_jobs, "RETRY_BASE_S", 0.05)
+    monkeypatch.setattr(hub_calls, "RETRY_BASE_S", 0.05)
     disable_progress_bars()
     yield fake
-    hf_jobs.stop_all()
+    backends.restart()  # the followers stop, their in-memory tokens go
     fake.stop()
 
 

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from grpo_dashboard.launch import hf_jobs
+from grpo_dashboard.launch import backends
 from grpo_dashboard.launch.runs import refresh
 from grpo_dashboard.store.db import TERMINAL, Store
 
@@ -89,7 +89,7 @@ def follow_until_done(store: Store, run_id: str, timeout: float = 60.0) -> Any:
     """What the Monitor does (refresh every tick) until the run ends and its follower has finished."""
     def done() -> bool:
         run = refresh(store, store.get_run(run_id))
-        return run.status in TERMINAL and hf_jobs.follower(run_id) is None
+        return run.status in TERMINAL and backends.shared().hf_jobs.follower(run_id) is None
 
     wait_for(done, timeout=timeout, interval=0.1)
     return store.get_run(run_id)

@@ -41,7 +41,7 @@ def serve_space(data_dir: Path, hub_dir: Path, env: dict[str, str] | None = None
     from huggingface_hub import constants
     from huggingface_hub.utils import disable_progress_bars
 
-    from grpo_dashboard.launch import hf_jobs
+    from grpo_dashboard.launch import backends
     from grpo_dashboard.store.db import Store
     from grpo_dashboard.ui import build_app
 
@@ -80,7 +80,7 @@ def serve_space(data_dir: Path, hub_dir: Path, env: dict[str, str] | None = None
             yield {"url": url, "hub": hub, "store": store, "demo": demo, "log": log}
         finally:
             root.removeHandler(log_handler)
-            hf_jobs.stop_all()
+            backends.restart()
             demo.close()
             hub.stop()
 

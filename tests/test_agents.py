@@ -11,7 +11,7 @@ import pytest
 from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import SpecError
 from grpo_dashboard.launch import runs
-from grpo_dashboard.launch.hf_jobs_payload import container_spec
+from grpo_dashboard.launch.hf_jobs.payload import container_spec
 from grpo_dashboard.spec import presets
 from grpo_dashboard.spec.jobfiles import agents_module
 from grpo_dashboard.spec.run_spec import RunSpec

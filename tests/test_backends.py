@@ -1,59 +1,79 @@
-"""One backend interface: every backend module provides what launch/__init__.py lists, and only the table picks one."""
+"""One backend interface: every backend class implements the `Backend` protocol, and only the table picks one."""
 
 from __future__ import annotations
 
 import ast
 import inspect
-import re
 from pathlib import Path
 
 import pytest
 
 import grpo_dashboard
-from grpo_dashboard import launch
 from grpo_dashboard.errors import BackendError
 from grpo_dashboard.launch import backends, runs
+from grpo_dashboard.launch.interface import Backend
 from grpo_dashboard.spec.run_spec import BACKENDS as SPEC_KINDS
 from grpo_dashboard.store.db import Run
 
 PACKAGE = Path(grpo_dashboard.__file__).parent
 TABLE = Path(backends.__file__).resolve()
-# checks/ sits below launch/ in the layers, so it cannot ask the table: its per-kind spec rules compare to the kind
-# names of spec.run_spec (LOCAL, HF_JOBS), never to string literals.
-PENDING: dict[str, int] = {}
+KIND_NAMES = PACKAGE / "spec" / "run_spec.py"  # where the kind names are defined (LOCAL, HF_JOBS, SLURM)
+# Strings that happen to equal a kind name but name something else: path -> how many.
+NOT_KINDS: dict[str, int] = {
+    "launch/hf_jobs/export.py": 1,  # the name of the `hf jobs run` command among export-trl's commands
+    "space/access.py": 1,  # a user signed in by the saved login of this machine ("local")
+}
 
 
-def interface() -> dict[str, list[tuple[str, bool]]]:
-    """The functions launch/__init__.py names, each with its parameters (name, documented with a default)."""
-    found = re.findall(r"^- `(\w+)\(([^)]*)\)`", launch.__doc__ or "", re.M)
-    return {name: [(p.split("=")[0].strip(), "=" in p) for p in params.split(",") if p.strip()]
-            for name, params in found}
+def protocol_methods() -> dict[str, inspect.Signature]:
+    """The methods the protocol declares, with their signatures."""
+    return {name: inspect.signature(member) for name, member in vars(Backend).items()
+            if inspect.isfunction(member) and not name.startswith("_")}
 
 
-def test_the_docstring_names_the_interface() -> None:
-    assert {"submit", "refresh", "cancel", "reattach"} <= set(interface())
-    assert re.search(r"^- `KIND`", launch.__doc__ or "", re.M)
+def test_the_protocol_declares_the_interface() -> None:
+    assert {"launch_token", "submit", "refresh", "reap", "await_exit", "cancel", "resume", "reattach",
+            "job_summary", "status_markdown", "checkpoint_path", "resubmit_fields", "probe", "stop"
+            } == set(protocol_methods())
 
 
-@pytest.mark.parametrize("kind", sorted(backends.BACKENDS))
-def test_every_backend_provides_the_interface(kind: str) -> None:
-    module = backends.BACKENDS[kind]
-    assert module.KIND == kind
-    for name, params in interface().items():
-        function = getattr(module, name, None)
-        assert callable(function), f"{module.__name__} has no {name}()"
-        signature = list(inspect.signature(function).parameters.values())
-        assert [p.name for p in signature[:len(params)]] == [p for p, _ in params], f"{module.__name__}.{name}"
-        for param, (_, defaulted) in zip(signature[:len(params)], params, strict=True):
-            assert (param.default is not inspect.Parameter.empty) == defaulted, f"{module.__name__}.{name}"
-        extra = signature[len(params):]
-        assert all(p.default is not inspect.Parameter.empty for p in extra), f"{module.__name__}.{name}: {extra}"
+@pytest.mark.parametrize("backend_type", backends.BACKEND_TYPES, ids=lambda t: t.KIND)
+def test_every_backend_implements_the_protocol(backend_type: type[Backend]) -> None:
+    backend = backend_type()
+    assert isinstance(backend, Backend)
+    checked: Backend = backend  # mypy checks the same statically
+    assert checked.KIND in SPEC_KINDS
+    for name, wanted in protocol_methods().items():
+        method = getattr(backend_type, name)
+        got = list(inspect.signature(method).parameters.values())
+        params = list(wanted.parameters.values())
+        assert [p.name for p in got[:len(params)]] == [p.name for p in params], f"{backend_type.__name__}.{name}"
+        for have, want in zip(got, params, strict=False):
+            assert (have.default is inspect.Parameter.empty) == (want.default is inspect.Parameter.empty), \
+                f"{backend_type.__name__}.{name}({have.name})"
+        extra = got[len(params):]
+        assert all(p.default is not inspect.Parameter.empty for p in extra), f"{backend_type.__name__}.{name}"
+
+
+def test_live_state_is_per_instance() -> None:
+    one, two = backends.Backends(), backends.Backends()
+    assert one.hf_jobs is not two.hf_jobs and one.hf_jobs._tokens is not two.hf_jobs._tokens
+    assert one.local._children is not two.local._children
+    assert one.slurm._polled is not two.slurm._polled
 
 
 def test_the_table_covers_every_kind_a_spec_may_name() -> None:
-    assert set(backends.BACKENDS) == set(SPEC_KINDS)
+    assert backends.KINDS == SPEC_KINDS
+    table = backends.Backends()
     for kind in SPEC_KINDS:
-        assert backends.backend_for(kind) is backends.BACKENDS[kind]
+        assert table.get(kind).KIND == kind and kind in table
+    assert set(backends.REMOTE_KINDS) < set(SPEC_KINDS)
+
+
+def test_each_backend_declares_its_space_policy() -> None:
+    assert backends.space_kinds() == ("hf_jobs",)  # the only kind whose jobs leave the Space's own machine
+    assert [backends.space_policy(k).on_dashboard_host for k in SPEC_KINDS] == [True, False, True]
+    assert backends.space_policy("kubernetes").on_dashboard_host  # unknown: as restricted as the host's own
 
 
 def test_an_unknown_kind_gets_a_clear_error(tmp_path: Path) -> None:
@@ -65,35 +85,37 @@ def test_an_unknown_kind_gets_a_clear_error(tmp_path: Path) -> None:
         runs.job_summary(run)
 
 
-def _kind_literal(node: ast.AST) -> bool:
-    if isinstance(node, ast.Constant):
-        return node.value in SPEC_KINDS
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return any(_kind_literal(e) for e in node.elts)
-    return False
+def kind_literals(path: Path) -> list[int]:
+    """Lines of `path` holding a string equal to a backend kind name (compared, listed, looked up, passed)."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Constant) and node.value in SPEC_KINDS]
 
 
-def kind_comparisons(path: Path) -> list[int]:
-    """Lines of `path` that compare something to a backend kind written out as a string."""
-    lines = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Compare) and any(_kind_literal(n) for n in [node.left, *node.comparators]):
-            lines.append(node.lineno)
-        elif isinstance(node, ast.MatchValue) and _kind_literal(node.value):
-            lines.append(node.lineno)
-    return lines
-
-
-def test_no_kind_is_compared_to_a_string_outside_the_table() -> None:
-    found = {str(p.relative_to(PACKAGE)): kind_comparisons(p) for p in PACKAGE.rglob("*.py") if p.resolve() != TABLE}
+def test_no_kind_is_written_out_outside_the_table() -> None:
+    skip = {TABLE, KIND_NAMES.resolve()}
+    found = {str(p.relative_to(PACKAGE)): kind_literals(p) for p in PACKAGE.rglob("*.py") if p.resolve() not in skip}
     found = {path: lines for path, lines in found.items() if lines}
-    pending = {path: lines for path, lines in found.items() if path in PENDING}
-    assert {path: len(lines) for path, lines in pending.items()} == PENDING
-    assert {path: lines for path, lines in found.items() if path not in PENDING} == {}
+    assert {path: len(lines) for path, lines in found.items()} == NOT_KINDS, found
 
 
-def test_the_scan_sees_a_comparison() -> None:
-    assert _kind_literal(ast.parse('"hf_jobs"', mode="eval").body)
-    tree = ast.parse('if run.backend == "local":\n    pass\nif kind in ("x", "hf_jobs"):\n    pass\n')
-    assert len([n for n in ast.walk(tree) if isinstance(n, ast.Compare)
-                and any(_kind_literal(o) for o in [n.left, *n.comparators])]) == 2
+def test_the_scan_sees_a_kind_name(tmp_path: Path) -> None:
+    source = tmp_path / "x.py"
+    source.write_text('if run.backend == "local":\n    pass\nchoices = ["slurm", "hf_jobs"]\nf(kind="slurm")\n',
+                      encoding="utf-8")
+    assert kind_literals(source) == [1, 3, 3, 4]
+
+
+def test_no_import_cycle_among_the_launch_modules() -> None:
+    """Lazy imports count too: the old `hf_jobs_payload -> local -> hub_client -> hf_jobs_payload` was one."""
+    import grimp
+
+    graph = grimp.build_graph("grpo_dashboard", exclude_type_checking_imports=True)
+    launch = sorted(m for m in graph.modules if m.startswith("grpo_dashboard.launch."))
+    cycles = []
+    for importer in launch:
+        for imported in graph.find_modules_directly_imported_by(importer):
+            if imported.startswith("grpo_dashboard.launch.") and imported != importer:
+                back = graph.find_shortest_chain(importer=imported, imported=importer)
+                if back:
+                    cycles.append((importer, *back))
+    assert cycles == []

@@ -20,13 +20,13 @@ import yaml
 
 from grpo_dashboard.checks import hardware
 from grpo_dashboard.errors import BackendError
-from grpo_dashboard.launch import hf_jobs
+from grpo_dashboard.launch import backends, hf_jobs
 from grpo_dashboard.launch.runs import cancel, launch, reattach, refresh
 from grpo_dashboard.spec.jobfiles import job_files
 from grpo_dashboard.store.db import Store, data_dir
 from grpo_dashboard.views import charts
 from grpo_dashboard.views.live import Feed
-from grpo_dashboard.views.remote_status import hf_job_markdown
+from grpo_dashboard.views.remote_status import remote_markdown
 
 from .conftest import (
     REPO,
@@ -184,7 +184,7 @@ def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(hub: FakeH
     assert now["system/gpu0/memory_pct"] == pytest.approx(100 * 20 * 2**30 / 22836000000)
     assert 50 <= now["system/cpu/utilization"] <= 59 and now["system/memory/used_gb"] == pytest.approx(2 * 2**30 / 1e9)
     assert store.get_run(run.id).last_step <= 20  # samples are not training steps (max_steps is 20)
-    assert "GPU0 9" in hf_job_markdown(store.get_run(run.id), store)  # "Hardware now" from the newest sample
+    assert "GPU0 9" in remote_markdown(store.get_run(run.id), store)  # "Hardware now" from the newest sample
     # ... and the System chart of Run detail and of the live page draw them, against time
     spec = charts.run_specs(store, run.id, charts.ChartOptions(), None, None, None, ())["system"]
     drawn = {t["meta"]["s"]: t for t in spec[0] if t["meta"]["r"] == "value"}
@@ -199,7 +199,7 @@ def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(hub: FakeH
     wait_for(lambda: len(store.arrays(run.id, "system/gpu0/utilization", "system")) > n, timeout=30)
     assert feed.advance()  # new samples move the run's change token: the live page gets them as a delta
     assert "system|system/gpu0/utilization" in feed.versions[-1].series
-    state = hf_jobs.follow_state(run.id)
+    state = backends.shared().hf_jobs.follow_state(run.id)
     assert state is not None and state["stage"] == "RUNNING" and state["phase"] == "streaming"
     started = time.perf_counter()
     for _ in range(20):
@@ -232,7 +232,7 @@ def test_dashboard_restart_mid_run_reattaches_and_misses_nothing(hub: FakeHub, t
     store = Store()
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
     wait_for(lambda: refresh(store, store.get_run(run.id)).ingest_offset >= 16, timeout=30)
-    hf_jobs.stop_all()  # the dashboard process dies (its threads and in-memory token with it)
+    backends.restart()  # the dashboard process dies (its threads and in-memory token with it)
     store.close()
     hub.only_job().release.set()  # the job goes on without anyone watching, and ends
     wait_for(lambda: hub.only_job().stage == "COMPLETED", timeout=30)

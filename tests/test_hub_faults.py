@@ -3,7 +3,7 @@ rate limits (HTTP 429, with and without Retry-After) and answers that come later
 submission, its status polls and its log reads. Retries are bounded, say what is happening, never submit the job
 twice, and the store ends holding exactly what the job printed.
 
-Backoffs are shortened by the existing knobs (hf_jobs.RETRY_BASE_S, GRPO_DASHBOARD_HF_POLL_S) and the client's wait
+Backoffs are shortened by the existing knobs (hub_calls.RETRY_BASE_S, GRPO_DASHBOARD_HF_POLL_S) and the client's wait
 by GRPO_DASHBOARD_HF_TIMEOUT_S, so each test takes a few seconds.
 """
 
@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard.launch import hf_jobs
+from grpo_dashboard.launch import backends, hf_jobs
+from grpo_dashboard.launch.hf_jobs import hub_calls
 from grpo_dashboard.launch.runs import launch, reattach, refresh
 from grpo_dashboard.store.db import Store
-from grpo_dashboard.views.remote_status import hf_job_markdown
+from grpo_dashboard.views.remote_status import remote_markdown
 
 from .conftest import REPO, same_values, wait_for
 from .fake_hub import FakeHub, Plan
@@ -31,8 +32,8 @@ SLOW_S = 4  # the fake's late answers: well past CLIENT_TIMEOUT_S
 @pytest.fixture
 def notices(caplog: pytest.LogCaptureFixture) -> Any:
     """The backend's retry notices (what it says while it waits to try again)."""
-    caplog.set_level(logging.WARNING, logger=hf_jobs.__name__)
-    return lambda: [r.getMessage() for r in caplog.records if r.name == hf_jobs.__name__]
+    caplog.set_level(logging.WARNING, logger=hub_calls.__name__)
+    return lambda: [r.getMessage() for r in caplog.records if r.name == hub_calls.__name__]
 
 
 @pytest.fixture
@@ -103,7 +104,7 @@ def test_rate_limited_status_polls_wait_as_asked_say_so_and_lose_nothing(hub: Fa
     lines, store, run = launch_held(hub, tmp_path)
     hub.faults["inspect"] = [(429, {"Retry-After": "1"})] * 3
     expected = "rate limited by the Hub (HTTP 429) while checking the job's status; retrying in 1 s"
-    wait_for(lambda: expected in hf_job_markdown(store.get_run(run.id)), timeout=30)
+    wait_for(lambda: expected in remote_markdown(store.get_run(run.id)), timeout=30)
     wait_for(lambda: not hub.faults["inspect"], timeout=30)  # the limit was lifted, the polls went on
     assert store.get_run(run.id).status == "running"  # a rate limit never fails a live run
     hub.only_job().release.set()
@@ -148,7 +149,7 @@ def test_status_polls_that_time_out_are_retried_and_shown(hub: FakeHub, tmp_path
     hub.faults["inspect"] = [f"slow:{SLOW_S}"] * 2
     expected = (f"the Hub did not answer within {CLIENT_TIMEOUT_S} s while checking the job's status "
                 f"(ReadTimeout); retrying in")
-    wait_for(lambda: expected in hf_job_markdown(store.get_run(run.id)), timeout=30)
+    wait_for(lambda: expected in remote_markdown(store.get_run(run.id)), timeout=30)
     wait_for(lambda: not hub.faults["inspect"], timeout=30)
     assert store.get_run(run.id).status == "running"
     hub.only_job().release.set()
@@ -163,7 +164,7 @@ def test_a_slow_log_replay_after_a_restart_is_read_again_not_taken_for_an_empty_
     hub.plans.append(Plan(lines=lines, hold_at=0))
     store = Store()
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
-    hf_jobs.stop_all()  # the dashboard goes away before it has read a line
+    backends.restart()  # the dashboard goes away before it has read a line
     store.close()
     hub.only_job().release.set()
     wait_for(lambda: hub.only_job().stage == "COMPLETED", timeout=30)

@@ -20,7 +20,7 @@ import pytest
 from grpo_dashboard.health import alerts
 from grpo_dashboard.health.alerts import AlertSender, post_json, webhook_url_problem
 from grpo_dashboard.health.job import JobHealth
-from grpo_dashboard.launch import local, runs
+from grpo_dashboard.launch import backends, local, runs
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Run, Store
 
@@ -68,7 +68,7 @@ def dashboard_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def env_dumper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = tmp_path / "env_dumper.py"
     script.write_text(ENV_DUMPER)
-    monkeypatch.setattr(local, "JOB_SCRIPT", script)
+    monkeypatch.setattr(local.job, "JOB_SCRIPT", script)
 
 
 def launched_env(spec: dict[str, Any], **launch: Any) -> dict[str, str]:
@@ -202,8 +202,9 @@ def wrong_start(proc: subprocess.Popen) -> str:
 def test_refresh_never_signals_a_reused_pid(stranger: subprocess.Popen, tmp_path: Path) -> None:
     store = Store()
     run = store_run(store, tmp_path, stranger.pid, wrong_start(stranger))
-    with local._children_lock:
-        local._seen_alive.add(run.id)  # even right after the job was seen alive, the group is not the run's now
+    with backends.shared().local._children_lock:
+        # even right after the job was seen alive, the group is not the run's now
+        backends.shared().local._seen_alive.add(run.id)
     run = runs.refresh(store, run)
     assert run.status == "failed"
     assert f"job process {stranger.pid} vanished" in run.error
@@ -226,7 +227,7 @@ def test_the_stall_kill_never_signals_a_reused_pid(stranger: subprocess.Popen, t
     store = Store()
     run = store_run(store, tmp_path, stranger.pid, wrong_start(stranger), backend={"stall_timeout_s": 1})
     os.utime(Path(run.run_dir) / "job.log", (time.time() - 3600, time.time() - 3600))
-    local._kill_if_stalled(store, run)  # silent for an hour, but not the job any more
+    backends.shared().local._kill_if_stalled(store, run)  # silent for an hour, but not the job any more
     assert store.get_run(run.id).error is None and store.get_run(run.id).cancel_requested_at is None
     run = runs.refresh(store, run)
     assert run.status == "failed" and "not signalled" in run.error

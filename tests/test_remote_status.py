@@ -7,9 +7,9 @@ import json
 import time
 from pathlib import Path
 
-from grpo_dashboard.launch.hf_jobs_stream import Follower
+from grpo_dashboard.launch.hf_jobs.stream import Follower
 from grpo_dashboard.store.db import Run, Store
-from grpo_dashboard.views.remote_status import hf_job_markdown
+from grpo_dashboard.views.remote_status import remote_markdown
 
 
 def test_job_link_timeout_and_gpu_use(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ def test_job_link_timeout_and_gpu_use(tmp_path: Path) -> None:
     follower = Follower(store, run.id, "alice", "abc123", api=None, run_dir=tmp_path)
     follower.store_system_sample({**sample, "cpu_usage_pct": 5}, 1.0)
     follower.store_system_sample(sample, 2.0)
-    text = hf_job_markdown(run, store)
+    text = remote_markdown(run, store)
     assert "[abc123](https://hf.co/jobs/alice/abc123)" in text and "`l4x1`" in text and "estimate × 1.5" in text
     assert "GPU0 91% · 18 GB / 24 GB" in text and "CPU 37.5%" in text
 
@@ -32,4 +32,4 @@ def test_job_link_timeout_and_gpu_use(tmp_path: Path) -> None:
 def test_local_runs_have_no_remote_section(tmp_path: Path) -> None:
     run = Run(id="r", name="r", spec_yaml="", backend="local", status="running", created_at=0.0,
               run_dir=str(tmp_path))
-    assert hf_job_markdown(run) == ""
+    assert remote_markdown(run) == ""

@@ -12,7 +12,7 @@ import pytest
 from grpo_dashboard import cli
 from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import SpecError
-from grpo_dashboard.launch import runs, vllm_server
+from grpo_dashboard.launch import backends, runs, vllm_server
 from grpo_dashboard.launch import slurm as backend
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.spec.slurm_options import sbatch_options, time_seconds
@@ -207,11 +207,11 @@ def test_the_new_run_page_shows_the_batch_script_and_the_run_page_slurms_state(t
     assert "#SBATCH --nodes=2" in text and "#SBATCH --output=<run_dir>/job.log" in text
     assert not (Path("<run_dir>") / "generation.json").exists()
     run = a_run(tmp_path)
-    assert remote_status.slurm_job_markdown(run) == ""  # not submitted yet
+    assert remote_status.remote_markdown(run) == ""  # not submitted yet
     backend._write_json(tmp_path / backend.JOB_INFO, {"job_id": "9", "partition": "gpu", "nodes": 2,
                                                       "world_size": 2, "script": "/x/job.sbatch"})
     backend._write_json(tmp_path / backend.STATE_FILE, {"summary": "Slurm job 9: Pending: Resources"})
-    assert remote_status.slurm_job_markdown(run).startswith("**Slurm** Slurm job 9: Pending: Resources (partition gpu")
+    assert remote_status.remote_markdown(run).startswith("**Slurm** Slurm job 9: Pending: Resources (partition gpu")
 
 
 def test_refresh_finds_the_job_of_a_run_whose_id_was_never_stored(slurm: Any, tmp_path: Path,
@@ -249,7 +249,7 @@ def test_reattach_finds_jobs_by_their_run_label(slurm: Any, tmp_path: Path, data
                                   f"--output={tmp_path / 'o.log'}", str(script)).stdout.strip()
             for run_id in (lost_id, gone_id)}
     try:
-        found = {r.id: r.external_id for r in backend.reattach(store)}
+        found = {r.id: r.external_id for r in backends.shared().slurm.reattach(store)}
         assert found == jobs
         assert store.get_run(gone_id).backend == "slurm" and store.get_run(gone_id).name == "smoke"
         assert runs.refresh(store, store.get_run(lost_id)).status == "queued"  # pending, followed again

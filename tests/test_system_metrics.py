@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grpo_dashboard.launch.hf_jobs_stream import job_system_metrics
+from grpo_dashboard.launch.hf_jobs.stream import job_system_metrics
 from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.store.db import Run, Store
 from grpo_dashboard.store.export import metric_rows
 from grpo_dashboard.store.ingest import ingest_file
 from grpo_dashboard.views import charts
-from grpo_dashboard.views.remote_status import hf_job_markdown
+from grpo_dashboard.views.remote_status import remote_markdown
 
 from .store_helpers import new_run
 
@@ -159,7 +159,7 @@ def test_the_status_line_of_a_job_shows_its_newest_sample(tmp_path: Path) -> Non
     _lines(path, [_system(T0, job_system_metrics({**JOB_SAMPLE, "cpu_usage_pct": 5})),
                   _system(T0 + 10, job_system_metrics(JOB_SAMPLE))])
     ingest_file(store, "j", path)
-    text = hf_job_markdown(run, store)
+    text = remote_markdown(run, store)
     assert "GPU0 91% · 18 GB / 24 GB; GPU1 12% · 6 GB / 24 GB; CPU 37.5%" in text
     assert np.isfinite(store.arrays("j", "system/cpu/utilization", "system").values).all()
 

@@ -220,7 +220,7 @@ def test_a_local_server_mode_run_starts_trl_vllm_serve_and_fails_with_its_reason
     """The local backend runs the supervisor as the job: the real `trl vllm-serve` starts and exits at once here (no
     vllm package), so training never starts and the run fails with the server's own last log line. (Validation
     refuses this spec on a machine without GPUs; the run is stored and submitted directly to reach the job.)"""
-    from grpo_dashboard.launch import local, runs
+    from grpo_dashboard.launch import backends, runs
     from grpo_dashboard.store.db import Run, Store, data_dir
 
     data = smoke_dict(tiny_model, max_steps=2)
@@ -235,7 +235,7 @@ def test_a_local_server_mode_run_starts_trl_vllm_serve_and_fails_with_its_reason
     run = Run(id="served-1", name="served", spec_yaml=resolved.to_yaml(), backend="local", status="queued",
               created_at=time.time(), run_dir=str(run_dir))
     store.insert_run(run)
-    final = runs.wait(store, local.submit(store, run, resolved, None), poll_s=0.3)
+    final = runs.wait(store, backends.shared().local.submit(store, run, resolved, None), poll_s=0.3)
     assert final.status == "failed"
     assert "the vLLM server exited with code" in final.error and "before answering /health/" in final.error
     assert "vllm" in final.error  # trl's own complaint, from the kept vllm.log

@@ -8,9 +8,28 @@ import threading
 from typing import Any
 
 from grpo_dashboard.errors import BackendError
-from grpo_dashboard.launch.hf_jobs_payload import APP
-from grpo_dashboard.launch.hf_jobs_stream import hub_timeout, is_timeout
 from grpo_dashboard.redaction import redact
+
+APP = "grpo-dashboard"  # the library name of our Hub calls, and the `app` label of our jobs
+TIMEOUT_ENV = "GRPO_DASHBOARD_HF_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def hub_timeout() -> float:
+    """Seconds a Hub call may wait for an answer (env GRPO_DASHBOARD_HF_TIMEOUT_S, read at call time; default 30).
+
+    Log streams keep huggingface_hub's own longer timeouts (they pass theirs with every request)."""
+    try:
+        return max(0.1, float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """True when a Hub call gave up waiting for an answer."""
+    import httpx2
+
+    return isinstance(exc, (httpx2.TimeoutException, TimeoutError))
 
 
 def require_token(token: str | None = None) -> str:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.errors import BackendError, RunNotFound, SpecError
-from grpo_dashboard.launch.backends import backend_for
-from grpo_dashboard.spec.run_spec import HF_JOBS, LOCAL, RunSpec
+from grpo_dashboard.launch.backends import BACKEND_TYPES, KINDS, backend_for
+from grpo_dashboard.spec.run_spec import LOCAL, RunSpec
 from grpo_dashboard.store.db import ACTIVE, Run, RunStatus, Store
 
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
@@ -96,8 +96,9 @@ def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, toke
     if run.status in ACTIVE:
         raise ResumeError(f"Run {run.id} is still {run.status}; cancel it first (`python -m grpo_dashboard cancel "
                           f"{run.id}`), then resume it.")
-    if run.backend not in (LOCAL, HF_JOBS):
-        raise ResumeError(f"Run {run.id} ({run.backend}) cannot be resumed here: only local and hf_jobs runs can.")
+    if run.backend not in KINDS or not backend_for(run.backend).RESUMABLE:
+        can = " and ".join(t.KIND for t in BACKEND_TYPES if t.RESUMABLE)
+        raise ResumeError(f"Run {run.id} ({run.backend}) cannot be resumed here: only {can} runs can.")
     try:
         spec = RunSpec.from_yaml(run.spec_yaml)
     except SpecError as exc:
@@ -107,10 +108,7 @@ def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, toke
     backend = backend_for(run.backend)
     token = backend.launch_token(token)
     resumed = copy.deepcopy(spec)
-    if run.backend == HF_JOBS:
-        from grpo_dashboard.launch.hf_jobs_payload import MOUNT
-
-        path = f"{MOUNT}/output/checkpoint-{step}"  # the bucket folder is mounted there again
+    path = backend.checkpoint_path(step, path)
     resumed.training["resume_from_checkpoint"] = path
     run_dir = Path(run.run_dir)
     tmp = run_dir / ".run.yaml.tmp"
@@ -119,9 +117,7 @@ def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, toke
     store.truncate_after(run.id, step)
     fields: dict[str, Any] = dict(status=RunStatus.QUEUED.value, ended_at=None, error=None, exit_code=None,
                                   cancel_requested_at=None, pid=None, pid_start=None, last_step=step)
-    if run.backend == HF_JOBS:
-        store.shift_events(run.id)
-        fields.update(ingest_offset=0, external_id=None)
+    fields.update(backend.resubmit_fields(store, run))
     store.update_run(run.id, **fields)
     with open(run_dir / "job.log", "a", encoding="utf-8") as f:
         f.write(f"\n--- resumed from checkpoint {step} ({path}) at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n")

@@ -18,8 +18,8 @@ from grpo_dashboard.checks.training_checks import normalise_training
 from grpo_dashboard.checks.validation import ValidationReport, validate
 from grpo_dashboard.errors import BackendError
 from grpo_dashboard.health.ship import ship as ship_health
-from grpo_dashboard.launch.backends import BACKENDS, backend_for
-from grpo_dashboard.launch.local import metrics_path  # noqa: F401 - re-exported for callers and tests
+from grpo_dashboard.launch.backends import Backends, shared
+from grpo_dashboard.launch.local.job import metrics_path  # noqa: F401 - re-exported for callers and tests
 from grpo_dashboard.launch.logs import log_path  # noqa: F401 - re-exported for callers and tests
 from grpo_dashboard.spec import agent_spec
 from grpo_dashboard.spec.run_spec import RunSpec, load_spec
@@ -76,17 +76,18 @@ def check(source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | 
 
 
 def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = None,
-           base_dir: str | Path | None = None, owner: str | None = None, token: str | None = None) -> Run:
+           base_dir: str | Path | None = None, owner: str | None = None, token: str | None = None,
+           backends: Backends | None = None) -> Run:
     """Validate the spec and start it on its backend; raises SpecError (and writes nothing) if invalid.
 
     `token`: the launching user's Hugging Face token (default: the saved login, never on a Space). An hf_jobs run
     gets it as the job's secret (BackendError, nothing written, when there is none); a local job as its HF_TOKEN,
     the only token it gets (its environment is allow-listed: `local.job_environment`). Never stored. A refused
-    submission is a failed run.
+    submission is a failed run. `backends`: the app's (default: the process's, `backends.shared()`).
     """
     spec, report = check(source, base_dir)
     report.raise_if_errors()
-    backend = backend_for(spec.backend.kind)
+    backend = (backends or shared()).get(spec.backend.kind)
     token = backend.launch_token(token)
     store = store or Store()
     base = Path(base_dir) if base_dir else Path.cwd()
@@ -110,23 +111,24 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
     return backend.submit(store, run, resolved, token, base)
 
 
-def refresh(store: Store, run: Run) -> Run:
+def refresh(store: Store, run: Run, backends: Backends | None = None) -> Run:
     """Ingest new records of an active run and settle its status if its job has ended."""
     if run.backend == IMPORTED:
         return run  # a run made elsewhere (store/importers.py): nothing runs it
-    return backend_for(run.backend).refresh(store, run)
+    return (backends or shared()).get(run.backend).refresh(store, run)
 
 
-def refresh_active(store: Store) -> list[Run]:
+def refresh_active(store: Store, backends: Backends | None = None) -> list[Run]:
     """Refresh every queued or running run; returns them after the refresh."""
-    for backend in BACKENDS.values():
+    backends = backends or shared()
+    for backend in backends:
         backend.reap(store)
     # A run of a backend this dashboard does not know (made by another version) is left as it is.
-    return [refresh(store, r) for r in store.list_runs(status=list(ACTIVE)) if r.backend in BACKENDS]
+    return [refresh(store, r, backends) for r in store.list_runs(status=list(ACTIVE)) if r.backend in backends]
 
 
-def cancel(store: Store, run: Run, wait: bool = False, grace_s: float | None = None, token: str | None = None
-           ) -> Run:
+def cancel(store: Store, run: Run, wait: bool = False, grace_s: float | None = None, token: str | None = None,
+           backends: Backends | None = None) -> Run:
     """Ask a run to stop on its backend: locally SIGTERM to its process group, SIGKILL after the grace period; on
     Hugging Face Jobs the job is canceled, with `token` (the user's own) when given; on Slurm `scancel`.
 
@@ -134,23 +136,23 @@ def cancel(store: Store, run: Run, wait: bool = False, grace_s: float | None = N
     """
     if run.status in TERMINAL:
         return run
-    return backend_for(run.backend).cancel(store, run, wait=wait, token=token, grace_s=grace_s)
+    return (backends or shared()).get(run.backend).cancel(store, run, wait=wait, token=token, grace_s=grace_s)
 
 
-def resume(store: Store, run: Run, token: str | None) -> bool:
+def resume(store: Store, run: Run, token: str | None, backends: Backends | None = None) -> bool:
     """After a restart: follow an active run again with the user's `token`; True when following started now."""
-    return backend_for(run.backend).resume(store, run, token)
+    return (backends or shared()).get(run.backend).resume(store, run, token)
 
 
-def reattach(store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None
-             ) -> list[Run]:
+def reattach(store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None,
+             backends: Backends | None = None) -> list[Run]:
     """After a dashboard restart: find this dashboard's runs on every backend and follow them again.
 
     Local runs need nothing (refresh finds their processes again); Hugging Face Jobs are listed in `namespace`;
     Slurm jobs are found by their run label (`squeue --me`).
     Raises BackendError when not logged in.
     """
-    return [run for backend in BACKENDS.values()
+    return [run for backend in (backends or shared())
             for run in backend.reattach(store, token=token, namespace=namespace, owner=owner)]
 
 
@@ -174,24 +176,24 @@ def delete(store: Store, run: Run) -> list[str]:
     return notes
 
 
-def job_summary(run: Run) -> str | None:
+def job_summary(run: Run, backends: Backends | None = None) -> str | None:
     """One line saying where the run's job went (job URL, hardware, timeout), or None when there is nothing to say."""
     if run.backend == IMPORTED:
         return None
-    return backend_for(run.backend).job_summary(run)
+    return (backends or shared()).get(run.backend).job_summary(run)
 
 
-def wait(store: Store, run: Run, poll_s: float = 0.5, on_update: Any = None) -> Run:
+def wait(store: Store, run: Run, poll_s: float = 0.5, on_update: Any = None, backends: Backends | None = None) -> Run:
     """Follow a run until it ends, ingesting as it goes."""
     last: tuple[Any, ...] = ()
     while True:
-        run = refresh(store, store.get_run(run.id))
+        run = refresh(store, store.get_run(run.id), backends)
         token = store.change_token(run.id)
         if on_update is not None and token != last:
             on_update(run)
             last = token
         if run.status in TERMINAL:
-            return backend_for(run.backend).await_exit(store, run)
+            return (backends or shared()).get(run.backend).await_exit(store, run)
         time.sleep(poll_s)
 
 
@@ -203,8 +205,9 @@ class Monitor:
     """
 
     def __init__(self, store: Store, interval_s: float = 0.5,
-                 on_end: Callable[[Store, Run], object] | None = None) -> None:
+                 on_end: Callable[[Store, Run], object] | None = None, backends: Backends | None = None) -> None:
         self.store = store
+        self.backends = backends or shared()
         self.on_end = on_end
         self.interval_s = interval_s
         self._stop = threading.Event()
@@ -229,7 +232,7 @@ class Monitor:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                for run in refresh_active(self.store):
+                for run in refresh_active(self.store, self.backends):
                     if run.status in TERMINAL and self.on_end is not None:
                         self.on_end(self.store, run)
                 self.last_error = None

@@ -28,7 +28,8 @@ from typing import Any
 
 from grpo_dashboard.checks import sandbox
 from grpo_dashboard.errors import BackendError, FieldError, RunNotFound, SpecError
-from grpo_dashboard.launch import hf_jobs, runs
+from grpo_dashboard.launch import hub_client, runs
+from grpo_dashboard.launch.backends import space_kinds, space_policy
 from grpo_dashboard.redaction import redact as _redact_pattern
 from grpo_dashboard.settings import MOCK_OAUTH_TOKEN, Settings
 from grpo_dashboard.spec import jobfiles
@@ -157,9 +158,9 @@ def whoami_name(token: str) -> str:
     if known is not None:
         return known
     try:
-        info = hf_jobs.make_api(token).whoami()
+        info = hub_client.make_api(token).whoami()
     except Exception as exc:  # any failure means: this token does not identify anyone
-        raise NotAllowed(hf_jobs.describe_error(exc, "check who you are")) from None
+        raise NotAllowed(hub_client.describe_error(exc, "check who you are")) from None
     if info.get("type", "user") != "user" or not info.get("name"):
         raise NotAllowed("This token does not belong to a personal Hugging Face account; sign in as a user.")
     WHOAMI.put(key, str(info["name"]), now)
@@ -294,9 +295,11 @@ def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settin
     base = Path(base_dir) if base_dir else EXAMPLES_DIR.parent
     errors: list[FieldError] = []
     kind = spec.backend.kind
-    if for_launch and kind != hf_jobs.KIND and not settings.allow_local_backend:
+    policy = space_policy(kind)
+    if for_launch and policy.on_dashboard_host and not settings.allow_local_backend:
+        allowed = " or ".join(repr(k) for k in space_kinds())
         errors.append(FieldError("backend.kind", kind, "is disabled on this Space: runs go to Hugging Face Jobs on "
-                                 "your own account. Set backend.kind to 'hf_jobs' (the Space owner can enable the "
+                                 f"your own account. Set backend.kind to {allowed} (the Space owner can enable the "
                                  "local backend with GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND=1)."))
     if not settings.allow_custom_code:
         for i, r in enumerate(spec.rewards):
@@ -318,10 +321,11 @@ def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settin
                                      "files may be used here. Use a Hub dataset (dataset.path) instead."))
     errors += _model_path_errors(spec, base)
     errors += _dataset_path_errors(spec, base)
-    if spec.health.webhook_url and kind != hf_jobs.KIND:
+    if spec.health.webhook_url and policy.on_dashboard_host:
+        allowed = " or ".join(repr(k) for k in space_kinds())
         errors.append(FieldError("health.webhook_url", "(set)", "would be posted from the Space's own machine by a "
                                  "local job; on this Space alerts are posted only by jobs running on Hugging Face "
-                                 "Jobs. Remove health.webhook_url, or use backend.kind 'hf_jobs'."))
+                                 f"Jobs. Remove health.webhook_url, or use backend.kind {allowed}."))
     if for_launch and spec.output_dir:
         errors.append(FieldError("output_dir", spec.output_dir, "cannot be chosen on this Space: the model is "
                                  "written to the run's own bucket folder. Remove output_dir."))
@@ -410,7 +414,8 @@ def check_may_run_rewards(spec: RunSpec, user: User, base_dir: str | Path | None
 def with_user_defaults(spec: RunSpec, user: User, settings: Settings | None = None) -> RunSpec:
     """A copy of the spec whose Jobs namespace defaults to the user's own username (on a Space)."""
     settings = settings or Settings.from_env()
-    if settings.on_space and user.username and spec.backend.kind == hf_jobs.KIND and not spec.backend.namespace:
+    if settings.on_space and user.username and space_policy(spec.backend.kind).namespace_is_user \
+            and not spec.backend.namespace:
         return replace(spec, backend=replace(spec.backend, namespace=user.username))
     return spec
 

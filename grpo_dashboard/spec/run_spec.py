@@ -22,7 +22,7 @@ from grpo_dashboard.spec.agent_spec import AgentSpec
 from grpo_dashboard.spec.jobfiles import job_module
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-LOCAL, HF_JOBS, SLURM = "local", "hf_jobs", "slurm"  # the backend kinds (launch/backends.py maps each to its module)
+LOCAL, HF_JOBS, SLURM = "local", "hf_jobs", "slurm"  # the backend kinds (launch/backends.py maps each to its package)
 BACKENDS = (LOCAL, HF_JOBS, SLURM)
 ACCELERATE_CONFIGS = ("multi_gpu", "single_gpu", "zero1", "zero2", "zero3", "fsdp1", "fsdp2")  # TRL presets
 
@@ -119,7 +119,7 @@ class BackendSpec:
     job (a local job's environment; a Jobs secret), never stored.
     """
 
-    kind: str = "local"
+    kind: str = LOCAL
     gpus: list[int] | None = None
     num_processes: int = 1
     accelerate_config: str | None = None

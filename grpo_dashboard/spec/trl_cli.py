@@ -65,7 +65,7 @@ def import_trl_main(argv: list[str]) -> int:
 def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = None) -> int:
     """export-trl SPEC [-o RECIPE]: the flat TRL config of a spec, its rewards module, and the command lines.
 
-    `job_export(spec, folder, write=...)` (launch/hf_jobs_export.export_job, passed in by the CLI) gives the HF Jobs
+    `job_export(spec, folder, write=...)` (launch/hf_jobs/export.export_job, passed in by the CLI) gives the HF Jobs
     folder and the `hf` commands that upload it and run the job; with -o the folder is written beside the recipe.
     """
     from grpo_dashboard.spec.run_spec import RunSpec

@@ -192,7 +192,7 @@ def _plain(d: dict[str, Any]) -> dict[str, Any]:
 
 def commands(spec: RunSpec, recipe: Path) -> dict[str, str]:
     """The equivalent command lines: `trl grpo` and `accelerate launch` of TRL's script (the HF Jobs ones, which
-    upload our job's files, come from launch/hf_jobs_export.py)."""
+    upload our job's files, come from launch/hf_jobs/export.py)."""
     from grpo_dashboard.spec import trl_schema
 
     b = spec.backend

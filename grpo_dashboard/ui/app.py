@@ -12,6 +12,7 @@ import pandas as pd
 from grpo_dashboard import settings
 from grpo_dashboard.errors import BackendError, SpecError
 from grpo_dashboard.launch import hub_client, runs
+from grpo_dashboard.launch.backends import Backends, shared
 from grpo_dashboard.space import access
 from grpo_dashboard.spec import presets
 from grpo_dashboard.store import temp_area
@@ -33,8 +34,8 @@ def launch_options() -> dict[str, Any]:
     return {"theme": gr.themes.Soft(), "css": CSS, "head": page_head()}
 
 
-def build_app(store: Store | None = None, base_dir: str | Path | None = None, monitor: bool = True
-              ) -> DashboardBlocks:
+def build_app(store: Store | None = None, base_dir: str | Path | None = None, monitor: bool = True,
+              backends: Backends | None = None) -> DashboardBlocks:
     """The dashboard app; starts one ingestion Monitor for the store (as `demo.monitor`) unless `monitor=False`.
 
     Args:
@@ -42,14 +43,17 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
         base_dir: directory that relative paths of launched specs resolve against (default: the project root,
             where `examples/` lives).
         monitor: start the background thread that ingests active runs' metrics.
+        backends: the backend instances with their live state (default: the process's, `backends.shared()`).
     """
     short_circuit_missing_optional_imports()
     temp_area.sweep_temp()  # what a previous process left: pasted recipes, exports, gradio's old uploads
     store = store or Store()
     if settings.on_space():
         hub_client.forbid_implicit_hub_token()
+    backends = backends or shared()
     ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT,
-                    runs.Monitor(store, interval_s=MONITOR_S, on_end=overview.health_badge) if monitor else None)
+                    runs.Monitor(store, interval_s=MONITOR_S, on_end=overview.health_badge, backends=backends)
+                    if monitor else None, backends=backends)
     with DashboardBlocks(title="GRPO Dashboard") as demo:
         gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs")
         who = auth.header(ctx)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_dashboard.launch.backends import Backends, shared
 from grpo_dashboard.launch.runs import Monitor
 from grpo_dashboard.settings import Settings
 from grpo_dashboard.store.db import Store
@@ -18,6 +19,7 @@ class UiContext:
     base_dir: Path
     monitor: Monitor | None = None
     settings: Settings = field(default_factory=Settings.from_env)  # Space or local, what is allowed
+    backends: Backends = field(default_factory=shared)  # one instance of each backend, with its live state
 
     def monitor_problem(self) -> str | None:
         """Why active runs may not be updating (the ingestion thread's last error, or it not running)."""

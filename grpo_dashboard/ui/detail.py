@@ -93,7 +93,7 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     if live:
         state["charts"] = state["log"] = None
     status = overview.status_markdown(run, pace=overview.recent_pace(ctx.store, run))
-    remote = remote_status.hf_job_markdown(run, ctx.store) or remote_status.slurm_job_markdown(run)
+    remote = remote_status.remote_markdown(run, ctx.store, ctx.backends)
     if remote:
         status += f"\n\n{remote}"
     problem = ctx.monitor_problem() if run.is_active else None

@@ -263,7 +263,7 @@ def status_parts(run: Run, now: float | None = None, pace: float | None = None, 
     from grpo_dashboard.views import remote_status
 
     text = overview.status_markdown(run, now, pace)
-    remote = remote_status.hf_job_markdown(run, store) or remote_status.slurm_job_markdown(run)
+    remote = remote_status.remote_markdown(run, store)
     if remote:
         text += f"\n\n{remote}"
     return {"html": markdown_html(text), "active": run.is_active, "status": run.status,

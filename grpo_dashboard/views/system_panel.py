@@ -3,7 +3,7 @@ job, over time, from the run's `system` series (`store.series.SYSTEM_SPLIT`).
 
 Every backend fills the same series: local and Slurm jobs log them themselves (`jobs/grpo_job_setup.SystemSampler`:
 the process's CPU and resident memory at every log and, with CUDA, each GPU's utilisation and memory, also on a timer
-between logs); for Hugging Face Jobs the dashboard samples the Jobs metrics stream (`launch/hf_jobs_stream.py`). A
+between logs); for Hugging Face Jobs the dashboard samples the Jobs metrics stream (`launch/hf_jobs/stream.py`). A
 sample's step is its wall time in ms (samples fall between logging steps), so the panel is drawn against time: on
 the step (or a metric) axis it uses minutes since the run's start.
 """

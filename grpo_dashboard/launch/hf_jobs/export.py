@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_dashboard.launch.hf_jobs_payload import BUCKET_NAME, container_spec, equivalent_command
+from grpo_dashboard.launch.hf_jobs.payload import BUCKET_NAME, container_spec, equivalent_command
 from grpo_dashboard.spec.run_spec import HF_JOBS, RunSpec
 
 PLACEHOLDER_NAMESPACE = "YOUR_NAMESPACE"
@@ -72,7 +72,7 @@ def export_job(spec: RunSpec, folder: Path, write: bool = True, base_dir: Path |
     The spec goes through what `launch` does first (validation, which normalises the training values, and the
     paths made absolute against `base_dir`, default the current directory), so the files are the dashboard's own.
     """
-    from grpo_dashboard.launch.hf_jobs import job_timeout
+    from grpo_dashboard.launch.hf_jobs.hub_calls import job_timeout
     from grpo_dashboard.launch.runs import check, resolve_paths
 
     base = Path(base_dir) if base_dir else Path.cwd()

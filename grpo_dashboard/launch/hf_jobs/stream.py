@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.launch.hub_client import hub_timeout, is_timeout
 from grpo_dashboard.redaction import redact
 from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.store.db import TERMINAL, RunStatus, Store
@@ -32,8 +33,6 @@ from grpo_dashboard.store.series import SYSTEM_SPLIT
 
 POLL_ENV = "GRPO_DASHBOARD_HF_POLL_S"
 DEFAULT_POLL_S = 10.0
-TIMEOUT_ENV = "GRPO_DASHBOARD_HF_TIMEOUT_S"
-DEFAULT_TIMEOUT_S = 30.0
 RETRY_AFTER_MAX_S = 120.0  # a Retry-After longer than this is capped (the wait is shown to the user)
 MAX_BACKOFF_S = 30.0
 SETTLE_GRACE_S = 20.0
@@ -91,16 +90,6 @@ def job_system_metrics(sample: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def hub_timeout() -> float:
-    """Seconds a Hub call may wait for an answer (env GRPO_DASHBOARD_HF_TIMEOUT_S, read at call time; default 30).
-
-    Log streams keep huggingface_hub's own longer timeouts (they pass theirs with every request)."""
-    try:
-        return max(0.1, float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S))
-    except ValueError:
-        return DEFAULT_TIMEOUT_S
-
-
 def http_status(exc: BaseException) -> int | None:
     """The HTTP status of a failed Hub call, if it got an answer."""
     response = getattr(exc, "response", None)
@@ -122,13 +111,6 @@ def retry_after_s(exc: BaseException) -> float | None:
     except (TypeError, ValueError):
         return None
     return min(max(wait, 0.0), RETRY_AFTER_MAX_S) if wait == wait else None
-
-
-def is_timeout(exc: BaseException) -> bool:
-    """True when a Hub call gave up waiting for an answer."""
-    import httpx2
-
-    return isinstance(exc, (httpx2.TimeoutException, TimeoutError))
 
 
 def problem_text(exc: BaseException, action: str) -> str:

@@ -13,12 +13,12 @@ import re
 import shlex
 from pathlib import Path
 
+from grpo_dashboard.launch.hub_client import APP
 from grpo_dashboard.spec import agent_spec
 from grpo_dashboard.spec.job_deps import job_deps
 from grpo_dashboard.spec.jobfiles import JOB_SCRIPT, job_files
 from grpo_dashboard.spec.run_spec import RunSpec
 
-APP = "grpo-dashboard"
 LABEL_APP, LABEL_RUN = "app", "grpo-dashboard-run"
 MOUNT = "/data"
 BUCKET_NAME = "jobs-artifacts"
@@ -68,7 +68,7 @@ def container_spec(spec: RunSpec) -> tuple[RunSpec, dict[str, Path]]:
     agent_spec.map_files(s.agent, lambda path: ship(path, "agent"))
     b = s.backend
     if b.accelerate_config:
-        from grpo_dashboard.launch.local import accelerate_config_path
+        from grpo_dashboard.launch.local.job import accelerate_config_path
 
         b.accelerate_config = ship(accelerate_config_path(b.accelerate_config), "accelerate")
     s.output_dir = f"{MOUNT}/output"

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from grpo_dashboard.launch import vllm_server
-from grpo_dashboard.launch.local import accelerate_config_path
+from grpo_dashboard.launch.local.job import accelerate_config_path
 from grpo_dashboard.launch.logs import log_path
 from grpo_dashboard.spec.jobfiles import JOB_SCRIPT
 from grpo_dashboard.spec.run_spec import RunSpec, processes_per_node, server_nodes, training_nodes, world_size
