@@ -207,10 +207,13 @@ def _import_trl(argv: list[str]) -> int:
 
 
 def _export_trl(argv: list[str]) -> int:
+    import functools
+
     from grpo_dashboard.launch.hf_jobs.export import export_job
+    from grpo_dashboard.launch.runs import prepare
     from grpo_dashboard.spec.trl_cli import export_trl_main  # SPEC [-o RECIPE]
 
-    return export_trl_main(argv, job_export=export_job)
+    return export_trl_main(argv, job_export=functools.partial(export_job, prepare=prepare))
 
 
 def _resume(argv: list[str]) -> int:

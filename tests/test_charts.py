@@ -13,7 +13,7 @@ import pytest
 from grpo_dashboard.store.db import Run, RunStatus, Store
 from grpo_dashboard.store.ingest import ingest_file
 from grpo_dashboard.store.series import SeriesArrays
-from grpo_dashboard.views import charts, downsample
+from grpo_dashboard.views import charts, display, downsample
 
 from .store_helpers import reference_ema
 
@@ -159,7 +159,7 @@ def test_long_series_is_downsampled_per_line_and_spike_survives() -> None:
     values[31_000] = 9.0
     frames = {("train", "grad_norm"): frame(values)}
     fig = charts.panel_figure("grad_norm", ["grad_norm"], frames, charts.ChartOptions(smoothing=0.9))
-    assert all(len(t.x) <= charts.MAX_POINTS for t in fig.data)
+    assert all(len(t.x) <= display.MAX_POINTS for t in fig.data)
     raw = next(t for t in fig.data if t.name.endswith("(raw)"))
     assert max(v for v in raw.y if v is not None) == 9.0
 

@@ -1,7 +1,8 @@
 """The package's layout holds: stage folders import downstream only, gradio stays in ui/, few modules at the root.
 
 The contracts live in pyproject.toml ([tool.importlinter]); `lint-imports` checks them on the real tree, and once
-on a copy with one upward import added, to show the check catches it.
+on a copy with one upward import added, and once with an import cycle inside a folder hidden in a function, to show
+the checks catch them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 def test_the_import_contracts_hold() -> None:
     out = lint_imports(REPO)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "3 kept, 0 broken" in out.stdout
+    assert "4 kept, 0 broken" in out.stdout
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
@@ -42,6 +43,18 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     out = lint_imports(tmp_path)
     assert out.returncode != 0
     assert "grpo_dashboard.store.db -> grpo_dashboard.views.overview" in out.stdout
+
+
+def test_a_cycle_inside_a_folder_breaks_the_contract(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "grpo_dashboard", tmp_path / "grpo_dashboard",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    memo = tmp_path / "grpo_dashboard" / "views" / "memo.py"  # overview imports memo
+    hidden = "\n\ndef _back() -> None:\n    from grpo_dashboard.views import overview  # noqa\n"
+    memo.write_text(memo.read_text() + hidden)
+    out = lint_imports(tmp_path)
+    assert out.returncode != 0
+    assert "No cycles are allowed in grpo_dashboard.views" in out.stdout
 
 
 def test_the_root_holds_only_the_entry_points_and_shared_basics() -> None:

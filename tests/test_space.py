@@ -202,7 +202,8 @@ def test_handlers_called_directly_with_oauth_objects(space_app: dict[str, Any], 
         handler(demo, "cancel_run")(alice, token, bob_run)
     with pytest.raises(gr.Error, match="among your runs"):
         handler(demo, "open_run_by_ref")(alice, token, "bob-run")
-    assert "among your runs" in handler(demo, "detail_poll")(alice, token, *detail_args(bob_run), {})[0]["value"]
+    status = next(f.outputs[0] for f in demo.fns.values() if f.api_name == "detail_poll")
+    assert "among your runs" in handler(demo, "detail_poll")(alice, token, *detail_args(bob_run), {})[status]["value"]
     assert [r[-1] for r in handler(demo, "runs_table")(alice, token, []).values.tolist()] == [two_runs["alice"]]
     assert handler(demo, "runs_table")(None, None, []).empty
     with pytest.raises(gr.Error, match="Sign in"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import gradio as gr
 import numpy as np
 import pytest
 
@@ -42,9 +43,11 @@ def test_a_batch_error_marks_num_generations_too() -> None:
 
 
 def test_field_errors_are_marked_for_the_red_style() -> None:
-    tab = new_run.NewRunTab(None, forms.form_fields(), [], None, None, None)  # type: ignore[arg-type]
+    fields = forms.form_fields()
+    inputs = [gr.Textbox() for _ in fields]
+    tab = new_run.NewRunTab(None, fields, inputs, None, None, None)  # type: ignore[arg-type]
     updates = new_run._form_updates(tab, {}, {"training.beta": ["must be ≥ 0"]})
-    by_key = dict(zip((f.key for f in tab.fields), updates, strict=True))
+    by_key = {f.key: updates[c] for f, c in zip(fields, inputs, strict=True)}
     assert by_key["training.beta"]["elem_classes"] == ["has-error"]
     assert "✖ must be ≥ 0" in by_key["training.beta"]["info"]
     assert by_key["training.epsilon"]["elem_classes"] == []

@@ -63,6 +63,13 @@ def resolve_paths(spec: RunSpec, base: Path, run_dir: Path) -> RunSpec:
     return s
 
 
+def prepare(spec: RunSpec, base: Path) -> tuple[RunSpec, ValidationReport]:
+    """What a launch does to a spec before it writes the job: validated (typed training values) and its paths
+    made absolute against `base` (the output under `base/output`); with the validation report."""
+    checked, report = check(spec, base)
+    return resolve_paths(checked, base, base / "output"), report
+
+
 def check(source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | None = None
           ) -> tuple[RunSpec, ValidationReport]:
     """Parse and validate; raises SpecError for structural problems, returns the report otherwise.

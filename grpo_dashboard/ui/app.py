@@ -17,7 +17,7 @@ from grpo_dashboard.space import access
 from grpo_dashboard.spec import presets
 from grpo_dashboard.store import temp_area
 from grpo_dashboard.store.db import Store
-from grpo_dashboard.ui import auth, compare, detail, guard, new_run, preflight, runs_tab
+from grpo_dashboard.ui import auth, byo_trl, compare, detail, guard, new_run, preflight, runs_tab
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.ui.serving import DashboardBlocks, page_head, short_circuit_missing_optional_imports
@@ -60,6 +60,7 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
         with gr.Tabs(selected="new", elem_id="main-tabs", overflow_behavior="wrap") as tabs:
             with gr.Tab("New run", id="new", elem_id="tab-new") as t_new:
                 new = new_run.build(ctx)
+                byo_trl.new_run_import(ctx, new)  # paste or upload a TRL config
             with gr.Tab("Pre-flight", id="preflight", elem_id="tab-preflight") as t_pre:
                 preflight.build(ctx, new.yaml)
             with gr.Tab("Runs", id="runs", elem_id="tab-runs") as t_runs:
@@ -85,7 +86,9 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
 
 
 def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, tabs: gr.Tabs) -> None:
-    def launch(user: access.User, *args: Any) -> list[Any]:
+    launched = gr.Textbox(visible=False, elem_id="launched-run-id")
+
+    def launch(user: access.User, *args: Any) -> dict[Any, Any]:
         try:
             access.check_user_may_launch(ctx.store, user, ctx.settings)
         except access.NotAllowed as exc:
@@ -95,19 +98,18 @@ def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, 
         spec, errors, warnings = new_run.check_form(values, yaml_text, ctx.base_dir, user, ctx.settings)
         if spec is None or errors:
             gr.Warning(f"Not launched: {len(errors)} problem(s), listed on the form.")
-            return [*new_run.validate_outputs(new, errors, warnings, ""), gr.skip(), gr.skip(), gr.skip()]
+            return new_run.validate_outputs(new, errors, warnings, "")
         try:
             run = access.launch(spec, ctx.store, user, base_dir=ctx.base_dir, settings=ctx.settings)
         except SpecError as exc:
-            return [*new_run.validate_outputs(new, exc.errors, [], ""), gr.skip(), gr.skip(), gr.skip()]
+            return new_run.validate_outputs(new, exc.errors, [], "")
         except (access.NotAllowed, BackendError) as exc:
             raise gr.Error(access.redact(str(exc), user.token)) from None
         text = f"### ▶ Launched `{run.id}` ({run.status}). Opening its detail page…"
-        outputs = new_run.validate_outputs(new, [], warnings, text)
         choices = overview.run_choices(ctx.store, access.visible_runs(ctx.store, user, settings=ctx.settings))
-        return [*outputs, gr.update(choices=choices, value=run.id), gr.Tabs(selected="detail"), run.id]
+        return {**new_run.validate_outputs(new, [], warnings, text), det.run: gr.update(choices=choices, value=run.id),
+                tabs: gr.Tabs(selected="detail"), launched: run.id}
 
-    launched = gr.Textbox(visible=False, elem_id="launched-run-id")
     assert new.launch is not None  # set by new_run.build
     new.launch.click(gate(ctx, "launch", launch, what="launch", pass_user=True), [*new.inputs, new.yaml],
                      [new.summary, *new.group_errors.values(), *new.inputs, det.run, tabs, launched],
@@ -131,34 +133,36 @@ def _wire_navigation(ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.Detai
         return user, overview.run_choices(ctx.store, access.visible_runs(ctx.store, user, settings=ctx.settings))
 
     def open_row(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, table: Any,
-                 evt: gr.SelectData) -> list[Any]:
+                 evt: gr.SelectData) -> Any:
         run_id = row_run_id(table, evt.index[0] if evt is not None and evt.index else None)
         if run_id is None:
-            return [gr.skip(), gr.skip()]
+            return gr.skip()
         _, choices = mine(profile, oauth)
         if run_id not in {value for _, value in choices}:
-            return [gr.skip(), gr.skip()]
-        return [gr.update(choices=choices, value=run_id), gr.Tabs(selected="detail")]
+            return gr.skip()
+        return {det.run: gr.update(choices=choices, value=run_id), tabs: gr.Tabs(selected="detail")}
 
     runs_t.table.select(gate(ctx, "open_run", open_row), [runs_t.table], [det.run, tabs], api_name="open_run",
                         api_visibility="undocumented")
 
-    def open_run(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str) -> list[Any]:
+    def open_run(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str) -> dict[Any, Any]:
         user, choices = mine(profile, oauth)
         try:
             run = access.find_run(ctx.store, run_id, user, ctx.settings)
         except LookupError as exc:
             raise gr.Error(str(exc)) from None
-        return [gr.update(choices=choices, value=run.id), gr.Tabs(selected="detail")]
+        return {det.run: gr.update(choices=choices, value=run.id), tabs: gr.Tabs(selected="detail")}
 
     ref = gr.Textbox(visible=False, elem_id="open-run-ref")
     ref.submit(gate(ctx, "open_run_by_ref", open_run), [ref], [det.run, tabs], api_name="open_run_by_ref")
 
-    def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, last: list[Any] | None) -> list[Any]:
+    def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, last: list[Any] | None
+                ) -> dict[Any, Any]:
         _, current = mine(profile, oauth)
         if current == last:
-            return [gr.skip(), gr.skip(), last]
-        return [gr.update(choices=current), gr.update(choices=current), current]
+            return {runs_t.last_choices: last}
+        return {det.run: gr.update(choices=current), compare_dd: gr.update(choices=current),
+                runs_t.last_choices: current}
 
     runs_t.timer.tick(gate(ctx, "run_choices", choices), [runs_t.last_choices],
                       [det.run, compare_dd, runs_t.last_choices], api_name="run_choices", concurrency_limit=None,
@@ -185,12 +189,13 @@ def _wire_page_state(ctx: UiContext, demo: gr.Blocks, runs_t: runs_tab.RunsTab, 
                      compare_dd: gr.Dropdown, tabs: gr.Tabs, tab_blocks: dict[str, Any]) -> None:
     """Fill the pickers when the page loads (from the URL's ?run= and ?tab=), keep the tab in the URL, and poll the
     runs table only while it is shown."""
-    def load(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, search: str | None) -> list[Any]:
+    def load(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, search: str | None) -> dict[Any, Any]:
         user = auth.user_of(ctx, profile, oauth)
         query = dict(urllib.parse.parse_qsl((search or "").lstrip("?")))
         choices, run_id, tab = initial_view(ctx, user, query)
-        return [gr.update(choices=choices, value=run_id), gr.update(choices=choices), gr.Tabs(selected=tab),
-                gr.Timer(active=tab == "runs"), choices]
+        return {det.run: gr.update(choices=choices, value=run_id), compare_dd: gr.update(choices=choices),
+                tabs: gr.Tabs(selected=tab), runs_t.timer: gr.Timer(active=tab == "runs"),
+                runs_t.last_choices: choices}
 
     # The page's own query string (a queued event's request is Gradio's, not the page's URL).
     search = gr.Textbox(visible=False)

@@ -13,6 +13,7 @@ import gradio as gr
 
 from grpo_dashboard.errors import BackendError, RunNotFound, SpecError
 from grpo_dashboard.space import access
+from grpo_dashboard.ui import new_run
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.guard import gate
@@ -74,10 +75,9 @@ def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
     return result.spec.to_yaml(), _shown(table, space)
 
 
-def new_run_import(ctx: UiContext, tab: Any) -> None:
+def new_run_import(ctx: UiContext, tab: new_run.NewRunTab) -> None:
     """An "Import a TRL config" panel that fills the tab's YAML (and form) with the imported spec."""
     from grpo_dashboard.spec import forms
-    from grpo_dashboard.ui import new_run
 
     with gr.Accordion("Import a TRL config (trl grpo --config, open-r1, ...)", open=False, elem_id="trl-import"):
         pasted = gr.Code(language="yaml", label="TRL config YAML", lines=8, interactive=True, elem_id="trl-paste")
@@ -85,10 +85,10 @@ def new_run_import(ctx: UiContext, tab: Any) -> None:
         button = gr.Button("Import", elem_id="trl-import-btn")
         table = gr.Markdown(elem_id="trl-mapping")
 
-    def run(text: str | None, file: Any) -> list[Any]:
+    def run(text: str | None, file: Any) -> dict[Any, Any]:
         spec_yaml, md = import_trl_text(text, file)
-        return [spec_yaml, new_run._command(spec_yaml), md,
-                *new_run._form_updates(tab, forms.values_from_yaml(spec_yaml))]
+        return {tab.yaml: spec_yaml, tab.command: new_run._command(spec_yaml), table: md,
+                **new_run._form_updates(tab, forms.values_from_yaml(spec_yaml))}
 
     button.click(gate(ctx, "import_trl", run, what="TRL import"), [pasted, upload],
                  [tab.yaml, tab.command, table, *tab.inputs], api_name="import_trl")
@@ -152,9 +152,9 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         download = gr.File(label="Metrics file", scale=2, elem_id="export-file")
     note = gr.Markdown(elem_id="resume-note")
 
-    def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> list[Any]:
+    def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> dict[Any, Any]:
         steps, chosen, text = resume_choices(ctx, run_id, user_of(ctx, profile, oauth))
-        return [gr.update(choices=steps, value=chosen), text]
+        return {checkpoint: gr.update(choices=steps, value=chosen), note: text}
 
     run_dd.change(gate(ctx, "resume_choices", choices), [run_dd], [checkpoint, note], api_name="resume_choices",
                   show_progress="hidden")

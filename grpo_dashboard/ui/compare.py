@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import gradio as gr
 
@@ -31,9 +31,17 @@ def split_of(metric: str) -> str:
     return "eval" if metric.startswith("eval_") else SYSTEM_SPLIT if metric.startswith("system/") else "train"
 
 
+class Comparison(NamedTuple):
+    """What the tab shows for a choice of runs."""
+
+    metric: Any  # the metric dropdown's update
+    plot: Any  # the overlay figure
+    diff: Any  # the spec fields that differ (None for fewer than two runs)
+
+
 def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoothing: float, log_y: bool,
-            xaxis: str, user: access.User | None = None) -> tuple[Any, Any, Any]:
-    """(metric dropdown update, overlay figure, differing spec fields) for the chosen runs `user` may see."""
+            xaxis: str, user: access.User | None = None) -> Comparison:
+    """The metric dropdown update, overlay figure and differing spec fields for the chosen runs `user` may see."""
     user = user or access.current_user(None, None, ctx.settings)
     run_ids = [r for r in (run_ids or []) if r]
     found = []
@@ -64,7 +72,7 @@ def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoot
                 series.append((f"{run.name} ({run.id[-6:]}{': ' + what if what else ''}){mark}", got))
     fig = charts.overlay_figure(metric or "", series, opts)
     diff = overview.spec_diff(found) if len(found) > 1 else None
-    return gr.update(choices=options, value=metric), fig, diff
+    return Comparison(metric=gr.update(choices=options, value=metric), plot=fig, diff=diff)
 
 
 def build(ctx: UiContext) -> gr.Dropdown:
@@ -84,8 +92,9 @@ def build(ctx: UiContext) -> gr.Dropdown:
     refresh_btn = gr.Button("Refresh", size="sm")
 
     def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_ids: list[str],
-               metric_key: str | None, sm: float, log: bool, x: str) -> tuple[Any, Any, Any]:
-        return compare(ctx, run_ids, metric_key, sm, log, x, user=user_of(ctx, profile, oauth))
+               metric_key: str | None, sm: float, log: bool, x: str) -> dict[Any, Any]:
+        shown = compare(ctx, run_ids, metric_key, sm, log, x, user=user_of(ctx, profile, oauth))
+        return {metric: shown.metric, plot: shown.plot, diff: shown.diff}
 
     gr.on([runs_dd.change, metric.input, smoothing.release, log_y.input, xaxis.input, refresh_btn.click],
           gate(ctx, "compare", update), [runs_dd, metric, smoothing, log_y, xaxis], [metric, plot, diff],

@@ -12,7 +12,7 @@ otherwise gr.skip(). Every handler resolves the run through access.py: on a Spac
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,41 @@ LOG_LINES = 200
 # The page script follows the shown run with these options (and marks the page loaded: the URL then tracks tabs).
 FOLLOW_JS = ("(r, s, l, x) => { if (window.grpoLive) { window.grpoLive.open(r, s, l, x); window.grpoLive.loaded(); }"
              " return []; }")
-N_FIXED_OUTPUTS = 9  # status, cancel, findings, spec, log, step, samples table, samples note, state
+
+
+@dataclass
+class DetailParts:
+    """The tab's outputs by name: once as its components (`DetailTab.parts`), and as each answer's values (gr.skip()
+    where a part is unchanged). `plots` maps a panel id to its plot."""
+
+    status: Any = field(default_factory=gr.skip)
+    cancel: Any = field(default_factory=gr.skip)
+    findings: Any = field(default_factory=gr.skip)
+    plots: dict[str, Any] = field(default_factory=dict)
+    spec: Any = field(default_factory=gr.skip)
+    log: Any = field(default_factory=gr.skip)
+    step: Any = field(default_factory=gr.skip)
+    samples: Any = field(default_factory=gr.skip)
+    samples_note: Any = field(default_factory=gr.skip)
+    state: Any = field(default_factory=gr.skip)
+
+    def listed(self) -> list[Any]:
+        """The parts in their order as an event's outputs (the order API clients get them in)."""
+        out: list[Any] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out += list(value.values()) if f.name == "plots" else [value]
+        return out
+
+    def answer(self, values: DetailParts) -> dict[Any, Any]:
+        """`values` keyed by these components, part by part of the same name (a plot by its panel id)."""
+        out: dict[Any, Any] = {}
+        for f in fields(self):
+            if f.name == "plots":
+                out.update({self.plots[pid]: plot for pid, plot in values.plots.items()})
+            else:
+                out[getattr(self, f.name)] = getattr(values, f.name)
+        return out
 
 
 @dataclass
@@ -45,7 +79,7 @@ class DetailTab:
     """Components other tabs target (run selector) and the app's tab switcher needs."""
 
     run: gr.Dropdown
-    outputs: list[gr.components.Component]
+    parts: DetailParts
     manage: Any = None
     live_inputs: list[gr.components.Component] | None = None  # what the page script follows the run with
 
@@ -73,20 +107,18 @@ def samples_table(run: Run, step: Any, sort_by: str, descending: bool) -> tuple[
 
 def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xaxis: str, follow: bool,
            step: Any, sort_by: str, descending: bool, state: dict[str, Any] | None, *,
-           user: access.User | None = None, live: bool = False) -> list[Any]:
+           user: access.User | None = None, live: bool = False) -> DetailParts:
     """Every output of the tab for `user` (default: an anonymous request); unchanged parts are gr.skip(). With
     `live`, the parts the page gets from its stream (status, findings, charts, log) are skipped too."""
     user = user or access.current_user(None, None, ctx.settings)
-    n_plots = len(charts.PANELS)
-    skip_all = [gr.skip()] * (N_FIXED_OUTPUTS + n_plots)
     if not run_id:
-        return [gr.update(value="Select a run (or launch one from **New run**)."), *skip_all[1:]]
+        return DetailParts(status=gr.update(value="Select a run (or launch one from **New run**)."))
     try:
         run = access.get_run(ctx.store, run_id, user, ctx.settings)
     except access.AccessDenied as exc:
-        return [gr.update(value=str(exc)), *skip_all[1:]]
+        return DetailParts(status=gr.update(value=str(exc)))
     except RunNotFound:
-        return [gr.update(value=f"No run {run_id!r}."), *skip_all[1:]]
+        return DetailParts(status=gr.update(value=f"No run {run_id!r}."))
     state = dict(state or {})
     opts = charts.ChartOptions(smoothing=float(smoothing or 0), log_y=bool(log_y), xaxis=xaxis or "step")
     token = ctx.store.change_token(run.id)
@@ -99,12 +131,10 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     problem = ctx.monitor_problem() if run.is_active else None
     if problem:
         status += f"\n\n**{problem}**"
-    out: list[Any] = [gr.skip() if live else access.redact(status, user.token)]
+    out = DetailParts(status=gr.skip() if live else access.redact(status, user.token))
     if state.get("cancel") != (run.id, run.is_active):  # an update re-creates the button: only when it changes
-        out.append(gr.update(interactive=run.is_active))
+        out.cancel = gr.update(interactive=run.is_active)
         state["cancel"] = (run.id, run.is_active)
-    else:
-        out.append(gr.skip())
 
     chart_key = (run.id, token, opts.smoothing, opts.log_y, opts.xaxis)
     found = None
@@ -115,26 +145,21 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     shown_key = None if found is None else (run.id, found[0], opts.smoothing, opts.log_y, opts.xaxis)
     if found is not None and state.get("charts") != shown_key:
         # gr.Plot passes PlotData through as is: the JSON is built once per run state, not once per viewer
-        out += [overview.findings_markdown(ctx.store, run) + "\n\n" + forecast_view.panel_markdown(ctx.store, run),
-                *(PlotData(type="plotly", plot=p)
-                  for p in forecast_view.overlay_plots(found[1], ctx.store, run, opts.xaxis).values())]
+        out.findings = (overview.findings_markdown(ctx.store, run) + "\n\n"
+                        + forecast_view.panel_markdown(ctx.store, run))
+        out.plots = {pid: PlotData(type="plotly", plot=p)
+                     for pid, p in forecast_view.overlay_plots(found[1], ctx.store, run, opts.xaxis).items()}
         state["charts"] = shown_key
-    else:
-        out += [gr.skip()] * (1 + n_plots)
 
     if state.get("spec") != run.id:
-        out.append(access.redact(run.spec_yaml, user.token))
+        out.spec = access.redact(run.spec_yaml, user.token)
         state["spec"] = run.id
-    else:
-        out.append(gr.skip())
 
     log = runs.log_path(run)
     log_key = (run.id, _size(log))
     if not live and state.get("log") != log_key:
-        out.append(access.redact(overview.log_text(log, LOG_LINES), user.token) or "(no output yet)")
+        out.log = access.redact(overview.log_text(log, LOG_LINES), user.token) or "(no output yet)"
         state["log"] = log_key
-    else:
-        out.append(gr.skip())
 
     samples_key = (run.id, _size(completions.samples_path(run.run_dir)), bool(follow), step, sort_by,
                    bool(descending), token if not Path(completions.samples_path(run.run_dir)).exists() else None)
@@ -142,11 +167,9 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
         table, steps, shown = samples_table(run, None if follow else step, sort_by, descending)
         note = (f"Step {shown}: {len(table)} completions." if shown is not None else
                 "No sample completions yet (the job writes them at each logged step).")
-        out += [step_update(steps, shown), table, note]
+        out.step, out.samples, out.samples_note = step_update(steps, shown), table, note
         state["samples"] = samples_key
-    else:
-        out += [gr.skip()] * 3
-    out.append(state)
+    out.state = state
     return out
 
 
@@ -212,23 +235,25 @@ def build(ctx: UiContext) -> DetailTab:
     # What API clients get from detail_render / detail_poll; the page shows the pushed versions above instead.
     status = gr.Markdown(visible=False)
     findings_md = gr.Markdown(visible=False)
-    plots = [gr.Plot(label=p.title, show_label=False, visible=False) for p in charts.PANELS]
+    plots = {p.id: gr.Plot(label=p.title, show_label=False, visible=False) for p in charts.PANELS}
     log_box = gr.Textbox(label=f"Job log (last {LOG_LINES} lines)", visible=False)
     state = gr.State({})
     timer = gr.Timer(POLL_S, active=False)
     api_render = gr.Button(visible=False)
     controls = [run_dd, smoothing, log_y, xaxis, follow, step_sl, sort_by, descending, state]
-    outputs = [status, cancel_btn, findings_md, *plots, spec_code, log_box, step_sl, samples_df, samples_note, state]
+    parts = DetailParts(status=status, cancel=cancel_btn, findings=findings_md, plots=plots, spec=spec_code,
+                        log=log_box, step=step_sl, samples=samples_df, samples_note=samples_note, state=state)
+    outputs = parts.listed()
 
-    def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
-        return render(ctx, *args, user=user_of(ctx, profile, oauth))
+    def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> dict[Any, Any]:
+        return parts.answer(render(ctx, *args, user=user_of(ctx, profile, oauth)))
 
-    def view(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
-        return render(ctx, *args, user=user_of(ctx, profile, oauth), live=True)
+    def view(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> dict[Any, Any]:
+        return parts.answer(render(ctx, *args, user=user_of(ctx, profile, oauth), live=True))
 
-    def poll(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
+    def poll(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> dict[Any, Any]:
         # The timer's inputs are plain values (no preprocessing needed); outputs are postprocessed here, in one thread.
-        return postprocessed(outputs, render(ctx, *args, user=user_of(ctx, profile, oauth)))
+        return postprocessed(parts.answer(render(ctx, *args, user=user_of(ctx, profile, oauth))))
 
     timer.tick(gate(ctx, "detail_poll", poll), controls, outputs, api_name="detail_poll", concurrency_limit=None,
                show_progress="hidden", trigger_mode="always_last", preprocess=False, postprocess=False)
@@ -252,9 +277,10 @@ def build(ctx: UiContext) -> DetailTab:
     samples_df.change(gate(ctx, "sort_choices", sort_choices), [samples_df], [sort_by], show_progress="hidden",
                       queue=False, api_visibility="private")
 
-    def pick_step(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> list[Any]:
+    def pick_step(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> dict[Any, Any]:
         user = user_of(ctx, profile, oauth)
-        return [False, *render(ctx, args[0], args[1], args[2], args[3], False, *args[5:], user=user, live=True)]
+        shown = render(ctx, args[0], args[1], args[2], args[3], False, *args[5:], user=user, live=True)
+        return {follow: False, **parts.answer(shown)}
 
     step_sl.release(gate(ctx, "detail_step", pick_step), controls, [follow, *outputs], api_name="detail_step",
                     concurrency_limit=None, show_progress="hidden", preprocess=False)
@@ -274,7 +300,7 @@ def build(ctx: UiContext) -> DetailTab:
                " ? [r] : [null])")
     cancel_btn.click(gate(ctx, "cancel_run", guarded_cancel(cancel)), [run_dd], [status], api_name="cancel_run",
                      js=confirm)
-    return DetailTab(run_dd, outputs, manage, live_inputs)
+    return DetailTab(run_dd, parts, manage, live_inputs)
 
 
 def guarded_cancel(cancel: Any) -> Any:

@@ -11,6 +11,10 @@ none the gate asks gradio for them itself.
 `seal(demo)` runs when the app is built and again when it launches: it refuses an app with any handler that did not
 go through `gate`, so a new feature cannot add an ungated endpoint, and takes gradio's own queue out of the way of
 pooled endpoints (their pool limits them; gradio's per-event queue would make one user wait behind another's work).
+It also gives each gated handler its event's outputs: a handler with several outputs answers with a dict keyed by
+component (`{component: value}`; gradio leaves the outputs it omits unchanged), never with a list matched to the
+outputs by position, which a reordering would silently mis-wire; the gate refuses a positional answer, or a key that
+is not one of the event's outputs, with a TypeError naming the endpoint.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ MAX_TEXT_CHARS = 256 * 1024
 SIGN_IN_FIRST = ("Sign in with Hugging Face (the button at the top of the page) first: on this Space {what} is for "
                  "signed-in users only, and every run goes to Hugging Face Jobs on your own account.")
 GATE_ATTR = "_grpo_endpoint"
+OUTPUTS_ATTR = "_grpo_outputs"  # the ids of the event's output blocks, set by seal()
 _PROFILE = "_gate_profile"
 _TOKEN = "_gate_oauth"
 _budgets: dict[int, Budgets] = {}
@@ -151,6 +156,7 @@ def gate(ctx: UiContext, name: str, fn: Callable[..., Any], *, what: str | None 
             if on_space:
                 exc.message = access.scrub_paths(access.redact(str(exc.message), user.token))
             raise
+        check_named(name, result, getattr(handler, OUTPUTS_ATTR, None))
         return _scrubbed(result, user.token) if on_space and scrub else result
 
     handler.__signature__ = signature  # type: ignore[attr-defined]
@@ -159,6 +165,22 @@ def gate(ctx: UiContext, name: str, fn: Callable[..., Any], *, what: str | None 
     handler.__doc__ = fn.__doc__
     setattr(handler, GATE_ATTR, name)
     return handler
+
+
+def check_named(name: str, result: Any, outputs: frozenset[int] | None) -> None:
+    """TypeError when the answer of endpoint `name` to an event with several `outputs` (block ids) is positional, or
+    keys a component that is not one of them."""
+    if outputs is None or len(outputs) < 2:
+        return
+    if isinstance(result, (list, tuple)):
+        raise TypeError(f"{name} answered with a {type(result).__name__} of {len(result)} values matched to its "
+                        f"{len(outputs)} outputs by position; answer with a dict keyed by component "
+                        f"({{component: value}}) so that no value depends on the order of the outputs.")
+    if isinstance(result, dict) and result != gr.skip():
+        stray = [key for key in result if not isinstance(key, gr.blocks.Block) or key._id not in outputs]
+        if stray:
+            raise TypeError(f"{name} answered for {', '.join(map(repr, stray[:3]))}, not among its outputs; key "
+                            f"the answer by the event's own output components (or add them to its outputs).")
 
 
 def ungated(demo: gr.Blocks) -> list[str]:
@@ -188,5 +210,8 @@ def seal(demo: gr.Blocks, ctx: UiContext) -> None:
                            f"grpo_dashboard.ui.guard.gate with an endpoint declared in space/policy.py.")
     for block_fn in demo.fns.values():
         endpoint = getattr(block_fn.fn, GATE_ATTR, None)
-        if endpoint is not None and ENDPOINTS[endpoint].pool is not None:
+        if endpoint is None:
+            continue
+        setattr(block_fn.fn, OUTPUTS_ATTR, frozenset(block._id for block in block_fn.outputs))
+        if ENDPOINTS[endpoint].pool is not None:
             block_fn.concurrency_limit = None

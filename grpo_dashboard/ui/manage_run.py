@@ -88,24 +88,24 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
         delete_btn = gr.Button("Delete this run and its files…", variant="stop", size="sm", elem_id="delete-btn")
         message = gr.Markdown(elem_id="manage-message")
 
-    def fill(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> list[Any]:
+    def fill(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> dict[Any, Any]:
         user = user_of(ctx, profile, oauth)
         try:
             run = access.get_run(ctx.store, run_id, user, ctx.settings) if run_id else None
         except RunNotFound:
             run = None
         if run is None:
-            return ["", "", ""]
-        return [run.name, ctx.store.notes().get(run.id, ""), ""]
+            return {name: "", note: "", message: ""}
+        return {name: run.name, note: ctx.store.notes().get(run.id, ""), message: ""}
 
     run_dd.change(gate(ctx, "manage_fill", fill), [run_dd], [name, note, message], show_progress="hidden", queue=False,
                   api_visibility="private")
 
     def do_rename(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
-                  new_name: str) -> list[Any]:
+                  new_name: str) -> dict[Any, Any]:
         user = user_of(ctx, profile, oauth)
         text = rename(ctx, user, run_id, new_name)
-        return [text, gr.update(choices=_choices(ctx, user), value=run_id)]
+        return {message: text, run_dd: gr.update(choices=_choices(ctx, user), value=run_id)}
 
     rename_btn.click(gate(ctx, "rename_run", do_rename), [run_dd, name], [message, run_dd], api_name="rename_run")
 
@@ -115,13 +115,13 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
 
     note_btn.click(gate(ctx, "note_run", do_note), [run_dd, note], [message], api_name="note_run")
 
-    def do_delete(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> list[Any]:
+    def do_delete(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> Any:
         if run_id is None:  # the confirmation was declined
-            return [gr.skip(), gr.skip()]
+            return gr.skip()
         user = user_of(ctx, profile, oauth)
         text = delete(ctx, user, run_id)
         choices = _choices(ctx, user)
-        return [text, gr.update(choices=choices, value=choices[0][1] if choices else None)]
+        return {message: text, run_dd: gr.update(choices=choices, value=choices[0][1] if choices else None)}
 
     confirm = ("(r) => (r && window.confirm('Delete run ' + r + ' and its run directory (metrics, log, samples, "
                "checkpoints)? This cannot be undone.') ? [r] : [null])")

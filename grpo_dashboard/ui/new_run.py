@@ -15,7 +15,6 @@ from grpo_dashboard.space import access
 from grpo_dashboard.spec import forms, presets
 from grpo_dashboard.spec.jobfiles import rewards_module
 from grpo_dashboard.spec.run_spec import RunSpec
-from grpo_dashboard.ui import byo_trl
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.views import overview
@@ -128,7 +127,6 @@ def build(ctx: UiContext) -> NewRunTab:
                               interactive=False, elem_id="spec-command")
     tab = NewRunTab(preset, ordered, inputs, yaml_code, command, summary, group_errors, launch_btn, validate_btn)
     _wire(tab, ctx)
-    byo_trl.new_run_import(ctx, tab)  # paste or upload a TRL config
     return tab
 
 
@@ -146,11 +144,13 @@ def _values(tab: NewRunTab, args: tuple[Any, ...]) -> dict[str, Any]:
     return {f.key: v for f, v in zip(tab.fields, args, strict=True)}
 
 
-def _form_updates(tab: NewRunTab, values: dict[str, Any], errors: dict[str, list[str]] | None = None) -> list[Any]:
-    """Values (or only the help text, when `values` is empty) of every field, with errors in place of help."""
+def _form_updates(tab: NewRunTab, values: dict[str, Any], errors: dict[str, list[str]] | None = None
+                  ) -> dict[Any, Any]:
+    """Values (or only the help text, when `values` is empty) of every field, with errors in place of help; keyed
+    by the field's component."""
     errors = errors or {}
-    out = []
-    for f in tab.fields:
+    out = {}
+    for f, component in zip(tab.fields, tab.inputs, strict=True):
         kwargs: dict[str, Any] = {}
         if f.key in values:
             kwargs["value"] = values[f.key]
@@ -158,17 +158,17 @@ def _form_updates(tab: NewRunTab, values: dict[str, Any], errors: dict[str, list
         if f.widget != "rewards":
             kwargs["info"] = as_text("✖ " + " / ".join(_capped(msgs, 5))) if msgs else as_text(f.help)
         kwargs["elem_classes"] = ["has-error"] if msgs else []
-        out.append(gr.update(**kwargs))
+        out[component] = gr.update(**kwargs)
     return out
 
 
-def _group_error_updates(tab: NewRunTab, placed: dict[str, list[str]]) -> list[Any]:
+def _group_error_updates(tab: NewRunTab, placed: dict[str, list[str]]) -> dict[Any, Any]:
     by_group: dict[str, list[str]] = {g: [] for g in tab.group_errors}
     for f in tab.fields:
         for msg in placed.get(f.key, []):
             group = f.group if f.group in by_group else FORM_GROUPS[0]
             by_group[group].append(f"- ✖ **{f.key}**: {msg}")
-    return [gr.update(value="\n".join(_capped(by_group[g]))) for g in tab.group_errors]
+    return {box: gr.update(value="\n".join(_capped(by_group[g]))) for g, box in tab.group_errors.items()}
 
 
 def _capped(lines: list[str], most: int = MAX_LISTED_ERRORS) -> list[str]:
@@ -214,9 +214,7 @@ def check_form(values: dict[str, Any], yaml_text: str, base_dir: Any, user: acce
 
 
 def _wire(tab: NewRunTab, ctx: UiContext) -> None:
-    n_groups = len(tab.group_errors)
-
-    def validate(user: access.User, *args: Any) -> list[Any]:
+    def validate(user: access.User, *args: Any) -> dict[Any, Any]:
         *vals, yaml_text = args
         _, errors, warnings = check_form(_values(tab, tuple(vals)), yaml_text, ctx.base_dir, user, ctx.settings)
         return validate_outputs(tab, errors, warnings, "### ✔ Valid: ready to launch.")
@@ -226,23 +224,23 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
                        [*tab.inputs, tab.yaml], [tab.summary, *tab.group_errors.values(), *tab.inputs],
                        api_name="validate")
 
-    def load_preset(name: str) -> list[Any]:
+    def load_preset(name: str) -> dict[Any, Any]:
         text = presets.preset_yaml(name)
         values = forms.values_from_yaml(text)
-        return [text, _command(text), f"Loaded preset **{name}**.", *[gr.update(value="") for _ in range(n_groups)],
-                *_form_updates(tab, values)]
+        return {tab.yaml: text, tab.command: _command(text), tab.summary: f"Loaded preset **{name}**.",
+                **{box: gr.update(value="") for box in tab.group_errors.values()}, **_form_updates(tab, values)}
 
     tab.preset.select(gate(ctx, "load_preset", load_preset), [tab.preset],
                      [tab.yaml, tab.command, tab.summary, *tab.group_errors.values(), *tab.inputs],
                      api_name="load_preset", show_progress="hidden", concurrency_limit=None)
 
-    def form_to_yaml(*args: Any) -> list[Any]:
+    def form_to_yaml(*args: Any) -> dict[Any, Any]:
         *vals, yaml_text = args
         try:
             text = forms.yaml_from_values(_values(tab, tuple(vals)), yaml_text)
         except SpecError as exc:
-            return [gr.skip(), gr.skip(), _summary(exc.errors, [], "")]
-        return [text, _command(text), gr.skip()]
+            return {tab.summary: _summary(exc.errors, [], "")}
+        return {tab.yaml: text, tab.command: _command(text)}
 
     # Gradio's textbox sends `input` from its key handlers only, so a value pasted with the mouse, dropped or
     # autofilled reaches the YAML when the field loses focus.
@@ -252,17 +250,18 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
           [*tab.inputs, tab.yaml], [tab.yaml, tab.command, tab.summary],
           api_name="form_to_yaml", trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)
 
-    def yaml_to_form(yaml_text: str) -> list[Any]:
+    def yaml_to_form(yaml_text: str) -> dict[Any, Any]:
         try:
             values = forms.values_from_yaml(yaml_text)
             bad = forms.unshowable(yaml_text)
         except SpecError as exc:
-            return [gr.skip(), _summary(exc.errors, [], ""), *([gr.skip()] * len(tab.inputs))]
+            return {tab.summary: _summary(exc.errors, [], "")}
         if bad:  # never blank a field: it keeps its value and shows what is wrong with the YAML's
             placed = {e.field: [str(e.message)] for e in bad}
             updates = _form_updates(tab, {k: v for k, v in values.items() if k not in placed}, placed)
-            return [gr.skip(), _summary(bad, [], ""), *updates]
-        return [_command(yaml_text), "YAML applied to the form.", *_form_updates(tab, values)]
+            return {tab.summary: _summary(bad, [], ""), **updates}
+        return {tab.command: _command(yaml_text), tab.summary: "YAML applied to the form.",
+                **_form_updates(tab, values)}
 
     tab.yaml.input(gate(ctx, "yaml_to_form", yaml_to_form, what="form update", scrub=False), [tab.yaml],
                    [tab.command, tab.summary, *tab.inputs], api_name="yaml_to_form",
@@ -270,8 +269,8 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
 
 
 def validate_outputs(tab: NewRunTab, errors: list[FieldError], warnings: list[FieldError], ok_text: str
-                     ) -> list[Any]:
-    """[summary, group error boxes..., field info updates...] for a validation result."""
+                     ) -> dict[Any, Any]:
+    """The summary, the group error boxes and the fields' info for a validation result, keyed by component."""
     placed, _ = forms.place_errors(errors, [f.key for f in tab.fields])
-    return [_summary(errors, warnings, ok_text), *_group_error_updates(tab, placed),
-            *_form_updates(tab, {}, placed)]
+    return {tab.summary: _summary(errors, warnings, ok_text), **_group_error_updates(tab, placed),
+            **_form_updates(tab, {}, placed)}

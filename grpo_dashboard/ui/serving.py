@@ -38,8 +38,8 @@ from grpo_dashboard.ui.route_gate import RouteGate
 _SKIP = {"__type__": "update"}
 
 
-def postprocessed(components: list[Any], values: list[Any]) -> list[Any]:
-    """`values` for `components` as Gradio's own postprocessing would send them, computed in the calling thread.
+def postprocessed(answer: dict[Any, Any]) -> dict[Any, Any]:
+    """An answer keyed by component as Gradio's own postprocessing would send it, computed in the calling thread.
 
     For events registered with `preprocess=False, postprocess=False`: Gradio otherwise hands every input and every
     output to a worker thread of its own (~30 thread switches per run-detail tick); under load each switch waits for
@@ -49,13 +49,13 @@ def postprocessed(components: list[Any], values: list[Any]) -> list[Any]:
     from gradio.data_classes import GradioModel, GradioRootModel
     from gradio.utils import is_prop_update
 
-    out = []
-    for component, value in zip(components, values, strict=True):
+    out = {}
+    for component, value in answer.items():
         if component.stateful or is_prop_update(value):
-            out.append(value)
+            out[component] = value
             continue
         result = component.postprocess(value)
-        out.append(result.model_dump() if isinstance(result, (GradioModel, GradioRootModel)) else result)
+        out[component] = result.model_dump() if isinstance(result, (GradioModel, GradioRootModel)) else result
     return out
 
 
@@ -208,6 +208,11 @@ class DashboardBlocks(gr.Blocks):
 
     async def postprocess_data(self, block_fn: Any, predictions: Any, state: Any) -> list[Any]:
         outputs = list(block_fn.outputs)
+        if isinstance(predictions, dict) and predictions and len(outputs) > 1 \
+                and all(isinstance(key, gr.blocks.Block) for key in predictions):
+            # An answer keyed by component, as handlers give them (guard.check_named): in the outputs' order, with
+            # gr.skip() for those it leaves out, so that the skipped ones are narrowed away below too.
+            predictions = gr.blocks.convert_component_dict_to_list(outputs, predictions)
         if block_fn.batch or not isinstance(predictions, (list, tuple)) or len(outputs) < 2 \
                 or len(predictions) != len(outputs):
             return await super().postprocess_data(block_fn, predictions, state)

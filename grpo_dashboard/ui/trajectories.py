@@ -4,7 +4,7 @@ tool calls. Handlers resolve the run through access.py like the rest of the tab.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import gradio as gr
 
@@ -18,16 +18,24 @@ from grpo_dashboard.views import completions, overview, trajectories
 MAX_SHOWN = 16
 
 
+class Shown(NamedTuple):
+    """What the tab shows for a run and step."""
+
+    step: Any  # the step dropdown's update
+    table: Any  # the summary table
+    body: str  # Markdown of the shown trajectories
+
+
 def render(ctx: UiContext, run_id: str | None, step: Any, column_filter: str, sort_by: str, descending: bool, *,
-           user: access.User | None = None) -> tuple[Any, Any, str]:
-    """(step dropdown update, summary table, Markdown of the shown trajectories)."""
+           user: access.User | None = None) -> Shown:
+    """The step dropdown update, summary table and Markdown of the shown trajectories."""
     user = user or access.current_user(None, None, ctx.settings)
     if not run_id:
-        return gr.update(), None, "Select a run."
+        return Shown(step=gr.update(), table=None, body="Select a run.")
     try:
         run = access.get_run(ctx.store, run_id, user, ctx.settings)
     except (access.AccessDenied, RunNotFound) as exc:
-        return gr.update(), None, str(exc)
+        return Shown(step=gr.update(), table=None, body=str(exc))
     steps = completions.sample_steps(run.run_dir, run.output_dir)
     chosen = int(step) if step not in (None, "") and int(step) in steps else (steps[-1] if steps else None)
     rows = completions.read_step(run.run_dir, chosen, run.output_dir) if chosen is not None else []
@@ -40,8 +48,8 @@ def render(ctx: UiContext, run_id: str | None, step: Any, column_filter: str, so
     head = (f"Step {chosen}: {len(trajs)} of {len(rows)} samples" + (
         f"; filter with e.g. `{next(iter(columns))}={columns[next(iter(columns))][0]}`" if columns else ""))
     body = "\n\n---\n\n".join(trajectories.markdown(t) for t in trajs[:MAX_SHOWN])
-    return (gr.update(choices=[str(s) for s in steps], value=str(chosen) if chosen is not None else None),
-            trajectories.summary_frame(trajs), f"{head}\n\n{body}")
+    return Shown(step=gr.update(choices=[str(s) for s in steps], value=str(chosen) if chosen is not None else None),
+                 table=trajectories.summary_frame(trajs), body=f"{head}\n\n{body}")
 
 
 def build(ctx: UiContext, run_dd: gr.Dropdown) -> None:
@@ -57,8 +65,9 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         table = gr.Dataframe(interactive=False, wrap=True, max_height=300, elem_id="traj-table")
         body = gr.Markdown(elem_id="traj-body")
 
-    def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> tuple[Any, Any, str]:
-        return render(ctx, *args, user=user_of(ctx, profile, oauth))
+    def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> dict[Any, Any]:
+        shown = render(ctx, *args, user=user_of(ctx, profile, oauth))
+        return {step: shown.step, table: shown.table, body: shown.body}
 
     gr.on([show.click, step.input, sort_by.input, descending.input, column_filter.submit],
           gate(ctx, "detail_trajectories", update), [run_dd, step, column_filter, sort_by, descending],

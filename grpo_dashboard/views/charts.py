@@ -8,26 +8,29 @@ never sends more than `MAX_POINTS` points per line to the browser.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.store.series import SYSTEM_SPLIT, SeriesArrays
 from grpo_dashboard.views import display, system_panel
-from grpo_dashboard.views.display import MAX_POINTS
 from grpo_dashboard.views.display import REWARD_MEAN as _REWARD_MEAN
+from grpo_dashboard.views.plot_parts import (
+    METRIC_XAXES,
+    PALETTE,
+    ChartOptions,
+    chart_title,
+    drop_none,
+    line_traces,
+    series_id,
+    subplots_layout,
+)
 
-METRIC_XAXES = ("num_tokens", "epoch")  # logged metrics that only grow: usable as the x axis
 XAXES = ("step", "wall time", "relative time", *METRIC_XAXES)
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf")
 
 # End-of-training summaries and eval bookkeeping: one value each, not curves.
 SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos",
@@ -90,11 +93,6 @@ _TEMPLATE = {"layout": {"plot_bgcolor": "white", "paper_bgcolor": "white", "font
                         "colorway": list(PALETTE)}}
 
 
-def series_id(ident: tuple[str, str]) -> str:
-    """How a live page names a (split, key) series: `split|key`."""
-    return f"{ident[0]}|{ident[1]}"
-
-
 def panel_of(key: str) -> str | None:
     """The panel a train metric belongs to, or None for summaries and reward std (drawn as the reward band)."""
     if key in SUMMARY_KEYS or (key.startswith("rewards/") and key.endswith("/std")):
@@ -145,91 +143,6 @@ def group_metrics(keys: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     return out
 
 
-@dataclass
-class ChartOptions:
-    """User controls shared by all charts."""
-
-    smoothing: float = 0.6
-    log_y: bool = False
-    xaxis: str = "step"
-    max_points: int = MAX_POINTS
-
-
-def _x(series: SeriesArrays, xaxis: str, t0: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """(mask of usable points, x values) for the chosen axis (a metric axis: steps already mapped, `on_metric`)."""
-    if xaxis == "step" or xaxis in METRIC_XAXES:
-        return np.ones(len(series), dtype=bool), series.steps.copy()  # the cached arrays stay unshared
-    times = series.times
-    mask = np.isfinite(times)
-    if xaxis == "wall time":
-        return mask, pd.to_datetime(times[mask], unit="s", utc=True).tz_convert(None).to_numpy()
-    origin = t0 if t0 is not None else (float(times[mask].min()) if mask.any() else 0.0)
-    return mask, (times[mask] - origin) / 60.0
-
-
-def _rgba(color: str, alpha: float) -> str:
-    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r},{g},{b},{alpha})"
-
-
-def line_traces(series: SeriesArrays, name: str, color: str, opts: ChartOptions, t0: float | None = None,
-                dash: str | None = None, secondary: bool = False, series_key: str | None = None
-                ) -> list[dict[str, Any]]:
-    """The traces of one series reduced for display (`display.py`) as plain dicts: a faint raw line, the smoothed
-    line on top, and a ±band around it where the series has a band (a reward's std).
-
-    Every trace carries `meta` = {"s": series_key, "r": role} (role: value, smooth, lo, hi) and one point per point
-    of the series (a gap where a value is missing), so a live page can append a series' new points to each trace
-    (`views/live.py`). With log-y, values at or below zero are gaps: a log axis cannot show them.
-    """
-    if not len(series):
-        return []
-    mask, xs = _x(series, opts.xaxis, t0)
-    raw = series.values[mask]
-    if opts.smoothing <= 0:
-        smooth = raw
-    elif series.smooth is None:
-        raise ValueError(f"{name}: a series for display (display.reduce) is needed to draw it smoothed")
-    else:
-        smooth = series.smooth[mask]
-    raw, smooth = _plotted(raw, opts.log_y), _plotted(smooth, opts.log_y)
-    yaxis = "y2" if secondary else "y"
-    hover = "%{y:.4g}"
-    traces: list[dict[str, Any]] = []
-
-    def meta(role: str) -> dict[str, str]:
-        return {"s": series_key or name, "r": role}
-
-    if series.band is not None and np.isfinite(series.band).any():
-        band = series.band[mask]
-        traces.append({"type": "scatter", "x": xs, "y": _plotted(smooth - band, opts.log_y), "mode": "lines",
-                       "line": {"width": 0}, "legendgroup": name, "showlegend": False, "hoverinfo": "skip",
-                       "yaxis": yaxis, "name": f"{name} -std", "meta": meta("lo")})
-        traces.append({"type": "scatter", "x": xs, "y": _plotted(smooth + band, opts.log_y), "mode": "lines",
-                       "line": {"width": 0}, "fill": "tonexty", "fillcolor": _rgba(color, 0.15), "legendgroup": name,
-                       "showlegend": False, "hoverinfo": "skip", "yaxis": yaxis, "name": f"{name} ±std",
-                       "meta": meta("hi")})
-    markers = "lines+markers" if len(xs) < 30 or dash == "dot" else "lines"
-    if opts.smoothing > 0:
-        traces.append({"type": "scatter", "x": xs, "y": raw, "mode": "lines", "name": f"{name} (raw)",
-                       "legendgroup": name, "showlegend": False, "hovertemplate": hover,
-                       "line": {"color": _rgba(color, 0.3), "width": 1, "dash": dash}, "yaxis": yaxis,
-                       "meta": meta("value")})
-    traces.append({"type": "scatter", "x": xs, "y": smooth, "mode": markers, "name": name, "hovertemplate": hover,
-                   "legendgroup": name, "line": {"color": color, "width": 2, "dash": dash}, "marker": {"size": 4},
-                   "yaxis": yaxis, "meta": meta("smooth" if opts.smoothing > 0 else "value")})
-    return traces
-
-
-def _plotted(values: np.ndarray, log_y: bool) -> np.ndarray:
-    """Plot values: non-finite ones (and, on a log axis, those <= 0) as NaN, which plotly draws as a gap."""
-    ok = np.isfinite(values)
-    if log_y:
-        with np.errstate(invalid="ignore"):
-            ok &= values > 0
-    return np.where(ok, values, np.nan)
-
-
 Spec = tuple[list[dict[str, Any]], dict[str, Any]]  # a figure as plain dicts: (traces, layout without template)
 
 
@@ -237,11 +150,6 @@ def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     """A figure built in one go from plain dicts, without plotly's per-property validation (~25x faster than
     add_traces + update_layout; the dicts here are fixed by this module, not user input)."""
     return go.Figure(data=data, layout={"template": _TEMPLATE, **layout}, _validate=False)
-
-
-def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
-    """Plotly leaves unset properties out; a None (e.g. dash=None) would be sent as null."""
-    return {k: _drop_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
 
 
 def empty_figure(title: str, note: str) -> go.Figure:
@@ -252,7 +160,7 @@ def empty_figure(title: str, note: str) -> go.Figure:
 def _empty_spec(title: str, note: str) -> Spec:
     return ([], {"annotations": [{"text": note, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
                                   "showarrow": False, "font": {"size": 14}}],
-                 "title": _title(title), "height": 300,
+                 "title": chart_title(title), "height": 300,
                  "margin": {"l": 50, "r": 20, "t": 40, "b": 40}, "xaxis": {"visible": False},
                  "yaxis": {"visible": False}})
 
@@ -261,7 +169,7 @@ def _layout(title: str, y_title: str, opts: ChartOptions, secondary_title: str |
     x_title = {"step": "step", "wall time": "wall time (UTC)", "relative time": "minutes since start"}.get(
         opts.xaxis, opts.xaxis)
     layout: dict[str, Any] = {
-        "title": _title(title), "height": 340,
+        "title": chart_title(title), "height": 340,
         "margin": {"l": 60, "r": 70 if secondary_title else 20, "t": 48, "b": 110}, "hovermode": "x unified",
         "hoverlabel": {"namelength": -1}, "uirevision": "keep",
         "legend": {"orientation": "h", "y": -0.42, "yanchor": "top", "x": 0, "font": {"size": 10}},
@@ -272,11 +180,6 @@ def _layout(title: str, y_title: str, opts: ChartOptions, secondary_title: str |
         layout["yaxis2"] = {"title": {"text": secondary_title}, "overlaying": "y", "side": "right",
                             "range": [0, 1.05], "showgrid": False, "automargin": True}
     return layout
-
-
-def _title(text: str) -> dict[str, Any]:
-    """A chart title at the top left, clear of plotly's toolbar (top right)."""
-    return {"text": text, "font": {"size": 14}, "x": 0.01, "xanchor": "left", "xref": "paper"}
 
 
 def _label(key: str) -> str:
@@ -359,7 +262,7 @@ def panel_spec(panel_id: str, keys: Sequence[str], frames: SeriesMap, opts: Char
         layout["annotations"] = annotations
     if shapes:
         layout["shapes"] = shapes
-    return [_drop_none(t) for t in traces], layout
+    return [drop_none(t) for t in traces], layout
 
 
 FINDING_COLORS = {"warning": "#bf8700", "error": "#cf222e"}
@@ -374,7 +277,7 @@ def _all_zero(frames: SeriesMap, keys: Sequence[str]) -> bool:
 def _other_spec(keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, t0: float | None = None,
                 max_rows: int = 12) -> Spec:
     shown = list(keys)[:max_rows]
-    layout = _subplots_layout(tuple(shown))
+    layout = subplots_layout(tuple(shown))
     traces: list[dict[str, Any]] = []
     for i, key in enumerate(shown, start=1):
         color = PALETTE[(i - 1) % len(PALETTE)]
@@ -388,24 +291,9 @@ def _other_spec(keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, t0: 
         if opts.log_y:
             layout[f"yaxis{axis}"]["type"] = "log"
     title = "Other metrics" + (f" (first {max_rows} of {len(keys)})" if len(keys) > max_rows else "")
-    layout.update(title=_title(title), height=max(300, 170 * len(shown)), hoverlabel={"namelength": -1},
+    layout.update(title=chart_title(title), height=max(300, 170 * len(shown)), hoverlabel={"namelength": -1},
                   margin={"l": 55, "r": 20, "t": 60, "b": 40}, showlegend=False, uirevision="keep")
-    return [_drop_none(t) for t in traces], layout
-
-
-@functools.lru_cache(maxsize=64)
-def _subplots_layout_json(titles: tuple[str, ...]) -> str:
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=0.08)
-    layout = fig.layout.to_plotly_json()
-    layout.pop("template", None)  # ours is added by _figure
-    return json.dumps(layout)
-
-
-def _subplots_layout(titles: tuple[str, ...]) -> dict[str, Any]:
-    """make_subplots' layout (axis domains, shared x axes, titles) for one column of rows; built once per titles."""
-    return json.loads(_subplots_layout_json(titles))
+    return [drop_none(t) for t in traces], layout
 
 
 def count_points(fig: go.Figure) -> int:
@@ -425,7 +313,7 @@ def overlay_figure(metric: str, series: Sequence[tuple[str, SeriesArrays]], opts
     if not traces:
         return empty_figure(metric or "Compare", "choose runs and a metric that they log")
     label = metric if split == "train" else f"{metric} (eval)"
-    return _figure([_drop_none(t) for t in traces], _layout(label, metric, opts))
+    return _figure([drop_none(t) for t in traces], _layout(label, metric, opts))
 
 
 def run_t0(frames: SeriesMap, started_at: float | None = None) -> float | None:

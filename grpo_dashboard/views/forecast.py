@@ -11,6 +11,7 @@ import numpy as np
 from grpo_dashboard.store.db import Run, Store, StoreError, token_text
 
 from .memo import LruCache
+from .run_data import metric_frame, run_spec
 
 _CACHE: LruCache[tuple[str, str], tuple[tuple[Any, ...], Any, float]] = LruCache(64)
 PANEL_MIN_INTERVAL_S = 5.0  # a live run's forecast (with its bootstrap) is refitted at most this often
@@ -20,8 +21,6 @@ def run_price(run: Run) -> float | None:
     """USD per hour of an HF Jobs run's flavor (built-in price table; the live list is read where prices are shown
     on demand, not on every page tick); None for local and Slurm runs (a user-set price goes to the CLI)."""
     from grpo_dashboard.spec.flavors import BUILTIN_FLAVORS
-
-    from .overview import run_spec
 
     spec = run_spec(run)
     flavor = getattr(getattr(spec, "backend", None), "flavor", None) if spec is not None else None
@@ -37,8 +36,6 @@ def run_forecast(store: Store, run: Run, price_per_hour: float | None = None) ->
         from grpo_dashboard.health.forecast import forecast
     except ImportError:
         return None
-    from .overview import metric_frame
-
     token = store.change_token(run.id)
     key = (str(store.path), f"{run.id}:{price_per_hour}")
     cached = _CACHE.get(key)
@@ -150,8 +147,6 @@ def _cell(store: Store, run: Run) -> str:
     from grpo_dashboard.health.fits import FLAT_MODELS
     from grpo_dashboard.health.forecast import forecast
 
-    from .overview import metric_frame
-
     fc = forecast(metric_frame(store, run.id), {"max_steps": run.max_steps} if run.max_steps else {}, bootstrap=False)
     if fc.plateau_reward is None:
         return "—"
@@ -167,8 +162,6 @@ def forecast_curves(fc: Any, store: Store, run: Run) -> dict[str, Any] | None:
     if fc is None or fc.curve is None:
         return None
     from grpo_dashboard.health.forecast import reward_series
-
-    from .overview import metric_frame
 
     series, _ = reward_series(metric_frame(store, run.id))
     if series is None:

@@ -19,10 +19,10 @@ from grpo_dashboard.spec import safe_yaml
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store import ingest
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, StoreError, token_text
-from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.views import forecast as forecast_view
 from grpo_dashboard.views.completions import recent_samples
 from grpo_dashboard.views.memo import LruCache, SingleFlight
+from grpo_dashboard.views.run_data import metric_frame, run_spec
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
@@ -132,20 +132,6 @@ def health_available() -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=128)
-def _parsed_spec(spec_yaml: str) -> RunSpec | None:
-    try:
-        return RunSpec.from_yaml(spec_yaml)
-    except Exception:  # an unreadable stored spec only loses what is derived from it
-        return None
-
-
-def run_spec(run: Run) -> RunSpec | None:
-    """The run's stored spec, parsed once per distinct text (pages re-read it on every tick and parsing is not cheap);
-    None when it no longer parses. Shared between callers: read it, do not modify it."""
-    return _parsed_spec(run.spec_yaml)
-
-
 def run_config(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config for the doctor, threshold overrides) from the run's spec YAML."""
     spec = run_spec(run)
@@ -204,18 +190,6 @@ def findings(store: Store, run: Run) -> list[Any]:
     if stale is not None and FINDINGS.flight.busy(key):
         return stale[2]  # being recomputed by another caller: the previous findings rather than a wait
     return FINDINGS.flight.do(key, compute)
-
-
-def metric_frame(store: Store, run_id: str) -> Any:
-    """The doctor's MetricFrame of a run straight from the store's columns (no dict per logged step, which
-    `MetricFrame.from_records(store.records(run_id))` would build: slow on long runs)."""
-    from grpo_dashboard.health.series import MetricFrame
-
-    by_split: dict[str, dict[str, Any]] = {}
-    for (split, key), a in store.arrays_all(run_id).items():
-        if split != SYSTEM_SPLIT:  # stepped by wall time: the doctor reads training steps
-            by_split.setdefault(split, {})[key] = (a.steps, a.values)
-    return MetricFrame.from_splits([by_split[s] for s in sorted(by_split, key=lambda s: s != "train")])
 
 
 _FINDING_FIELDS = ("rule", "severity", "step", "message", "remedy", "metric", "evidence", "status", "resolved_step")

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grpo_dashboard.store.series import SYSTEM_SPLIT, SeriesArrays
+from grpo_dashboard.views.plot_parts import PALETTE, chart_title, drop_none, line_traces, series_id, subplots_layout
 
 TIME_AXES = ("wall time", "relative time")
 # One subplot per quantity, in this order; a row is drawn only when the run has one of its series.
@@ -60,12 +61,10 @@ def system_spec(keys: Sequence[str], frames: Mapping[tuple[str, str], SeriesArra
                 t0: float | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The System panel as plain dicts (traces, layout): one subplot per quantity present, one colour per device
     (GPU i, the job's CPU/RAM, this process), each trace marked with the axis it is drawn on (`meta.x`)."""
-    from grpo_dashboard.views import charts
-
     opts = dataclasses.replace(opts, xaxis=xaxis_of(opts.xaxis))
     rows = sorted({r for k in keys if (r := row_of(k)) is not None})
     titles = tuple(ROWS[r][0] for r in rows)
-    layout = charts._subplots_layout(titles)
+    layout = subplots_layout(titles)
     devices = sorted({_device(k) for k in keys}, key=lambda d: _device_order(f"system/{d}"))
     traces: list[dict[str, Any]] = []
     for n, r in enumerate(rows, start=1):
@@ -74,10 +73,10 @@ def system_spec(keys: Sequence[str], frames: Mapping[tuple[str, str], SeriesArra
             frame = frames.get((SYSTEM_SPLIT, key))
             if frame is None:
                 continue
-            color = charts.PALETTE[devices.index(_device(key)) % len(charts.PALETTE)]
+            color = PALETTE[devices.index(_device(key)) % len(PALETTE)]
             name = key.removeprefix("system/")
-            for trace in charts.line_traces(frame, name, color, opts, t0, dash=_DASH.get(key.rsplit("/", 1)[-1]),
-                                            series_key=charts.series_id((SYSTEM_SPLIT, key))):
+            for trace in line_traces(frame, name, color, opts, t0, dash=_DASH.get(key.rsplit("/", 1)[-1]),
+                                     series_key=series_id((SYSTEM_SPLIT, key))):
                 trace["meta"]["x"] = opts.xaxis
                 traces.append({**trace, "xaxis": f"x{axis}", "yaxis": f"y{axis}"})
         if opts.log_y:
@@ -85,8 +84,8 @@ def system_spec(keys: Sequence[str], frames: Mapping[tuple[str, str], SeriesArra
     bottom = "" if len(rows) == 1 else str(len(rows))
     layout[f"xaxis{bottom}"]["title"] = {"text": "wall time (UTC)" if opts.xaxis == "wall time"
                                          else "minutes since start"}
-    layout.update(title=charts._title("System: GPU utilisation and memory, CPU and memory (sampled over time)"),
+    layout.update(title=chart_title("System: GPU utilisation and memory, CPU and memory (sampled over time)"),
                   height=max(300, 190 * len(rows) + 60), hoverlabel={"namelength": -1},
                   margin={"l": 55, "r": 20, "t": 60, "b": 90}, uirevision="keep",
                   legend={"orientation": "h", "y": -0.08, "yanchor": "top", "x": 0, "font": {"size": 10}})
-    return [charts._drop_none(t) for t in traces], layout
+    return [drop_none(t) for t in traces], layout

@@ -14,8 +14,10 @@ import copy
 import re
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grpo_dashboard.launch.hf_jobs.payload import BUCKET_NAME, container_spec, equivalent_command
 from grpo_dashboard.spec.run_spec import HF_JOBS, RunSpec
@@ -66,18 +68,22 @@ def write_job_folder(spec: RunSpec, folder: Path) -> dict[str, Path]:
     return written
 
 
-def export_job(spec: RunSpec, folder: Path, write: bool = True, base_dir: Path | None = None) -> JobExport:
+# (spec, base dir) -> (the spec as a launch would run it, its validation report)
+Prepare = Callable[[RunSpec, Path], tuple[RunSpec, Any]]
+
+
+def export_job(spec: RunSpec, folder: Path, write: bool = True, base_dir: Path | None = None, *,
+               prepare: Prepare) -> JobExport:
     """The job folder of `spec` (written when `write`) and the `hf` commands that upload it and run the job.
 
-    The spec goes through what `launch` does first (validation, which normalises the training values, and the
-    paths made absolute against `base_dir`, default the current directory), so the files are the dashboard's own.
+    The spec goes through what `launch` does first: `prepare(spec, base)` is `launch.runs.prepare` (validation,
+    which normalises the training values, and the paths made absolute against `base_dir`, default the current
+    directory), passed in by the caller so this package never imports the orchestration above it.
     """
     from grpo_dashboard.launch.hf_jobs.hub_calls import job_timeout
-    from grpo_dashboard.launch.runs import check, resolve_paths
 
     base = Path(base_dir) if base_dir else Path.cwd()
-    checked, report = check(jobs_spec(spec), base)
-    s = resolve_paths(checked, base, base / "output")
+    s, report = prepare(jobs_spec(spec), base)
     b = s.backend
     run = folder_name(s)
     problems = [str(e) for e in report.errors]
