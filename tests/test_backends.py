@@ -10,14 +10,14 @@ import pytest
 
 import grpo_dashboard
 from grpo_dashboard.errors import BackendError
-from grpo_dashboard.launch import backends, runs
+from grpo_dashboard.launch import backends, kinds, runs
 from grpo_dashboard.launch.interface import Backend
 from grpo_dashboard.spec.run_spec import BACKENDS as SPEC_KINDS
 from grpo_dashboard.store.db import Run
 
 PACKAGE = Path(grpo_dashboard.__file__).parent
-TABLE = Path(backends.__file__).resolve()
-KIND_NAMES = PACKAGE / "spec" / "run_spec.py"  # where the kind names are defined (LOCAL, HF_JOBS, SLURM)
+# Where the kind names are written: each backend package's options.py (`KIND`), once.
+KIND_NAMES = {(PACKAGE / "launch" / kind / "options.py").resolve() for kind in SPEC_KINDS}
 # Strings that happen to equal a kind name but name something else: path -> how many.
 NOT_KINDS: dict[str, int] = {
     "launch/hf_jobs/export.py": 1,  # the name of the `hf jobs run` command among export-trl's commands
@@ -63,7 +63,7 @@ def test_live_state_is_per_instance() -> None:
 
 
 def test_the_table_covers_every_kind_a_spec_may_name() -> None:
-    assert backends.KINDS == SPEC_KINDS
+    assert backends.KINDS == kinds.KINDS == SPEC_KINDS  # the runner table and the light table agree
     table = backends.Backends()
     for kind in SPEC_KINDS:
         assert table.get(kind).KIND == kind and kind in table
@@ -91,9 +91,10 @@ def kind_literals(path: Path) -> list[int]:
             if isinstance(node, ast.Constant) and node.value in SPEC_KINDS]
 
 
-def test_no_kind_is_written_out_outside_the_table() -> None:
-    skip = {TABLE, KIND_NAMES.resolve()}
-    found = {str(p.relative_to(PACKAGE)): kind_literals(p) for p in PACKAGE.rglob("*.py") if p.resolve() not in skip}
+def test_no_kind_is_written_out_outside_its_package() -> None:
+    assert all(len(kind_literals(path)) == 1 for path in KIND_NAMES)  # its `KIND = "..."`
+    found = {str(p.relative_to(PACKAGE)): kind_literals(p) for p in PACKAGE.rglob("*.py")
+             if p.resolve() not in KIND_NAMES}
     found = {path: lines for path, lines in found.items() if lines}
     assert {path: len(lines) for path, lines in found.items()} == NOT_KINDS, found
 

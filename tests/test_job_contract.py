@@ -17,8 +17,8 @@ import yaml
 
 from grpo_dashboard.checks import dataset_files
 from grpo_dashboard.checks.dataset_inspect import render_prompt
-from grpo_dashboard.launch import local
 from grpo_dashboard.launch.hf_jobs.payload import script_dependencies
+from grpo_dashboard.launch.local import runner as local_runner
 from grpo_dashboard.launch.logs import last_error_line
 from grpo_dashboard.launch.runs import launch
 from grpo_dashboard.spec.jobfiles import JOB_SCRIPT, job_module
@@ -150,7 +150,7 @@ def test_run_yaml_written_at_launch_carries_every_key_the_job_reads(monkeypatch:
     def not_started(*args: Any, **kwargs: Any) -> Any:
         raise OSError("this test launches nothing")
 
-    monkeypatch.setattr(local.runner, "start", not_started)
+    monkeypatch.setattr(local_runner, "start", not_started)
     run = launch(SMOKE_SPEC, Store(), base_dir=REPO)
     assert run.status == "failed" and "launches nothing" in (run.error or "")
     path = Path(run.run_dir) / "run.yaml"

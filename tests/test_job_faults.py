@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard.launch import local
+from grpo_dashboard.launch.local import process as local_process
 from grpo_dashboard.launch.runs import Monitor, launch, refresh
 from grpo_dashboard.store.db import Store
 
@@ -32,7 +32,7 @@ def test_job_killed_with_sigkill_fails_with_the_signal_named(tiny_model: Path) -
     run = wait_for(lambda: (r := refresh(store, store.get_run(run.id))).status == "failed" and r, timeout=60)
     assert "killed by SIGKILL (signal 9)" in run.error
     assert run.exit_code == -9
-    assert not local.group_alive(run.pid)
+    assert not local_process.group_alive(run.pid)
 
 
 def test_job_exiting_non_zero_without_a_word(tiny_model: Path, tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_silent_hung_job_is_killed_after_the_stall_timeout(tiny_model: Path, tmp
         hung = wait_for(lambda: (r := store.get_run(hung.id)).status == "failed" and r, timeout=600)
         assert hung.error.startswith("stalled: no output for")
         assert "backend.stall_timeout_s = 4" in hung.error
-        wait_for(lambda: not local.group_alive(hung.pid), timeout=30)
+        wait_for(lambda: not local_process.group_alive(hung.pid), timeout=30)
         other = wait_for(lambda: (r := store.get_run(other.id)).status in ("completed", "failed") and r, timeout=600)
         assert other.status == "completed", other.error  # the monitor kept serving the other run
         assert monitor.last_error is None

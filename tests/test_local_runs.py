@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpo_dashboard.launch import local
+from grpo_dashboard.launch.local import process as local_process
 from grpo_dashboard.launch.runs import cancel, launch, metrics_path, refresh, wait
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Run, Store
@@ -121,13 +121,13 @@ def test_cancel_mid_run_stops_the_whole_process_group(tiny_model: Path) -> None:
     run = launch(smoke_dict(tiny_model, max_steps=5000), store)
     wait_for(lambda: (refresh(store, store.get_run(run.id)).last_step or 0) >= 3, timeout=600)
     pgid = run.pid
-    assert pgid is not None and local.group_alive(pgid)
+    assert pgid is not None and local_process.group_alive(pgid)
     t0 = time.monotonic()
     run = cancel(store, store.get_run(run.id), wait=True)
     elapsed = time.monotonic() - t0
     assert run.status == "canceled", run
     assert elapsed < 15, f"cancel took {elapsed:.1f} s (grace period 10 s, then SIGKILL)"
-    assert not local.group_alive(pgid), "processes of the job's group survived the cancel"
+    assert not local_process.group_alive(pgid), "processes of the job's group survived the cancel"
     events = [e["event"] for e in store.events(run.id)]
     assert events[-1] == "canceled"  # the job stopped at a step boundary and said so
     assert 3 <= (run.last_step or 0) < 5000
@@ -168,4 +168,4 @@ def test_vanished_and_reused_pids_are_marked_failed(tmp_path: Path) -> None:
         assert run.status == "failed"
         assert f"job process {pid} vanished" in run.error
         assert "RuntimeError: CUDA out of memory" in run.error
-    assert local.is_alive(live_pid, local.process_start_time(live_pid))
+    assert local_process.is_alive(live_pid, local_process.process_start_time(live_pid))

@@ -13,7 +13,9 @@ from grpo_dashboard import cli
 from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import SpecError
 from grpo_dashboard.launch import backends, runs, vllm_server
-from grpo_dashboard.launch import slurm as backend
+from grpo_dashboard.launch.slurm import commands as slurm_commands
+from grpo_dashboard.launch.slurm import script as slurm_script
+from grpo_dashboard.launch.slurm import text as slurm_text
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.spec.slurm_options import sbatch_options, time_seconds
 from grpo_dashboard.store.db import Run, Store
@@ -55,12 +57,12 @@ def test_options_are_one_argument_each_and_jobs_are_never_requeued() -> None:
 
 def test_multi_node_gpu_launcher_is_accelerate_with_the_nodes_rank(tmp_path: Path) -> None:
     spec = spec_of({"nodes": 2, "gpus_per_node": 4, "accelerate_config": "zero3"})
-    cmd = backend.launcher_command(spec, tmp_path / "run.yaml", tmp_path / "metrics.jsonl")
-    line = backend.shell_line(cmd)
+    cmd = slurm_script.launcher_command(spec, tmp_path / "run.yaml", tmp_path / "metrics.jsonl")
+    line = slurm_script.shell_line(cmd)
     assert "-m accelerate.commands.launch --num_processes 8 --num_machines 2 --machine_rank \"${SLURM_PROCID}\" " \
            "--main_process_ip \"${MAIN_ADDR}\" --main_process_port \"${MAIN_PORT}\" --config_file " in line
     assert line.split("--config_file ")[1].split()[0].endswith("accelerate_configs/zero3.yaml")
-    script = backend.batch_script(spec, a_run(tmp_path))
+    script = slurm_script.batch_script(spec, a_run(tmp_path))
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n" in script and "#SBATCH --gpus-per-node=4" in script
     last = script.strip().splitlines()[-1]
     assert last.startswith("exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c ")
@@ -70,16 +72,16 @@ def test_multi_node_gpu_launcher_is_accelerate_with_the_nodes_rank(tmp_path: Pat
 
 def test_cpu_nodes_use_torchrun_and_one_node_runs_the_local_command(tmp_path: Path) -> None:
     two = spec_of({"nodes": 2})
-    cmd = backend.launcher_command(two, tmp_path / "run.yaml", tmp_path / "m.jsonl")
+    cmd = slurm_script.launcher_command(two, tmp_path / "run.yaml", tmp_path / "m.jsonl")
     assert cmd[1:13] == ["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", "SLURM_PROCID",
                          "--nproc_per_node", "1", "--master_addr", "MAIN_ADDR", "--master_port", "MAIN_PORT"]
-    one = backend.launcher_command(spec_of({}), tmp_path / "run.yaml", tmp_path / "m.jsonl")
+    one = slurm_script.launcher_command(spec_of({}), tmp_path / "run.yaml", tmp_path / "m.jsonl")
     assert one[1].endswith("jobs/grpo_job.py") and len(one) == 6
 
 
 def test_server_node_serves_and_the_others_train(tmp_path: Path) -> None:
     spec = spec_of({"nodes": 3, "gpus_per_node": 8}, generation={"server_nodes": 1, "tensor_parallel_size": 2})
-    script, plan = backend.batch_files(spec, a_run(tmp_path))
+    script, plan = slurm_script.batch_files(spec, a_run(tmp_path))
     assert 'TRAIN_NODES=$(IFS=,; echo "${NODES[*]:1:2}")' in script
     assert 'MAIN_ADDR=$(node_addr "${NODES[1]}")' in script
     assert f"vllm_server.py --plan {tmp_path / 'generation.json'}" in script.splitlines()[-1]
@@ -154,13 +156,13 @@ def test_generation_batch_divisibility_counts_processes_across_nodes(monkeypatch
 
 
 def test_job_summary_says_why_a_job_waits(tmp_path: Path) -> None:
-    state = backend.JobState("7", "PENDING", "QOSMaxJobsPerUserLimit", time_limit="1:00:00")
+    state = slurm_commands.JobState("7", "PENDING", "QOSMaxJobsPerUserLimit", time_limit="1:00:00")
     assert state.describe() == "Slurm job 7: Pending: QOSMaxJobsPerUserLimit, time limit 1:00:00"
     run = a_run(tmp_path)
-    backend._write_json(tmp_path / backend.JOB_INFO, {"job_id": "7", "partition": "gpu", "nodes": 2,
+    slurm_commands._write_json(tmp_path / slurm_commands.JOB_INFO, {"job_id": "7", "partition": "gpu", "nodes": 2,
                                                       "world_size": 16, "script": "/x/job.sbatch"})
-    backend._write_json(tmp_path / backend.STATE_FILE, {"summary": state.describe()})
-    assert backend.job_summary(run) == ("Slurm job 7: Pending: QOSMaxJobsPerUserLimit, time limit 1:00:00 "
+    slurm_commands._write_json(tmp_path / slurm_commands.STATE_FILE, {"summary": state.describe()})
+    assert slurm_text.job_summary(run) == ("Slurm job 7: Pending: QOSMaxJobsPerUserLimit, time limit 1:00:00 "
                                         "(partition gpu, 2 node(s), 16 process(es)); script /x/job.sbatch")
 
 
@@ -173,14 +175,14 @@ def test_a_node_failure_names_sruns_line_until_slurmstepds_arrives(tmp_path: Pat
     store = Store(tmp_path / "db.sqlite")
     run = a_run(tmp_path)
     store.insert_run(run)
-    state = backend.JobState("4", "NODE_FAIL", "NodeDown", exit_code="0:0")
-    store.finish_run(run.id, "failed", error=backend._reason(run, state))
+    state = slurm_commands.JobState("4", "NODE_FAIL", "NodeDown", exit_code="0:0")
+    store.finish_run(run.id, "failed", error=slurm_commands._reason(run, state))
     error = store.get_run(run.id).error
     assert error == ("Slurm ended job 4: NODE_FAIL (a node failed), reason NodeDown. "
                      "Slurm: srun: error: Node failure on n2"), error
     with log.open("a", encoding="utf-8") as out:
         out.write("slurmstepd-n2: error: *** JOB 4 ON n2 CANCELLED AT 2026-12-01T17:39:52 DUE TO NODE FAILURE ***\n")
-    backend._add_slurms_word(store, store.get_run(run.id))
+    slurm_commands._add_slurms_word(store, store.get_run(run.id))
     assert store.get_run(run.id).error == ("Slurm ended job 4: NODE_FAIL (a node failed), reason NodeDown. Slurm: "
                                            "*** JOB 4 ON n2 CANCELLED AT 2026-12-01T17:39:52 DUE TO NODE FAILURE ***")
 
@@ -192,7 +194,7 @@ def test_a_pending_job_is_followed_with_slurms_reason(slurm: Any, tmp_path: Path
     job_id = slurm.command("sbatch", "--parsable", "--hold", f"--output={tmp_path / 'o.log'}",
                            str(script)).stdout.strip()
     try:
-        state = backend.job_state(job_id)
+        state = slurm_commands.job_state(job_id)
         assert state is not None and state.state == "PENDING" and state.reason == "JobHeldUser"
         assert state.describe().startswith(f"Slurm job {job_id}: Pending: JobHeldUser")
     finally:
@@ -208,9 +210,9 @@ def test_the_new_run_page_shows_the_batch_script_and_the_run_page_slurms_state(t
     assert not (Path("<run_dir>") / "generation.json").exists()
     run = a_run(tmp_path)
     assert remote_status.remote_markdown(run) == ""  # not submitted yet
-    backend._write_json(tmp_path / backend.JOB_INFO, {"job_id": "9", "partition": "gpu", "nodes": 2,
+    slurm_commands._write_json(tmp_path / slurm_commands.JOB_INFO, {"job_id": "9", "partition": "gpu", "nodes": 2,
                                                       "world_size": 2, "script": "/x/job.sbatch"})
-    backend._write_json(tmp_path / backend.STATE_FILE, {"summary": "Slurm job 9: Pending: Resources"})
+    slurm_commands._write_json(tmp_path / slurm_commands.STATE_FILE, {"summary": "Slurm job 9: Pending: Resources"})
     assert remote_status.remote_markdown(run).startswith("**Slurm** Slurm job 9: Pending: Resources (partition gpu")
 
 
@@ -220,14 +222,14 @@ def test_refresh_finds_the_job_of_a_run_whose_id_was_never_stored(slurm: Any, tm
     run_id = "lost-20260101-000000-cccccc"
     run_dir = data_dir / "runs" / run_id
     run_dir.mkdir(parents=True)
-    (run_dir / backend.BATCH_SCRIPT).write_text("#!/bin/bash\ntrue\n")
+    (run_dir / slurm_script.BATCH_SCRIPT).write_text("#!/bin/bash\ntrue\n")
     store.insert_run(Run(id=run_id, name="lost", spec_yaml=spec_of({}).to_yaml(), backend="slurm",
                          status="queued", created_at=0.0, run_dir=str(run_dir)))
-    job_id = slurm.command("sbatch", "--parsable", "--hold", f"--comment={backend.LABEL}{run_id}",
-                           f"--output={tmp_path / 'o.log'}", str(run_dir / backend.BATCH_SCRIPT)).stdout.strip()
+    job_id = slurm.command("sbatch", "--parsable", "--hold", f"--comment={slurm_commands.LABEL}{run_id}",
+                           f"--output={tmp_path / 'o.log'}", str(run_dir / slurm_script.BATCH_SCRIPT)).stdout.strip()
     try:
         assert runs.refresh(store, store.get_run(run_id)).external_id == job_id
-        assert (run_dir / backend.STATE_FILE).exists()  # followed: Slurm's answer kept for the run page
+        assert (run_dir / slurm_commands.STATE_FILE).exists()  # followed: Slurm's answer kept for the run page
     finally:
         slurm.command("scancel", job_id)
 
@@ -245,7 +247,7 @@ def test_reattach_finds_jobs_by_their_run_label(slurm: Any, tmp_path: Path, data
                          status="queued", created_at=0.0, run_dir=str(data_dir / "runs" / lost_id)))
     script = tmp_path / "held.sh"
     script.write_text("#!/bin/bash\ntrue\n")
-    jobs = {run_id: slurm.command("sbatch", "--parsable", "--hold", f"--comment={backend.LABEL}{run_id}",
+    jobs = {run_id: slurm.command("sbatch", "--parsable", "--hold", f"--comment={slurm_commands.LABEL}{run_id}",
                                   f"--output={tmp_path / 'o.log'}", str(script)).stdout.strip()
             for run_id in (lost_id, gone_id)}
     try:

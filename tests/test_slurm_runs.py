@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from grpo_dashboard.launch import runs
-from grpo_dashboard.launch import slurm as backend
+from grpo_dashboard.launch.slurm import commands as slurm_commands
+from grpo_dashboard.launch.slurm import script as slurm_script
 from grpo_dashboard.store.db import Store
 
 from .conftest import REPO, jsonl_records, processes_with, same_values, smoke_dict, store_records, wait_for
@@ -47,7 +48,7 @@ def test_smoke_on_slurm_completes_with_every_record_across_a_dashboard_restart(s
     store = Store()
     run = runs.launch(slurm_spec(tiny_model, max_steps=30), store)
     assert run.status == "queued" and run.external_id, run.error
-    script = (Path(run.run_dir) / backend.BATCH_SCRIPT).read_text()
+    script = (Path(run.run_dir) / slurm_script.BATCH_SCRIPT).read_text()
     assert f"#SBATCH --comment=grpo-dashboard-run={run.id}" in script and "#SBATCH --time=5" in script
     first = watcher()
     try:
@@ -68,7 +69,7 @@ def test_smoke_on_slurm_completes_with_every_record_across_a_dashboard_restart(s
     assert final.status == "completed", final.error
     assert final.n_records == 31 and final.n_skipped == 0  # 30 steps + the trainer's summary record
     assert same_values(jsonl_records(Path(final.run_dir) / "metrics.jsonl"), store_records(store, run.id))
-    state = wait_for(lambda: (s := backend.job_state(str(final.external_id))) is not None and s.ended and s,
+    state = wait_for(lambda: (s := slurm_commands.job_state(str(final.external_id))) is not None and s.ended and s,
                      timeout=60)
     assert state.state == "COMPLETED"
     wait_for(lambda: processes_with(run.id) == [], timeout=30)
@@ -77,7 +78,7 @@ def test_smoke_on_slurm_completes_with_every_record_across_a_dashboard_restart(s
 def test_two_slurm_nodes_train_one_two_rank_job(slurm: Any, tiny_model: Path) -> None:
     store = Store()
     run = runs.launch(slurm_spec(tiny_model, nodes=2, max_steps=4), store)
-    script = (Path(run.run_dir) / backend.BATCH_SCRIPT).read_text()
+    script = (Path(run.run_dir) / slurm_script.BATCH_SCRIPT).read_text()
     assert "#SBATCH --nodes=2" in script and "--node_rank \"${SLURM_PROCID}\"" in script
     final = runs.wait(store, run, poll_s=0.3)
     assert final.status == "completed", final.error
@@ -98,7 +99,7 @@ def test_cancel_of_a_two_node_job_ends_canceled_with_no_process_left_on_any_node
     wait_for(lambda: runs.refresh(store, store.get_run(run.id)).n_records >= 1, timeout=240)
     final = runs.cancel(store, store.get_run(run.id), wait=True, grace_s=60)
     assert final.status == "canceled", final.error
-    state = backend.job_state(str(final.external_id))
+    state = slurm_commands.job_state(str(final.external_id))
     assert state is None or state.state == "CANCELLED", state
     wait_for(lambda: processes_with(run.id) == [], timeout=30)
     assert "canceled" in events(store, run.id)
@@ -115,7 +116,7 @@ def test_a_job_killed_at_its_time_limit_fails_with_slurms_reason(slurm: Any, tin
     assert "DUE TO TIME LIMIT" in final.error, final.error  # Slurm's own line from the job log
     assert final.n_records >= 1
     wait_for(lambda: processes_with(run.id) == [], timeout=60)
-    info = json.loads((Path(final.run_dir) / backend.STATE_FILE).read_text())
+    info = json.loads((Path(final.run_dir) / slurm_commands.STATE_FILE).read_text())
     assert info["job_id"] == final.external_id
 
 

@@ -23,7 +23,7 @@ from gradio_client import Client
 
 from grpo_dashboard import settings
 from grpo_dashboard.errors import SpecError
-from grpo_dashboard.launch import hf_jobs
+from grpo_dashboard.launch import hub_client
 from grpo_dashboard.space import access
 from grpo_dashboard.spec import forms, presets
 from grpo_dashboard.spec.run_spec import RunSpec
@@ -413,7 +413,7 @@ def test_the_space_owners_token_is_never_used_for_a_user(on_space: None, monkeyp
     from grpo_dashboard.errors import BackendError
 
     monkeypatch.setenv("HF_TOKEN", ALICE)  # a Space secret of the owner's
-    assert hf_jobs.saved_token() is None
+    assert hub_client.saved_token() is None
     with pytest.raises(BackendError, match="sign in with Hugging Face"):
-        hf_jobs.require_token(None)
+        hub_client.require_token(None)
     assert access.current_user(None, None) == access.ANONYMOUS

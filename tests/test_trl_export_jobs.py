@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpo_dashboard.launch import hf_jobs
+from grpo_dashboard.launch.hf_jobs import text as hf_jobs_text
 from grpo_dashboard.launch.runs import launch
 from grpo_dashboard.store.db import Store
 
@@ -86,6 +86,6 @@ def test_exported_hf_commands_upload_and_run_the_job_the_dashboard_would_submit(
     bucket = vb["source"]
     assert _folder_files(hub, bucket, "exported-smoke") == _folder_files(hub, bucket, run.id)
     # Run detail's equivalent command is the same builder: the printed one with this run's folder and label.
-    shown = hf_jobs.job_details(run)["equivalent_command"]
+    shown = hf_jobs_text.job_details(run)["equivalent_command"]
     assert shown == commands["hf_jobs"].replace("jobs-artifacts/exported-smoke:", f"jobs-artifacts/{run.id}:").replace(
         "grpo-dashboard-run=exported-smoke", f"grpo-dashboard-run={run.id}")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard.launch import local
+from grpo_dashboard.launch.local import process as local_process
 from grpo_dashboard.launch.runs import metrics_path
 from grpo_dashboard.store.db import Run, Store
 
@@ -67,7 +67,7 @@ def test_two_dashboards_on_one_data_dir_ingest_two_live_runs_exactly_once(tmp_pa
         writers.append(writer)
         run = Run(id=f"run{i}", name=f"run{i}", spec_yaml="", backend="local", status="running",
                   created_at=time.time(), run_dir=str(run_dir), pid=writer.pid,
-                  pid_start=local.process_start_time(writer.pid))
+                  pid_start=local_process.process_start_time(writer.pid))
         store.insert_run(run)
         runs.append(run)
     ports = [free_port(), free_port()]

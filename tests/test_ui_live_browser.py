@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard.launch.local import process_start_time
+from grpo_dashboard.launch.local.process import process_start_time
 from grpo_dashboard.spec import presets
 from grpo_dashboard.store.db import ACTIVE, Run, Store
 from grpo_dashboard.ui import build_app, launch_options

@@ -1,8 +1,9 @@
 """The backend table: the one place where a run's `backend.kind` picks the code that runs it.
 
 Each backend is one package here (`local/`, `hf_jobs/`, `slurm/`) whose runner class implements the `Backend`
-protocol (interface.py). Another backend is another package, added to `BACKEND_TYPES` below (and its kind name to
-spec.run_spec.BACKENDS, which the spec validates against).
+protocol (interface.py) and whose `options.py` declares its `backend:` fields. Another backend is another package,
+listed in kinds.py (its kind and options: the spec's `backend.kind` choices and fields come from there) and here in
+`BACKEND_TYPES` (its runner class), in the same order: importing this module checks that the two tables agree.
 
 The live state (followers, tokens, caches, started processes) lives in backend instances; a `Backends` holds one of
 each. The app and the CLI hold theirs (`build_app(backends=)`, `cli.main`); `shared()` is the process's instance the
@@ -15,6 +16,7 @@ import threading
 from collections.abc import Iterator
 
 from grpo_dashboard.errors import BackendError
+from grpo_dashboard.launch import kinds
 from grpo_dashboard.launch.hf_jobs.runner import HfJobsBackend
 from grpo_dashboard.launch.interface import Backend, SpacePolicy
 from grpo_dashboard.launch.local.runner import LocalBackend
@@ -22,6 +24,9 @@ from grpo_dashboard.launch.slurm.runner import SlurmBackend
 
 BACKEND_TYPES: tuple[type[Backend], ...] = (LocalBackend, HfJobsBackend, SlurmBackend)
 KINDS: tuple[str, ...] = tuple(t.KIND for t in BACKEND_TYPES)
+if KINDS != kinds.KINDS:
+    raise ImportError(f"launch/backends.py runs the kinds {KINDS}, launch/kinds.py lists {kinds.KINDS}: list each "
+                      f"backend in both tables, in the same order.")
 # The kinds whose jobs run elsewhere and that `reattach` can find again after a restart (the CLI's choices).
 REMOTE_KINDS: tuple[str, ...] = tuple(t.KIND for t in BACKEND_TYPES if t is not LocalBackend)
 

@@ -181,7 +181,7 @@ def deploy_main(argv: list[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return 1
     except Exception as exc:  # a Hub failure becomes a message, not a traceback
-        from grpo_dashboard.launch.hf_jobs import describe_error
+        from grpo_dashboard.launch.hub_client import describe_error
 
         print(describe_error(exc, f"deploy the Space {args.repo_id}"), file=sys.stderr)
         return 1

@@ -1,5 +1,6 @@
 """Layout of the new-run form: which spec and GRPOConfig fields each group shows, choices, and help for our own
-spec fields (TRL's fields bring their own help text). Data only; `forms.py` builds the fields from it.
+spec fields (TRL's fields bring their own help text; `backend.*` fields carry theirs in their `help` metadata, set
+by each backend package's `options.py`). Data only; `forms.py` builds the fields from it.
 """
 
 from __future__ import annotations
@@ -91,23 +92,6 @@ SPEC_HELP: dict[str, str] = {
     "dataset.prompt_template": "Python format string building the prompt from columns, e.g. 'Solve: {question}'.",
     "dataset.system_prompt": "System message; makes prompts conversational (the model needs a chat template).",
     "dataset.conversational": "Send prompts through the chat template as a user message.",
-    "backend.kind": "Where the run executes.",
-    "backend.gpus": "GPU indices to use, comma-separated (sets CUDA_VISIBLE_DEVICES).",
-    "backend.num_processes": "Processes (one per GPU) started by accelerate.",
-    "backend.accelerate_config": "TRL accelerate preset (zero2, fsdp2, ...) or a config file path.",
-    "backend.flavor": "hf_jobs: the Hugging Face Jobs hardware flavor (e.g. a10g-large, h200).",
-    "backend.timeout": "hf_jobs: kill the job after this long (90m, 2h or seconds); empty: estimated time × 1.5.",
-    "backend.namespace": "hf_jobs: user or organisation the job runs under (empty: you).",
-    "backend.stall_timeout_s": "local: kill a job silent for this many seconds and mark it failed (empty: never).",
-    "backend.partition": "slurm: the partition (sinfo lists them; empty: the cluster's default).",
-    "backend.account": "slurm: the account the job is charged to (sacctmgr show assoc user=$USER).",
-    "backend.qos": "slurm: the quality of service (empty: the account's default).",
-    "backend.time": "slurm: the job's time limit (30 = minutes, 2:00:00, 1-00:00:00); Slurm kills the job then.",
-    "backend.nodes": "slurm: nodes to allocate; one launcher per node (with a generation section, the first serves).",
-    "backend.gpus_per_node": "slurm: GPUs per node, one training process each (empty: CPU-only nodes).",
-    "backend.cpus_per_task": "slurm: CPUs for each node's launcher.",
-    "backend.constraint": "slurm: node feature constraint, e.g. h100 (also names the GPU for the estimate).",
-    "backend.extra_sbatch": "slurm: further sbatch options, comma-separated (e.g. --exclusive, --mem=0).",
     "model.lora.r": "LoRA rank.",
     "model.lora.lora_alpha": "LoRA scaling numerator (alpha / r scales the update).",
     "model.lora.lora_dropout": "Dropout on the LoRA input.",
@@ -136,7 +120,6 @@ SPEC_HELP: dict[str, str] = {
     "model.chat_template": "A Jinja chat template replacing the tokenizer's own.",
     "dataset.streaming": "Stream the dataset instead of downloading it (needs max_steps).",
     "dataset.test_split_size": "With a mixture: the share held out as the eval split.",
-    "backend.secrets": "Names of environment variables (e.g. WANDB_API_KEY) sent to the job from yours; never stored.",
     "tags": "Labels to filter and compare runs by, comma-separated.",
     "group": "A group name (e.g. a sweep) to filter and compare runs by.",
 }

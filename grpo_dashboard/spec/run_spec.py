@@ -17,13 +17,14 @@ from typing import Any
 import yaml
 
 from grpo_dashboard.errors import FieldError, SpecError
+from grpo_dashboard.launch import kinds as _kinds  # light: the options only (pyproject.toml's exception)
 from grpo_dashboard.spec import safe_yaml
 from grpo_dashboard.spec.agent_spec import AgentSpec
 from grpo_dashboard.spec.jobfiles import job_module
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-LOCAL, HF_JOBS, SLURM = "local", "hf_jobs", "slurm"  # the backend kinds (launch/backends.py maps each to its package)
-BACKENDS = (LOCAL, HF_JOBS, SLURM)
+LOCAL, HF_JOBS, SLURM = _kinds.LOCAL, _kinds.HF_JOBS, _kinds.SLURM  # the kinds (launch/backends.py runs each)
+BACKENDS = _kinds.KINDS
 ACCELERATE_CONFIGS = ("multi_gpu", "single_gpu", "zero1", "zero2", "zero3", "fsdp1", "fsdp2")  # TRL presets
 
 
@@ -104,40 +105,63 @@ class RewardSpec:
     model: str | None = None  # a reward model (Hub id or local directory) TRL scores completions with
 
 
-@dataclass
-class BackendSpec:
-    """Where the run executes. `local`: this machine, optionally on chosen GPUs and several processes.
-    `hf_jobs`: a Hugging Face Jobs container of `flavor` in `namespace`, killed after `timeout` ("90m", "2h", seconds;
-    unset: the estimated run time × 1.5, see hardware.py). The token is never part of the spec.
-    `stall_timeout_s`: a local job silent (no log line, no record) that long is killed and marked failed (null: never).
-    `slurm`: a batch job (`sbatch`) in `partition` under `account` / `qos`, with Slurm's `time` limit ("30" minutes,
-    "2:00:00", "1-00:00:00"), on `nodes` nodes of `gpus_per_node` GPUs each (unset: CPU-only nodes, one process per
-    node), `cpus_per_task` CPUs per node's launcher, a node `constraint`, and `extra_sbatch` options passed as they
-    are (e.g. ["--exclusive", "--mem=0"]). One launcher per node; the world size is nodes × processes per node.
-    `env`: plain environment variables of the job (no secrets: values are stored with the run). `secrets`: names of
-    variables (e.g. WANDB_API_KEY) whose values are read from the launching environment at launch and handed to the
-    job (a local job's environment; a Jobs secret), never stored.
-    """
+# The fields every backend has; each kind's own fields come from its package's `Options` (launch/kinds.py).
+_COMMON_HEAD: list[tuple[str, Any, Any]] = [
+    ("kind", str, field(default=LOCAL, metadata={"help": "Where the run executes."})),
+]
+_COMMON_TAIL: list[tuple[str, Any, Any]] = [
+    ("env", dict[str, str], field(default_factory=dict, metadata={
+        "help": "Plain environment variables of the job (no secrets: values are stored with the run)."})),
+    ("secrets", list[str], field(default_factory=list, metadata={
+        "help": "Names of environment variables (e.g. WANDB_API_KEY) sent to the job from yours; never stored."})),
+]
 
-    kind: str = LOCAL
-    gpus: list[int] | None = None
-    num_processes: int = 1
-    accelerate_config: str | None = None
-    flavor: str | None = None
-    timeout: str | int | None = None
-    namespace: str | None = None
-    stall_timeout_s: float | None = 1800.0
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time: str | int | None = None
-    nodes: int = 1
-    gpus_per_node: int | None = None
-    cpus_per_task: int | None = None
-    constraint: str | None = None
-    extra_sbatch: list[str] | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    secrets: list[str] = field(default_factory=list)
+
+def backend_fields(options: dict[str, type] | None = None) -> list[tuple[str, Any, Any]]:
+    """`BackendSpec`'s fields as (name, type, dataclasses.Field): the common ones around the union of every kind's
+    `Options` fields, in kind order and then each class's order. A field two kinds declare must agree on its type
+    and default (TypeError naming both kinds otherwise)."""
+    out = list(_COMMON_HEAD)
+    owner: dict[str, tuple[str, Any, Any]] = {name: ("(common)", t, f) for name, t, f in _COMMON_HEAD + _COMMON_TAIL}
+    for kind, cls in (_kinds.OPTIONS if options is None else options).items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            t = hints[f.name]
+            if f.name in owner:
+                first, first_t, first_f = owner[f.name]
+                same = first_t == t and (first_f.default, first_f.default_factory) == (f.default, f.default_factory)
+                if not same:
+                    name, first_name = getattr(t, "__name__", str(t)), getattr(first_t, "__name__", str(first_t))
+                    raise TypeError(f"backend.{f.name}: {kind}'s Options declares it as {name} = {f.default!r}, "
+                                    f"{first}'s as {first_name} = {first_f.default!r}; a field two backends share "
+                                    f"needs one type and default: give them the same, or rename one.")
+                continue
+            owner[f.name] = (kind, t, f)
+            out.append((f.name, t, field(default=f.default, default_factory=f.default_factory, metadata=f.metadata)))
+    return out + list(_COMMON_TAIL)
+
+
+def backend_doc(options: dict[str, type] | None = None) -> str:
+    """`BackendSpec`'s docstring: each kind's `Options` docstring, then every field with its help."""
+    classes = (_kinds.OPTIONS if options is None else options).values()
+    lines = ["Where the run executes (`kind`), with the fields of every kind; each kind reads its own."]
+    lines += [" ".join((cls.__doc__ or "").split()) for cls in classes]
+    lines += [f"`{name}`: {f.metadata.get('help', '')}" for name, _, f in backend_fields(options)]
+    return "\n".join(lines)
+
+
+if typing.TYPE_CHECKING:
+
+    @dataclass
+    class BackendSpec(_kinds.AllOptions):
+        """Static face of the assembled class below: the common fields plus every kind's (typed)."""
+
+        kind: str = LOCAL
+        env: dict[str, str] = field(default_factory=dict)
+        secrets: list[str] = field(default_factory=list)
+else:
+    BackendSpec = dataclasses.make_dataclass("BackendSpec", backend_fields(), namespace={"__module__": __name__})
+    BackendSpec.__doc__ = backend_doc()
 
 
 @dataclass

@@ -391,19 +391,19 @@ def command_text(spec_yaml: str, job_command: list[str] | None = None, batch_scr
 
 def batch_script(spec: RunSpec) -> str | None:
     """The Slurm batch script of this spec with placeholder run-directory paths (None off Slurm)."""
-    from grpo_dashboard.launch import slurm
+    from grpo_dashboard.launch.slurm import options, script
     from grpo_dashboard.store.db import Run
 
-    if spec.backend.kind != slurm.KIND:
+    if spec.backend.kind != options.KIND:
         return None
-    run = Run(id="<run id>", name=spec.name, spec_yaml="", backend=slurm.KIND, status="queued", created_at=0.0,
+    run = Run(id="<run id>", name=spec.name, spec_yaml="", backend=options.KIND, status="queued", created_at=0.0,
               run_dir="<run_dir>")
-    return slurm.batch_script(spec, run)
+    return script.batch_script(spec, run)
 
 
 def job_command(spec: RunSpec) -> list[str]:
     """The job command of the local backend for this spec, with placeholder run-directory paths."""
-    from grpo_dashboard.launch.local import build_command
+    from grpo_dashboard.launch.local.job import build_command
 
     return build_command(spec, Path("<run_dir>/run.yaml"), Path("<run_dir>/metrics.jsonl"))
 
