@@ -20,7 +20,9 @@ import yaml
 
 from grpo_dashboard.checks import hardware
 from grpo_dashboard.errors import BackendError
-from grpo_dashboard.launch import backends, hf_jobs
+from grpo_dashboard.launch import backends
+from grpo_dashboard.launch.hf_jobs import payload as hf_jobs_payload
+from grpo_dashboard.launch.hf_jobs import text as hf_jobs_text
 from grpo_dashboard.launch.runs import cancel, launch, reattach, refresh
 from grpo_dashboard.spec.jobfiles import job_files
 from grpo_dashboard.store.db import Store, data_dir
@@ -83,7 +85,8 @@ def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeH
     body = json.loads(create.body)
     assert body["command"] == ["uv", "run", "/data/grpo_job.py", "--config", "/data/run.yaml", "--metrics",
                                "/tmp/grpo_dashboard_metrics.jsonl"]
-    assert body["dockerImage"] == hf_jobs.IMAGE and body["flavor"] == "cpu-basic" and body["timeoutSeconds"] == 1800
+    assert body["dockerImage"] == hf_jobs_payload.IMAGE
+    assert body["flavor"] == "cpu-basic" and body["timeoutSeconds"] == 1800
     assert body["environment"] == {"PYTHONUNBUFFERED": "1", "GRPO_JOB_SAMPLES_STDOUT": "1",
                                    "GRPO_JOB_SYSTEM_GPUS": "0"}  # the dashboard samples the Hub's GPU metrics
     assert body["labels"] == {"app": "grpo-dashboard", "grpo-dashboard-run": run.id, "name": "smoke"}
@@ -99,7 +102,7 @@ def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeH
     inner = yaml.safe_load(hub.bucket_file("alice/jobs-artifacts", f"{run.id}/run.yaml"))
     assert inner["model"]["name_or_path"] == "/tmp/grpo-dashboard/tiny-model"
     assert inner["dataset"]["data_files"] == "/data/data/smoke.jsonl" and inner["output_dir"] == "/data/output"
-    details = hf_jobs.job_details(run)
+    details = hf_jobs_text.job_details(run)
     assert details["job_id"] == job.id and details["timeout_s"] == 1800 and "--secrets HF_TOKEN" in \
         details["equivalent_command"]
     assert not [r for r in hub.requests if r.path == "/api/whoami-v2"]  # namespace passed everywhere

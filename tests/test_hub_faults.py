@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard.launch import backends, hf_jobs
+from grpo_dashboard.launch import backends
 from grpo_dashboard.launch.hf_jobs import hub_calls
+from grpo_dashboard.launch.hf_jobs import hub_calls as hf_jobs_hub_calls
 from grpo_dashboard.launch.runs import launch, reattach, refresh
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.views.remote_status import remote_markdown
@@ -86,7 +87,7 @@ def test_submission_rate_limited_for_good_fails_the_run_after_bounded_attempts(h
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
     assert run.status == "failed"
     assert "Rate-limited by the Hub (429) while trying to submit the job (3 attempts)" in run.error, run.error
-    assert len(posts(hub)) == hf_jobs.SUBMIT_ATTEMPTS == 3 and not hub.jobs
+    assert len(posts(hub)) == hf_jobs_hub_calls.SUBMIT_ATTEMPTS == 3 and not hub.jobs
     assert len(notices()) == 2 and TOKEN not in run.error
 
 

@@ -20,7 +20,9 @@ import pytest
 from grpo_dashboard.health import alerts
 from grpo_dashboard.health.alerts import AlertSender, post_json, webhook_url_problem
 from grpo_dashboard.health.job import JobHealth
-from grpo_dashboard.launch import backends, local, runs
+from grpo_dashboard.launch import backends, runs
+from grpo_dashboard.launch.local import job as local_job
+from grpo_dashboard.launch.local import process as local_process
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Run, Store
 
@@ -61,18 +63,18 @@ ENV_DUMPER = textwrap.dedent("""
 def dashboard_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in {**SECRETS, **PASSED}.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.delenv(local.JOB_ENV_EXTRA, raising=False)
+    monkeypatch.delenv(local_job.JOB_ENV_EXTRA, raising=False)
 
 
 @pytest.fixture
 def env_dumper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = tmp_path / "env_dumper.py"
     script.write_text(ENV_DUMPER)
-    monkeypatch.setattr(local.job, "JOB_SCRIPT", script)
+    monkeypatch.setattr(local_job, "JOB_SCRIPT", script)
 
 
 def launched_env(spec: dict[str, Any], **launch: Any) -> dict[str, str]:
-    """Launch `spec` for real (runs.launch -> local.start), wait for it, and return the job's environment."""
+    """Launch `spec` for real (runs.launch -> local.job.start), wait for it, and return the job's environment."""
     store = Store()
     run = runs.wait(store, runs.launch(spec, store, **launch), poll_s=0.1)
     assert run.status == "completed", run.error
@@ -88,24 +90,24 @@ def test_the_job_environment_is_allow_listed() -> None:
                  "TOKENIZERS_PARALLELISM", "VIRTUAL_ENV", "SSL_CERT_FILE", "https_proxy", "TRACKIO_DIR",
                  "GRPO_JOB_NO_CALLBACK", "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE", "GRPO_JOB_SYSTEM_INTERVAL_S",
                  "GRPO_JOB_SYSTEM_GPUS"):
-        assert local.allowed_job_variable(name), name
+        assert local_job.allowed_job_variable(name), name
     for name in (*SECRETS, "HF_API_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "GITHUB_TOKEN",
                  "SPACE_ID", "GRPO_DASHBOARD_DATA_DIR", "GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND", "DATABASE_URL",
                  "TRACKIO_WEBHOOK_URL", "VLLM_API_KEY"):
-        assert not local.allowed_job_variable(name), name
+        assert not local_job.allowed_job_variable(name), name
 
 
 def test_job_environment_drops_secrets_and_hands_the_token_explicitly(dashboard_env: None,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     spec = RunSpec.from_dict({"name": "x", "backend": {"gpus": [1]}})
-    env = local.job_environment(spec)
+    env = local_job.job_environment(spec)
     assert not set(SECRETS) & set(env)
     assert env["PATH"] == os.environ["PATH"] and env["LC_ALL"] == "C.UTF-8" and env["HF_HOME"] == PASSED["HF_HOME"]
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["PYTHONUNBUFFERED"] == "1"
     assert env["GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE"] == "1"
-    assert local.job_environment(spec, token="hf_theUsersOwnToken")["HF_TOKEN"] == "hf_theUsersOwnToken"
-    monkeypatch.setenv(local.JOB_ENV_EXTRA, "WANDB_API_KEY, NOT_SET_ANYWHERE")  # the owner's explicit choice
-    env = local.job_environment(spec)
+    assert local_job.job_environment(spec, token="hf_theUsersOwnToken")["HF_TOKEN"] == "hf_theUsersOwnToken"
+    monkeypatch.setenv(local_job.JOB_ENV_EXTRA, "WANDB_API_KEY, NOT_SET_ANYWHERE")  # the owner's explicit choice
+    env = local_job.job_environment(spec)
     assert env["WANDB_API_KEY"] == SECRETS["WANDB_API_KEY"] and "NOT_SET_ANYWHERE" not in env
     assert "OAUTH_CLIENT_SECRET" not in env
 
@@ -117,11 +119,11 @@ def test_a_webhook_variable_passes_locally_but_never_on_a_space(dashboard_env: N
     monkeypatch.delenv("SYSTEM", raising=False)
     for ref in ("$MY_HOOK", "${MY_HOOK}"):
         spec = RunSpec.from_dict({"name": "x", "health": {"webhook_url": ref}})
-        assert local.job_environment(spec)["MY_HOOK"] == "https://hooks.slack.com/services/x"
+        assert local_job.job_environment(spec)["MY_HOOK"] == "https://hooks.slack.com/services/x"
     sneaky = RunSpec.from_dict({"name": "x", "health": {"webhook_url": "$OAUTH_CLIENT_SECRET"}})
     monkeypatch.setenv("SPACE_ID", "owner/dash")
-    assert "MY_HOOK" not in local.job_environment(spec)
-    assert "OAUTH_CLIENT_SECRET" not in local.job_environment(sneaky)
+    assert "MY_HOOK" not in local_job.job_environment(spec)
+    assert "OAUTH_CLIENT_SECRET" not in local_job.job_environment(sneaky)
 
 
 def test_a_real_local_job_gets_no_dashboard_secret(dashboard_env: None, env_dumper: None, tiny_model: Path,
@@ -192,11 +194,11 @@ def store_run(store: Store, tmp_path: Path, pid: int, pid_start: str | None, **s
 
 
 def alive(proc: subprocess.Popen) -> bool:
-    return proc.poll() is None and local.is_alive(proc.pid, local.process_start_time(proc.pid))
+    return proc.poll() is None and local_process.is_alive(proc.pid, local_process.process_start_time(proc.pid))
 
 
 def wrong_start(proc: subprocess.Popen) -> str:
-    return str(int(local.process_start_time(proc.pid) or 0) - 1)
+    return str(int(local_process.process_start_time(proc.pid) or 0) - 1)
 
 
 def test_refresh_never_signals_a_reused_pid(stranger: subprocess.Popen, tmp_path: Path) -> None:
@@ -237,11 +239,12 @@ def test_the_stall_kill_never_signals_a_reused_pid(stranger: subprocess.Popen, t
 
 def test_signal_helpers_check_identity_first(stranger: subprocess.Popen) -> None:
     wrong = wrong_start(stranger)
-    assert local.pid_reused(stranger.pid, wrong) and not local.is_ours(stranger.pid, wrong)
-    assert not local.group_alive(stranger.pid, wrong) and local.group_alive(stranger.pid)
+    assert local_process.pid_reused(stranger.pid, wrong) and not local_process.is_ours(stranger.pid, wrong)
+    assert not local_process.group_alive(stranger.pid, wrong) and local_process.group_alive(stranger.pid)
     for start in (wrong, None):
-        assert not local.signal_group(stranger.pid, start, signal.SIGKILL, leftovers=True)
-    assert not local.signal_group(0, "1", signal.SIGKILL) and not local.signal_group(1, "1", signal.SIGKILL)
+        assert not local_process.signal_group(stranger.pid, start, signal.SIGKILL, leftovers=True)
+    assert not local_process.signal_group(0, "1", signal.SIGKILL)
+    assert not local_process.signal_group(1, "1", signal.SIGKILL)
     time.sleep(0.2)
     assert alive(stranger)
 
@@ -249,7 +252,7 @@ def test_signal_helpers_check_identity_first(stranger: subprocess.Popen) -> None
 def test_cancel_signals_the_process_with_the_right_start_time(stranger: subprocess.Popen, tmp_path: Path) -> None:
     """The positive control: with the recorded start time matching, cancel does stop the process."""
     store = Store()
-    run = runs.cancel(store, store_run(store, tmp_path, stranger.pid, local.process_start_time(stranger.pid)),
+    run = runs.cancel(store, store_run(store, tmp_path, stranger.pid, local_process.process_start_time(stranger.pid)),
                       wait=True, grace_s=5)
     assert run.status == "canceled"
     assert stranger.wait(timeout=10) == -signal.SIGTERM
@@ -261,7 +264,7 @@ def group_with_a_straggler() -> tuple[subprocess.Popen, int, str]:
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert leader.stdout is not None
     worker = int(leader.stdout.readline())
-    start = local.process_start_time(worker)
+    start = local_process.process_start_time(worker)
     assert start is not None and os.getpgid(worker) == leader.pid
     return leader, worker, start
 
@@ -271,7 +274,7 @@ def test_leftover_workers_are_killed_only_when_the_group_is_provably_the_runs(tm
     for seen in (True, False):
         leader, worker, worker_start = group_with_a_straggler()
         try:
-            run = store_run(store, tmp_path, leader.pid, local.process_start_time(leader.pid))
+            run = store_run(store, tmp_path, leader.pid, local_process.process_start_time(leader.pid))
             if seen:
                 assert runs.refresh(store, run).status == "running"  # this dashboard sees the job alive
             assert leader.stdin is not None
@@ -280,12 +283,12 @@ def test_leftover_workers_are_killed_only_when_the_group_is_provably_the_runs(tm
             run = runs.refresh(store, store.get_run(run.id))
             assert run.status == "failed"
             if seen:
-                wait_for(lambda w=worker, s=worker_start: not local.is_alive(w, s), timeout=10)
+                wait_for(lambda w=worker, s=worker_start: not local_process.is_alive(w, s), timeout=10)
             else:  # a dashboard that never saw the job alive cannot tell the group is still the run's
                 time.sleep(0.2)
-                assert local.is_alive(worker, worker_start)
+                assert local_process.is_alive(worker, worker_start)
         finally:
-            if local.is_alive(worker, worker_start):
+            if local_process.is_alive(worker, worker_start):
                 os.kill(worker, signal.SIGKILL)
 
 
@@ -394,6 +397,6 @@ def test_local_jobs_on_a_space_refuse_private_webhook_addresses(monkeypatch: pyt
     monkeypatch.delenv("SYSTEM", raising=False)
     monkeypatch.delenv("SPACE_ID", raising=False)
     spec = RunSpec.from_dict({"name": "x"})
-    assert "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE" not in local.job_environment(spec)
+    assert "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE" not in local_job.job_environment(spec)
     monkeypatch.setenv("SPACE_ID", "owner/space")
-    assert local.job_environment(spec)["GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE"] == "1"
+    assert local_job.job_environment(spec)["GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE"] == "1"
