@@ -144,7 +144,9 @@ def backend_fields(options: dict[str, type] | None = None) -> list[tuple[str, An
 def backend_doc(options: dict[str, type] | None = None) -> str:
     """`BackendSpec`'s docstring: each kind's `Options` docstring, then every field with its help."""
     classes = (_kinds.OPTIONS if options is None else options).values()
-    lines = ["Where the run executes (`kind`), with the fields of every kind; each kind reads its own."]
+    lines = ["Where the run executes (`kind`), with the fields of every kind; each kind reads its own. `env` and "
+             "`secrets` are every kind's: `secrets` values are read from the launching environment at launch and "
+             "handed to the job (a local job's environment; a Jobs secret), never stored."]
     lines += [" ".join((cls.__doc__ or "").split()) for cls in classes]
     lines += [f"`{name}`: {f.metadata.get('help', '')}" for name, _, f in backend_fields(options)]
     return "\n".join(lines)

@@ -12,7 +12,8 @@ KIND = "local"  # this backend's `backend.kind`
 
 @dataclass
 class Options:
-    """`local`: this machine, optionally on chosen GPUs and several processes."""
+    """`local`: this machine, optionally on chosen GPUs and several processes; a job silent (no log line, no record)
+    for `stall_timeout_s` is killed and marked failed (null: never)."""
 
     gpus: list[int] | None = field(default=None, metadata={
         "help": "GPU indices to use, comma-separated (sets CUDA_VISIBLE_DEVICES)."})

@@ -12,8 +12,11 @@ KIND = "slurm"  # this backend's `backend.kind`
 
 @dataclass
 class Options:
-    """`slurm`: a batch job (`sbatch`) in `partition` under `account` / `qos`, with Slurm's `time` limit, on `nodes`
-    nodes of `gpus_per_node` GPUs each. One launcher per node; the world size is nodes × processes per node."""
+    """`slurm`: a batch job (`sbatch`) in `partition` under `account` / `qos`, with Slurm's `time` limit ("30"
+    minutes, "2:00:00", "1-00:00:00"), on `nodes` nodes of `gpus_per_node` GPUs each (unset: CPU-only nodes, one
+    process per node), `cpus_per_task` CPUs per node's launcher, a node `constraint`, and `extra_sbatch` options
+    passed as they are (e.g. ["--exclusive", "--mem=0"]). One launcher per node; the world size is nodes × processes
+    per node."""
 
     accelerate_config: str | None = field(default=None, metadata={
         "help": "TRL accelerate preset (zero2, fsdp2, ...) or a config file path."})
