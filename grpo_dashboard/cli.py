@@ -268,7 +268,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _check_partial(path: str, exc: Any) -> tuple[Any, Any]:
     """A spec with structural problems: the other checks still run on its well-formed parts, and every problem of
     both kinds is reported (a flat TRL file keeps its one "import it" error)."""
-    from grpo_dashboard.checks.validation import validate
+    from grpo_dashboard.launch.runs import validate
     from grpo_dashboard.spec import safe_yaml
     from grpo_dashboard.spec.run_spec import RunSpec
 

@@ -51,7 +51,7 @@ sys.meta_path.insert(0, Refuse())
 
 SPACE = REFUSE + """
 import json, time, urllib.request
-from grpo_dashboard.checks.validation import validate
+from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.launch.runs import launch, load_spec, refresh
 from grpo_dashboard.launch import hf_jobs
 from grpo_dashboard.store.db import TERMINAL, Store

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from grpo_dashboard import cli
-from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import SpecError
 from grpo_dashboard.launch import backends, runs, vllm_server
 from grpo_dashboard.launch import slurm as backend
+from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.spec.slurm_options import sbatch_options, time_seconds
 from grpo_dashboard.store.db import Run, Store

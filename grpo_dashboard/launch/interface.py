@@ -29,7 +29,8 @@ app holds one instance of each (`backends.Backends`). Its methods:
 
 A backend may add keyword parameters with defaults (hf_jobs: `endpoint=`). Besides the methods, a backend class
 declares `KIND` (the `backend.kind` it runs), `RESUMABLE` (whether `resume` may start a run of it again from a
-checkpoint) and `SPACE` (its `SpacePolicy`: what it may do on a shared Space).
+checkpoint), `SPACE` (its `SpacePolicy`: what it may do on a shared Space) and `CHECKS` (its named checks, which
+`runs.check` adds to the generic ones: `checks.validation.checks_with`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from grpo_dashboard.checks.named import Check
     from grpo_dashboard.spec.run_spec import RunSpec
     from grpo_dashboard.store.db import Run, Store
 
@@ -63,6 +65,7 @@ class Backend(Protocol):
     KIND: ClassVar[str]
     SPACE: ClassVar[SpacePolicy]
     RESUMABLE: ClassVar[bool]
+    CHECKS: ClassVar[tuple[Check, ...]]
 
     def launch_token(self, token: str | None = None) -> str | None:
         """The token a launch uses; BackendError when the backend needs one and there is none."""

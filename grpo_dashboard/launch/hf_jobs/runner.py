@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from grpo_dashboard.checks.named import Check
 from grpo_dashboard.errors import BackendError, RunNotFound
+from grpo_dashboard.launch.hf_jobs.checks import CHECKS
 from grpo_dashboard.launch.hf_jobs.hub_calls import _create_job, _retry, _secrets, _volume, job_timeout
 from grpo_dashboard.launch.hf_jobs.payload import (
     APP,
@@ -64,6 +66,7 @@ class HfJobsBackend:
     KIND: ClassVar[str] = HF_JOBS
     RESUMABLE: ClassVar[bool] = True
     SPACE: ClassVar[SpacePolicy] = SPACE_POLICY
+    CHECKS: ClassVar[tuple[Check, ...]] = CHECKS
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -16,9 +16,11 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
+from grpo_dashboard.checks.named import Check
 from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.launch.hub_client import saved_token
 from grpo_dashboard.launch.interface import SpacePolicy
+from grpo_dashboard.launch.local.checks import CHECKS
 from grpo_dashboard.launch.local.job import metrics_path, start
 from grpo_dashboard.launch.local.policy import SPACE_POLICY
 from grpo_dashboard.launch.local.process import group_alive, is_alive, is_ours, pid_reused, signal_group
@@ -38,6 +40,7 @@ class LocalBackend:
     KIND: ClassVar[str] = LOCAL
     RESUMABLE: ClassVar[bool] = True
     SPACE: ClassVar[SpacePolicy] = SPACE_POLICY
+    CHECKS: ClassVar[tuple[Check, ...]] = CHECKS
 
     def __init__(self) -> None:
         self._children: dict[str, subprocess.Popen | None] = {}

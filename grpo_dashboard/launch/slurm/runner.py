@@ -22,9 +22,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import ClassVar
 
+from grpo_dashboard.checks.named import Check
 from grpo_dashboard.launch import vllm_server
 from grpo_dashboard.launch.hub_client import saved_token
 from grpo_dashboard.launch.interface import SpacePolicy
+from grpo_dashboard.launch.slurm.checks import CHECKS
 from grpo_dashboard.launch.slurm.commands import (
     CANCEL_WAIT_S,
     JOB_INFO,
@@ -61,6 +63,7 @@ class SlurmBackend:
     KIND: ClassVar[str] = SLURM
     RESUMABLE: ClassVar[bool] = False
     SPACE: ClassVar[SpacePolicy] = SPACE_POLICY
+    CHECKS: ClassVar[tuple[Check, ...]] = CHECKS
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
