@@ -426,13 +426,14 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
+    from grpo_dashboard.launch.backends import shared
     from grpo_dashboard.launch.runs import refresh_active
     from grpo_dashboard.store.db import Store
 
-    store = Store()
+    store, backends = Store(), shared()  # the CLI's backends (this process's)
     try:
         while True:
-            active = refresh_active(store)
+            active = refresh_active(store, backends)
             if args.until_idle and not [r for r in active if r.is_active]:
                 return EXIT_OK
             time.sleep(args.interval)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.errors import BackendError, RunNotFound, SpecError
-from grpo_dashboard.launch.backends import BACKEND_TYPES, KINDS, backend_for
+from grpo_dashboard.launch.backends import BACKEND_TYPES, KINDS, Backends, shared
 from grpo_dashboard.spec.run_spec import LOCAL, RunSpec
 from grpo_dashboard.store.db import ACTIVE, Run, RunStatus, Store
 
@@ -91,12 +91,15 @@ def _owner(store: Store, path: Path) -> Run | None:
     return None
 
 
-def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, token: str | None = None) -> Run:
-    """Start the run again from a checkpoint (see the module docstring); ResumeError, nothing changed, if it cannot."""
+def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, token: str | None = None,
+               backends: Backends | None = None) -> Run:
+    """Start the run again from a checkpoint (see the module docstring); ResumeError, nothing changed, if it cannot.
+    `backends`: the app's (default: the process's, `backends.shared()`)."""
+    table = backends or shared()
     if run.status in ACTIVE:
         raise ResumeError(f"Run {run.id} is still {run.status}; cancel it first (`python -m grpo_dashboard cancel "
                           f"{run.id}`), then resume it.")
-    if run.backend not in KINDS or not backend_for(run.backend).RESUMABLE:
+    if run.backend not in KINDS or not table.get(run.backend).RESUMABLE:
         can = " and ".join(t.KIND for t in BACKEND_TYPES if t.RESUMABLE)
         raise ResumeError(f"Run {run.id} ({run.backend}) cannot be resumed here: only {can} runs can.")
     try:
@@ -105,7 +108,7 @@ def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, toke
         raise ResumeError(f"Run {run.id} has no readable spec (imported or recovered run), so it cannot be "
                           f"resumed: {exc}") from exc
     step, path = choose(store, run, checkpoint)
-    backend = backend_for(run.backend)
+    backend = table.get(run.backend)
     token = backend.launch_token(token)
     resumed = copy.deepcopy(spec)
     path = backend.checkpoint_path(step, path)

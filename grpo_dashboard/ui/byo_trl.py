@@ -165,7 +165,7 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         if not run_id:
             raise gr.Error("Select a run to resume.")
         try:
-            run = access.resume(ctx.store, run_id, user, step or None, ctx.settings)
+            run = access.resume(ctx.store, run_id, user, step or None, ctx.settings, ctx.backends)
         except (RunNotFound, BackendError, access.NotAllowed) as exc:
             raise gr.Error(access.redact(str(exc), user.token)) from None
         return access.redact(overview.status_markdown(run) + f"\n\nResumed from step {run.last_step}.", user.token)
