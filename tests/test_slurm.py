@@ -203,7 +203,7 @@ def test_the_new_run_page_shows_the_batch_script_and_the_run_page_slurms_state(t
     from grpo_dashboard.views import overview, remote_status
 
     spec = spec_of({"nodes": 2, "partition": "gpu"})
-    text = overview.command_text(spec.to_yaml(), overview.job_command(spec), overview.batch_script(spec))
+    text = overview.command_text(spec.to_yaml(), overview.command_preview(spec))
     assert "#SBATCH --nodes=2" in text and "#SBATCH --output=<run_dir>/job.log" in text
     assert not (Path("<run_dir>") / "generation.json").exists()
     run = a_run(tmp_path)

@@ -24,6 +24,8 @@ app holds one instance of each (`backends.Backends`). Its methods:
 - `checkpoint_path(step, path)`: where a resumed job finds checkpoint `step` (`path` as the store knows it).
 - `resubmit_fields(store, run)`: the run's fields a resubmission resets beyond the common ones (and what it clears
   in the store first: a log replayed from its start needs its events shifted).
+- `command_preview(spec)`: what the backend would run for `spec`, with placeholder paths, for the new-run page's
+  equivalent command: (a comment saying what it is, the text), or None.
 - `probe()`: why the backend cannot be asked now (its cluster or service does not answer), or None.
 - `stop(timeout)`: stop what runs in the dashboard for this backend (followers) and forget its live state.
 
@@ -115,6 +117,10 @@ class Backend(Protocol):
 
     def resubmit_fields(self, store: Store, run: Run) -> dict[str, object]:
         """The run's fields a resubmission resets beyond the common ones."""
+        ...
+
+    def command_preview(self, spec: RunSpec) -> tuple[str, str] | None:
+        """What the backend would run for `spec` (placeholder paths): (what it is, the text), or None."""
         ...
 
     def probe(self) -> str | None:

@@ -14,6 +14,7 @@ never in the spec, store, files or messages (`redact`). Every call passes `names
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 import time
 from pathlib import Path
@@ -196,6 +197,11 @@ class HfJobsBackend:
         """A new job, whose log is read from its first line: the events are shifted, the offset and job id reset."""
         store.shift_events(run.id)
         return {"ingest_offset": 0, "external_id": None}
+
+    def command_preview(self, spec: RunSpec) -> tuple[str, str] | None:
+        """The command the job's container runs for this spec (paths in its /data volume)."""
+        inner, _ = container_spec(spec)
+        return "What the Jobs container runs (paths inside its /data volume):", shlex.join(job_command(inner))
 
     def probe(self) -> str | None:
         """None: whether the Hub answers shows in the call itself (a BackendError naming what failed)."""

@@ -9,6 +9,7 @@ by its pid and start time, so nothing needs reattaching after a restart.
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import threading
@@ -21,7 +22,7 @@ from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.launch.hub_client import saved_token
 from grpo_dashboard.launch.interface import SpacePolicy
 from grpo_dashboard.launch.local.checks import CHECKS
-from grpo_dashboard.launch.local.job import metrics_path, start
+from grpo_dashboard.launch.local.job import build_command, metrics_path, start
 from grpo_dashboard.launch.local.policy import SPACE_POLICY
 from grpo_dashboard.launch.local.process import group_alive, is_alive, is_ours, pid_reused, signal_group
 from grpo_dashboard.launch.logs import last_error_line, log_path
@@ -61,6 +62,11 @@ class LocalBackend:
     def resubmit_fields(self, store: Store, run: Run) -> dict[str, object]:
         """Nothing more: the job appends to the same metrics file."""
         return {}
+
+    def command_preview(self, spec: RunSpec) -> tuple[str, str] | None:
+        """The job command of this spec, with placeholder run-directory paths."""
+        command = build_command(spec, Path("<run_dir>/run.yaml"), Path("<run_dir>/metrics.jsonl"))
+        return "What the local backend runs (paths inside the run directory):", shlex.join(command)
 
     def probe(self) -> str | None:
         """Always reachable: this machine."""

@@ -49,7 +49,7 @@ from grpo_dashboard.launch.slurm.commands import (
     metrics_path,
 )
 from grpo_dashboard.launch.slurm.policy import SPACE_POLICY
-from grpo_dashboard.launch.slurm.script import BATCH_SCRIPT, batch_files
+from grpo_dashboard.launch.slurm.script import BATCH_SCRIPT, batch_files, batch_script
 from grpo_dashboard.launch.slurm.text import job_summary, status_markdown
 from grpo_dashboard.spec.run_spec import SLURM, RunSpec, world_size
 from grpo_dashboard.store.db import TERMINAL, Run, RunStatus, Store
@@ -80,6 +80,13 @@ class SlurmBackend:
     def resubmit_fields(self, store: Store, run: Run) -> dict[str, object]:
         """Not resumable (RESUMABLE is False): nothing."""
         return {}
+
+    def command_preview(self, spec: RunSpec) -> tuple[str, str] | None:
+        """The batch script of this spec, with placeholder run-directory paths."""
+        run = Run(id="<run id>", name=spec.name, spec_yaml="", backend=self.KIND, status="queued", created_at=0.0,
+                  run_dir="<run_dir>")
+        return ("The batch script the Slurm backend writes as <run_dir>/job.sbatch and submits with "
+                "`sbatch --parsable`:", batch_script(spec, run))
 
     def probe(self) -> str | None:
         """Slurm's refusal when `squeue` does not answer (`reattach` itself finds nothing there, silently)."""
