@@ -33,8 +33,8 @@ def protocol_methods() -> dict[str, inspect.Signature]:
 
 def test_the_protocol_declares_the_interface() -> None:
     assert {"launch_token", "submit", "refresh", "reap", "await_exit", "cancel", "resume", "reattach",
-            "job_summary", "status_markdown", "checkpoint_path", "resubmit_fields", "command_preview", "probe", "stop"
-            } == set(protocol_methods())
+            "job_summary", "status_markdown", "checkpoints", "checkpoint_path", "resubmit_fields", "command_preview",
+            "probe", "stop"} == set(protocol_methods())
     assert {"KIND", "SPACE", "RESUMABLE", "CHECKS"} <= set(Backend.__annotations__)
 
 

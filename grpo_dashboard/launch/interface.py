@@ -21,6 +21,8 @@ app holds one instance of each (`backends.Backends`). Its methods:
   (recreating ones missing from the store for `owner`) and follow them again; returns them.
 - `job_summary(run)`: one line saying where the run's job went (URL, hardware, timeout), or None.
 - `status_markdown(run, store)`: the run page's lines about the job (Markdown; "" when there is nothing to say).
+- `checkpoints(run, reported)`: the run's checkpoints (step -> path) as the backend finds them, from the ones its
+  job `reported` (local: those still on disk, and the `checkpoint-N` folders of its output directory).
 - `checkpoint_path(step, path)`: where a resumed job finds checkpoint `step` (`path` as the store knows it).
 - `resubmit_fields(store, run)`: the run's fields a resubmission resets beyond the common ones (and what it clears
   in the store first: a log replayed from its start needs its events shifted).
@@ -109,6 +111,10 @@ class Backend(Protocol):
 
     def status_markdown(self, run: Run, store: Store | None = None) -> str:
         """The run page's lines about the job (Markdown), or ""."""
+        ...
+
+    def checkpoints(self, run: Run, reported: dict[int, str]) -> dict[int, str]:
+        """The run's checkpoints (step -> path) as the backend finds them, from the ones its job reported."""
         ...
 
     def checkpoint_path(self, step: int, path: str) -> str:

@@ -105,13 +105,13 @@ def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tup
         run = access.get_run(ctx.store, run_id, user, ctx.settings)
     except RunNotFound:
         return [], None, ""
-    steps = [str(s) for s in checkpoints(ctx.store, run)]
+    steps = [str(s) for s in checkpoints(ctx.store, run, ctx.backends)]
     if not steps:
         return [], None, "No checkpoints (set `save_strategy: steps` and `save_steps` to be able to resume)."
     bad = [f for f in overview.findings(ctx.store, run) if f.severity in ("error", "warning")]
     if bad:
         worst = min(bad, key=lambda f: (f.severity != "error", f.step))
-        before = checkpoint_before(ctx.store, run, int(worst.step))
+        before = checkpoint_before(ctx.store, run, int(worst.step), ctx.backends)
         if before is not None:
             return steps, str(before[0]), (f"**{worst.rule}** since step {worst.step}: resume from checkpoint "
                                            f"{before[0]}, before its onset.")

@@ -189,6 +189,10 @@ class HfJobsBackend:
         """The job, its log follower's state and, with `store`, the job's hardware now (hf_jobs/text.py)."""
         return status_markdown(run, store, self.follow_state(run.id))
 
+    def checkpoints(self, run: Run, reported: dict[int, str]) -> dict[int, str]:
+        """The checkpoints the job reported (they are where it saved them, not on this machine's disk)."""
+        return reported
+
     def checkpoint_path(self, step: int, path: str) -> str:
         """The checkpoint in the run's bucket folder, which the new job mounts at /data again."""
         return f"{MOUNT}/output/checkpoint-{step}"

@@ -9,6 +9,7 @@ by its pid and start time, so nothing needs reattaching after a restart.
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
 import subprocess
@@ -33,6 +34,7 @@ from grpo_dashboard.store.ingest import ingest_file
 CANCEL_GRACE_S = 10.0
 STALLED = "stalled"
 LINGER_S = 30.0  # a job that reported its end but has not exited by then is killed
+CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")  # a checkpoint folder TRL writes in the output directory
 
 
 class LocalBackend:
@@ -54,6 +56,17 @@ class LocalBackend:
     def status_markdown(self, run: Run, store: Store | None = None) -> str:
         """Nothing: a local job's state is the run's own, shown above."""
         return ""
+
+    def checkpoints(self, run: Run, reported: dict[int, str]) -> dict[int, str]:
+        """The reported checkpoints still on disk, and the `checkpoint-N` folders of the run's output directory."""
+        found = {s: p for s, p in reported.items() if Path(p).is_dir()}
+        out = Path(run.output_dir or "")
+        if out.is_dir():
+            for d in out.iterdir():
+                m = CHECKPOINT_DIR.match(d.name)
+                if m and d.is_dir():
+                    found.setdefault(int(m.group(1)), str(d))
+        return found
 
     def checkpoint_path(self, step: int, path: str) -> str:
         """The checkpoint where it is: the job runs on this machine."""

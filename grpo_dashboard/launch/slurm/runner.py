@@ -73,6 +73,10 @@ class SlurmBackend:
         """Slurm's last answer about the job, its partition, nodes, processes and batch script."""
         return status_markdown(run)
 
+    def checkpoints(self, run: Run, reported: dict[int, str]) -> dict[int, str]:
+        """The checkpoints the job reported (they are where it saved them, not on this machine's disk)."""
+        return reported
+
     def checkpoint_path(self, step: int, path: str) -> str:
         """Not resumable (RESUMABLE is False): the path as it is."""
         return path
