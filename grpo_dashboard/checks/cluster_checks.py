@@ -26,7 +26,6 @@ from grpo_dashboard.spec.run_spec import (
     world_size,
 )
 
-DEEPSPEED_PRESETS = ("zero1", "zero2", "zero3")
 FSDP_PRESETS = ("fsdp1", "fsdp2")
 
 
