@@ -268,7 +268,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _check_partial(path: str, exc: Any) -> tuple[Any, Any]:
     """A spec with structural problems: the other checks still run on its well-formed parts, and every problem of
     both kinds is reported (a flat TRL file keeps its one "import it" error)."""
-    from grpo_dashboard.checks.validation import validate
+    from grpo_dashboard.launch.runs import validate
     from grpo_dashboard.spec import safe_yaml
     from grpo_dashboard.spec.run_spec import RunSpec
 
@@ -426,13 +426,14 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
+    from grpo_dashboard.launch.backends import shared
     from grpo_dashboard.launch.runs import refresh_active
     from grpo_dashboard.store.db import Store
 
-    store = Store()
+    store, backends = Store(), shared()  # the CLI's backends (this process's)
     try:
         while True:
-            active = refresh_active(store)
+            active = refresh_active(store, backends)
             if args.until_idle and not [r for r in active if r.is_active]:
                 return EXIT_OK
             time.sleep(args.interval)

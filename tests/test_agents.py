@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import SpecError
 from grpo_dashboard.launch import runs
 from grpo_dashboard.launch.hf_jobs.payload import container_spec
+from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.spec import presets
 from grpo_dashboard.spec.jobfiles import agents_module
 from grpo_dashboard.spec.run_spec import RunSpec

@@ -111,8 +111,7 @@ def test_async_grpo_is_wired_up_to_the_trainer_construction(agent_model: Path, t
     """No vLLM server and no GPU here: validation, AsyncGRPOConfig from the spec and the job's wiring are real;
     AsyncGRPOTrainer.__init__ then stops at its first CUDA call (peak-FLOPs probe), before any vLLM contact,
     weight transfer or rollout worker, none of which ran."""
-    from grpo_dashboard.checks.validation import validate
-    from grpo_dashboard.launch.runs import resolve_paths
+    from grpo_dashboard.launch.runs import resolve_paths, validate
 
     spec = RunSpec.from_dict(preset("agent_calculator.yaml", agent_model))
     spec.agent.trainer, spec.agent.async_config = "async_grpo", {"max_staleness": 2}

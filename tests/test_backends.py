@@ -33,8 +33,9 @@ def protocol_methods() -> dict[str, inspect.Signature]:
 
 def test_the_protocol_declares_the_interface() -> None:
     assert {"launch_token", "submit", "refresh", "reap", "await_exit", "cancel", "resume", "reattach",
-            "job_summary", "status_markdown", "checkpoint_path", "resubmit_fields", "probe", "stop"
-            } == set(protocol_methods())
+            "job_summary", "status_markdown", "checkpoints", "checkpoint_path", "resubmit_fields", "command_preview",
+            "probe", "stop"} == set(protocol_methods())
+    assert {"KIND", "SPACE", "RESUMABLE", "CHECKS"} <= set(Backend.__annotations__)
 
 
 @pytest.mark.parametrize("backend_type", backends.BACKEND_TYPES, ids=lambda t: t.KIND)
@@ -97,6 +98,53 @@ def test_no_kind_is_written_out_outside_its_package() -> None:
              if p.resolve() not in KIND_NAMES}
     found = {path: lines for path, lines in found.items() if lines}
     assert {path: len(lines) for path, lines in found.items()} == NOT_KINDS, found
+
+
+KIND_CONSTANTS = ("LOCAL", "HF_JOBS", "SLURM")  # spec/run_spec.py's names of the kinds
+# The checks layer's modules that still tell backends apart by kind, and how often: each a test inside a check that
+# is otherwise generic (a package installed "here", a GPU "here", the estimator's flavor and cluster rows). This list
+# may only shrink; validation, named checks and the backend settings know no kind.
+CHECKS_KIND_TESTS: dict[str, int] = {
+    "agents_async.py": 1, "cluster_checks.py": 1, "cluster_estimate.py": 1, "hardware.py": 3, "spec_extras.py": 6,
+    "training_checks.py": 1,
+}
+
+
+def kind_constants(path: Path) -> list[int]:
+    """Lines of `path` naming a kind constant of spec/run_spec.py."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Name) and node.id in KIND_CONSTANTS]
+
+
+def test_the_checks_layer_knows_no_backend_by_kind() -> None:
+    """Backend-specific checks live in launch/<kind>/checks.py; checks/ runs what it is given (kind literals are
+    caught by the test above, kind constants here)."""
+    found = {p.name: len(kind_constants(p)) for p in (PACKAGE / "checks").glob("*.py")}
+    assert {name: n for name, n in found.items() if n} == CHECKS_KIND_TESTS
+    for module in ("validation.py", "named.py"):
+        assert not kind_constants(PACKAGE / "checks" / module), module
+
+
+def test_each_backend_previews_its_own_command() -> None:
+    from grpo_dashboard.spec.run_spec import RunSpec
+    from grpo_dashboard.views import overview
+
+    from .conftest import smoke_dict
+
+    data = smoke_dict(Path("tiny"))
+    table = backends.Backends()
+    seen = {}
+    for kind, extra in (("local", {}), ("hf_jobs", {"flavor": "cpu-basic", "namespace": "me"}),
+                        ("slurm", {"nodes": 1})):
+        spec = RunSpec.from_dict({**data, "backend": {"kind": kind, **extra}})
+        preview = overview.command_preview(spec, table)
+        assert preview is not None, kind
+        seen[kind] = overview.command_text(spec.to_yaml(), preview)
+    assert "What the local backend runs" in seen["local"] and "<run_dir>/run.yaml" in seen["local"]
+    assert "What the Jobs container runs" in seen["hf_jobs"] and "/data/run.yaml" in seen["hf_jobs"]
+    assert "#SBATCH --nodes=1" in seen["slurm"] and "What the local backend runs" not in seen["slurm"]
+    unknown = RunSpec.from_dict({**data, "backend": {"kind": "kubernetes"}})
+    assert overview.command_preview(unknown, table) is None
 
 
 def test_the_scan_sees_a_kind_name(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from grpo_dashboard.checks import hardware
 from grpo_dashboard.checks.model_shape import KNOWN, from_config, from_directory, from_name, model_shape
-from grpo_dashboard.checks.validation import validate
+from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.spec.run_spec import LoraSpec, RunSpec
 
 from .conftest import REPO, SMOKE_DATA, smoke_dict, write_spec

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.health import AlertSender, Finding, HealthMonitor, JobHealth
 from grpo_dashboard.health.alerts import alert_payload, post_json, trackio_alert
 from grpo_dashboard.health.ship import PACKAGE_DIR, package_files, ship
+from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Run, RunStatus, Store

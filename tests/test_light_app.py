@@ -51,9 +51,9 @@ sys.meta_path.insert(0, Refuse())
 
 SPACE = REFUSE + """
 import json, time, urllib.request
-from grpo_dashboard.checks.validation import validate
+from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.launch.runs import launch, load_spec, refresh
-from grpo_dashboard.launch import backends
+from grpo_dashboard.launch.backends import shared
 from grpo_dashboard.store.db import TERMINAL, Store
 from grpo_dashboard.ui import build_app
 
@@ -68,10 +68,10 @@ run = launch(spec_path, store, base_dir=repo, token=token)
 deadline = time.time() + 120
 while time.time() < deadline:
     run = refresh(store, store.get_run(run.id))
-    if run.status in TERMINAL and backends.shared().hf_jobs.follower(run.id) is None:
+    if run.status in TERMINAL and shared().hf_jobs.follower(run.id) is None:
         break
     time.sleep(0.2)
-backends.shared().stop()
+shared().stop()
 demo.close()
 print("@@" + json.dumps({"page": "GRPO Dashboard" in page, "title": config.get("title"),
                          "errors": [str(e) for e in report.errors], "status": run.status, "error": run.error,

@@ -12,6 +12,7 @@ import yaml
 from grpo_dashboard.checks import validation
 from grpo_dashboard.checks.named import CheckInput, run_checks
 from grpo_dashboard.errors import FieldError, SpecError
+from grpo_dashboard.launch import backends, runs
 from grpo_dashboard.spec import forms
 from grpo_dashboard.spec.run_spec import RunSpec
 
@@ -63,7 +64,7 @@ def test_no_check_changes_the_spec(name: str, data: dict[str, Any]) -> None:
     spec = RunSpec.from_dict(data)
     given = repr(spec)
     inp = CheckInput(validation.typed_view(spec), REPO)
-    for check in validation.CHECKS:
+    for check in validation.checks_with(backends.checks_for(spec.backend.kind)):
         seen = repr(inp.spec)
         list(check.run(inp))
         assert repr(inp.spec) == seen, f"{check.name} changed the spec it checks ({name})"
@@ -72,7 +73,7 @@ def test_no_check_changes_the_spec(name: str, data: dict[str, Any]) -> None:
 
 def test_validate_reads_typed_values_but_leaves_them_as_given() -> None:
     spec = RunSpec.from_dict(smoke_with(training={"learning_rate": "1e-3", "max_steps": "2"}))
-    assert validation.validate(spec, REPO).errors == []
+    assert runs.validate(spec, REPO).errors == []
     assert spec.training["learning_rate"] == "1e-3" and spec.training["max_steps"] == "2"
 
 
@@ -85,16 +86,27 @@ def test_bad_specs_are_rejected_and_left_as_given() -> None:
         except SpecError as exc:  # a bad case must get past the parser to reach the checks
             raise AssertionError(f"{name}: {exc}") from exc
         given = repr(spec)
-        assert validation.validate(spec, REPO).errors, name
+        assert runs.validate(spec, REPO).errors, name
         assert repr(spec) == given, name
 
 
-def test_check_names_are_unique_and_fields_are_spec_paths() -> None:
-    names = [c.name for c in validation.CHECKS]
+@pytest.mark.parametrize("kind", backends.KINDS)
+def test_check_names_are_unique_and_fields_are_spec_paths(kind: str) -> None:
+    every = validation.checks_with(backends.checks_for(kind))
+    names = [c.name for c in every]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
-    roots = {"name", "model", "dataset", "rewards", "agent", "training", "backend", "generation", "health", "tags"}
-    for check in validation.CHECKS:
+    roots = {"name", "model", "dataset", "rewards", "agent", "training", "backend", "generation", "health", "tags",
+             "save_model"}
+    for check in every:
         assert all(f.split(".")[0].split("[")[0] in roots for f in check.fields), (check.name, check.fields)
+
+
+def test_each_backend_check_is_named_for_its_backend() -> None:
+    """A backend's checks come from its package (names prefixed by its kind); the generic list names none."""
+    for kind in backends.KINDS:
+        assert all(c.name.startswith(f"{kind}.") for c in backends.checks_for(kind)), kind
+    generic = {c.name.split(".")[0] for c in validation.CHECKS}
+    assert not generic & set(backends.KINDS), generic
 
 
 def test_each_problem_carries_its_checks_fields() -> None:

@@ -28,7 +28,8 @@ from grpo_dashboard import cli
 
 from .conftest import REPO, free_port, wait_for
 
-SOURCES = ["pyproject.toml", "README.md", "grpo_dashboard", "jobs", "examples"]  # what the sdist is built from
+# what the sdist is built from
+SOURCES = ["pyproject.toml", "setup.py", "README.md", "grpo_dashboard", "jobs", "examples"]
 HEALTHY_STATE = REPO / "tests" / "fixtures" / "health" / "healthy_state.json"
 
 

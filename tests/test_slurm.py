@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from grpo_dashboard import cli
-from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import SpecError
 from grpo_dashboard.launch import backends, runs, vllm_server
+from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.launch.slurm import commands as slurm_commands
 from grpo_dashboard.launch.slurm import script as slurm_script
 from grpo_dashboard.launch.slurm import text as slurm_text
@@ -205,7 +205,7 @@ def test_the_new_run_page_shows_the_batch_script_and_the_run_page_slurms_state(t
     from grpo_dashboard.views import overview, remote_status
 
     spec = spec_of({"nodes": 2, "partition": "gpu"})
-    text = overview.command_text(spec.to_yaml(), overview.job_command(spec), overview.batch_script(spec))
+    text = overview.command_text(spec.to_yaml(), overview.command_preview(spec))
     assert "#SBATCH --nodes=2" in text and "#SBATCH --output=<run_dir>/job.log" in text
     assert not (Path("<run_dir>") / "generation.json").exists()
     run = a_run(tmp_path)

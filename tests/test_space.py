@@ -315,7 +315,8 @@ def test_active_run_cap_and_launch_rate_limit(on_space: None, monkeypatch: pytes
     alice = access.User("alice", ALICE, True, "session")
     launched: list[str] = []
 
-    def fake_launch(spec: RunSpec, store: Store, base_dir: Any = None, owner: Any = None, token: Any = None) -> Any:
+    def fake_launch(spec: RunSpec, store: Store, base_dir: Any = None, owner: Any = None, token: Any = None,
+                    backends: Any = None) -> Any:
         from grpo_dashboard.launch.runs import make_run_id
         from grpo_dashboard.store.db import Run
 

@@ -12,9 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import FieldError, SpecError
-from grpo_dashboard.launch.runs import launch
+from grpo_dashboard.launch.runs import launch, validate
 from grpo_dashboard.spec.run_spec import RunSpec
 
 from .conftest import SMOKE_SPEC

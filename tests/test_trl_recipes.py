@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_dashboard.checks.validation import validate
 from grpo_dashboard.errors import SpecError
+from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.spec import trl_keys
 from grpo_dashboard.spec.run_spec import LoraSpec, QuantizationSpec, RewardSpec, RunSpec
 from grpo_dashboard.spec.trl_export import export_trl

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from grpo_dashboard.checks.validation import validate
+from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.spec import forms, trl_fields, trl_schema
 from grpo_dashboard.spec.run_spec import RunSpec
 

@@ -226,6 +226,10 @@ def test_backend_checks(tiny_model: Path, data_dir: Path) -> None:
     spec["backend"] = {"kind": "cloud", "num_processes": 3, "gpus": [0, 0], "accelerate_config": "zero9"}
     errors = rejected(spec, data_dir)
     assert "must be one of local" in errors["backend.kind"].message
+    assert "TRL preset" in errors["backend.accelerate_config"].message
+    assert "backend.gpus" not in errors  # a kind no backend runs gets no backend's checks, only its kind error
+    spec["backend"]["kind"] = "local"
+    errors = rejected(spec, data_dir)
     assert "distinct GPU indices" in errors["backend.gpus"].message
     assert "TRL preset" in errors["backend.accelerate_config"].message
 

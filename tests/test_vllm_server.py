@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from grpo_dashboard.checks import cluster_checks, hardware, validation
+from grpo_dashboard.checks import cluster_checks, hardware
 from grpo_dashboard.checks.model_shape import KNOWN
-from grpo_dashboard.launch import vllm_server
+from grpo_dashboard.launch import runs, vllm_server
+from grpo_dashboard.launch.local import checks as local_checks
 from grpo_dashboard.spec.run_spec import RunSpec
 
 from .conftest import SMOKE_DATA, free_port, processes_with, smoke_dict, wait_for
@@ -151,8 +152,8 @@ def server_spec(gpus: list[int] | None = None, num_processes: int | None = None,
 
 
 def errors(spec: RunSpec, monkeypatch: pytest.MonkeyPatch, visible: int | None = 8) -> dict[str, str]:
-    monkeypatch.setattr(validation, "gpu_count", lambda: visible)
-    return {e.field: e.message for e in validation.validate(spec, SMOKE_DATA.parent).errors}
+    monkeypatch.setattr(local_checks, "gpu_count", lambda: visible)
+    return {e.field: e.message for e in runs.validate(spec, SMOKE_DATA.parent).errors}
 
 
 def test_server_gpus_overlapping_training_gpus(monkeypatch: pytest.MonkeyPatch) -> None:

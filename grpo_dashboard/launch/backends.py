@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
+from grpo_dashboard.checks.named import Check
 from grpo_dashboard.errors import BackendError
 from grpo_dashboard.launch import kinds
 from grpo_dashboard.launch.hf_jobs.runner import HfJobsBackend
@@ -40,6 +41,11 @@ def space_policy(kind: str) -> SpacePolicy:
 def space_kinds() -> tuple[str, ...]:
     """The kinds a Space allows without its owner enabling the dashboard host's own backends."""
     return tuple(t.KIND for t in BACKEND_TYPES if not t.SPACE.on_dashboard_host)
+
+
+def checks_for(kind: str) -> tuple[Check, ...]:
+    """The named checks of the backend of this kind (none for an unknown kind: the generic checks name it)."""
+    return next((t.CHECKS for t in BACKEND_TYPES if t.KIND == kind), ())
 
 
 def unknown_kind(kind: str) -> BackendError:

@@ -21,15 +21,20 @@ app holds one instance of each (`backends.Backends`). Its methods:
   (recreating ones missing from the store for `owner`) and follow them again; returns them.
 - `job_summary(run)`: one line saying where the run's job went (URL, hardware, timeout), or None.
 - `status_markdown(run, store)`: the run page's lines about the job (Markdown; "" when there is nothing to say).
+- `checkpoints(run, reported)`: the run's checkpoints (step -> path) as the backend finds them, from the ones its
+  job `reported` (local: those still on disk, and the `checkpoint-N` folders of its output directory).
 - `checkpoint_path(step, path)`: where a resumed job finds checkpoint `step` (`path` as the store knows it).
 - `resubmit_fields(store, run)`: the run's fields a resubmission resets beyond the common ones (and what it clears
   in the store first: a log replayed from its start needs its events shifted).
+- `command_preview(spec)`: what the backend would run for `spec`, with placeholder paths, for the new-run page's
+  equivalent command: (a comment saying what it is, the text), or None.
 - `probe()`: why the backend cannot be asked now (its cluster or service does not answer), or None.
 - `stop(timeout)`: stop what runs in the dashboard for this backend (followers) and forget its live state.
 
 A backend may add keyword parameters with defaults (hf_jobs: `endpoint=`). Besides the methods, a backend class
 declares `KIND` (the `backend.kind` it runs), `RESUMABLE` (whether `resume` may start a run of it again from a
-checkpoint) and `SPACE` (its `SpacePolicy`: what it may do on a shared Space).
+checkpoint), `SPACE` (its `SpacePolicy`: what it may do on a shared Space) and `CHECKS` (its named checks, which
+`runs.check` adds to the generic ones: `checks.validation.checks_with`).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from grpo_dashboard.checks.named import Check
     from grpo_dashboard.spec.run_spec import RunSpec
     from grpo_dashboard.store.db import Run, Store
 
@@ -63,6 +69,7 @@ class Backend(Protocol):
     KIND: ClassVar[str]
     SPACE: ClassVar[SpacePolicy]
     RESUMABLE: ClassVar[bool]
+    CHECKS: ClassVar[tuple[Check, ...]]
 
     def launch_token(self, token: str | None = None) -> str | None:
         """The token a launch uses; BackendError when the backend needs one and there is none."""
@@ -106,12 +113,20 @@ class Backend(Protocol):
         """The run page's lines about the job (Markdown), or ""."""
         ...
 
+    def checkpoints(self, run: Run, reported: dict[int, str]) -> dict[int, str]:
+        """The run's checkpoints (step -> path) as the backend finds them, from the ones its job reported."""
+        ...
+
     def checkpoint_path(self, step: int, path: str) -> str:
         """Where a resumed job finds checkpoint `step`."""
         ...
 
     def resubmit_fields(self, store: Store, run: Run) -> dict[str, object]:
         """The run's fields a resubmission resets beyond the common ones."""
+        ...
+
+    def command_preview(self, spec: RunSpec) -> tuple[str, str] | None:
+        """What the backend would run for `spec` (placeholder paths): (what it is, the text), or None."""
         ...
 
     def probe(self) -> str | None:

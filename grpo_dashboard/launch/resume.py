@@ -12,50 +12,44 @@ from __future__ import annotations
 
 import argparse
 import copy
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.errors import BackendError, RunNotFound, SpecError
-from grpo_dashboard.launch.backends import BACKEND_TYPES, KINDS, backend_for
-from grpo_dashboard.spec.run_spec import LOCAL, RunSpec
+from grpo_dashboard.launch.backends import BACKEND_TYPES, KINDS, Backends, shared
+from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import ACTIVE, Run, RunStatus, Store
-
-CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 
 
 class ResumeError(BackendError):
     """The run cannot be resumed as asked; the message says why and what to do."""
 
 
-def checkpoints(store: Store, run: Run) -> dict[int, str]:
-    """Step -> path of the run's checkpoints (for a local run, only those still on disk), by step."""
+def checkpoints(store: Store, run: Run, backends: Backends | None = None) -> dict[int, str]:
+    """Step -> path of the run's checkpoints, by step: those its job reported, as its backend finds them
+    (`Backend.checkpoints`: a local run's only while on disk, and the ones in its output directory)."""
     found: dict[int, str] = {}
     for e in store.events(run.id):
         if e.get("event") == "checkpoint" and isinstance(e.get("step"), int):
             found[e["step"]] = str(e.get("path") or "")
-    if run.backend == LOCAL:
-        found = {s: p for s, p in found.items() if Path(p).is_dir()}
-        out = Path(run.output_dir or "")
-        if out.is_dir():
-            for d in out.iterdir():
-                m = CHECKPOINT_DIR.match(d.name)
-                if m and d.is_dir():
-                    found.setdefault(int(m.group(1)), str(d))
+    table = backends or shared()
+    if run.backend in table:
+        found = table.get(run.backend).checkpoints(run, found)
     return dict(sorted(found.items()))
 
 
-def checkpoint_before(store: Store, run: Run, step: int) -> tuple[int, str] | None:
+def checkpoint_before(store: Store, run: Run, step: int, backends: Backends | None = None) -> tuple[int, str] | None:
     """The latest checkpoint saved before `step` (a finding's onset: resume from before it went wrong), or None."""
-    before = [(s, p) for s, p in checkpoints(store, run).items() if s < step]
+    before = [(s, p) for s, p in checkpoints(store, run, backends).items() if s < step]
     return before[-1] if before else None
 
 
-def choose(store: Store, run: Run, checkpoint: int | str | None = None) -> tuple[int, str]:
+def choose(store: Store, run: Run, checkpoint: int | str | None = None, backends: Backends | None = None
+           ) -> tuple[int, str]:
     """The (step, path) to resume from: the latest checkpoint, a step number, or a checkpoint path of this run."""
-    found = checkpoints(store, run)
+    found = checkpoints(store, run, backends)
     listed = ", ".join(str(s) for s in found) or "none"
     if not found:
         raise ResumeError(f"Run {run.id} has no checkpoint to resume from (its job saved none). Set "
@@ -91,12 +85,15 @@ def _owner(store: Store, path: Path) -> Run | None:
     return None
 
 
-def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, token: str | None = None) -> Run:
-    """Start the run again from a checkpoint (see the module docstring); ResumeError, nothing changed, if it cannot."""
+def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, token: str | None = None,
+               backends: Backends | None = None) -> Run:
+    """Start the run again from a checkpoint (see the module docstring); ResumeError, nothing changed, if it cannot.
+    `backends`: the app's (default: the process's, `backends.shared()`)."""
+    table = backends or shared()
     if run.status in ACTIVE:
         raise ResumeError(f"Run {run.id} is still {run.status}; cancel it first (`python -m grpo_dashboard cancel "
                           f"{run.id}`), then resume it.")
-    if run.backend not in KINDS or not backend_for(run.backend).RESUMABLE:
+    if run.backend not in KINDS or not table.get(run.backend).RESUMABLE:
         can = " and ".join(t.KIND for t in BACKEND_TYPES if t.RESUMABLE)
         raise ResumeError(f"Run {run.id} ({run.backend}) cannot be resumed here: only {can} runs can.")
     try:
@@ -104,8 +101,8 @@ def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, toke
     except SpecError as exc:
         raise ResumeError(f"Run {run.id} has no readable spec (imported or recovered run), so it cannot be "
                           f"resumed: {exc}") from exc
-    step, path = choose(store, run, checkpoint)
-    backend = backend_for(run.backend)
+    step, path = choose(store, run, checkpoint, table)
+    backend = table.get(run.backend)
     token = backend.launch_token(token)
     resumed = copy.deepcopy(spec)
     path = backend.checkpoint_path(step, path)

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.checks.training_checks import normalise_training
-from grpo_dashboard.checks.validation import ValidationReport, validate
+from grpo_dashboard.checks.validation import ValidationReport
+from grpo_dashboard.checks.validation import validate as validate_generic
 from grpo_dashboard.errors import BackendError
 from grpo_dashboard.health.ship import ship as ship_health
-from grpo_dashboard.launch.backends import Backends, shared
+from grpo_dashboard.launch.backends import Backends, checks_for, shared
 from grpo_dashboard.launch.local.job import metrics_path  # noqa: F401 - re-exported for callers and tests
 from grpo_dashboard.launch.logs import log_path  # noqa: F401 - re-exported for callers and tests
 from grpo_dashboard.spec import agent_spec
@@ -80,6 +81,12 @@ def check(source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | 
     report = validate(spec, base_dir)
     normalise_training(spec)
     return spec, report
+
+
+def validate(spec: RunSpec, base_dir: str | Path | None = None) -> ValidationReport:
+    """Every check of a parsed spec: the generic ones and its backend's (`CHECKS` of its class in the table);
+    `spec` is not changed (`check` also types its training values)."""
+    return validate_generic(spec, base_dir, checks_for(spec.backend.kind))
 
 
 def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = None,

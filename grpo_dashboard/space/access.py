@@ -29,7 +29,7 @@ from typing import Any
 from grpo_dashboard.checks import sandbox
 from grpo_dashboard.errors import BackendError, FieldError, RunNotFound, SpecError
 from grpo_dashboard.launch import hub_client, runs
-from grpo_dashboard.launch.backends import space_kinds, space_policy
+from grpo_dashboard.launch.backends import Backends, space_kinds, space_policy
 from grpo_dashboard.redaction import redact as _redact_pattern
 from grpo_dashboard.settings import MOCK_OAUTH_TOKEN, Settings
 from grpo_dashboard.spec import jobfiles
@@ -479,8 +479,9 @@ def check_user_may_launch(store: Store, user: User, settings: Settings | None = 
 
 
 def launch(spec: RunSpec, store: Store, user: User, base_dir: str | Path | None = None,
-           settings: Settings | None = None) -> Run:
-    """Launch on the user's behalf: sign-in, spec policy, cap and rate checks, then `runs.launch` with their token.
+           settings: Settings | None = None, backends: Backends | None = None) -> Run:
+    """Launch on the user's behalf: sign-in, spec policy, cap and rate checks, then `runs.launch` with their token
+    on `backends` (the app's; default: the process's).
 
     Raises NotAllowed (the user may not launch now), SpecError (the spec breaks this Space's rules or is invalid).
     """
@@ -491,18 +492,20 @@ def launch(spec: RunSpec, store: Store, user: User, base_dir: str | Path | None 
     if problems:
         raise SpecError(problems)
     if not settings.on_space:
-        return runs.launch(spec, store, base_dir=base_dir, owner=user.username, token=user.token)
+        return runs.launch(spec, store, base_dir=base_dir, owner=user.username, token=user.token,
+                               backends=backends)
     with _user_lock(str(user.username)):
         check_user_may_launch(store, user, settings)  # again, now that this user's other launches are done
         LIMITER.acquire(str(user.username), settings.launch_limit, settings.launch_window_s)
         try:
-            return runs.launch(spec, store, base_dir=base_dir, owner=user.username, token=user.token)
+            return runs.launch(spec, store, base_dir=base_dir, owner=user.username, token=user.token,
+                               backends=backends)
         except BackendError as exc:
             raise BackendError(redact(str(exc), user.token)) from None
 
 
 def resume(store: Store, run_id: str, user: User, checkpoint: int | str | None = None,
-           settings: Settings | None = None) -> Run:
+           settings: Settings | None = None, backends: Backends | None = None) -> Run:
     """Resume one of the user's runs (launch/resume.py) under the same rules as a launch: sign-in, the active-run
     cap and the launch rate, one launch of a user at a time. Raises NotAllowed, RunNotFound or BackendError."""
     from grpo_dashboard.launch.resume import resume_run
@@ -511,24 +514,26 @@ def resume(store: Store, run_id: str, user: User, checkpoint: int | str | None =
     run = get_run(store, run_id, user, settings)
     check_user_may_launch(store, user, settings)
     if not settings.on_space:
-        return resume_run(store, run, checkpoint, token=user.token)
+        return resume_run(store, run, checkpoint, token=user.token, backends=backends)
     with _user_lock(str(user.username)):
         check_user_may_launch(store, user, settings)
         LIMITER.acquire(str(user.username), settings.launch_limit, settings.launch_window_s)
         try:
-            return resume_run(store, get_run(store, run_id, user, settings), checkpoint, token=user.token)
+            return resume_run(store, get_run(store, run_id, user, settings), checkpoint, token=user.token,
+                              backends=backends)
         except BackendError as exc:
             raise BackendError(redact(str(exc), user.token)) from None
 
 
-def cancel(store: Store, run_id: str, user: User, settings: Settings | None = None) -> Run:
+def cancel(store: Store, run_id: str, user: User, settings: Settings | None = None,
+           backends: Backends | None = None) -> Run:
     """Cancel one of the user's runs; a Jobs run is canceled with the user's own token."""
     settings = settings or Settings.from_env()
     run = get_run(store, run_id, user, settings)
     if settings.on_space and not user.signed_in:
         raise NotAllowed(SIGN_IN)
     try:
-        return runs.cancel(store, run, token=user.token)
+        return runs.cancel(store, run, token=user.token, backends=backends)
     except BackendError as exc:
         raise BackendError(redact(str(exc), user.token)) from None
 
@@ -542,7 +547,8 @@ def manage(store: Store, run_id: str, user: User, settings: Settings | None = No
     return run
 
 
-def resume_following(store: Store, user: User, settings: Settings | None = None) -> int:
+def resume_following(store: Store, user: User, settings: Settings | None = None,
+                     backends: Backends | None = None) -> int:
     """After a restart, follow the user's active Jobs runs again with their token; returns how many were started.
 
     Cheap and non-blocking (the followers run in background threads), so list polls may call it every time.
@@ -552,5 +558,5 @@ def resume_following(store: Store, user: User, settings: Settings | None = None)
         return 0
     started = 0
     for run in visible_runs(store, user, status=list(ACTIVE), settings=settings):
-        started += runs.resume(store, run, user.token)
+        started += runs.resume(store, run, user.token, backends)
     return started

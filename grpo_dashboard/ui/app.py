@@ -100,7 +100,8 @@ def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, 
             gr.Warning(f"Not launched: {len(errors)} problem(s), listed on the form.")
             return new_run.validate_outputs(new, errors, warnings, "")
         try:
-            run = access.launch(spec, ctx.store, user, base_dir=ctx.base_dir, settings=ctx.settings)
+            run = access.launch(spec, ctx.store, user, base_dir=ctx.base_dir, settings=ctx.settings,
+                                backends=ctx.backends)
         except SpecError as exc:
             return new_run.validate_outputs(new, exc.errors, [], "")
         except (access.NotAllowed, BackendError) as exc:

@@ -105,13 +105,13 @@ def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tup
         run = access.get_run(ctx.store, run_id, user, ctx.settings)
     except RunNotFound:
         return [], None, ""
-    steps = [str(s) for s in checkpoints(ctx.store, run)]
+    steps = [str(s) for s in checkpoints(ctx.store, run, ctx.backends)]
     if not steps:
         return [], None, "No checkpoints (set `save_strategy: steps` and `save_steps` to be able to resume)."
     bad = [f for f in overview.findings(ctx.store, run) if f.severity in ("error", "warning")]
     if bad:
         worst = min(bad, key=lambda f: (f.severity != "error", f.step))
-        before = checkpoint_before(ctx.store, run, int(worst.step))
+        before = checkpoint_before(ctx.store, run, int(worst.step), ctx.backends)
         if before is not None:
             return steps, str(before[0]), (f"**{worst.rule}** since step {worst.step}: resume from checkpoint "
                                            f"{before[0]}, before its onset.")
@@ -165,7 +165,7 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         if not run_id:
             raise gr.Error("Select a run to resume.")
         try:
-            run = access.resume(ctx.store, run_id, user, step or None, ctx.settings)
+            run = access.resume(ctx.store, run_id, user, step or None, ctx.settings, ctx.backends)
         except (RunNotFound, BackendError, access.NotAllowed) as exc:
             raise gr.Error(access.redact(str(exc), user.token)) from None
         return access.redact(overview.status_markdown(run) + f"\n\nResumed from step {run.last_step}.", user.token)

@@ -290,7 +290,7 @@ def build(ctx: UiContext) -> DetailTab:
             raise gr.Error("Select a run to cancel.")
         user = user_of(ctx, profile, oauth)
         try:
-            run = access.cancel(ctx.store, run_id, user, ctx.settings)
+            run = access.cancel(ctx.store, run_id, user, ctx.settings, ctx.backends)
         except (RunNotFound, access.NotAllowed, BackendError) as exc:
             raise gr.Error(access.redact(str(exc), user.token)) from None
         return access.redact(overview.status_markdown(run), user.token)

@@ -11,6 +11,7 @@ import gradio as gr
 
 from grpo_dashboard.errors import MAX_FIELD_CHARS, MAX_LISTED_ERRORS, FieldError, SpecError, short_repr, shorten
 from grpo_dashboard.launch import runs
+from grpo_dashboard.launch.backends import Backends
 from grpo_dashboard.space import access
 from grpo_dashboard.spec import forms, presets
 from grpo_dashboard.spec.jobfiles import rewards_module
@@ -123,21 +124,19 @@ def build(ctx: UiContext) -> NewRunTab:
         with gr.Column(scale=2):
             yaml_code = gr.Code(initial_yaml, language="yaml", label="Run spec (YAML, editable)", interactive=True,
                                 lines=30, max_lines=60, elem_id="spec-yaml", wrap_lines=True)
-            command = gr.Code(_command(initial_yaml), language="shell", label="Equivalent command", lines=8,
-                              interactive=False, elem_id="spec-command")
+            command = gr.Code(_command(initial_yaml, ctx.backends), language="shell", label="Equivalent command",
+                              lines=8, interactive=False, elem_id="spec-command")
     tab = NewRunTab(preset, ordered, inputs, yaml_code, command, summary, group_errors, launch_btn, validate_btn)
     _wire(tab, ctx)
     return tab
 
 
-def _command(yaml_text: str) -> str:
+def _command(yaml_text: str, backends: Backends | None = None) -> str:
     try:
-        spec = RunSpec.from_yaml(yaml_text)
-        job: list[str] | None = overview.job_command(spec)
-        script = overview.batch_script(spec)
+        preview = overview.command_preview(RunSpec.from_yaml(yaml_text), backends)
     except (SpecError, OSError):
-        job = script = None
-    return overview.command_text(yaml_text, job, script)
+        preview = None
+    return overview.command_text(yaml_text, preview)
 
 
 def _values(tab: NewRunTab, args: tuple[Any, ...]) -> dict[str, Any]:
@@ -227,7 +226,8 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
     def load_preset(name: str) -> dict[Any, Any]:
         text = presets.preset_yaml(name)
         values = forms.values_from_yaml(text)
-        return {tab.yaml: text, tab.command: _command(text), tab.summary: f"Loaded preset **{name}**.",
+        return {tab.yaml: text, tab.command: _command(text, ctx.backends),
+                tab.summary: f"Loaded preset **{name}**.",
                 **{box: gr.update(value="") for box in tab.group_errors.values()}, **_form_updates(tab, values)}
 
     tab.preset.select(gate(ctx, "load_preset", load_preset), [tab.preset],
@@ -240,7 +240,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
             text = forms.yaml_from_values(_values(tab, tuple(vals)), yaml_text)
         except SpecError as exc:
             return {tab.summary: _summary(exc.errors, [], "")}
-        return {tab.yaml: text, tab.command: _command(text)}
+        return {tab.yaml: text, tab.command: _command(text, ctx.backends)}
 
     # Gradio's textbox sends `input` from its key handlers only, so a value pasted with the mouse, dropped or
     # autofilled reaches the YAML when the field loses focus.
@@ -260,7 +260,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
             placed = {e.field: [str(e.message)] for e in bad}
             updates = _form_updates(tab, {k: v for k, v in values.items() if k not in placed}, placed)
             return {tab.summary: _summary(bad, [], ""), **updates}
-        return {tab.command: _command(yaml_text), tab.summary: "YAML applied to the form.",
+        return {tab.command: _command(yaml_text, ctx.backends), tab.summary: "YAML applied to the form.",
                 **_form_updates(tab, values)}
 
     tab.yaml.input(gate(ctx, "yaml_to_form", yaml_to_form, what="form update", scrub=False), [tab.yaml],

@@ -44,7 +44,8 @@ def build(ctx: UiContext) -> RunsTab:
     def refresh(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, statuses: list[str] | None,
                 tag_filter: str | None = None) -> Any:
         user = user_of(ctx, profile, oauth)
-        access.resume_following(ctx.store, user, ctx.settings)  # after a restart, with this user's own token
+        # after a restart, with this user's own token
+        access.resume_following(ctx.store, user, ctx.settings, ctx.backends)
         mine = access.visible_runs(ctx.store, user, list(statuses) if statuses else None, ctx.settings)
         return overview.runs_frame(ctx.store, statuses or None, runs=mine, tag=tag_filter)
 

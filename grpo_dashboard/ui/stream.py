@@ -20,6 +20,7 @@ Access is decided as for every other read: the request's user (`serving.request_
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -109,7 +110,7 @@ class LiveHub:
 
     def __init__(self, ctx: UiContext) -> None:
         self.ctx = ctx
-        self.feeds = Feeds()
+        self.feeds = Feeds(functools.partial(Feed, backends=ctx.backends))  # the app's backends' status lines
         self.channels: dict[int, Channel] = {}
         self.open_by_user: Counter[str] = Counter()
 

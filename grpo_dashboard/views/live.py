@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from grpo_dashboard.launch.backends import Backends
 from grpo_dashboard.store.db import Run, Store
 from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.views import charts, completions, display, overview
@@ -88,8 +89,10 @@ class Version:
 class Feed:
     """The shared live state of one run at one smoothing weight (see the module docstring). Thread-safe."""
 
-    def __init__(self, store: Store, run_id: str, smoothing: float, max_points: int = display.MAX_POINTS) -> None:
+    def __init__(self, store: Store, run_id: str, smoothing: float, max_points: int = display.MAX_POINTS,
+                 backends: Backends | None = None) -> None:
         self.store, self.run_id = store, run_id
+        self.backends = backends  # the app's (None: the process's), for the backend's status lines
         self.smoothing, self.max_points = float(smoothing), int(max_points)
         self.epoch = secrets.token_hex(4)  # a cursor of another feed (or a restarted server) is not ours
         self.version = 0
@@ -129,7 +132,7 @@ class Feed:
                 self._advance_series(run, version, findings)
             if token != self._token:
                 self._pace = overview.recent_pace(self.store, run)
-            status = status_parts(run, now, self._pace, self.store)
+            status = status_parts(run, now, self._pace, self.store, self.backends)
             if status != self._status:
                 version.status = self._status = status
             self._status_at = now
@@ -257,13 +260,13 @@ def _size(path: Path | None) -> int | None:
 
 
 # --- the page's live text ------------------------------------------------------------------------------------------
-def status_parts(run: Run, now: float | None = None, pace: float | None = None, store: Store | None = None
-                 ) -> dict[str, Any]:
+def status_parts(run: Run, now: float | None = None, pace: float | None = None, store: Store | None = None,
+                 backends: Backends | None = None) -> dict[str, Any]:
     """The status block as data: its HTML (escaped), whether the run is active and whether a cancel is pending."""
     from grpo_dashboard.views import remote_status
 
     text = overview.status_markdown(run, now, pace)
-    remote = remote_status.remote_markdown(run, store)
+    remote = remote_status.remote_markdown(run, store, backends)
     if remote:
         text += f"\n\n{remote}"
     return {"html": markdown_html(text), "active": run.is_active, "status": run.status,

@@ -7,7 +7,6 @@ Everything here only reads the store and run files; ingestion is the Monitor thr
 from __future__ import annotations
 
 import functools
-import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from grpo_dashboard.launch.backends import Backends, shared
 from grpo_dashboard.spec import safe_yaml
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store import ingest
@@ -377,35 +377,21 @@ def log_text(path: Path, n: int = 200) -> str:
     return "\n".join(lines[-n:])
 
 
-def command_text(spec_yaml: str, job_command: list[str] | None = None, batch_script: str | None = None) -> str:
-    """The shell commands that launch this spec from the CLI (and the raw job command or batch script, when known)."""
+def command_text(spec_yaml: str, preview: tuple[str, str] | None = None) -> str:
+    """The shell commands that launch this spec from the CLI, and what its backend runs when known (`preview`:
+    (what it is, the text), from `command_preview`)."""
     lines = ["# Save the spec, then launch and follow it:", "cat > run.yaml <<'EOF'", spec_yaml.rstrip("\n"), "EOF",
              "python -m grpo_dashboard launch run.yaml --wait"]
-    if batch_script:
-        lines += ["", "# The batch script the Slurm backend writes as <run_dir>/job.sbatch and submits with "
-                      "`sbatch --parsable`:", batch_script.rstrip("\n")]
-    elif job_command:
-        lines += ["", "# What the local backend runs (paths inside the run directory):", shlex.join(job_command)]
+    if preview:
+        what, text = preview
+        lines += ["", f"# {what}", text.rstrip("\n")]
     return "\n".join(lines)
 
 
-def batch_script(spec: RunSpec) -> str | None:
-    """The Slurm batch script of this spec with placeholder run-directory paths (None off Slurm)."""
-    from grpo_dashboard.launch.slurm import options, script
-    from grpo_dashboard.store.db import Run
-
-    if spec.backend.kind != options.KIND:
-        return None
-    run = Run(id="<run id>", name=spec.name, spec_yaml="", backend=options.KIND, status="queued", created_at=0.0,
-              run_dir="<run_dir>")
-    return script.batch_script(spec, run)
-
-
-def job_command(spec: RunSpec) -> list[str]:
-    """The job command of the local backend for this spec, with placeholder run-directory paths."""
-    from grpo_dashboard.launch.local.job import build_command
-
-    return build_command(spec, Path("<run_dir>/run.yaml"), Path("<run_dir>/metrics.jsonl"))
+def command_preview(spec: RunSpec, backends: Backends | None = None) -> tuple[str, str] | None:
+    """What the spec's backend would run (its `command_preview`); None for a kind no backend here runs."""
+    table = backends or shared()
+    return table.get(spec.backend.kind).command_preview(spec) if spec.backend.kind in table else None
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -14,12 +14,15 @@ never in the spec, store, files or messages (`redact`). Every call passes `names
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from grpo_dashboard.checks.named import Check
 from grpo_dashboard.errors import BackendError, RunNotFound
+from grpo_dashboard.launch.hf_jobs.checks import CHECKS
 from grpo_dashboard.launch.hf_jobs.hub_calls import _create_job, _retry, _secrets, _volume, job_timeout
 from grpo_dashboard.launch.hf_jobs.payload import (
     APP,
@@ -64,6 +67,7 @@ class HfJobsBackend:
     KIND: ClassVar[str] = HF_JOBS
     RESUMABLE: ClassVar[bool] = True
     SPACE: ClassVar[SpacePolicy] = SPACE_POLICY
+    CHECKS: ClassVar[tuple[Check, ...]] = CHECKS
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -185,6 +189,10 @@ class HfJobsBackend:
         """The job, its log follower's state and, with `store`, the job's hardware now (hf_jobs/text.py)."""
         return status_markdown(run, store, self.follow_state(run.id))
 
+    def checkpoints(self, run: Run, reported: dict[int, str]) -> dict[int, str]:
+        """The checkpoints the job reported (they are where it saved them, not on this machine's disk)."""
+        return reported
+
     def checkpoint_path(self, step: int, path: str) -> str:
         """The checkpoint in the run's bucket folder, which the new job mounts at /data again."""
         return f"{MOUNT}/output/checkpoint-{step}"
@@ -193,6 +201,11 @@ class HfJobsBackend:
         """A new job, whose log is read from its first line: the events are shifted, the offset and job id reset."""
         store.shift_events(run.id)
         return {"ingest_offset": 0, "external_id": None}
+
+    def command_preview(self, spec: RunSpec) -> tuple[str, str] | None:
+        """The command the job's container runs for this spec (paths in its /data volume)."""
+        inner, _ = container_spec(spec)
+        return "What the Jobs container runs (paths inside its /data volume):", shlex.join(job_command(inner))
 
     def probe(self) -> str | None:
         """None: whether the Hub answers shows in the call itself (a BackendError naming what failed)."""

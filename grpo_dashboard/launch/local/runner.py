@@ -9,6 +9,8 @@ by its pid and start time, so nothing needs reattaching after a restart.
 
 from __future__ import annotations
 
+import re
+import shlex
 import signal
 import subprocess
 import threading
@@ -16,10 +18,12 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
+from grpo_dashboard.checks.named import Check
 from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.launch.hub_client import saved_token
 from grpo_dashboard.launch.interface import SpacePolicy
-from grpo_dashboard.launch.local.job import metrics_path, start
+from grpo_dashboard.launch.local.checks import CHECKS
+from grpo_dashboard.launch.local.job import build_command, metrics_path, start
 from grpo_dashboard.launch.local.policy import SPACE_POLICY
 from grpo_dashboard.launch.local.process import group_alive, is_alive, is_ours, pid_reused, signal_group
 from grpo_dashboard.launch.logs import last_error_line, log_path
@@ -30,6 +34,7 @@ from grpo_dashboard.store.ingest import ingest_file
 CANCEL_GRACE_S = 10.0
 STALLED = "stalled"
 LINGER_S = 30.0  # a job that reported its end but has not exited by then is killed
+CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")  # a checkpoint folder TRL writes in the output directory
 
 
 class LocalBackend:
@@ -38,6 +43,7 @@ class LocalBackend:
     KIND: ClassVar[str] = LOCAL
     RESUMABLE: ClassVar[bool] = True
     SPACE: ClassVar[SpacePolicy] = SPACE_POLICY
+    CHECKS: ClassVar[tuple[Check, ...]] = CHECKS
 
     def __init__(self) -> None:
         self._children: dict[str, subprocess.Popen | None] = {}
@@ -51,6 +57,17 @@ class LocalBackend:
         """Nothing: a local job's state is the run's own, shown above."""
         return ""
 
+    def checkpoints(self, run: Run, reported: dict[int, str]) -> dict[int, str]:
+        """The reported checkpoints still on disk, and the `checkpoint-N` folders of the run's output directory."""
+        found = {s: p for s, p in reported.items() if Path(p).is_dir()}
+        out = Path(run.output_dir or "")
+        if out.is_dir():
+            for d in out.iterdir():
+                m = CHECKPOINT_DIR.match(d.name)
+                if m and d.is_dir():
+                    found.setdefault(int(m.group(1)), str(d))
+        return found
+
     def checkpoint_path(self, step: int, path: str) -> str:
         """The checkpoint where it is: the job runs on this machine."""
         return path
@@ -58,6 +75,11 @@ class LocalBackend:
     def resubmit_fields(self, store: Store, run: Run) -> dict[str, object]:
         """Nothing more: the job appends to the same metrics file."""
         return {}
+
+    def command_preview(self, spec: RunSpec) -> tuple[str, str] | None:
+        """The job command of this spec, with placeholder run-directory paths."""
+        command = build_command(spec, Path("<run_dir>/run.yaml"), Path("<run_dir>/metrics.jsonl"))
+        return "What the local backend runs (paths inside the run directory):", shlex.join(command)
 
     def probe(self) -> str | None:
         """Always reachable: this machine."""

@@ -22,9 +22,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import ClassVar
 
+from grpo_dashboard.checks.named import Check
 from grpo_dashboard.launch import vllm_server
 from grpo_dashboard.launch.hub_client import saved_token
 from grpo_dashboard.launch.interface import SpacePolicy
+from grpo_dashboard.launch.slurm.checks import CHECKS
 from grpo_dashboard.launch.slurm.commands import (
     CANCEL_WAIT_S,
     JOB_INFO,
@@ -47,7 +49,7 @@ from grpo_dashboard.launch.slurm.commands import (
     metrics_path,
 )
 from grpo_dashboard.launch.slurm.policy import SPACE_POLICY
-from grpo_dashboard.launch.slurm.script import BATCH_SCRIPT, batch_files
+from grpo_dashboard.launch.slurm.script import BATCH_SCRIPT, batch_files, batch_script
 from grpo_dashboard.launch.slurm.text import job_summary, status_markdown
 from grpo_dashboard.spec.run_spec import SLURM, RunSpec, world_size
 from grpo_dashboard.store.db import TERMINAL, Run, RunStatus, Store
@@ -61,6 +63,7 @@ class SlurmBackend:
     KIND: ClassVar[str] = SLURM
     RESUMABLE: ClassVar[bool] = False
     SPACE: ClassVar[SpacePolicy] = SPACE_POLICY
+    CHECKS: ClassVar[tuple[Check, ...]] = CHECKS
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -70,6 +73,10 @@ class SlurmBackend:
         """Slurm's last answer about the job, its partition, nodes, processes and batch script."""
         return status_markdown(run)
 
+    def checkpoints(self, run: Run, reported: dict[int, str]) -> dict[int, str]:
+        """The checkpoints the job reported (they are where it saved them, not on this machine's disk)."""
+        return reported
+
     def checkpoint_path(self, step: int, path: str) -> str:
         """Not resumable (RESUMABLE is False): the path as it is."""
         return path
@@ -77,6 +84,13 @@ class SlurmBackend:
     def resubmit_fields(self, store: Store, run: Run) -> dict[str, object]:
         """Not resumable (RESUMABLE is False): nothing."""
         return {}
+
+    def command_preview(self, spec: RunSpec) -> tuple[str, str] | None:
+        """The batch script of this spec, with placeholder run-directory paths."""
+        run = Run(id="<run id>", name=spec.name, spec_yaml="", backend=self.KIND, status="queued", created_at=0.0,
+                  run_dir="<run_dir>")
+        return ("The batch script the Slurm backend writes as <run_dir>/job.sbatch and submits with "
+                "`sbatch --parsable`:", batch_script(spec, run))
 
     def probe(self) -> str | None:
         """Slurm's refusal when `squeue` does not answer (`reattach` itself finds nothing there, silently)."""
