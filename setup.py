@@ -4,5 +4,10 @@ grpo_dashboard/_project/{jobs,examples} (pyproject.toml's package-dir maps them;
 
 from setuptools import find_packages, setup
 
-setup(packages=[*find_packages(include=["grpo_dashboard", "grpo_dashboard.*"]),
-                "grpo_dashboard._project.jobs", "grpo_dashboard._project.examples"])
+setup(
+    packages=[
+        *find_packages(include=["grpo_dashboard", "grpo_dashboard.*"]),
+        "grpo_dashboard._project.jobs",
+        "grpo_dashboard._project.examples",
+    ]
+)

@@ -68,8 +68,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             return display.downsampled(Store(db), common.RUN_ID, MAX_POINTS, smoothing)
 
         # Cold reads, alternating sides.
-        best = {"ours_raw": float("inf"), "ours_smooth": float("inf"), "ours_frames": float("inf"),
-                "trackio": float("inf")}
+        best = {
+            "ours_raw": float("inf"),
+            "ours_smooth": float("inf"),
+            "ours_frames": float("inf"),
+            "trackio": float("inf"),
+        }
         for _ in range(args.repeat):
             t = time.perf_counter()
             pts = cold(0.0)
@@ -88,12 +92,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         grad = pts[("train", "grad_norm")]  # type: ignore[index]
         spikes = set(range(997, args.steps + 1, 997))
         kept_spikes = len(spikes & set(grad.steps.tolist()))  # type: ignore[attr-defined]
-        print(f"ours: {n_series} series, longest line {longest} points, grad_norm spikes kept "
-              f"{kept_spikes}/{len(spikes)}")
+        print(
+            f"ours: {n_series} series, longest line {longest} points, grad_norm spikes kept "
+            f"{kept_spikes}/{len(spikes)}"
+        )
         if storage is not None:
             lost = len(spikes - {r["step"] for r in logs})
-            print(f"trackio get_logs(max_points=1500): {len(logs)} rows; grad_norm spikes missing: "
-                  f"{lost}/{len(spikes)}")
+            print(
+                f"trackio get_logs(max_points=1500): {len(logs)} rows; grad_norm spikes missing: {lost}/{len(spikes)}"
+            )
 
         # Ticks on a warm store (the app's long-lived one).
         opts = charts.ChartOptions()
@@ -133,29 +140,79 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         new_med, new_p95 = _ms(new_data)
         ing_med, _ = _ms(new_ingest)
         fig_med, fig_p95 = _ms(new_figs)
-        print(f"cold, every series downsampled: ours raw {best['ours_raw'] * 1000:.0f} ms, ours with EMA "
-              f"{best['ours_smooth'] * 1000:.0f} ms, ours as chart frames {best['ours_frames'] * 1000:.0f} ms; "
-              f"trackio {best['trackio'] * 1000:.0f} ms")
-        print(f"tick, no new data: change_token {tok_med:.2f} ms; token + chart frames median {idle_med:.2f} ms, "
-              f"p95 {idle_p95:.2f} ms")
-        print(f"tick, 100 new records: ingest {ing_med:.1f} ms; token + chart frames median {new_med:.1f} ms, "
-              f"p95 {new_p95:.1f} ms; chart JSON of 11 panels median {fig_med:.0f} ms, p95 {fig_p95:.0f} ms")
+        print(
+            f"cold, every series downsampled: ours raw {best['ours_raw'] * 1000:.0f} ms, ours with EMA "
+            f"{best['ours_smooth'] * 1000:.0f} ms, ours as chart frames {best['ours_frames'] * 1000:.0f} ms; "
+            f"trackio {best['trackio'] * 1000:.0f} ms"
+        )
+        print(
+            f"tick, no new data: change_token {tok_med:.2f} ms; token + chart frames median {idle_med:.2f} ms, "
+            f"p95 {idle_p95:.2f} ms"
+        )
+        print(
+            f"tick, 100 new records: ingest {ing_med:.1f} ms; token + chart frames median {new_med:.1f} ms, "
+            f"p95 {new_p95:.1f} ms; chart JSON of 11 panels median {fig_med:.0f} ms, p95 {fig_p95:.0f} ms"
+        )
         print(common.TABLE_HEAD)
-        print(common.row("chart data cold, 27 series <= 2,000 pts, min/max (raw)", f"{best['ours_raw'] * 1000:.0f} ms",
-                         f"{best['trackio'] * 1000:.0f} ms", f"{ratio_raw:.1f}x", ">= 5x",
-                         ratio_raw >= TARGET_RATIO if storage is not None else None))
-        print(common.row("chart data cold, with EMA over full series", f"{best['ours_smooth'] * 1000:.0f} ms",
-                         f"{best['trackio'] * 1000:.0f} ms", f"{ratio_smooth:.1f}x", ">= 5x",
-                         ratio_smooth >= TARGET_RATIO if storage is not None else None))
-        print(common.row("tick, no new data (token + chart frames), median / p95",
-                         f"{idle_med:.2f} / {idle_p95:.2f} ms", "-", "-", "< 5 ms", idle_p95 < TARGET_IDLE_MS))
-        print(common.row("tick, 100 new records (token + chart frames), median / p95",
-                         f"{new_med:.1f} / {new_p95:.1f} ms", "-", "-", "< 20 ms", new_p95 < TARGET_NEW_MS))
-        print(common.row("same tick, the page's chart JSON (11 panels), median / p95",
-                         f"{fig_med:.0f} / {fig_p95:.0f} ms", "-", "-", "(orientation)", None))
+        print(
+            common.row(
+                "chart data cold, 27 series <= 2,000 pts, min/max (raw)",
+                f"{best['ours_raw'] * 1000:.0f} ms",
+                f"{best['trackio'] * 1000:.0f} ms",
+                f"{ratio_raw:.1f}x",
+                ">= 5x",
+                ratio_raw >= TARGET_RATIO if storage is not None else None,
+            )
+        )
+        print(
+            common.row(
+                "chart data cold, with EMA over full series",
+                f"{best['ours_smooth'] * 1000:.0f} ms",
+                f"{best['trackio'] * 1000:.0f} ms",
+                f"{ratio_smooth:.1f}x",
+                ">= 5x",
+                ratio_smooth >= TARGET_RATIO if storage is not None else None,
+            )
+        )
+        print(
+            common.row(
+                "tick, no new data (token + chart frames), median / p95",
+                f"{idle_med:.2f} / {idle_p95:.2f} ms",
+                "-",
+                "-",
+                "< 5 ms",
+                idle_p95 < TARGET_IDLE_MS,
+            )
+        )
+        print(
+            common.row(
+                "tick, 100 new records (token + chart frames), median / p95",
+                f"{new_med:.1f} / {new_p95:.1f} ms",
+                "-",
+                "-",
+                "< 20 ms",
+                new_p95 < TARGET_NEW_MS,
+            )
+        )
+        print(
+            common.row(
+                "same tick, the page's chart JSON (11 panels), median / p95",
+                f"{fig_med:.0f} / {fig_p95:.0f} ms",
+                "-",
+                "-",
+                "(orientation)",
+                None,
+            )
+        )
         out.update(best)
-        out.update(idle_ms=idle_med, idle_p95_ms=idle_p95, new_ms=new_med, new_p95_ms=new_p95, figures_ms=fig_med,
-                   ingest_100_ms=ing_med)
+        out.update(
+            idle_ms=idle_med,
+            idle_p95_ms=idle_p95,
+            new_ms=new_med,
+            new_p95_ms=new_p95,
+            figures_ms=fig_med,
+            ingest_100_ms=ing_med,
+        )
         return out
 
 

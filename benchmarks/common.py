@@ -27,12 +27,33 @@ if str(ROOT) not in sys.path:
 
 # The keys TRL 1.16 logs for a GRPO run with two reward functions (27 in all).
 GRPO_KEYS = (
-    "loss", "grad_norm", "learning_rate", "num_tokens", "completions/mean_length", "completions/min_length",
-    "completions/max_length", "completions/clipped_ratio", "completions/mean_terminated_length",
-    "completions/min_terminated_length", "completions/max_terminated_length", "rewards/accuracy/mean",
-    "rewards/accuracy/std", "rewards/format/mean", "rewards/format/std", "reward", "reward_std",
-    "frac_reward_zero_std", "kl", "entropy", "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean",
-    "clip_ratio/high_max", "clip_ratio/region_mean", "step_time", "epoch",
+    "loss",
+    "grad_norm",
+    "learning_rate",
+    "num_tokens",
+    "completions/mean_length",
+    "completions/min_length",
+    "completions/max_length",
+    "completions/clipped_ratio",
+    "completions/mean_terminated_length",
+    "completions/min_terminated_length",
+    "completions/max_terminated_length",
+    "rewards/accuracy/mean",
+    "rewards/accuracy/std",
+    "rewards/format/mean",
+    "rewards/format/std",
+    "reward",
+    "reward_std",
+    "frac_reward_zero_std",
+    "kl",
+    "entropy",
+    "clip_ratio/low_mean",
+    "clip_ratio/low_min",
+    "clip_ratio/high_mean",
+    "clip_ratio/high_max",
+    "clip_ratio/region_mean",
+    "step_time",
+    "epoch",
 )
 assert len(GRPO_KEYS) == 27
 T0 = 1_764_000_000.0
@@ -45,16 +66,32 @@ def grpo_metrics(step: int, n_steps: int) -> dict[str, float]:
     spike = 25.0 if step % 997 == 0 else 0.0
     reward = 0.1 + 0.6 * frac + 0.05 * wobble
     values = {
-        "loss": 0.01 * wobble, "grad_norm": 0.4 + 0.1 * abs(wobble) + spike, "learning_rate": 1e-6 * (1 - frac),
-        "num_tokens": 2048.0 * step, "completions/mean_length": 180 + 40 * wobble, "completions/min_length": 20.0,
-        "completions/max_length": 512.0, "completions/clipped_ratio": 0.05 + 0.02 * wobble,
-        "completions/mean_terminated_length": 170 + 30 * wobble, "completions/min_terminated_length": 20.0,
-        "completions/max_terminated_length": 498.0, "rewards/accuracy/mean": reward,
-        "rewards/accuracy/std": 0.3 + 0.05 * wobble, "rewards/format/mean": 0.9, "rewards/format/std": 0.1,
-        "reward": reward + 0.9, "reward_std": 0.35, "frac_reward_zero_std": 0.1 + 0.05 * wobble,
-        "kl": 0.001 * step / 100 + 0.002 * abs(wobble), "entropy": 1.2 - 0.5 * frac + 0.03 * wobble,
-        "clip_ratio/low_mean": 0.001, "clip_ratio/low_min": 0.0, "clip_ratio/high_mean": 0.002,
-        "clip_ratio/high_max": 0.01, "clip_ratio/region_mean": 0.003, "step_time": 9.5 + wobble,
+        "loss": 0.01 * wobble,
+        "grad_norm": 0.4 + 0.1 * abs(wobble) + spike,
+        "learning_rate": 1e-6 * (1 - frac),
+        "num_tokens": 2048.0 * step,
+        "completions/mean_length": 180 + 40 * wobble,
+        "completions/min_length": 20.0,
+        "completions/max_length": 512.0,
+        "completions/clipped_ratio": 0.05 + 0.02 * wobble,
+        "completions/mean_terminated_length": 170 + 30 * wobble,
+        "completions/min_terminated_length": 20.0,
+        "completions/max_terminated_length": 498.0,
+        "rewards/accuracy/mean": reward,
+        "rewards/accuracy/std": 0.3 + 0.05 * wobble,
+        "rewards/format/mean": 0.9,
+        "rewards/format/std": 0.1,
+        "reward": reward + 0.9,
+        "reward_std": 0.35,
+        "frac_reward_zero_std": 0.1 + 0.05 * wobble,
+        "kl": 0.001 * step / 100 + 0.002 * abs(wobble),
+        "entropy": 1.2 - 0.5 * frac + 0.03 * wobble,
+        "clip_ratio/low_mean": 0.001,
+        "clip_ratio/low_min": 0.0,
+        "clip_ratio/high_mean": 0.002,
+        "clip_ratio/high_max": 0.01,
+        "clip_ratio/region_mean": 0.003,
+        "step_time": 9.5 + wobble,
         "epoch": step / 1000,
     }
     return {k: round(v, 9) for k, v in values.items()}
@@ -62,8 +99,21 @@ def grpo_metrics(step: int, n_steps: int) -> dict[str, float]:
 
 def protocol_line(step: int, n_steps: int) -> str:
     """The job's line-protocol record for one step (what jobs/grpo_job.py writes to metrics.jsonl)."""
-    return json.dumps({"v": 1, "type": "log", "split": "train", "step": step, "time": T0 + 10.0 * step,
-                       "elapsed": 10.0 * step, "max_steps": n_steps, "metrics": grpo_metrics(step, n_steps)}) + "\n"
+    return (
+        json.dumps(
+            {
+                "v": 1,
+                "type": "log",
+                "split": "train",
+                "step": step,
+                "time": T0 + 10.0 * step,
+                "elapsed": 10.0 * step,
+                "max_steps": n_steps,
+                "metrics": grpo_metrics(step, n_steps),
+            }
+        )
+        + "\n"
+    )
 
 
 def write_metrics_jsonl(path: Path, n_steps: int, first: int = 1) -> Path:
@@ -163,13 +213,23 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     try:
-        mem_kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
-                          if line.startswith("MemTotal:")))
+        mem_kb = int(
+            next(
+                line.split()[1]
+                for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal:")
+            )
+        )
     except (OSError, StopIteration, ValueError):
         mem_kb = 0
-    info: dict[str, Any] = {"cores": os.cpu_count(), "cpu": cpu, "memory": f"{mem_kb / 2**20:.0f} GiB",
-                            "load_1m": round(os.getloadavg()[0], 2),
-                            "python": platform.python_version(), "platform": platform.platform()}
+    info: dict[str, Any] = {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "memory": f"{mem_kb / 2**20:.0f} GiB",
+        "load_1m": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
     for mod in ("numpy", "torch", "trl", "transformers", "gradio", "trackio"):
         try:
             info[mod] = __import__(mod).__version__
@@ -192,8 +252,9 @@ def print_machine() -> None:
 def git_rev() -> str:
     """The commit the benchmark ran on (with '+dirty' when the tree has changes)."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except OSError:
         return "?"
     return rev or "?"
@@ -224,8 +285,17 @@ def new_store(data: Path, run_id: str = RUN_ID, run_dir: Path | None = None) -> 
     from grpo_dashboard.store.db import Run, Store
 
     store = Store(data / "dashboard.db")
-    store.insert_run(Run(id=run_id, name=run_id, spec_yaml="name: bench\n", backend="local", status="running",
-                         created_at=T0, run_dir=str(run_dir or data)))
+    store.insert_run(
+        Run(
+            id=run_id,
+            name=run_id,
+            spec_yaml="name: bench\n",
+            backend="local",
+            status="running",
+            created_at=T0,
+            run_dir=str(run_dir or data),
+        )
+    )
     return store
 
 

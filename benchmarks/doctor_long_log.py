@@ -111,9 +111,16 @@ def main(argv: list[str] | None = None) -> int:
             wall, rss, code = best_of(ours_cmd(path), args.repeat, args.memory_gb)
             print(f"{n:>8} {'ours':<10} {wall:>8.2f} {rss:>12.0f} {code:>5}")
             if n >= 100_000:
-                rows.append(_row(f"doctor --json on a {n:,}-step log ({path.stat().st_size / 1e6:.0f} MB), wall / "
-                                 "peak RSS", f"{wall:.2f} s / {rss:.0f} MB", "-", "-", "<= 3 s, <= 300 MB",
-                                 wall <= 3 and rss <= 300))
+                rows.append(
+                    _row(
+                        f"doctor --json on a {n:,}-step log ({path.stat().st_size / 1e6:.0f} MB), wall / peak RSS",
+                        f"{wall:.2f} s / {rss:.0f} MB",
+                        "-",
+                        "-",
+                        "<= 3 s, <= 300 MB",
+                        wall <= 3 and rss <= 300,
+                    )
+                )
             peer = rldoctor_cmd(path)
             if peer is not None:
                 report = Path(tmp) / "rldoctor.json"
@@ -124,10 +131,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"{n:>8} {'rldoctor':<10} {p_wall:>8.2f} {p_rss:>12.0f} {p_code:>5} "
                     f"{wall / p_wall:>10.2f}x {rss / p_rss:>9.2f}x{note}"
                 )
-                rows.append(_row(f"doctor on a {n:,}-step log vs rldoctor 0.2 (peer column), wall",
-                                 f"{wall:.2f} s", f"{p_wall:.2f} s{' (' + note.strip(' ()') + ')' if note else ''}",
-                                 f"{p_wall / wall:.1f}x", ">= 10x at 10k steps" if n == 10_000 else "-",
-                                 p_wall / wall >= 10 if n == 10_000 else None))
+                rows.append(
+                    _row(
+                        f"doctor on a {n:,}-step log vs rldoctor 0.2 (peer column), wall",
+                        f"{wall:.2f} s",
+                        f"{p_wall:.2f} s{' (' + note.strip(' ()') + ')' if note else ''}",
+                        f"{p_wall / wall:.1f}x",
+                        ">= 10x at 10k steps" if n == 10_000 else "-",
+                        p_wall / wall >= 10 if n == 10_000 else None,
+                    )
+                )
     print(
         "ratios are ours / rldoctor (below 1: ours is faster or smaller). Exit 0/1 = no error / error found (or, "
         f"for a run that hit the {args.memory_gb:g} GB cap, MemoryError; its figures are then up to the cap)."

@@ -94,20 +94,31 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         tmp_path = Path(tmp)
         jsonl = common.write_metrics_jsonl(tmp_path / "metrics.jsonl", args.steps)
         n_values = args.steps * len(common.GRPO_KEYS)
-        print(f"log: {args.steps:,} steps x {len(common.GRPO_KEYS)} metrics = {n_values:,} values, "
-              f"{jsonl.stat().st_size / 1e6:.1f} MB of JSONL; each figure is the best of {args.repeat} runs, "
-              f"each run in a fresh process")
+        print(
+            f"log: {args.steps:,} steps x {len(common.GRPO_KEYS)} metrics = {n_values:,} values, "
+            f"{jsonl.stat().st_size / 1e6:.1f} MB of JSONL; each figure is the best of {args.repeat} runs, "
+            f"each run in a fresh process"
+        )
         best = dict.fromkeys(kinds, float("inf"))
         for rep in range(args.repeat):
             for kind in kinds:
                 work = tmp_path / f"{kind}-{rep}"
                 work.mkdir()
-                out = subprocess.run([sys.executable, __file__, "--one", kind, "--jsonl", str(jsonl), "--work",
-                                      str(work)], capture_output=True, text=True, check=True, cwd=common.ROOT)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", kind, "--jsonl", str(jsonl), "--work", str(work)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    cwd=common.ROOT,
+                )
                 best[kind] = min(best[kind], json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
         rate = {k: n_values / v for k, v in best.items()}
-        labels = {"ours_e2e": "ours, with JSON parsing", "ours_write": "ours, write only",
-                  "trackio_write": "trackio bulk_log (parsed)", "trackio_e2e": "trackio, parse + bulk_log"}
+        labels = {
+            "ours_e2e": "ours, with JSON parsing",
+            "ours_write": "ours, write only",
+            "trackio_write": "trackio bulk_log (parsed)",
+            "trackio_e2e": "trackio, parse + bulk_log",
+        }
         print(f"{'':28}{'seconds':>10}{'values/s':>14}")
         for kind in kinds:
             print(f"{labels[kind]:28}{best[kind]:>10.2f}{rate[kind]:>14,.0f}")
@@ -115,18 +126,45 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             print("trackio is not installed: no ratio (pip install 'trackio>=0.43,<1')")
             return best
         strict = best["trackio_write"] / best["ours_e2e"]
-        print(f"ratio, ours with parsing vs trackio bulk_log without: {strict:.1f}x "
-              f"(target >= {TARGET:.0f}x: {'met' if strict >= TARGET else 'NOT met'})")
-        print(f"ratio, both without parsing: {best['trackio_write'] / best['ours_write']:.1f}x; "
-              f"both with parsing: {best['trackio_e2e'] / best['ours_e2e']:.1f}x")
+        print(
+            f"ratio, ours with parsing vs trackio bulk_log without: {strict:.1f}x "
+            f"(target >= {TARGET:.0f}x: {'met' if strict >= TARGET else 'NOT met'})"
+        )
+        print(
+            f"ratio, both without parsing: {best['trackio_write'] / best['ours_write']:.1f}x; "
+            f"both with parsing: {best['trackio_e2e'] / best['ours_e2e']:.1f}x"
+        )
         print(common.TABLE_HEAD)
-        print(common.row("ingest 100k x 27, ours with parsing vs trackio bulk_log", f"{best['ours_e2e']:.2f} s",
-                         f"{best['trackio_write']:.2f} s", f"{strict:.1f}x", ">= 3x", strict >= TARGET))
-        print(common.row("ingest, both write only (parsed records)", f"{best['ours_write']:.2f} s",
-                         f"{best['trackio_write']:.2f} s", f"{best['trackio_write'] / best['ours_write']:.1f}x",
-                         "-", None))
-        print(common.row("ingest, both with parsing", f"{best['ours_e2e']:.2f} s", f"{best['trackio_e2e']:.2f} s",
-                         f"{best['trackio_e2e'] / best['ours_e2e']:.1f}x", "-", None))
+        print(
+            common.row(
+                "ingest 100k x 27, ours with parsing vs trackio bulk_log",
+                f"{best['ours_e2e']:.2f} s",
+                f"{best['trackio_write']:.2f} s",
+                f"{strict:.1f}x",
+                ">= 3x",
+                strict >= TARGET,
+            )
+        )
+        print(
+            common.row(
+                "ingest, both write only (parsed records)",
+                f"{best['ours_write']:.2f} s",
+                f"{best['trackio_write']:.2f} s",
+                f"{best['trackio_write'] / best['ours_write']:.1f}x",
+                "-",
+                None,
+            )
+        )
+        print(
+            common.row(
+                "ingest, both with parsing",
+                f"{best['ours_e2e']:.2f} s",
+                f"{best['trackio_e2e']:.2f} s",
+                f"{best['trackio_e2e'] / best['ours_e2e']:.1f}x",
+                "-",
+                None,
+            )
+        )
         return best
 
 

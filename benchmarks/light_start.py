@@ -22,11 +22,13 @@ from typing import Any
 import common
 
 HEAVY = ("torch", "trl", "transformers", "accelerate", "peft")
-COUNT = ("import json, sys; print('@@' + json.dumps({'modules': len(sys.modules), "
-         "'heavy': sorted({m.split('.')[0] for m in sys.modules} & set(HEAVY))}))").replace("HEAVY", repr(HEAVY))
+COUNT = (
+    "import json, sys; print('@@' + json.dumps({'modules': len(sys.modules), "
+    "'heavy': sorted({m.split('.')[0] for m in sys.modules} & set(HEAVY))}))"
+).replace("HEAVY", repr(HEAVY))
 CASES = {
     "validate examples/smoke.yaml": "import sys\nfrom grpo_dashboard.__main__ import main\n"
-                                    "code = main(['validate', 'examples/smoke.yaml'])\n",
+    "code = main(['validate', 'examples/smoke.yaml'])\n",
     "build the app (build_app)": "from grpo_dashboard.ui import build_app\nbuild_app(monitor=False)\n",
     "import gradio (the app's floor)": "import gradio\n",
     "from trl import GRPOConfig (the old path's extra)": "from trl import GRPOConfig\n",
@@ -36,8 +38,9 @@ CASES = {
 def fresh(code: str, env: dict[str, str]) -> tuple[float, dict[str, Any]]:
     """(seconds, {modules, heavy}) of `code` in a new interpreter run from the repository root."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code + COUNT], cwd=common.ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", code + COUNT], cwd=common.ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     seconds = time.perf_counter() - start
     line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("@@")), None)
     if done.returncode != 0 or line is None:
@@ -51,23 +54,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
     common.print_machine()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONWARNINGS": "ignore",
-           "PYTHONPATH": str(common.ROOT)}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": str(common.ROOT),
+    }
     found: dict[str, dict[str, Any]] = {}
     for name, code in CASES.items():
         fresh(code, env)  # the page cache
         runs = [fresh(code, env) for _ in range(args.repeat)]
         found[name] = {"s": statistics.median(s for s, _ in runs), **runs[-1][1]}
-        print(f"{name}: median {found[name]['s']:.2f} s of {args.repeat}, {found[name]['modules']} modules, "
-              f"training stack imported: {found[name]['heavy'] or 'none'}")
+        print(
+            f"{name}: median {found[name]['s']:.2f} s of {args.repeat}, {found[name]['modules']} modules, "
+            f"training stack imported: {found[name]['heavy'] or 'none'}"
+        )
     trl = found["from trl import GRPOConfig (the old path's extra)"]
     rows = []
     for name in ("validate examples/smoke.yaml", "build the app (build_app)"):
         ours = found[name]
-        rows.append(common.row(f"{name}, fresh process ({ours['modules']} modules; {trl['modules']} for trl)",
-                               f"{ours['s']:.2f} s", f"+{trl['s']:.2f} s (from trl import GRPOConfig, the old path)",
-                               common.ratio(ours["s"] + trl["s"], ours["s"]), "< 2 s, no torch/trl imported",
-                               ours["s"] < 2.0 and not ours["heavy"]))
+        rows.append(
+            common.row(
+                f"{name}, fresh process ({ours['modules']} modules; {trl['modules']} for trl)",
+                f"{ours['s']:.2f} s",
+                f"+{trl['s']:.2f} s (from trl import GRPOConfig, the old path)",
+                common.ratio(ours["s"] + trl["s"], ours["s"]),
+                "< 2 s, no torch/trl imported",
+                ours["s"] < 2.0 and not ours["heavy"],
+            )
+        )
     print(common.TABLE_HEAD.replace("peer (trackio)", "peer (the old path's trl import)"))
     for line in rows:
         print(line)

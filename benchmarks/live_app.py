@@ -60,13 +60,25 @@ def start_app(data: Path, log: Path, cwd: Path | None = None) -> tuple[subproces
         cwd: the checkout whose app.py to serve (default: this one; e.g. an older commit as a peer).
     """
     port = free_port()
-    env = {**os.environ, "GRPO_DASHBOARD_DATA_DIR": str(data), "GRADIO_SERVER_PORT": str(port),
-           "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "GRPO_DASHBOARD_DATA_DIR": str(data),
+        "GRADIO_SERVER_PORT": str(port),
+        "GRADIO_SERVER_NAME": "127.0.0.1",
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "HF_HUB_OFFLINE": "1",
+    }
     with log.open("wb") as out:
         # BENCH_APP: another entry point serving the same app (e.g. one that profiles it)
         entry = os.environ.get("BENCH_APP", "app.py")
-        proc = subprocess.Popen([sys.executable, entry], cwd=cwd or ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, entry],
+            cwd=cwd or ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -82,8 +94,7 @@ def start_app(data: Path, log: Path, cwd: Path | None = None) -> tuple[subproces
     raise RuntimeError(f"the app did not answer within 180 s; see {log}")
 
 
-def add_live_run(data: Path, run_id: str, interval: float, n_steps: int, history: int = 0
-                 ) -> subprocess.Popen[bytes]:
+def add_live_run(data: Path, run_id: str, interval: float, n_steps: int, history: int = 0) -> subprocess.Popen[bytes]:
     """Register a running local run in the store under `data` and start its synthetic writer.
 
     Args:
@@ -98,13 +109,36 @@ def add_live_run(data: Path, run_id: str, interval: float, n_steps: int, history
     if history:
         write_metrics_jsonl(run_dir / "metrics.jsonl", history)
     spec = (ROOT / "examples" / "smoke.yaml").read_text().replace("name: smoke", f"name: {run_id}", 1)
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir / "metrics.jsonl"), str(interval),
-                             str(n_steps), str(Path(__file__).resolve().parent), str(history + 1)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            WRITER,
+            str(run_dir / "metrics.jsonl"),
+            str(interval),
+            str(n_steps),
+            str(Path(__file__).resolve().parent),
+            str(history + 1),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     store = Store(data / "dashboard.db")
-    store.insert_run(Run(id=run_id, name=run_id, spec_yaml=spec, backend="local", status="running",
-                         created_at=time.time(), started_at=time.time(), run_dir=str(run_dir),
-                         pid=proc.pid, pid_start=process_start_time(proc.pid)))
+    store.insert_run(
+        Run(
+            id=run_id,
+            name=run_id,
+            spec_yaml=spec,
+            backend="local",
+            status="running",
+            created_at=time.time(),
+            started_at=time.time(),
+            run_dir=str(run_dir),
+            pid=proc.pid,
+            pid_start=process_start_time(proc.pid),
+        )
+    )
     store.close()
     return proc
 
@@ -201,9 +235,16 @@ class HttpSession:
         values = list(args)
         for slot in self.state_slots:
             values.insert(slot, None)
-        joined = self.http.post(self.prefix + "/queue/join", json={
-            "data": values, "event_data": None, "fn_index": self.fn_index, "trigger_id": None,
-            "session_hash": self.session_hash})
+        joined = self.http.post(
+            self.prefix + "/queue/join",
+            json={
+                "data": values,
+                "event_data": None,
+                "fn_index": self.fn_index,
+                "trigger_id": None,
+                "session_hash": self.session_hash,
+            },
+        )
         joined.raise_for_status()
         event_id = joined.json()["event_id"]
         with self.http.stream("GET", self.prefix + "/queue/data", params={"session_hash": self.session_hash}) as r:

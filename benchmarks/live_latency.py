@@ -31,8 +31,9 @@ import live_app
 TARGET_P95_S = 1.5
 
 
-def poller(url: str, run_id: str, period: float, until: float, seen: list[tuple[float, int]],
-           errors: list[str]) -> None:
+def poller(
+    url: str, run_id: str, period: float, until: float, seen: list[tuple[float, int]], errors: list[str]
+) -> None:
     """Poll /detail_poll every `period` seconds until `until`, recording (answer time, visible step)."""
     from gradio_client import Client
 
@@ -87,8 +88,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             start = time.time()
             until = time.monotonic() + args.duration
             fast, page, errors = [], [], []
-            threads = [threading.Thread(target=poller, args=(url, run_id, 0.1, until, fast, errors)),
-                       threading.Thread(target=poller, args=(url, run_id, POLL_S, until, page, errors))]
+            threads = [
+                threading.Thread(target=poller, args=(url, run_id, 0.1, until, fast, errors)),
+                threading.Thread(target=poller, args=(url, run_id, POLL_S, until, page, errors)),
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -110,16 +113,36 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         return {}
     p50, p95 = statistics.median(fast_lat), common.percentile(fast_lat, 95)
     q50, q95 = statistics.median(page_lat), common.percentile(page_lat, 95)
-    print(f"writer: one record every {args.interval} s for {args.duration:.0f} s; {len(fast_lat)} steps measured; "
-          f"poll errors: {len(errors)}")
-    print(f"write -> visible via /detail_poll polled at 10 Hz: p50 {p50:.2f} s, p95 {p95:.2f} s, max "
-          f"{max(fast_lat):.2f} s")
+    print(
+        f"writer: one record every {args.interval} s for {args.duration:.0f} s; {len(fast_lat)} steps measured; "
+        f"poll errors: {len(errors)}"
+    )
+    print(
+        f"write -> visible via /detail_poll polled at 10 Hz: p50 {p50:.2f} s, p95 {p95:.2f} s, max "
+        f"{max(fast_lat):.2f} s"
+    )
     print(f"write -> visible at the page's own timer ({POLL_S} s): p50 {q50:.2f} s, p95 {q95:.2f} s")
     print(common.TABLE_HEAD)
-    print(common.row("live latency write -> /detail_poll (10 Hz poller), p50 / p95", f"{p50:.2f} / {p95:.2f} s",
-                     "-", "-", "p95 <= 1.5 s", p95 <= TARGET_P95_S and not errors))
-    print(common.row(f"same, polled at the page's timer period ({POLL_S} s), p50 / p95", f"{q50:.2f} / {q95:.2f} s",
-                     "-", "-", "(orientation)", None))
+    print(
+        common.row(
+            "live latency write -> /detail_poll (10 Hz poller), p50 / p95",
+            f"{p50:.2f} / {p95:.2f} s",
+            "-",
+            "-",
+            "p95 <= 1.5 s",
+            p95 <= TARGET_P95_S and not errors,
+        )
+    )
+    print(
+        common.row(
+            f"same, polled at the page's timer period ({POLL_S} s), p50 / p95",
+            f"{q50:.2f} / {q95:.2f} s",
+            "-",
+            "-",
+            "(orientation)",
+            None,
+        )
+    )
     return {"p50_s": p50, "p95_s": p95, "page_p50_s": q50, "page_p95_s": q95, "errors": float(len(errors))}
 
 

@@ -33,8 +33,13 @@ import live_app
 
 CHROMIUM = "/usr/bin/chromium"
 # Both pages stay foreground pages: a background tab's timers and frames are throttled.
-BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-timer-throttling",
-                "--disable-renderer-backgrounding", "--disable-backgrounding-occluded-windows"]
+BROWSER_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
+]
 PEER_REV = "c230c55"
 TARGET_P50_S, TARGET_P95_S, TARGET_USABLE_S = 0.5, 1.0, 2.0
 
@@ -131,8 +136,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             procs.append(live_app.add_live_run(data, run_id, args.interval, int(args.duration / args.interval) + 400))
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-                pages = {"push": open_detail(browser, url, run_id, True),
-                         "poll": open_detail(browser, peer_url, run_id, False)}
+                pages = {
+                    "push": open_detail(browser, url, run_id, True),
+                    "poll": open_detail(browser, peer_url, run_id, False),
+                }
                 for page in pages.values():
                     page.evaluate(SAMPLER)
                 start = time.time()
@@ -143,8 +150,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     location.href]""")
                 for page in pages.values():
                     page.close()
-                usable = {"push": usable_s(browser, url, run_id, True, args.loads),
-                          "poll": usable_s(browser, peer_url, run_id, False, args.loads)}
+                usable = {
+                    "push": usable_s(browser, url, run_id, True, args.loads),
+                    "poll": usable_s(browser, peer_url, run_id, False, args.loads),
+                }
                 browser.close()
         finally:
             for proc in procs:
@@ -155,24 +164,51 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for kind in ("push", "poll"):
         lat = latencies(drawn[kind], written, start + 3.0)
         if not lat:
-            print(f"{kind}: no step was drawn (page samples: {drawn[kind][:3]} ... {drawn[kind][-3:]}; push page "
-                  f"[events, chart, points, url]: {state})")
+            print(
+                f"{kind}: no step was drawn (page samples: {drawn[kind][:3]} ... {drawn[kind][-3:]}; push page "
+                f"[events, chart, points, url]: {state})"
+            )
             continue
         p50, p95 = statistics.median(lat), common.percentile(lat, 95)
         figures.update({f"{kind}_p50_s": p50, f"{kind}_p95_s": p95, f"{kind}_usable_s": usable[kind]})
-        print(f"{kind}: {len(lat)} steps; write -> drawn p50 {p50:.2f} s, p95 {p95:.2f} s, max {max(lat):.2f} s; "
-              f"navigation -> first chart {usable[kind]:.2f} s (median of {args.loads})")
+        print(
+            f"{kind}: {len(lat)} steps; write -> drawn p50 {p50:.2f} s, p95 {p95:.2f} s, max {max(lat):.2f} s; "
+            f"navigation -> first chart {usable[kind]:.2f} s (median of {args.loads})"
+        )
         rows.append((kind, p50, p95))
     print(common.TABLE_HEAD.replace("peer (trackio)", f"peer (polling page, {args.peer_rev})"))
     if len(rows) == 2:
         (_, a50, a95), (_, b50, b95) = rows
-        print(common.row("record written -> drawn in Chromium, p50", f"{a50:.2f} s", f"{b50:.2f} s",
-                         f"{b50 / a50:.1f}x", "<= 0.5 s", a50 <= TARGET_P50_S))
-        print(common.row("record written -> drawn in Chromium, p95", f"{a95:.2f} s", f"{b95:.2f} s",
-                         f"{b95 / a95:.1f}x", "<= 1.0 s", a95 <= TARGET_P95_S))
-        print(common.row("page usable: navigation -> first chart drawn (median)", f"{usable['push']:.2f} s",
-                         f"{usable['poll']:.2f} s", f"{usable['poll'] / usable['push']:.1f}x", "<= 2 s",
-                         usable["push"] <= TARGET_USABLE_S))
+        print(
+            common.row(
+                "record written -> drawn in Chromium, p50",
+                f"{a50:.2f} s",
+                f"{b50:.2f} s",
+                f"{b50 / a50:.1f}x",
+                "<= 0.5 s",
+                a50 <= TARGET_P50_S,
+            )
+        )
+        print(
+            common.row(
+                "record written -> drawn in Chromium, p95",
+                f"{a95:.2f} s",
+                f"{b95:.2f} s",
+                f"{b95 / a95:.1f}x",
+                "<= 1.0 s",
+                a95 <= TARGET_P95_S,
+            )
+        )
+        print(
+            common.row(
+                "page usable: navigation -> first chart drawn (median)",
+                f"{usable['push']:.2f} s",
+                f"{usable['poll']:.2f} s",
+                f"{usable['poll'] / usable['push']:.1f}x",
+                "<= 2 s",
+                usable["push"] <= TARGET_USABLE_S,
+            )
+        )
     return figures
 
 

@@ -34,14 +34,17 @@ TARGET_P95_MS = 250.0
 WARMUP_S = 8.0
 
 
-def stream_client(url: str, run_id: str, until: float, out: list[tuple[float, float, float]],
-                  errors: list[str]) -> None:
+def stream_client(
+    url: str, run_id: str, until: float, out: list[tuple[float, float, float]], errors: list[str]
+) -> None:
     """One streaming viewer: (seconds since start, delivery s, record -> received s) per delta."""
     import httpx
 
     try:
-        with httpx.Client(timeout=httpx.Timeout(30.0, read=60.0)) as http, http.stream(
-                "GET", url + "grpo/live", params={"run": run_id, "smoothing": "0.6"}) as r:
+        with (
+            httpx.Client(timeout=httpx.Timeout(30.0, read=60.0)) as http,
+            http.stream("GET", url + "grpo/live", params={"run": run_id, "smoothing": "0.6"}) as r,
+        ):
             r.raise_for_status()
             kind = None
             for line in r.iter_lines():
@@ -52,8 +55,14 @@ def stream_client(url: str, run_id: str, until: float, out: list[tuple[float, fl
                 elif line.startswith("data:") and kind == "delta":
                     now = time.time()
                     msg = json.loads(line[5:])
-                    newest = max((max(t for t in d["time"] if t is not None) for d in msg["series"].values()
-                                  if any(t is not None for t in d["time"])), default=None)
+                    newest = max(
+                        (
+                            max(t for t in d["time"] if t is not None)
+                            for d in msg["series"].values()
+                            if any(t is not None for t in d["time"])
+                        ),
+                        default=None,
+                    )
                     out.append((now, now - msg["at"], now - newest if newest else float("nan")))
     except Exception as exc:  # counted and reported
         errors.append(f"{type(exc).__name__}: {exc}")
@@ -64,8 +73,9 @@ def streams_main(url: str, run_ids: list[str], duration: float) -> None:
     out: list[tuple[float, float, float]] = []
     errors: list[str] = []
     until = time.time() + duration
-    threads = [threading.Thread(target=stream_client, args=(url, rid, until, out, errors), daemon=True)
-               for rid in run_ids]
+    threads = [
+        threading.Thread(target=stream_client, args=(url, rid, until, out, errors), daemon=True) for rid in run_ids
+    ]
     for t in threads:
         t.start()
         time.sleep(0.05)
@@ -116,10 +126,26 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             live_app.wait_for_history(data, run_ids, args.history)
 
             # Phase 1: today's polling path.
-            children = [subprocess.Popen([sys.executable, str(Path(__file__).parent / "viewers.py"), "--child", url,
-                                          ",".join(mine), "--clients", str(len(mine)), "--duration",
-                                          str(args.duration)], stdout=subprocess.PIPE, text=True, cwd=common.ROOT)
-                        for mine in spread(run_ids, args.clients, args.client_procs) if mine]
+            children = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(Path(__file__).parent / "viewers.py"),
+                        "--child",
+                        url,
+                        ",".join(mine),
+                        "--clients",
+                        str(len(mine)),
+                        "--duration",
+                        str(args.duration),
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    cwd=common.ROOT,
+                )
+                for mine in spread(run_ids, args.clients, args.client_procs)
+                if mine
+            ]
             polled: list[Any] = []
             poll_errors: list[str] = []
             for child in children:
@@ -135,9 +161,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             rss: list[tuple[float, float]] = []
             sampler = threading.Thread(target=sample_rss, args=(app.pid, until, rss), daemon=True)
             sampler.start()
-            children = [subprocess.Popen([sys.executable, __file__, "--child", url, ",".join(mine), "--duration",
-                                          str(args.duration)], stdout=subprocess.PIPE, text=True, cwd=common.ROOT)
-                        for mine in spread(run_ids, n_streams, args.client_procs) if mine]
+            children = [
+                subprocess.Popen(
+                    [sys.executable, __file__, "--child", url, ",".join(mine), "--duration", str(args.duration)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    cwd=common.ROOT,
+                )
+                for mine in spread(run_ids, n_streams, args.client_procs)
+                if mine
+            ]
             page_points = _pages(url, run_ids, args.pages, until) if args.pages else []
             pushed: list[Any] = []
             push_errors: list[str] = []
@@ -158,25 +191,47 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     first = [m for t, m in rss if t < start + args.duration / 2]
     growth_first = (max(first) - first[0]) if first else 0.0
     growth_second = (max(half) - half[0]) if half else 0.0
-    print(f"{args.clients} viewers on {args.runs} live runs (+1 record / {args.interval} s each, {args.history:,} "
-          f"steps of history), {args.duration:.0f} s per phase")
-    print(f"polled (today's /detail_poll, 1 Hz): {len(poll_lat)} answers, p50 {b50 * 1000:.0f} ms, p95 "
-          f"{b95 * 1000:.0f} ms; errors {len(poll_errors)}{' ' + poll_errors[0] if poll_errors else ''}")
-    print(f"pushed ({n_streams} event-stream clients + {args.pages} Chromium pages): {len(push_lat)} deliveries, "
-          f"p50 {a50 * 1000:.0f} ms, p95 {a95 * 1000:.0f} ms, max {max(push_lat) * 1000:.0f} ms; record -> received "
-          f"p50 {statistics.median(e2e):.2f} s, p95 {common.percentile(e2e, 95):.2f} s; errors {len(push_errors)}"
-          f"{' ' + push_errors[0] if push_errors else ''}; Chromium pages' reward points at the end: {page_points}")
-    print(f"app RSS: {rss_poll_end:.0f} MB after polling; during the push phase {rss[0][1]:.0f} -> "
-          f"{rss[-1][1]:.0f} MB "
-          f"(growth {growth_first:+.0f} MB in the first half, {growth_second:+.0f} MB in the second)")
+    print(
+        f"{args.clients} viewers on {args.runs} live runs (+1 record / {args.interval} s each, {args.history:,} "
+        f"steps of history), {args.duration:.0f} s per phase"
+    )
+    print(
+        f"polled (today's /detail_poll, 1 Hz): {len(poll_lat)} answers, p50 {b50 * 1000:.0f} ms, p95 "
+        f"{b95 * 1000:.0f} ms; errors {len(poll_errors)}{' ' + poll_errors[0] if poll_errors else ''}"
+    )
+    print(
+        f"pushed ({n_streams} event-stream clients + {args.pages} Chromium pages): {len(push_lat)} deliveries, "
+        f"p50 {a50 * 1000:.0f} ms, p95 {a95 * 1000:.0f} ms, max {max(push_lat) * 1000:.0f} ms; record -> received "
+        f"p50 {statistics.median(e2e):.2f} s, p95 {common.percentile(e2e, 95):.2f} s; errors {len(push_errors)}"
+        f"{' ' + push_errors[0] if push_errors else ''}; Chromium pages' reward points at the end: {page_points}"
+    )
+    print(
+        f"app RSS: {rss_poll_end:.0f} MB after polling; during the push phase {rss[0][1]:.0f} -> "
+        f"{rss[-1][1]:.0f} MB "
+        f"(growth {growth_first:+.0f} MB in the first half, {growth_second:+.0f} MB in the second)"
+    )
     print(common.TABLE_HEAD.replace("peer (trackio)", "peer (polling /detail_poll)"))
-    print(common.row(f"{args.clients} viewers, {args.runs} live runs: p95 delivery (push) vs request latency (poll)",
-                     f"{a95 * 1000:.0f} ms", f"{b95 * 1000:.0f} ms", f"{b95 / a95:.1f}x", "p95 <= 250 ms",
-                     a95 * 1000 <= TARGET_P95_MS))
+    print(
+        common.row(
+            f"{args.clients} viewers, {args.runs} live runs: p95 delivery (push) vs request latency (poll)",
+            f"{a95 * 1000:.0f} ms",
+            f"{b95 * 1000:.0f} ms",
+            f"{b95 / a95:.1f}x",
+            "p95 <= 250 ms",
+            a95 * 1000 <= TARGET_P95_MS,
+        )
+    )
     print(common.row("same: errors", str(len(push_errors)), str(len(poll_errors)), "-", "0", not push_errors))
-    print(common.row("same: app RSS growth, first / second half of the push phase",
-                     f"{growth_first:+.0f} / {growth_second:+.0f} MB", "-", "-", "levelling off",
-                     growth_second <= max(5.0, growth_first)))
+    print(
+        common.row(
+            "same: app RSS growth, first / second half of the push phase",
+            f"{growth_first:+.0f} / {growth_second:+.0f} MB",
+            "-",
+            "-",
+            "levelling off",
+            growth_second <= max(5.0, growth_first),
+        )
+    )
     return {"push_p95_ms": a95 * 1000, "poll_p95_ms": b95 * 1000, "push_errors": float(len(push_errors))}
 
 
@@ -185,9 +240,15 @@ def _pages(url: str, run_ids: list[str], n: int, until: float) -> list[int]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-timer-throttling",
-            "--disable-renderer-backgrounding"])
+        browser = p.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-timer-throttling",
+                "--disable-renderer-backgrounding",
+            ],
+        )
         pages = []
         for i in range(n):
             page = browser.new_page(viewport={"width": 1200, "height": 900})

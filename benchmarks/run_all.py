@@ -42,16 +42,19 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
 def run_one(name: str, extra: list[str]) -> tuple[str, float, int]:
     """(output, seconds, exit code) of one benchmark script run in a fresh process."""
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(HERE / f"{name}.py"), *extra], cwd=common.ROOT, capture_output=True,
-                          text=True)
-    return proc.stdout + (f"\n[stderr]\n{proc.stderr[-4000:]}" if proc.returncode else ""), \
-        time.monotonic() - start, proc.returncode
+    proc = subprocess.run(
+        [sys.executable, str(HERE / f"{name}.py"), *extra], cwd=common.ROOT, capture_output=True, text=True
+    )
+    return (
+        proc.stdout + (f"\n[stderr]\n{proc.stderr[-4000:]}" if proc.returncode else ""),
+        time.monotonic() - start,
+        proc.returncode,
+    )
 
 
 def table_rows(output: str) -> list[str]:
     """The result-table rows a benchmark printed (header lines excluded)."""
-    return [line for line in output.splitlines()
-            if line.startswith("| ") and not line.startswith("| figure |")]
+    return [line for line in output.splitlines() if line.startswith("| ") and not line.startswith("| figure |")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             failed.append(name)
         summary += [f"{row.rstrip()} {name}.py |" for row in table_rows(output)]
-        sections.append(f"## {title}\n\n`python benchmarks/{name}.py {' '.join(extra)}`".rstrip() +
-                        f" ({seconds:.0f} s{', FAILED with exit code ' + str(code) if code else ''})\n\n"
-                        f"```\n{output.strip()}\n```\n")
+        sections.append(
+            f"## {title}\n\n`python benchmarks/{name}.py {' '.join(extra)}`".rstrip()
+            + f" ({seconds:.0f} s{', FAILED with exit code ' + str(code) if code else ''})\n\n"
+            f"```\n{output.strip()}\n```\n"
+        )
     machine = ", ".join(f"{k}={v}" for k, v in common.machine().items())
     text = [
         "# Benchmark results",

@@ -56,8 +56,12 @@ def write_log(path: Path, steps: int) -> Path:
     """metrics.jsonl: `started`, the log records, `finished` (the run ends completed)."""
     common.write_metrics_jsonl(path, steps)
     with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps({"v": 1, "type": "event", "event": "finished", "time": common.T0 + 10.0 * steps + 5,
-                            "step": steps}) + "\n")
+        f.write(
+            json.dumps(
+                {"v": 1, "type": "event", "event": "finished", "time": common.T0 + 10.0 * steps + 5, "step": steps}
+            )
+            + "\n"
+        )
     return path
 
 
@@ -72,8 +76,17 @@ def fill_ours(data: Path, jsonl: Path, runs: int) -> tuple[Any, float]:
         run_id = f"scale-{i:04d}"
         run_dir = data / "runs" / run_id
         run_dir.mkdir(parents=True)
-        store.insert_run(Run(id=run_id, name=f"scale-{i:04d}", spec_yaml=run_spec_yaml(i), backend="local",
-                             status="queued", created_at=common.T0 + i, run_dir=str(run_dir)))
+        store.insert_run(
+            Run(
+                id=run_id,
+                name=f"scale-{i:04d}",
+                spec_yaml=run_spec_yaml(i),
+                backend="local",
+                status="queued",
+                created_at=common.T0 + i,
+                run_dir=str(run_dir),
+            )
+        )
         ingest_file(store, run_id, jsonl)
         if (i + 1) % 50 == 0 or i + 1 == runs:
             print(f"  ours: {i + 1}/{runs} runs ingested, {time.perf_counter() - t:.0f} s", flush=True)
@@ -135,8 +148,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--steps", type=int, default=10_000)
-    parser.add_argument("--trackio-runs", type=int, default=None,
-                        help="runs fed to trackio (default: --runs; fewer: size measured on that subset)")
+    parser.add_argument(
+        "--trackio-runs",
+        type=int,
+        default=None,
+        help="runs fed to trackio (default: --runs; fewer: size measured on that subset)",
+    )
     parser.add_argument("--repeat", type=int, default=5, help="later runs-table loads timed (median)")
     parser.add_argument("--child-db", type=Path, help=argparse.SUPPRESS)  # child mode
     parser.add_argument("--child-trackio", type=Path, help=argparse.SUPPRESS)
@@ -156,8 +173,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tmp_path = Path(tmp)
         jsonl = write_log(tmp_path / "metrics.jsonl", args.steps)
         values = args.runs * args.steps * n_keys
-        print(f"store: {args.runs} runs x {args.steps:,} steps x {n_keys} metrics = {values:,} values "
-              f"(metrics.jsonl of one run: {jsonl.stat().st_size / 1e6:.1f} MB, ingested once per run)", flush=True)
+        print(
+            f"store: {args.runs} runs x {args.steps:,} steps x {n_keys} metrics = {values:,} values "
+            f"(metrics.jsonl of one run: {jsonl.stat().st_size / 1e6:.1f} MB, ingested once per run)",
+            flush=True,
+        )
         data = tmp_path / "data"
         store, ours_fill_s = fill_ours(data, jsonl, args.runs)
         stored = sum(store.count_metric_values(r.id) for r in store.list_runs())
@@ -183,40 +203,86 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if timed["rows"] != args.runs:
         raise AssertionError(f"runs table has {timed['rows']} rows, not {args.runs}")
     ours_per_m = ours_bytes / values * 1e6
-    print(f"ours: filled in {ours_fill_s:.1f} s ({values / ours_fill_s:,.0f} values/s), run statuses "
-          f"{sorted(statuses)}, database {ours_bytes / 1e6:,.1f} MB = {ours_per_m / 1e6:.2f} MB per million values "
-          f"({ours_bytes / values:.2f} bytes per value)")
-    print(f"runs table: {timed['rows']} rows (health badges {timed['health']}, progress e.g. {timed['progress']!r}); "
-          f"first load {timed['first_s'] * 1e3:,.0f} ms, later loads {timed['later_s'] * 1e3:,.1f} ms "
-          f"(median of {args.repeat}); the very first load of all, which diagnoses every run and saves its health "
-          f"badge (runs that ended while no dashboard ran), {never_seen['first_s'] * 1e3:,.0f} ms")
+    print(
+        f"ours: filled in {ours_fill_s:.1f} s ({values / ours_fill_s:,.0f} values/s), run statuses "
+        f"{sorted(statuses)}, database {ours_bytes / 1e6:,.1f} MB = {ours_per_m / 1e6:.2f} MB per million values "
+        f"({ours_bytes / values:.2f} bytes per value)"
+    )
+    print(
+        f"runs table: {timed['rows']} rows (health badges {timed['health']}, progress e.g. {timed['progress']!r}); "
+        f"first load {timed['first_s'] * 1e3:,.0f} ms, later loads {timed['later_s'] * 1e3:,.1f} ms "
+        f"(median of {args.repeat}); the very first load of all, which diagnoses every run and saves its health "
+        f"badge (runs that ended while no dashboard ran), {never_seen['first_s'] * 1e3:,.0f} ms"
+    )
     rows = []
     if have_peer:
         peer_values = peer_runs * args.steps * n_keys
         peer_per_m = peer_bytes / peer_values * 1e6
         subset = "" if peer_runs == args.runs else f" (trackio measured on a subset: {peer_runs} of {args.runs} runs)"
-        print(f"trackio: {peer_runs} runs filled in {peer_fill_s:.1f} s ({peer_values / peer_fill_s:,.0f} values/s), "
-              f"database {peer_bytes / 1e6:,.1f} MB = {peer_per_m / 1e6:.2f} MB per million values "
-              f"({peer_bytes / peer_values:.2f} bytes per value){subset}")
-        print(f"trackio run list (names + max step): first {timed['peer_first_s'] * 1e3:,.0f} ms, later "
-              f"{timed['peer_later_s'] * 1e3:,.1f} ms ({timed['peer_rows']} runs)")
+        print(
+            f"trackio: {peer_runs} runs filled in {peer_fill_s:.1f} s ({peer_values / peer_fill_s:,.0f} values/s), "
+            f"database {peer_bytes / 1e6:,.1f} MB = {peer_per_m / 1e6:.2f} MB per million values "
+            f"({peer_bytes / peer_values:.2f} bytes per value){subset}"
+        )
+        print(
+            f"trackio run list (names + max step): first {timed['peer_first_s'] * 1e3:,.0f} ms, later "
+            f"{timed['peer_later_s'] * 1e3:,.1f} ms ({timed['peer_rows']} runs)"
+        )
         size_cell = f"{peer_per_m / 1e6:.2f} MB" + ("" if not subset else f" ({peer_runs} runs)")
-        rows.append(common.row(f"database size per million metric values ({args.runs} x {args.steps:,} x {n_keys})",
-                               f"{ours_per_m / 1e6:.2f} MB", size_cell, common.ratio(peer_per_m, ours_per_m),
-                               "smaller than trackio", ours_per_m < peer_per_m))
+        rows.append(
+            common.row(
+                f"database size per million metric values ({args.runs} x {args.steps:,} x {n_keys})",
+                f"{ours_per_m / 1e6:.2f} MB",
+                size_cell,
+                common.ratio(peer_per_m, ours_per_m),
+                "smaller than trackio",
+                ours_per_m < peer_per_m,
+            )
+        )
     else:
         print("trackio is not installed (or --trackio-runs 0): no peer (pip install 'trackio>=0.43,<1')")
-        rows.append(common.row(f"database size per million metric values ({args.runs} x {args.steps:,} x {n_keys})",
-                               f"{ours_per_m / 1e6:.2f} MB", "-", "n/a", "-", None))
+        rows.append(
+            common.row(
+                f"database size per million metric values ({args.runs} x {args.steps:,} x {n_keys})",
+                f"{ours_per_m / 1e6:.2f} MB",
+                "-",
+                "n/a",
+                "-",
+                None,
+            )
+        )
     peer_first = f"{timed['peer_first_s'] * 1e3:,.0f} ms (run list only)" if have_peer else "-"
     peer_later = f"{timed['peer_later_s'] * 1e3:,.1f} ms (run list only)" if have_peer else "-"
-    rows.append(common.row(f"runs table, first load in a fresh process ({args.runs} runs x {args.steps:,} steps)",
-                           f"{timed['first_s'] * 1e3:,.0f} ms", peer_first, "-", "< 200 ms",
-                           timed["first_s"] * 1e3 < TARGET_MS))
-    rows.append(common.row("runs table, very first load: every run diagnosed once, badges saved",
-                           f"{never_seen['first_s'] * 1e3:,.0f} ms", "-", "-", "(orientation)", None))
-    rows.append(common.row(f"runs table, later loads, median of {args.repeat}", f"{timed['later_s'] * 1e3:,.1f} ms",
-                           peer_later, "-", "< 200 ms", timed["later_s"] * 1e3 < TARGET_MS))
+    rows.append(
+        common.row(
+            f"runs table, first load in a fresh process ({args.runs} runs x {args.steps:,} steps)",
+            f"{timed['first_s'] * 1e3:,.0f} ms",
+            peer_first,
+            "-",
+            "< 200 ms",
+            timed["first_s"] * 1e3 < TARGET_MS,
+        )
+    )
+    rows.append(
+        common.row(
+            "runs table, very first load: every run diagnosed once, badges saved",
+            f"{never_seen['first_s'] * 1e3:,.0f} ms",
+            "-",
+            "-",
+            "(orientation)",
+            None,
+        )
+    )
+    rows.append(
+        common.row(
+            f"runs table, later loads, median of {args.repeat}",
+            f"{timed['later_s'] * 1e3:,.1f} ms",
+            peer_later,
+            "-",
+            "< 200 ms",
+            timed["later_s"] * 1e3 < TARGET_MS,
+        )
+    )
     print(common.TABLE_HEAD)
     for line in rows:
         print(line)

@@ -112,8 +112,9 @@ def measure_one(config: Path, work: Path) -> dict[str, Any]:
     if rc != 0:
         raise RuntimeError(f"the job exited {rc}; see job.log")
     metrics = work / "metrics.jsonl"
-    result["log_records"] = sum('"type": "log"' in line for line in metrics.open(encoding="utf-8")) \
-        if metrics.exists() else 0
+    result["log_records"] = (
+        sum('"type": "log"' in line for line in metrics.open(encoding="utf-8")) if metrics.exists() else 0
+    )
     return result
 
 
@@ -151,33 +152,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         child(args.config, args.warm_config, args.pairs, args.child)
         return {}
 
-
     from grpo_dashboard.spec.run_spec import RunSpec
 
     common.print_machine()
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         tmp_path = Path(tmp)
         model = tmp_path / "tiny-qwen2-char"
-        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'jobs'); import grpo_job; "
-                        f"grpo_job.build_tiny_model({str(model)!r})"], check=True, capture_output=True,
-                       cwd=common.ROOT)  # the job script's own builder, as the tests build it
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import sys; sys.path.insert(0, 'jobs'); import grpo_job; grpo_job.build_tiny_model({str(model)!r})",
+            ],
+            check=True,
+            capture_output=True,
+            cwd=common.ROOT,
+        )  # the job script's own builder, as the tests build it
         config = tmp_path / "run.yaml"
         config.write_text(RunSpec.from_dict(smoke_spec(model, tmp_path / "out", args.steps)).to_job_yaml())
-        cmd = [sys.executable, __file__, "--child", str(tmp_path), "--config", str(config), "--pairs",
-               str(args.pairs)]
+        cmd = [sys.executable, __file__, "--child", str(tmp_path), "--config", str(config), "--pairs", str(args.pairs)]
         if args.warmup:
             warm = tmp_path / "warmup.yaml"
             warm.write_text(RunSpec.from_dict(smoke_spec(model, tmp_path / "out", args.warmup)).to_job_yaml())
             cmd += ["--warm-config", str(warm)]
-        print(f"run: smoke preset, {args.steps} steps, logging_steps=1, CPU (torch threads: default); "
-              f"{args.pairs} pairs interleaved (with, without, with, ...) after an unmeasured {args.warmup}-step "
-              f"warm-up run, all in one fresh process through grpo_job.main; timed: trainer.train() only", flush=True)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-               "TOKENIZERS_PARALLELISM": "false"}
+        print(
+            f"run: smoke preset, {args.steps} steps, logging_steps=1, CPU (torch threads: default); "
+            f"{args.pairs} pairs interleaved (with, without, with, ...) after an unmeasured {args.warmup}-step "
+            f"warm-up run, all in one fresh process through grpo_job.main; timed: trainer.train() only",
+            flush=True,
+        )
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
         env.pop(NO_CALLBACK_ENV, None)
         with (tmp_path / "job.log").open("wb") as log:  # the job's stdout, as the local backend keeps it
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                  cwd=common.ROOT)
+            proc = subprocess.run(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=common.ROOT
+            )
         if proc.returncode != 0:
             sys.stdout.write((tmp_path / "job.log").read_text(errors="replace")[-4000:])
             raise SystemExit(f"the measuring process exited {proc.returncode}")
@@ -185,9 +194,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {s: [r for r in results if r["side"] == s] for s in SIDES}
     for i, (w, o) in enumerate(zip(runs["with"], runs["without"], strict=True)):
         for side, r in (("with", w), ("without", o)):
-            print(f"  pair {i + 1} {side:>7}: train() {r['train_s']:.2f} s wall, {r['train_cpu_s']:.2f} s CPU "
-                  f"(train_runtime {r['train_runtime']:.2f} s), {r['steps']} steps, {r['log_records']} log records, "
-                  f"callback hooks {r['hook_s'] * 1e3:.1f} ms in {r['hook_calls']} calls")
+            print(
+                f"  pair {i + 1} {side:>7}: train() {r['train_s']:.2f} s wall, {r['train_cpu_s']:.2f} s CPU "
+                f"(train_runtime {r['train_runtime']:.2f} s), {r['steps']} steps, {r['log_records']} log records, "
+                f"callback hooks {r['hook_s'] * 1e3:.1f} ms in {r['hook_calls']} calls"
+            )
     if any(r["steps"] != args.steps for r in results):
         raise AssertionError("a run stopped early")
     if any(r["log_records"] < args.steps for r in runs["with"]) or any(r["hook_calls"] for r in runs["without"]):
@@ -198,29 +209,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     med = {s: statistics.median(r["train_s"] for r in runs[s]) for s in SIDES}
     ratios = [w["train_s"] / o["train_s"] for w, o in zip(runs["with"], runs["without"], strict=True)]
     ratio = statistics.median(ratios)
-    cpu_ratio = statistics.median(w["train_cpu_s"] / o["train_cpu_s"]
-                                  for w, o in zip(runs["with"], runs["without"], strict=True))
+    cpu_ratio = statistics.median(
+        w["train_cpu_s"] / o["train_cpu_s"] for w, o in zip(runs["with"], runs["without"], strict=True)
+    )
     shares = [r["hook_s"] / r["train_s"] for r in runs["with"]]
     share = statistics.median(shares)
     per_log_ms = statistics.median(r["log_s"] / r["log_calls"] * 1e3 for r in runs["with"])
     per_step_ms = statistics.median(r["train_s"] / r["steps"] * 1e3 for r in runs["with"])
     lo, hi = (min(ratios) - 1) * 100, (max(ratios) - 1) * 100
-    print(f"train() median: with callback {med['with']:.2f} s, without {med['without']:.2f} s; per-pair ratios "
-          f"(with/without) {', '.join(f'{x:.3f}' for x in ratios)}, median {ratio:.3f} ({(ratio - 1) * 100:+.1f}%, "
-          f"spread {lo:+.1f}% .. {hi:+.1f}%); median CPU-time ratio {cpu_ratio:.3f}")
-    print(f"callback's own time: {share * 100:.3f}% of train() (median of {len(shares)} runs; "
-          f"on_log {per_log_ms:.3f} ms per call, a training step {per_step_ms:.0f} ms)")
+    print(
+        f"train() median: with callback {med['with']:.2f} s, without {med['without']:.2f} s; per-pair ratios "
+        f"(with/without) {', '.join(f'{x:.3f}' for x in ratios)}, median {ratio:.3f} ({(ratio - 1) * 100:+.1f}%, "
+        f"spread {lo:+.1f}% .. {hi:+.1f}%); median CPU-time ratio {cpu_ratio:.3f}"
+    )
+    print(
+        f"callback's own time: {share * 100:.3f}% of train() (median of {len(shares)} runs; "
+        f"on_log {per_log_ms:.3f} ms per call, a training step {per_step_ms:.0f} ms)"
+    )
     print(common.TABLE_HEAD)
     # Judged only when the pairs agree to within the target: a 1% effect cannot be read from a wider spread.
     resolvable = (hi - lo) / 100 <= 2 * TARGET
-    print(common.row(f"training time with / without our callback (smoke, {args.steps} steps, median of "
-                     f"{args.pairs} interleaved pairs; pair spread {lo:+.1f}%..{hi:+.1f}%)",
-                     f"{med['with']:.2f} s / {med['without']:.2f} s", "-", f"{ratio:.3f}x",
-                     "<= 1% overhead" if resolvable else "<= 1% (below this machine's run-to-run noise: see direct)",
-                     ratio - 1 <= TARGET if resolvable else None))
-    print(common.row("callback's own time inside its hooks / train() time (direct)",
-                     f"{share * 100:.3f}% ({per_log_ms:.2f} ms per on_log x {args.steps + 1})", "-", "-",
-                     "<= 1%", share <= TARGET))
+    print(
+        common.row(
+            f"training time with / without our callback (smoke, {args.steps} steps, median of "
+            f"{args.pairs} interleaved pairs; pair spread {lo:+.1f}%..{hi:+.1f}%)",
+            f"{med['with']:.2f} s / {med['without']:.2f} s",
+            "-",
+            f"{ratio:.3f}x",
+            "<= 1% overhead" if resolvable else "<= 1% (below this machine's run-to-run noise: see direct)",
+            ratio - 1 <= TARGET if resolvable else None,
+        )
+    )
+    print(
+        common.row(
+            "callback's own time inside its hooks / train() time (direct)",
+            f"{share * 100:.3f}% ({per_log_ms:.2f} ms per on_log x {args.steps + 1})",
+            "-",
+            "-",
+            "<= 1%",
+            share <= TARGET,
+        )
+    )
     return {"median_with_s": med["with"], "median_without_s": med["without"], "ratio": ratio, "share": share}
 
 

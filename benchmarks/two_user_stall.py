@@ -76,8 +76,9 @@ def timed(client: Any, *args: Any) -> tuple[float, str]:
         outcome = "ok"
     except RuntimeError as exc:
         text = str(exc)
-        outcome = "busy" if ("busy" in text or "still running" in text) and "YAML" not in text \
-            else f"error: {text[:160]}"
+        outcome = (
+            "busy" if ("busy" in text or "still running" in text) and "YAML" not in text else f"error: {text[:160]}"
+        )
     return time.perf_counter() - start, outcome
 
 
@@ -97,9 +98,15 @@ def main() -> None:
     repo = Path(args.repo).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-        server = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve", f"{tmp}/data",
-                                   f"{tmp}/hub"], cwd=repo, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True)
+        server = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--serve", f"{tmp}/data", f"{tmp}/hub"],
+            cwd=repo,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         try:
             url = ""
             for line in server.stdout or []:  # the app may print before its URL
@@ -143,13 +150,19 @@ def main() -> None:
                 server.stdin.close()
             server.wait(timeout=60)
     figures = {
-        "repo": str(repo), "flood": args.flood, "yaml_kib": round(len(text) / 1024, 1),
-        "bob_alone_p50_s": round(statistics.median(alone), 3), "bob_alone_max_s": round(max(alone), 3),
-        "bob_loaded_p50_s": round(statistics.median(loaded), 3), "bob_loaded_max_s": round(max(loaded), 3),
-        "bob_calls": len(loaded), "bob_not_ok": sum(o != "ok" for o in bob_outcomes),
+        "repo": str(repo),
+        "flood": args.flood,
+        "yaml_kib": round(len(text) / 1024, 1),
+        "bob_alone_p50_s": round(statistics.median(alone), 3),
+        "bob_alone_max_s": round(max(alone), 3),
+        "bob_loaded_p50_s": round(statistics.median(loaded), 3),
+        "bob_loaded_max_s": round(max(loaded), 3),
+        "bob_calls": len(loaded),
+        "bob_not_ok": sum(o != "ok" for o in bob_outcomes),
         "ratio_p50": round(statistics.median(loaded) / statistics.median(alone), 1),
         "ratio_max": round(max(loaded) / statistics.median(alone), 1),
-        "alice_answered": alice_outcomes.count("ok"), "alice_busy": alice_outcomes.count("busy"),
+        "alice_answered": alice_outcomes.count("ok"),
+        "alice_busy": alice_outcomes.count("busy"),
         "alice_errors": sum(o.startswith("error") for o in alice_outcomes),
         "alice_error_kinds": sorted({o[:160] for o in alice_outcomes if o.startswith("error")})[:3],
         "load_1min": round(os.getloadavg()[0], 2),
@@ -159,11 +172,15 @@ def main() -> None:
         return
     print(f"repo {figures['repo']}  (load average {figures['load_1min']})")
     print(f"bob alone:          p50 {figures['bob_alone_p50_s']:.3f} s   max {figures['bob_alone_max_s']:.3f} s")
-    print(f"bob, alice flooding ({args.flood} x {figures['yaml_kib']} KiB): p50 {figures['bob_loaded_p50_s']:.3f} s   "
-          f"max {figures['bob_loaded_max_s']:.3f} s   ({figures['bob_calls']} calls, {figures['bob_not_ok']} not ok)")
+    print(
+        f"bob, alice flooding ({args.flood} x {figures['yaml_kib']} KiB): p50 {figures['bob_loaded_p50_s']:.3f} s   "
+        f"max {figures['bob_loaded_max_s']:.3f} s   ({figures['bob_calls']} calls, {figures['bob_not_ok']} not ok)"
+    )
     print(f"ratio to alone:     p50 {figures['ratio_p50']}x   max {figures['ratio_max']}x")
-    print(f"alice: {figures['alice_answered']} answered, {figures['alice_busy']} told busy, "
-          f"{figures['alice_errors']} errors {figures['alice_error_kinds']}")
+    print(
+        f"alice: {figures['alice_answered']} answered, {figures['alice_busy']} told busy, "
+        f"{figures['alice_errors']} errors {figures['alice_error_kinds']}"
+    )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,15 @@ TARGET_P95_MS = 250.0
 WARMUP_S = 10.0
 
 
-def client_loop(url: str, run_id: str, period: float, start: float, until: float,
-                samples: list[tuple[float, float, bool]], errors: list[str]) -> None:
+def client_loop(
+    url: str,
+    run_id: str,
+    period: float,
+    start: float,
+    until: float,
+    samples: list[tuple[float, float, bool]],
+    errors: list[str],
+) -> None:
     """One viewer: a session polling /detail_poll every `period` s; records (start offset, seconds, redrawn)."""
     try:
         session = live_app.HttpSession(url, "detail_poll")
@@ -64,9 +71,12 @@ def clients_main(url: str, run_ids: list[str], n_clients: int, duration: float) 
     errors: list[str] = []
     start = time.monotonic()
     until = start + duration
-    threads = [threading.Thread(target=client_loop, args=(url, run_ids[i % len(run_ids)], 1.0, start, until,
-                                                          samples, errors), daemon=True)
-               for i in range(n_clients)]
+    threads = [
+        threading.Thread(
+            target=client_loop, args=(url, run_ids[i % len(run_ids)], 1.0, start, until, samples, errors), daemon=True
+        )
+        for i in range(n_clients)
+    ]
     for t in threads:
         t.start()
         time.sleep(0.05)  # people do not open the page in the same millisecond
@@ -113,9 +123,24 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             children = []
             for p in range(procs):
                 mine = [run_ids[i % len(run_ids)] for i in range(p, args.clients, procs)]
-                children.append(subprocess.Popen(
-                    [sys.executable, __file__, "--child", url, ",".join(mine), "--clients", str(len(mine)),
-                     "--duration", str(args.duration)], stdout=subprocess.PIPE, text=True, cwd=common.ROOT))
+                children.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--child",
+                            url,
+                            ",".join(mine),
+                            "--clients",
+                            str(len(mine)),
+                            "--duration",
+                            str(args.duration),
+                        ],
+                        stdout=subprocess.PIPE,
+                        text=True,
+                        cwd=common.ROOT,
+                    )
+                )
             t0 = time.monotonic()
             while any(c.poll() is None for c in children):
                 rss.append((time.monotonic() - t0, common.rss_mb(app.pid)))
@@ -143,26 +168,57 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p50, p95 = statistics.median(steady) * 1000, common.percentile(steady, 95) * 1000
     worst = max(steady) * 1000
     expected = args.clients * (args.duration - WARMUP_S)
-    print(f"{args.clients} clients x 1 Hz for {args.duration:.0f} s on {args.runs} live runs ({args.history:,} steps "
-          f"of history, +1 record / {args.interval} s each; last steps {sorted(steps_end.values())})")
-    print(f"answers after the {WARMUP_S:.0f} s warm-up: {len(steady)} (~{expected:.0f} expected at 1 Hz), "
-          f"{len(redrawn)} with redrawn charts; errors: {len(errors)}{' ' + errors[0] if errors else ''}")
-    print(f"latency: p50 {p50:.0f} ms, p95 {p95:.0f} ms, max {worst:.0f} ms "
-          f"(all answers incl. warm-up: p95 {common.percentile([d for _, d, _ in samples], 95) * 1000:.0f} ms)")
+    print(
+        f"{args.clients} clients x 1 Hz for {args.duration:.0f} s on {args.runs} live runs ({args.history:,} steps "
+        f"of history, +1 record / {args.interval} s each; last steps {sorted(steps_end.values())})"
+    )
+    print(
+        f"answers after the {WARMUP_S:.0f} s warm-up: {len(steady)} (~{expected:.0f} expected at 1 Hz), "
+        f"{len(redrawn)} with redrawn charts; errors: {len(errors)}{' ' + errors[0] if errors else ''}"
+    )
+    print(
+        f"latency: p50 {p50:.0f} ms, p95 {p95:.0f} ms, max {worst:.0f} ms "
+        f"(all answers incl. warm-up: p95 {common.percentile([d for _, d, _ in samples], 95) * 1000:.0f} ms)"
+    )
     quarters = [rss[min(len(rss) - 1, int(len(rss) * q))][1] for q in (0.25, 0.5, 0.75)] if rss else []
-    print(f"app RSS: {rss_start:.0f} MB before the viewers, {rss_end:.0f} MB after ({rss_end - rss_start:+.0f} MB); "
-          f"at 1/4, 1/2, 3/4 of the run: {', '.join(f'{m:.0f}' for m in quarters)} MB; "
-          f"peak {max((m for _, m in rss), default=rss_end):.0f} MB")
+    print(
+        f"app RSS: {rss_start:.0f} MB before the viewers, {rss_end:.0f} MB after ({rss_end - rss_start:+.0f} MB); "
+        f"at 1/4, 1/2, 3/4 of the run: {', '.join(f'{m:.0f}' for m in quarters)} MB; "
+        f"peak {max((m for _, m in rss), default=rss_end):.0f} MB"
+    )
     print(common.TABLE_HEAD)
-    print(common.row(f"{args.clients} viewers x 1 Hz, {args.runs} live runs: p50 / p95 latency",
-                     f"{p50:.0f} / {p95:.0f} ms", "-", "-", "p95 <= 250 ms", p95 <= TARGET_P95_MS))
+    print(
+        common.row(
+            f"{args.clients} viewers x 1 Hz, {args.runs} live runs: p50 / p95 latency",
+            f"{p50:.0f} / {p95:.0f} ms",
+            "-",
+            "-",
+            "p95 <= 250 ms",
+            p95 <= TARGET_P95_MS,
+        )
+    )
     print(common.row("same: errors", str(len(errors)), "-", "-", "0", not errors))
-    print(common.row("same: app RSS growth over the run", f"{rss_end - rss_start:+.0f} MB ({rss_start:.0f} -> "
-                     f"{rss_end:.0f})", "-", "-", "(reliability)", None))
-    result = {"p50_ms": p50, "p95_ms": p95, "errors": float(len(errors)), "answers": float(len(steady)),
-              "expected_answers": expected, "rss_start_mb": rss_start, "rss_end_mb": rss_end,
-              "rss_quarter_mb": quarters[0] if quarters else rss_end,
-              "rss_peak_mb": max((m for _, m in rss), default=rss_end)}
+    print(
+        common.row(
+            "same: app RSS growth over the run",
+            f"{rss_end - rss_start:+.0f} MB ({rss_start:.0f} -> {rss_end:.0f})",
+            "-",
+            "-",
+            "(reliability)",
+            None,
+        )
+    )
+    result = {
+        "p50_ms": p50,
+        "p95_ms": p95,
+        "errors": float(len(errors)),
+        "answers": float(len(steady)),
+        "expected_answers": expected,
+        "rss_start_mb": rss_start,
+        "rss_end_mb": rss_end,
+        "rss_quarter_mb": quarters[0] if quarters else rss_end,
+        "rss_peak_mb": max((m for _, m in rss), default=rss_end),
+    }
     if args.json:
         print(json.dumps(result))
     return result

@@ -35,13 +35,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="Data directory (default: $GRPO_DASHBOARD_DATA_DIR or ~/.grpo_dashboard).")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("serve", help="Serve the dashboard web app (what `python app.py` does).",
-                       description="Serve the dashboard on 127.0.0.1:7860, or $GRADIO_SERVER_NAME / "
-                       "$GRADIO_SERVER_PORT, or --host / --port.")
-    s.add_argument("--host", help="Address to listen on (default: $GRADIO_SERVER_NAME or 127.0.0.1; 0.0.0.0 for "
-                   "every interface).")
-    s.add_argument("--port", type=int, help="Port to listen on (default: $GRADIO_SERVER_PORT, else the first free "
-                   "one from 7860).")
+    s = sub.add_parser(
+        "serve",
+        help="Serve the dashboard web app (what `python app.py` does).",
+        description="Serve the dashboard on 127.0.0.1:7860, or $GRADIO_SERVER_NAME / "
+        "$GRADIO_SERVER_PORT, or --host / --port.",
+    )
+    s.add_argument(
+        "--host", help="Address to listen on (default: $GRADIO_SERVER_NAME or 127.0.0.1; 0.0.0.0 for every interface)."
+    )
+    s.add_argument(
+        "--port", type=int, help="Port to listen on (default: $GRADIO_SERVER_PORT, else the first free one from 7860)."
+    )
 
     s = sub.add_parser("launch", help="Validate a run spec and start it.")
     s.add_argument("spec", help="Run spec YAML file.")
@@ -73,37 +78,75 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--interval", type=float, default=0.5)
     s.add_argument("--until-idle", action="store_true", help="Exit once no run is active.")
 
-    s = sub.add_parser("reattach", help="Find this dashboard's jobs on Slurm and Hugging Face Jobs and put them back "
-                       "in the store (after losing the store, or on another machine).")
-    s.add_argument("--backend", choices=list(REMOTE_KINDS), action="append",
-                   help=f"Only this backend (repeatable; default: {', '.join(REMOTE_KINDS)}).")
+    s = sub.add_parser(
+        "reattach",
+        help="Find this dashboard's jobs on Slurm and Hugging Face Jobs and put them back "
+        "in the store (after losing the store, or on another machine).",
+    )
+    s.add_argument(
+        "--backend",
+        choices=list(REMOTE_KINDS),
+        action="append",
+        help=f"Only this backend (repeatable; default: {', '.join(REMOTE_KINDS)}).",
+    )
     s.add_argument("--namespace", help="Hugging Face Jobs namespace to list (default: your username).")
     s = sub.add_parser("build-tiny-model", help="Build the tiny random Qwen2 + char tokenizer used offline.")
     s.add_argument("path")
 
-    sub.add_parser("doctor", help="Diagnose a GRPO log (trainer_state.json, checkpoint dir, metrics.jsonl, JSONL).",
-                   add_help=False)
-    sub.add_parser("forecast", help="Forecast a GRPO log: reward ceiling, plateau, stop step, cost (LOG [--json] "
-                   "[--at-step N] [--flavor NAME | --price-per-hour USD]).", add_help=False)
-    sub.add_parser("check-rewards", help="Run every reward on real rows (ideal, wrong-format, empty, garbage) in a "
-                   "sandbox and flag broken ones.", add_help=False)
-    sub.add_parser("inspect-dataset", help="Show a spec's dataset: columns, prompt column, chat template, prompt "
-                   "lengths.", add_help=False)
-    sub.add_parser("hardware", help="Estimate GPU memory, time and cost of a spec on HF Jobs; recommend a flavor.",
-                   add_help=False)
-    sub.add_parser("deploy-space", help="Create or update a Hugging Face Space running this dashboard (OWNER/NAME).",
-                   add_help=False)
+    sub.add_parser(
+        "doctor",
+        help="Diagnose a GRPO log (trainer_state.json, checkpoint dir, metrics.jsonl, JSONL).",
+        add_help=False,
+    )
+    sub.add_parser(
+        "forecast",
+        help="Forecast a GRPO log: reward ceiling, plateau, stop step, cost (LOG [--json] "
+        "[--at-step N] [--flavor NAME | --price-per-hour USD]).",
+        add_help=False,
+    )
+    sub.add_parser(
+        "check-rewards",
+        help="Run every reward on real rows (ideal, wrong-format, empty, garbage) in a sandbox and flag broken ones.",
+        add_help=False,
+    )
+    sub.add_parser(
+        "inspect-dataset",
+        help="Show a spec's dataset: columns, prompt column, chat template, prompt lengths.",
+        add_help=False,
+    )
+    sub.add_parser(
+        "hardware", help="Estimate GPU memory, time and cost of a spec on HF Jobs; recommend a flavor.", add_help=False
+    )
+    sub.add_parser(
+        "deploy-space",
+        help="Create or update a Hugging Face Space running this dashboard (OWNER/NAME).",
+        add_help=False,
+    )
     # --- bring your own TRL workflow (issue 16): recipes in and out, resume, runs from other tools -------------
-    sub.add_parser("import-trl", help="Map a flat TRL config (trl grpo --config, open-r1, ...) to a run spec.",
-                   add_help=False)
-    sub.add_parser("export-trl", help="Write a run spec as a flat TRL config, with trl/accelerate/hf jobs commands.",
-                   add_help=False)
-    sub.add_parser("resume", help="Continue a canceled, failed or stopped run from its latest (or a chosen) "
-                   "checkpoint.", add_help=False)
-    sub.add_parser("import-run", help="Import a run made elsewhere (trainer_state.json, checkpoint dir, TRL JSONL, "
-                   "trackio project, TensorBoard dir, W&B history) as a read-only run.", add_help=False)
-    sub.add_parser("export-metrics", help="Write a run's stored metrics (one row per step and split) to .csv, "
-                   ".jsonl or .parquet.", add_help=False)
+    sub.add_parser(
+        "import-trl", help="Map a flat TRL config (trl grpo --config, open-r1, ...) to a run spec.", add_help=False
+    )
+    sub.add_parser(
+        "export-trl",
+        help="Write a run spec as a flat TRL config, with trl/accelerate/hf jobs commands.",
+        add_help=False,
+    )
+    sub.add_parser(
+        "resume",
+        help="Continue a canceled, failed or stopped run from its latest (or a chosen) checkpoint.",
+        add_help=False,
+    )
+    sub.add_parser(
+        "import-run",
+        help="Import a run made elsewhere (trainer_state.json, checkpoint dir, TRL JSONL, "
+        "trackio project, TensorBoard dir, W&B history) as a read-only run.",
+        add_help=False,
+    )
+    sub.add_parser(
+        "export-metrics",
+        help="Write a run's stored metrics (one row per step and split) to .csv, .jsonl or .parquet.",
+        add_help=False,
+    )
     return p
 
 
@@ -119,7 +162,7 @@ def main(argv: list[str] | None = None, serve: Callable[[argparse.Namespace], in
     if delegated:
         if data_dir:
             os.environ["GRPO_DASHBOARD_DATA_DIR"] = data_dir
-        return delegated(argv[i + 1:])
+        return delegated(argv[i + 1 :])
     args = _parser().parse_args(argv)
     if args.data_dir:
         os.environ["GRPO_DASHBOARD_DATA_DIR"] = args.data_dir
@@ -235,9 +278,17 @@ def _export_metrics(argv: list[str]) -> int:
 
 
 DELEGATED: dict[str, Callable[[list[str]], int]] = {
-    "doctor": _doctor, "forecast": _forecast, "check-rewards": _check_rewards, "inspect-dataset": _inspect_dataset,
-    "hardware": _hardware, "deploy-space": _deploy_space, "import-trl": _import_trl, "export-trl": _export_trl,
-    "resume": _resume, "import-run": _import_run, "export-metrics": _export_metrics,
+    "doctor": _doctor,
+    "forecast": _forecast,
+    "check-rewards": _check_rewards,
+    "inspect-dataset": _inspect_dataset,
+    "hardware": _hardware,
+    "deploy-space": _deploy_space,
+    "import-trl": _import_trl,
+    "export-trl": _export_trl,
+    "resume": _resume,
+    "import-run": _import_run,
+    "export-metrics": _export_metrics,
 }
 
 
@@ -253,8 +304,16 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except SpecError as exc:
         spec, report = _check_partial(args.spec, exc)
     if args.json:
-        print(json.dumps({"ok": report.ok, "errors": [e.to_dict() for e in report.errors],
-                          "warnings": [w.to_dict() for w in report.warnings]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "errors": [e.to_dict() for e in report.errors],
+                    "warnings": [w.to_dict() for w in report.warnings],
+                },
+                indent=2,
+            )
+        )
     else:
         for w in report.warnings:
             print(f"warning: {w}", file=sys.stderr)
@@ -482,6 +541,13 @@ def _cmd_build_tiny(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "validate": _cmd_validate, "launch": _cmd_launch, "runs": _cmd_runs, "show": _cmd_show, "logs": _cmd_logs,
-    "cancel": _cmd_cancel, "watch": _cmd_watch, "reattach": _cmd_reattach, "build-tiny-model": _cmd_build_tiny,
+    "validate": _cmd_validate,
+    "launch": _cmd_launch,
+    "runs": _cmd_runs,
+    "show": _cmd_show,
+    "logs": _cmd_logs,
+    "cancel": _cmd_cancel,
+    "watch": _cmd_watch,
+    "reattach": _cmd_reattach,
+    "build-tiny-model": _cmd_build_tiny,
 }

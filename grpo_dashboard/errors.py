@@ -21,7 +21,7 @@ _repr.maxother = 80
 
 def shorten(text: str, limit: int) -> str:
     """`text` cut to at most `limit` characters, ending in "..." when cut."""
-    return text if len(text) <= limit else text[:max(0, limit - 3)] + "..."
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
 def short_repr(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
@@ -48,8 +48,12 @@ class FieldError:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (the value as a shortened repr, so a huge value never makes a huge payload)."""
-        return {"field": shorten(self.field, MAX_FIELD_CHARS), "value": short_repr(self.value),
-                "message": self.message, "severity": self.severity}
+        return {
+            "field": shorten(self.field, MAX_FIELD_CHARS),
+            "value": short_repr(self.value),
+            "message": self.message,
+            "severity": self.severity,
+        }
 
 
 class SpecError(ValueError):

@@ -53,8 +53,15 @@ def origin_of(text: str) -> str | None:
         port = parts.port
     except ValueError:
         return None
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password \
-            or parts.path not in ("", "/") or parts.query or parts.fragment:
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.username
+        or parts.password
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+    ):
         return None
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     default = {"http": 80, "https": 443}[parts.scheme]
@@ -70,8 +77,10 @@ def allowed_origins() -> tuple[str, ...]:
             continue
         origin = origin_of(raw if "://" in raw else "https://" + raw.strip())
         if origin is None:
-            raise ValueError(f"{ALLOWED_ORIGINS_ENV} has {raw.strip()!r}, which is not an origin; use "
-                             "comma-separated origins like https://grpo.example.com (scheme, host, optional port).")
+            raise ValueError(
+                f"{ALLOWED_ORIGINS_ENV} has {raw.strip()!r}, which is not an origin; use "
+                "comma-separated origins like https://grpo.example.com (scheme, host, optional port)."
+            )
         found.append(origin)
     return tuple(dict.fromkeys(o for o in found if o))
 
@@ -128,23 +137,30 @@ class Settings:
         launches = _limit(LAUNCH_LIMIT_ENV, default(LAUNCH_LIMIT_ENV))
         window = _limit(LAUNCH_WINDOW_ENV, SPACE_DEFAULTS[LAUNCH_WINDOW_ENV])
         streams = _limit(MAX_STREAMS_ENV, default(MAX_STREAMS_ENV))
-        return cls(on_space=space, space_id=os.environ.get("SPACE_ID"),
-                   allow_local_backend=_flag(ALLOW_LOCAL_ENV, not space),
-                   allow_custom_code=_flag(ALLOW_CODE_ENV, not space),
-                   max_active_runs=int(max_active) if max_active else None,
-                   launch_limit=int(launches) if launches else None,
-                   launch_window_s=float(window or SPACE_DEFAULTS[LAUNCH_WINDOW_ENV]),
-                   max_streams=int(streams) if streams else None)
+        return cls(
+            on_space=space,
+            space_id=os.environ.get("SPACE_ID"),
+            allow_local_backend=_flag(ALLOW_LOCAL_ENV, not space),
+            allow_custom_code=_flag(ALLOW_CODE_ENV, not space),
+            max_active_runs=int(max_active) if max_active else None,
+            launch_limit=int(launches) if launches else None,
+            launch_window_s=float(window or SPACE_DEFAULTS[LAUNCH_WINDOW_ENV]),
+            max_streams=int(streams) if streams else None,
+        )
 
     def describe(self) -> str:
         """One line for the UI: the mode and what is allowed."""
         if not self.on_space:
             return "Local mode: runs use your saved Hugging Face login (`hf auth login`); every run here is visible."
-        parts = ["Hugging Face Jobs only" if not self.allow_local_backend else "local backend enabled",
-                 "custom reward code " + ("enabled" if self.allow_custom_code else "disabled")]
+        parts = [
+            "Hugging Face Jobs only" if not self.allow_local_backend else "local backend enabled",
+            "custom reward code " + ("enabled" if self.allow_custom_code else "disabled"),
+        ]
         if self.max_active_runs:
             parts.append(f"at most {self.max_active_runs} active runs per user")
         if self.launch_limit:
             parts.append(f"{self.launch_limit} launches per {self.launch_window_s:g} s")
-        return ("Space mode: sign in with Hugging Face to launch; runs go to your own account and only you see "
-                "them (" + ", ".join(parts) + ").")
+        return (
+            "Space mode: sign in with Hugging Face to launch; runs go to your own account and only you see "
+            "them (" + ", ".join(parts) + ")."
+        )

@@ -50,9 +50,13 @@ AGENT_RESPONSE_TEMPLATE = {
     },
 }
 
+
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": name,
-                                                                                             "arguments": arguments}}]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}],
+    }
 
 
 def _calc_transcript(rng: random.Random, use_tool: bool) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -117,8 +121,15 @@ def agent_tokenizer(base: str | Path) -> Any:
     return tokenizer
 
 
-def build_warm_model(path: str | Path, build_base: Callable[[Path], Path], save: Callable[[Any, Any, Path], Path],
-                     seed: int = 0, steps: int = 1500, batch: int = 32, lr: float = 3e-3) -> Path:
+def build_warm_model(
+    path: str | Path,
+    build_base: Callable[[Path], Path],
+    save: Callable[[Any, Any, Path], Path],
+    seed: int = 0,
+    steps: int = 1500,
+    batch: int = 32,
+    lr: float = 3e-3,
+) -> Path:
     """The tiny model taught the tool-call format: the char-level tiny model (`build_base`) with `<call>`/`</call>`
     tokens, a tool role, AGENT_CHAT_TEMPLATE and AGENT_RESPONSE_TEMPLATE, after a short SFT on `warmup_transcripts`.
 

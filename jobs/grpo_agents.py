@@ -36,8 +36,14 @@ TRAINERS = ("grpo", "async_grpo")
 # ---------------------------------------------------------------- built-in tools
 
 _OPS: dict[type, Callable[..., Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.USub: operator.neg,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
     ast.UAdd: operator.pos,
 }
 
@@ -76,6 +82,7 @@ BUILTIN_TOOLS: dict[str, Callable[..., Any]] = {"calculator": calculator}
 
 
 # ---------------------------------------------------------------- built-in environments
+
 
 class GuessNumberEnv:
     """A number guessing game with state across turns: the model calls `guess` until it hits the secret number.
@@ -145,6 +152,7 @@ BUILTIN_ENVIRONMENTS: dict[str, type] = {"guess_number": GuessNumberEnv, "calcul
 
 # ---------------------------------------------------------------- reading trajectories
 
+
 def is_failure(content: Any) -> bool:
     """True when a tool message's content is TRL's failure result (`str({"error": ...})`)."""
     return isinstance(content, str) and content.startswith("{'error':")
@@ -184,8 +192,13 @@ def tool_turns(completion: Any) -> list[dict[str, Any]]:
         if message.get("role") == "assistant":
             for tc in message.get("tool_calls") or []:
                 fn = tc.get("function", tc) if isinstance(tc, dict) else {}
-                call = {"name": str(fn.get("name", "?")), "arguments": fn.get("arguments") or {}, "result": None,
-                        "failed": False, "repeated_failure": False}
+                call = {
+                    "name": str(fn.get("name", "?")),
+                    "arguments": fn.get("arguments") or {},
+                    "result": None,
+                    "failed": False,
+                    "repeated_failure": False,
+                }
                 calls.append(call)
                 pending.append(call)
         elif message.get("role") == "tool" and pending:
@@ -206,8 +219,13 @@ def malformed_calls(completion: Any) -> int:
         return int(any(m in completion for m in CALL_MARKERS))
     if not isinstance(completion, list):
         return 0
-    return sum(1 for m in completion if isinstance(m, dict) and m.get("role") == "assistant"
-               and any(marker in str(m.get("content") or "") for marker in CALL_MARKERS))
+    return sum(
+        1
+        for m in completion
+        if isinstance(m, dict)
+        and m.get("role") == "assistant"
+        and any(marker in str(m.get("content") or "") for marker in CALL_MARKERS)
+    )
 
 
 def _total(rewards: Mapping[str, Any], weights: Mapping[str, float], i: int) -> float | None:
@@ -243,8 +261,11 @@ def episode_metrics(trainer: Any) -> dict[str, float]:
         turns += sum(1 for m in msgs if isinstance(m, dict) and m.get("role") == "assistant")
         roles = [m.get("role") if isinstance(m, dict) else None for m in msgs]
         # a round: an assistant turn with tool calls answered by a tool message
-        rounds = sum(1 for i, m in enumerate(msgs) if roles[i] == "assistant" and m.get("tool_calls")
-                     and i + 1 < len(msgs) and roles[i + 1] == "tool")
+        rounds = sum(
+            1
+            for i, m in enumerate(msgs)
+            if roles[i] == "assistant" and m.get("tool_calls") and i + 1 < len(msgs) and roles[i + 1] == "tool"
+        )
         limited += int(isinstance(limit, int) and limit < sys.maxsize and rounds >= limit)
         malformed += int(malformed_calls(c) > 0)
         repeated += int(any(t["repeated_failure"] for t in calls))
@@ -275,6 +296,7 @@ def episode_metrics(trainer: Any) -> dict[str, float]:
 
 # ---------------------------------------------------------------- process rewards
 
+
 def _tool_success(no_calls: float | None = None) -> Callable[..., list[float | None]]:
     def tool_success(completions: list[Any], **kwargs: Any) -> list[float | None]:
         out: list[float | None] = []
@@ -288,8 +310,9 @@ def _tool_success(no_calls: float | None = None) -> Callable[..., list[float | N
 
 def _repeated_failure(penalty: float = -0.5) -> Callable[..., list[float | None]]:
     if not isinstance(penalty, (int, float)) or penalty > 0:
-        raise ValueError(f"repeated_failure_penalty: params.penalty = {penalty!r} is invalid; it must be a number "
-                         "≤ 0.")
+        raise ValueError(
+            f"repeated_failure_penalty: params.penalty = {penalty!r} is invalid; it must be a number ≤ 0."
+        )
 
     def repeated_failure_penalty(completions: list[Any], **kwargs: Any) -> list[float | None]:
         return [float(penalty) * sum(t["repeated_failure"] for t in tool_turns(c)) for c in completions]
@@ -300,12 +323,23 @@ def _repeated_failure(penalty: float = -0.5) -> Callable[..., list[float | None]
 def process_rewards(define: Callable[..., Any]) -> list[Any]:
     """The process rewards as `grpo_rewards.RewardDef`s (`define` is grpo_rewards' own constructor)."""
     return [
-        define("tool_success", _tool_success, "other", "Process reward: the share of the trajectory's tool calls "
-               "that succeeded (a raised exception is TRL's {'error': ...} result); `no_calls` without tool calls.",
-               {"no_calls": (None, "value for a trajectory without tool calls (null: cannot judge)")}),
-        define("repeated_failure_penalty", _repeated_failure, "other", "Process reward: `penalty` for every tool "
-               "call that repeats (same name and arguments) a call that already failed in the trajectory; 0 "
-               "otherwise.", {"penalty": (-0.5, "added per repeated failing call (≤ 0)")}),
+        define(
+            "tool_success",
+            _tool_success,
+            "other",
+            "Process reward: the share of the trajectory's tool calls "
+            "that succeeded (a raised exception is TRL's {'error': ...} result); `no_calls` without tool calls.",
+            {"no_calls": (None, "value for a trajectory without tool calls (null: cannot judge)")},
+        ),
+        define(
+            "repeated_failure_penalty",
+            _repeated_failure,
+            "other",
+            "Process reward: `penalty` for every tool "
+            "call that repeats (same name and arguments) a call that already failed in the trajectory; 0 "
+            "otherwise.",
+            {"penalty": (-0.5, "added per repeated failing call (≤ 0)")},
+        ),
     ]
 
 
@@ -324,12 +358,14 @@ class ColumnTagger:
             for column in self.columns:
                 values = kwargs.get(column)
                 if values is not None and len(values) == n:
-                    log_extra(column, [v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
-                                       for v in values])
+                    log_extra(
+                        column, [v if isinstance(v, (str, int, float, bool)) or v is None else str(v) for v in values]
+                    )
         return self.func(*args, **kwargs)
 
 
 # ---------------------------------------------------------------- loading the agent spec
+
 
 def _import_target(target: str, base_dir: str | Path | None, what: str) -> Any:
     """`file.py:name` or `package.module:name` -> the object (executes the user's module: job or sandbox only)."""
@@ -430,12 +466,20 @@ def datasetless(agent: Mapping[str, Any] | None, ds_spec: Mapping[str, Any]) -> 
 
 def tag_rewards(funcs: list[Any], agent: Mapping[str, Any] | None, columns: list[str]) -> list[Any]:
     """Wrap the first reward so samples record the environment column and the spec's `log_columns`."""
-    wanted = [c for c in ([*(["environment"] if agent and isinstance(agent.get("environment_factory"), Mapping)
-                                else []), *(agent or {}).get("log_columns", [])]) if c in columns]
+    wanted = [
+        c
+        for c in (
+            [
+                *(["environment"] if agent and isinstance(agent.get("environment_factory"), Mapping) else []),
+                *(agent or {}).get("log_columns", []),
+            ]
+        )
+        if c in columns
+    ]
     first = next((i for i, f in enumerate(funcs) if callable(f)), None)  # a reward model (a str) records nothing
     if first is None or not wanted:
         return funcs
-    return [*funcs[:first], ColumnTagger(funcs[first], list(dict.fromkeys(wanted))), *funcs[first + 1:]]
+    return [*funcs[:first], ColumnTagger(funcs[first], list(dict.fromkeys(wanted))), *funcs[first + 1 :]]
 
 
 def grpo_only(agent: Mapping[str, Any] | None, **kwargs: Any) -> dict[str, Any]:

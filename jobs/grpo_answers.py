@@ -95,6 +95,7 @@ def parse_number(text: str) -> float | None:
 
 # ---------------------------------------------------------------- structured output
 
+
 def extract_json(text: str) -> tuple[bool, Any]:
     """Parse the JSON in a completion: the whole text, an `<answer>` tag, a ```json fence, or the outer {...}/[...]."""
     candidates = [text.strip()]
@@ -103,7 +104,7 @@ def extract_json(text: str) -> tuple[bool, Any]:
     for open_, close in (("{", "}"), ("[", "]")):
         i, j = text.find(open_), text.rfind(close)
         if 0 <= i < j:
-            candidates.append(text[i:j + 1])
+            candidates.append(text[i : j + 1])
     for cand in candidates:
         if not cand:
             continue
@@ -130,8 +131,10 @@ def schema_validator(schema: Any) -> Callable[[Any], list[str]]:
     try:
         import jsonschema
     except ImportError as exc:
-        raise ValueError("json_valid: checking params.schema needs the `jsonschema` package, a dependency of the "
-                         "job; install it (pip install jsonschema).") from exc
+        raise ValueError(
+            "json_valid: checking params.schema needs the `jsonschema` package, a dependency of the "
+            "job; install it (pip install jsonschema)."
+        ) from exc
     cls = jsonschema.validators.validator_for(schema)
     try:
         cls.check_schema(schema)

@@ -75,13 +75,42 @@ def system_binds(read_only: list[str]) -> list[str]:
 
 def command(tool: str, work: str, read_only: list[str], seccomp_fd: int | None, disable_userns: bool) -> list[str]:
     """The bwrap command line (up to and including `--`) for a sandbox whose work dir is `work`."""
-    args = [tool, "--unshare-all", "--unshare-user", *(["--disable-userns"] if disable_userns else []),
-            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox", "--die-with-parent",
-            "--new-session", "--cap-drop", "ALL", *system_binds(read_only)]
+    args = [
+        tool,
+        "--unshare-all",
+        "--unshare-user",
+        *(["--disable-userns"] if disable_userns else []),
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_UID),
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        *system_binds(read_only),
+    ]
     # /proc and /dev are made read-only: when the dashboard runs as root, the sandbox's uid maps to kernel uid 0,
     # which may write sysctls under /proc/sys; a writable /dev (and its /dev/shm) would be an uncounted tmpfs.
-    args += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
-             "--bind", work, SANDBOX_WORK, "--chdir", SANDBOX_WORK, "--remount-ro", "/"]
+    args += [
+        "--proc",
+        "/proc",
+        "--remount-ro",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--remount-ro",
+        "/dev",
+        "--bind",
+        work,
+        SANDBOX_WORK,
+        "--chdir",
+        SANDBOX_WORK,
+        "--remount-ro",
+        "/",
+    ]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     return [*args, "--"]
@@ -99,7 +128,7 @@ def seccomp_pipe(program: bytes) -> int:
 
 # Checked once per configuration inside a real sandbox: who we are, capabilities, seccomp mode, namespaces, threads,
 # and that fork is refused.
-_PROBE = r'''
+_PROBE = r"""
 import json, os, threading
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
 t = threading.Thread(target=lambda: None)
@@ -118,7 +147,7 @@ ns = {n: os.readlink(f"/proc/self/ns/{n}") for n in ("user", "pid", "net", "ipc"
       if os.path.exists(f"/proc/self/ns/{n}")}
 print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "cap_eff": int(status["CapEff"], 16),
                   "seccomp": status.get("Seccomp", "").strip(), "fork": fork, "ns": ns}))
-'''
+"""
 
 
 def probe(tool: str, program: bytes | None, disable_userns: bool, env: dict[str, str]) -> tuple[str | None, str]:
@@ -130,8 +159,15 @@ def probe(tool: str, program: bytes | None, disable_userns: bool, env: dict[str,
         fd = seccomp_pipe(program) if program else None
         try:
             cmd = [*command(tool, work, [], fd, disable_userns), sys.executable, "-I", "-c", _PROBE]
-            out = subprocess.run(cmd, capture_output=True, timeout=30, cwd=work, env=env,
-                                 pass_fds=(fd,) if fd is not None else (), start_new_session=True)
+            out = subprocess.run(
+                cmd,
+                capture_output=True,
+                timeout=30,
+                cwd=work,
+                env=env,
+                pass_fds=(fd,) if fd is not None else (),
+                start_new_session=True,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             return None, f"{type(exc).__name__}: {exc}"
         finally:
@@ -145,9 +181,14 @@ def probe(tool: str, program: bytes | None, disable_userns: bool, env: dict[str,
     mine = {n: os.readlink(f"/proc/self/ns/{n}") for n in _NAMESPACES if os.path.exists(f"/proc/self/ns/{n}")}
     own = [n for n in _NAMESPACES if n in seen["ns"] and seen["ns"][n] != mine.get(n)]
     seccomp = program is not None
-    if out.returncode != 0 or seen["uid"] != SANDBOX_UID or seen["gid"] != SANDBOX_UID or seen["cap_eff"] != 0 \
-            or not {"user", "pid", "net", "mnt"} <= set(own) or (seccomp and (seen["seccomp"] != "2"
-                                                                             or seen["fork"] != "refused")):
+    if (
+        out.returncode != 0
+        or seen["uid"] != SANDBOX_UID
+        or seen["gid"] != SANDBOX_UID
+        or seen["cap_eff"] != 0
+        or not {"user", "pid", "net", "mnt"} <= set(own)
+        or (seccomp and (seen["seccomp"] != "2" or seen["fork"] != "refused"))
+    ):
         return None, f"the sandbox does not hold: {json.dumps(seen)[:300]}"
     names = "/".join("mount" if n == "mnt" else n for n in own)
     return f"bubblewrap ({names} namespaces, uid {SANDBOX_UID}, no capabilities{', seccomp' if seccomp else ''}", ""

@@ -53,8 +53,12 @@ def landlock_abi() -> int:
         lib = _libc()
     except OSError:
         return 0
-    abi = lib.syscall(ctypes.c_long(_NR_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0),
-                      ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    abi = lib.syscall(
+        ctypes.c_long(_NR_LANDLOCK_CREATE_RULESET),
+        None,
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
+    )
     return max(int(abi), 0)
 
 
@@ -81,16 +85,24 @@ def _landlock(lib: ctypes.CDLL, rules: list[list[Any]], abi: int) -> None:
     "device"|"proc"] pairs. TCP bind/connect (ABI 4+), abstract Unix sockets and signals (ABI 6+) are scoped to
     the domain; paths missing here are skipped."""
     handled = fs_rights(abi)
-    attr = struct.pack("<QQQ", handled, _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0,
-                       _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0)
+    attr = struct.pack(
+        "<QQQ",
+        handled,
+        _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0,
+        _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0,
+    )
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     buf = ctypes.create_string_buffer(attr[:size], size)
     ruleset = lib.syscall(ctypes.c_long(_NR_LANDLOCK_CREATE_RULESET), buf, ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         _fail("create a Landlock ruleset", os.strerror(ctypes.get_errno()))
     read_file = FS_READ_FILE | FS_EXECUTE
-    kinds = {"read": read_file | FS_READ_DIR, "proc": FS_READ_FILE | FS_READ_DIR, "write": handled,
-             "device": FS_READ_FILE | FS_WRITE_FILE | (_FS_TRUNCATE | _FS_IOCTL_DEV) & handled}
+    kinds = {
+        "read": read_file | FS_READ_DIR,
+        "proc": FS_READ_FILE | FS_READ_DIR,
+        "write": handled,
+        "device": FS_READ_FILE | FS_WRITE_FILE | (_FS_TRUNCATE | _FS_IOCTL_DEV) & handled,
+    }
     for path, kind in rules:
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -101,8 +113,16 @@ def _landlock(lib: ctypes.CDLL, rules: list[list[Any]], abi: int) -> None:
             if not os.path.isdir(f"/proc/self/fd/{fd}"):
                 access &= FS_READ_FILE | FS_WRITE_FILE | FS_EXECUTE | _FS_TRUNCATE | _FS_IOCTL_DEV
             rule = ctypes.create_string_buffer(struct.pack("<Qi", access, fd), 12)
-            if lib.syscall(ctypes.c_long(_NR_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset),
-                           ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH), rule, ctypes.c_uint32(0)) < 0:
+            if (
+                lib.syscall(
+                    ctypes.c_long(_NR_LANDLOCK_ADD_RULE),
+                    ctypes.c_int(ruleset),
+                    ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
+                    rule,
+                    ctypes.c_uint32(0),
+                )
+                < 0
+            ):
                 _fail(f"add the Landlock rule for {path}", os.strerror(ctypes.get_errno()))
         finally:
             os.close(fd)

@@ -141,8 +141,11 @@ def has_read_search() -> bool:
 
 def landlock_rules(work: str, read_only: list[str]) -> list[list[str]]:
     """What a Landlock child may use: the system, Python and `read_only` (read), a few devices, `work` (write)."""
-    rules = [[str(Path("/", d).resolve()), "read"] for d in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-             if Path("/", d).is_dir()]
+    rules = [
+        [str(Path("/", d).resolve()), "read"]
+        for d in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+        if Path("/", d).is_dir()
+    ]
     rules += [[os.path.realpath(p), "read"] for p in [*grpo_bwrap.python_paths(), *read_only]]
     rules += [[f"/dev/{d}", "device"] for d in ("null", "zero", "full", "random", "urandom")]
     return [*rules, [os.path.realpath(work), "write"]]

@@ -76,9 +76,7 @@ MAX_SAMPLES_PER_STEP = 64  # completions of each logged step written to samples.
 # Local data files by suffix -> the `datasets` builder that reads them (the dashboard's validation reads this map).
 DATA_FILE_TYPES = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
-TINY_CHARS = (
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n.,:;!?'\"-+*/=()<>_"
-)
+TINY_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n.,:;!?'\"-+*/=()<>_"
 TINY_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
@@ -161,15 +159,27 @@ def build_tiny_model(path: str | Path, seed: int = 0) -> Path:
     tok.decoder = decoders.Fuse()
     tok.add_special_tokens(specials)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>",
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
         padding_side="left",
     )
     tokenizer.chat_template = TINY_CHAT_TEMPLATE
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
-        pad_token_id=vocab["<pad>"], eos_token_id=vocab["<eos>"], bos_token_id=vocab["<bos>"],
+        vocab_size=len(vocab),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=vocab["<pad>"],
+        eos_token_id=vocab["<eos>"],
+        bos_token_id=vocab["<bos>"],
     )
     model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = vocab["<pad>"]
@@ -199,8 +209,9 @@ def _data_files(files: str | list[str]) -> tuple[str, list[str]]:
     ext = Path(files[0]).suffix.lower()
     builder = DATA_FILE_TYPES.get(ext)
     if builder is None:
-        raise ValueError(f"dataset: unsupported local file type {ext.lstrip('.')!r}; use "
-                         f"{', '.join(DATA_FILE_TYPES)}.")
+        raise ValueError(
+            f"dataset: unsupported local file type {ext.lstrip('.')!r}; use {', '.join(DATA_FILE_TYPES)}."
+        )
     return builder, files
 
 
@@ -212,8 +223,13 @@ def load_split(ds_spec: Mapping[str, Any], split: str | None, files: str | list[
     if files:
         builder, data_files = _data_files(files)
         return load_dataset(builder, data_files=data_files, split="train", streaming=streaming)
-    return load_dataset(need(ds_spec, "path", "dataset."), need(ds_spec, "config", "dataset."), split=split,
-                        revision=need(ds_spec, "revision", "dataset."), streaming=streaming)
+    return load_dataset(
+        need(ds_spec, "path", "dataset."),
+        need(ds_spec, "config", "dataset."),
+        split=split,
+        revision=need(ds_spec, "revision", "dataset."),
+        streaming=streaming,
+    )
 
 
 def _prompt_settings(ds_spec: Mapping[str, Any]) -> tuple[str, str | None, str | None, bool]:
@@ -272,7 +288,8 @@ def load_health_package(spec: Mapping[str, Any], config_dir: Path) -> ModuleType
             "there) or copy grpo_dashboard/health/ to that path."
         )
     module_spec = importlib.util.spec_from_file_location(
-        "grpo_health", package / "__init__.py", submodule_search_locations=[str(package)])
+        "grpo_health", package / "__init__.py", submodule_search_locations=[str(package)]
+    )
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
     sys.modules["grpo_health"] = module
@@ -293,8 +310,9 @@ def _rank0_decides(flag: bool) -> bool:
     return bool(box[0])
 
 
-def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int, health: Any = None,
-                  guard: bool = False) -> Any:
+def make_callback(
+    emitter: Emitter, samples_path: Path | None, max_samples: int, health: Any = None, guard: bool = False
+) -> Any:
     """Build the TrainerCallback that streams records, runs the health guard/alerts, and honours cancellation."""
     from transformers import TrainerCallback
 
@@ -327,15 +345,25 @@ def make_callback(emitter: Emitter, samples_path: Path | None, max_samples: int,
                 path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 emitter.event("checkpoint", step=state.global_step, path=str(path))
 
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
-                   **kwargs: Any) -> None:
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+        ) -> None:
             stop = None
             if state.is_world_process_zero and logs:
                 split = "eval" if any(k.startswith("eval_") for k in logs) else "train"
                 if split == "train" and "reward" in logs and self.trainer is not None:
                     logs.update(grpo_agents.episode_metrics(self.trainer))  # agent/* and tasks/* (tool runs only)
-                emitter.emit({"type": "log", "split": split, "step": state.global_step, "time": time.time(),
-                              "elapsed": time.time() - self.t0, "max_steps": state.max_steps, "metrics": dict(logs)})
+                emitter.emit(
+                    {
+                        "type": "log",
+                        "split": split,
+                        "step": state.global_step,
+                        "time": time.time(),
+                        "elapsed": time.time() - self.t0,
+                        "max_steps": state.max_steps,
+                        "metrics": dict(logs),
+                    }
+                )
                 self.system.sample()
                 if samples_path is not None and split == "train" and "reward" in logs and self.trainer is not None:
                     _write_samples(samples_path, state.global_step, self.trainer, max_samples)
@@ -373,14 +401,16 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
     extra = {name: list(vals) for name, vals in (logs.get("extra") or {}).items()}
     rows = []
     for i, completion in enumerate(completions[:limit]):
-        rows.append({
-            "step": step,
-            "prompt": prompts[i] if i < len(prompts) else None,
-            "completion": completion,
-            "rewards": {n: (v[i] if i < len(v) else None) for n, v in rewards.items()},
-            "advantage": advantages[i] if i < len(advantages) else None,
-            **({"extra": {n: (v[i] if i < len(v) else None) for n, v in extra.items()}} if extra else {}),
-        })
+        rows.append(
+            {
+                "step": step,
+                "prompt": prompts[i] if i < len(prompts) else None,
+                "completion": completion,
+                "rewards": {n: (v[i] if i < len(v) else None) for n, v in rewards.items()},
+                "advantage": advantages[i] if i < len(advantages) else None,
+                **({"extra": {n: (v[i] if i < len(v) else None) for n, v in extra.items()}} if extra else {}),
+            }
+        )
     with open(path, "a", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, default=_json_default) + "\n")
@@ -433,10 +463,14 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         train, eval_ds = grpo_job_setup.load_mixture(ds_spec)
         train, eval_ds = map_prompts(train, ds_spec), map_prompts(eval_ds, ds_spec) if eval_ds is not None else None
     else:
-        train = None if grpo_agents.datasetless(agent, ds_spec) else map_prompts(
-            load_split(ds_spec, train_split, train_files), ds_spec)
-        eval_ds = (map_prompts(load_split(ds_spec, eval_split, eval_files), ds_spec) if eval_split or eval_files
-                   else None)
+        train = (
+            None
+            if grpo_agents.datasetless(agent, ds_spec)
+            else map_prompts(load_split(ds_spec, train_split, train_files), ds_spec)
+        )
+        eval_ds = (
+            map_prompts(load_split(ds_spec, eval_split, eval_files), ds_spec) if eval_split or eval_files else None
+        )
 
     funcs, weights = [], []
     for i, r in enumerate(reward_specs):
@@ -445,9 +479,15 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         if need(r, "model", where):  # a reward model: TRL loads it (AutoModelForSequenceClassification)
             funcs.append(str(r["model"]))
             continue
-        funcs.append(grpo_rewards.build_reward(
-            need(r, "name", where), need(r, "builtin", where), need(r, "function", where),
-            dict(need(r, "params", where) or {}), str(base_dir)))
+        funcs.append(
+            grpo_rewards.build_reward(
+                need(r, "name", where),
+                need(r, "builtin", where),
+                need(r, "function", where),
+                dict(need(r, "params", where) or {}),
+                str(base_dir),
+            )
+        )
     # A streamed Hub dataset may not know its columns before the first row (column_names is None then).
     funcs = grpo_agents.tag_rewards(funcs, agent, list(train.column_names or []) if train is not None else [])
     training.setdefault("report_to", "none")  # the job's own choice (no tracker unless asked), not a TRL default
@@ -455,8 +495,10 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     dtype = need(model_spec, "dtype", "model.")
     if dtype and dtype != "auto":
         init_kwargs.setdefault("dtype", dtype)
-    for key, value in (("revision", need(model_spec, "revision", "model.")),
-                       ("attn_implementation", need(model_spec, "attn_implementation", "model."))):
+    for key, value in (
+        ("revision", need(model_spec, "revision", "model.")),
+        ("attn_implementation", need(model_spec, "attn_implementation", "model.")),
+    ):
         if value:
             init_kwargs.setdefault(key, value)
     if need(model_spec, "trust_remote_code", "model."):
@@ -485,11 +527,17 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     # GRPO_JOB_NO_CALLBACK=1 trains without the dashboard callback (no metrics stream, cancellation or guard): only
     # for benchmarks/training_overhead.py, which measures what the callback costs.
     callbacks = [] if os.environ.get(NO_CALLBACK_ENV) == "1" else [callback]
-    trainer = trainer_class(model=model_path, reward_funcs=funcs, args=config, train_dataset=train,
-                            callbacks=callbacks, peft_config=peft_config,
-                            processing_class=grpo_job_setup.processing_class(model_path, model_spec),
-                            **grpo_agents.grpo_only(agent, eval_dataset=eval_ds),
-                            **grpo_agents.trainer_kwargs(agent, base_dir))
+    trainer = trainer_class(
+        model=model_path,
+        reward_funcs=funcs,
+        args=config,
+        train_dataset=train,
+        callbacks=callbacks,
+        peft_config=peft_config,
+        processing_class=grpo_job_setup.processing_class(model_path, model_spec),
+        **grpo_agents.grpo_only(agent, eval_dataset=eval_ds),
+        **grpo_agents.trainer_kwargs(agent, base_dir),
+    )
     names = [str(r["name"]) for r in reward_specs]
     if len(getattr(trainer, "reward_func_names", [])) == len(names):
         trainer.reward_func_names = names  # a reward model logs as rewards/<its spec name>/mean, as a function does
@@ -506,9 +554,16 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         stop = health.stop
         if stop is not None:
             checkpoint = Path(output_dir) / f"checkpoint-{step}"
-            emitter.event("guard_stop", step=step, rule=stop.rule, severity=stop.severity, onset=stop.step,
-                          message=stop.message, remedy=stop.remedy,
-                          checkpoint=str(checkpoint) if checkpoint.is_dir() else None)
+            emitter.event(
+                "guard_stop",
+                step=step,
+                rule=stop.rule,
+                severity=stop.severity,
+                onset=stop.step,
+                message=stop.message,
+                remedy=stop.remedy,
+                checkpoint=str(checkpoint) if checkpoint.is_dir() else None,
+            )
         emitter.event("health_summary", **health.summary(time.perf_counter() - t0))
     if callback.stop_requested:
         emitter.event("canceled", step=step)
@@ -534,8 +589,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.build_tiny_model:
         agent = need(spec, "agent") or {}
         path = spec["model"]["name_or_path"]
-        print(grpo_agent_model.build_warm_model(path, build_tiny_model, save_atomically) if agent.get("tiny_warmup")
-              else build_tiny_model(path))
+        print(
+            grpo_agent_model.build_warm_model(path, build_tiny_model, save_atomically)
+            if agent.get("tiny_warmup")
+            else build_tiny_model(path)
+        )
         return 0
     metrics_path = Path(args.metrics) if args.metrics else config_path.parent / "metrics.jsonl"
     main_proc = _is_main_process()

@@ -37,9 +37,13 @@ def quantization_config(model_spec: Mapping[str, Any]) -> Any:
     if int(q["bits"]) == 8:
         return BitsAndBytesConfig(load_in_8bit=True)
     dtype = model_spec.get("dtype")
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=None if dtype in (None, "auto") else dtype,
-                              bnb_4bit_quant_type=q["quant_type"], bnb_4bit_use_double_quant=bool(q["double_quant"]),
-                              bnb_4bit_quant_storage=q.get("quant_storage"))
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_compute_dtype=None if dtype in (None, "auto") else dtype,
+        bnb_4bit_quant_type=q["quant_type"],
+        bnb_4bit_use_double_quant=bool(q["double_quant"]),
+        bnb_4bit_quant_storage=q.get("quant_storage"),
+    )
 
 
 def processing_class(model_path: str, model_spec: Mapping[str, Any]) -> Any:
@@ -49,8 +53,9 @@ def processing_class(model_path: str, model_spec: Mapping[str, Any]) -> Any:
         return None
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_spec.get("revision"),
-                                              trust_remote_code=bool(model_spec.get("trust_remote_code")))
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_path, revision=model_spec.get("revision"), trust_remote_code=bool(model_spec.get("trust_remote_code"))
+    )
     tokenizer.chat_template = template
     return tokenizer
 
@@ -59,9 +64,11 @@ def load_mixture(ds_spec: Mapping[str, Any]) -> tuple[Any, Any]:
     """(train, eval or None) of `dataset.mixture` through TRL's own `get_dataset` (DatasetMixtureConfig)."""
     from trl import DatasetMixtureConfig, get_dataset
 
-    config = DatasetMixtureConfig(datasets=[dict(e) for e in ds_spec["mixture"]],
-                                  streaming=bool(ds_spec.get("streaming")),
-                                  test_split_size=ds_spec.get("test_split_size"))
+    config = DatasetMixtureConfig(
+        datasets=[dict(e) for e in ds_spec["mixture"]],
+        streaming=bool(ds_spec.get("streaming")),
+        test_split_size=ds_spec.get("test_split_size"),
+    )
     data = get_dataset(config)
     return data["train"], data["test"] if "test" in data else None
 
@@ -155,8 +162,13 @@ class SystemSampler:
     def start(self) -> SystemSampler:
         """Start the timer thread when CUDA is there and the interval is positive (else samples come only at logs)."""
         torch = sys.modules.get("torch")
-        if (self.interval_s > 0 and self.gpus and torch is not None and torch.cuda.is_available()
-                and self._thread is None):
+        if (
+            self.interval_s > 0
+            and self.gpus
+            and torch is not None
+            and torch.cuda.is_available()
+            and self._thread is None
+        ):
             self._thread = threading.Thread(target=self._run, name="grpo-system-sampler", daemon=True)
             self._thread.start()
         return self

@@ -24,8 +24,10 @@ def compile_pattern(pattern: str) -> Any:
     try:
         import regex
     except ImportError as exc:
-        raise ValueError("regex: running a user's pattern under a time limit needs the `regex` package (installed "
-                         "with transformers); pip install regex.") from exc
+        raise ValueError(
+            "regex: running a user's pattern under a time limit needs the `regex` package (installed "
+            "with transformers); pip install regex."
+        ) from exc
     try:
         return regex.compile(pattern, regex.DOTALL)
     except (regex.error, ValueError, TypeError) as exc:
@@ -56,10 +58,14 @@ def timed_matcher(compiled: Any, full: bool) -> Callable[[list[str]], list[float
                 out.append(None)
                 undecided += 1
         if undecided:
-            print(f"regex reward: pattern {compiled.pattern[:80]!r} was stopped on {undecided} of {len(texts)} "
-                  f"completion(s) after {MATCH_TIMEOUT_S:g} s each ({CALL_BUDGET_S:g} s per call at most); they score "
-                  f"None (not judged). The pattern backtracks catastrophically (nested or overlapping repeats such "
-                  f"as (a|aa)* or (a+)+): rewrite it without them.", file=sys.stderr, flush=True)
+            print(
+                f"regex reward: pattern {compiled.pattern[:80]!r} was stopped on {undecided} of {len(texts)} "
+                f"completion(s) after {MATCH_TIMEOUT_S:g} s each ({CALL_BUDGET_S:g} s per call at most); they score "
+                f"None (not judged). The pattern backtracks catastrophically (nested or overlapping repeats such "
+                f"as (a|aa)* or (a+)+): rewrite it without them.",
+                file=sys.stderr,
+                flush=True,
+            )
         return out
 
     return score

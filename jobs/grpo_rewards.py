@@ -108,12 +108,15 @@ def _column(kwargs: dict[str, Any], column: str, reward: str) -> list[Any]:
     values = kwargs.get(column)
     if values is None:
         have = sorted(k for k in kwargs if k not in ("trainer_state", "log_extra", "log_metric", "completion_ids"))
-        raise KeyError(f"{reward} reads the dataset column {column!r}, which was not passed (columns: {have}). "
-                       f"Add the column or set the reward's *_column parameter.")
+        raise KeyError(
+            f"{reward} reads the dataset column {column!r}, which was not passed (columns: {have}). "
+            f"Add the column or set the reward's *_column parameter."
+        )
     return list(values)
 
 
 # ---------------------------------------------------------------- smoke / test rewards
+
 
 def _letter_fraction(letter: str = "a") -> RewardFunc:
     _need(isinstance(letter, str) and len(letter) == 1, "letter_fraction", "letter", letter, "a single character")
@@ -155,8 +158,13 @@ def _think_format(strict: bool = False) -> RewardFunc:
 
 
 def _regex_match(pattern: str = "", full: bool = False) -> RewardFunc:
-    _need(isinstance(pattern, str) and bool(pattern), "regex", "pattern", pattern,
-          "a non-empty regular expression, e.g. '<answer>.*</answer>'")
+    _need(
+        isinstance(pattern, str) and bool(pattern),
+        "regex",
+        "pattern",
+        pattern,
+        "a non-empty regular expression, e.g. '<answer>.*</answer>'",
+    )
     _need(isinstance(full, bool), "regex", "full", full, "true or false")
     score = grpo_regex.timed_matcher(grpo_regex.compile_pattern(pattern), full)
 
@@ -181,9 +189,15 @@ def _trl_think_format() -> RewardFunc:
 
 # ---------------------------------------------------------------- accuracy
 
+
 def _math_accuracy(solution_column: str = "solution") -> RewardFunc:
-    _need(isinstance(solution_column, str) and bool(solution_column), "math_accuracy", "solution_column",
-          solution_column, "a dataset column name")
+    _need(
+        isinstance(solution_column, str) and bool(solution_column),
+        "math_accuracy",
+        "solution_column",
+        solution_column,
+        "a dataset column name",
+    )
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
         from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
@@ -207,8 +221,13 @@ def _math_accuracy(solution_column: str = "solution") -> RewardFunc:
 
 
 def _trl_accuracy(solution_column: str = "solution", reasoning: bool = False) -> RewardFunc:
-    _need(isinstance(solution_column, str) and bool(solution_column), "trl_accuracy", "solution_column",
-          solution_column, "a dataset column name")
+    _need(
+        isinstance(solution_column, str) and bool(solution_column),
+        "trl_accuracy",
+        "solution_column",
+        solution_column,
+        "a dataset column name",
+    )
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
         from trl.rewards import accuracy_reward, reasoning_accuracy_reward
@@ -225,8 +244,13 @@ def _check_extract(name: str, extract: str) -> None:
 
 
 def _exact_match(answer_column: str = "answer", normalize: bool = True, extract: str = "auto") -> RewardFunc:
-    _need(isinstance(answer_column, str) and bool(answer_column), "exact_match", "answer_column", answer_column,
-          "a dataset column name")
+    _need(
+        isinstance(answer_column, str) and bool(answer_column),
+        "exact_match",
+        "answer_column",
+        answer_column,
+        "a dataset column name",
+    )
     _need(isinstance(normalize, bool), "exact_match", "normalize", normalize, "true or false")
     _check_extract("exact_match", extract)
     norm = normalize_text if normalize else str.strip
@@ -241,11 +265,17 @@ def _exact_match(answer_column: str = "answer", normalize: bool = True, extract:
     return reward
 
 
-def _numeric_match(answer_column: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 1e-9,
-                   extract: str = "auto") -> RewardFunc:
+def _numeric_match(
+    answer_column: str = "answer", rel_tol: float = 1e-6, abs_tol: float = 1e-9, extract: str = "auto"
+) -> RewardFunc:
     rel_tol, abs_tol = _float(rel_tol), _float(abs_tol)
-    _need(isinstance(answer_column, str) and bool(answer_column), "numeric_match", "answer_column", answer_column,
-          "a dataset column name")
+    _need(
+        isinstance(answer_column, str) and bool(answer_column),
+        "numeric_match",
+        "answer_column",
+        answer_column,
+        "a dataset column name",
+    )
     _need(_is_num(rel_tol) and rel_tol >= 0, "numeric_match", "rel_tol", rel_tol, "a number >= 0, e.g. 1e-6")
     _need(_is_num(abs_tol) and abs_tol >= 0, "numeric_match", "abs_tol", abs_tol, "a number >= 0, e.g. 0.01")
     _check_extract("numeric_match", extract)
@@ -265,10 +295,24 @@ def _numeric_match(answer_column: str = "answer", rel_tol: float = 1e-6, abs_tol
 
 
 def _multiple_choice(answer_column: str = "answer", choices: str = "ABCD", extract: str = "auto") -> RewardFunc:
-    _need(isinstance(answer_column, str) and bool(answer_column), "multiple_choice", "answer_column",
-          answer_column, "a dataset column name")
-    _need(isinstance(choices, str) and choices.isalpha() and choices.isupper() and len(set(choices)) == len(choices)
-          and len(choices) >= 2, "multiple_choice", "choices", choices, "distinct upper-case letters, e.g. 'ABCD'")
+    _need(
+        isinstance(answer_column, str) and bool(answer_column),
+        "multiple_choice",
+        "answer_column",
+        answer_column,
+        "a dataset column name",
+    )
+    _need(
+        isinstance(choices, str)
+        and choices.isalpha()
+        and choices.isupper()
+        and len(set(choices)) == len(choices)
+        and len(choices) >= 2,
+        "multiple_choice",
+        "choices",
+        choices,
+        "distinct upper-case letters, e.g. 'ABCD'",
+    )
     _check_extract("multiple_choice", extract)
     letters = re.escape(choices)
     alone = re.compile(rf"^\W*([{letters}])\W*$|^\(?([{letters}])[.:)]\s")
@@ -327,17 +371,29 @@ def _target_length(target: int = 256, tolerance: int = 0, unit: str = "tokens") 
     _check_unit("target_length", unit)
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
-        return [1.0 - min(1.0, max(0, abs(len(u) - target) - tolerance) / target)
-                for u in _units(completions, kwargs, unit)]
+        return [
+            1.0 - min(1.0, max(0, abs(len(u) - target) - tolerance) / target)
+            for u in _units(completions, kwargs, unit)
+        ]
 
     return reward
 
 
 def _soft_overlong(max_completion_len: int = 256, soft_punish_cache: int = 64, unit: str = "tokens") -> RewardFunc:
-    _need(isinstance(max_completion_len, int) and max_completion_len > 0, "soft_overlong", "max_completion_len",
-          max_completion_len, "a positive integer (usually training.max_completion_length)")
-    _need(isinstance(soft_punish_cache, int) and 0 < soft_punish_cache <= max_completion_len, "soft_overlong",
-          "soft_punish_cache", soft_punish_cache, f"an integer in 1..max_completion_len ({max_completion_len})")
+    _need(
+        isinstance(max_completion_len, int) and max_completion_len > 0,
+        "soft_overlong",
+        "max_completion_len",
+        max_completion_len,
+        "a positive integer (usually training.max_completion_length)",
+    )
+    _need(
+        isinstance(soft_punish_cache, int) and 0 < soft_punish_cache <= max_completion_len,
+        "soft_overlong",
+        "soft_punish_cache",
+        soft_punish_cache,
+        f"an integer in 1..max_completion_len ({max_completion_len})",
+    )
     _check_unit("soft_overlong", unit)
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
@@ -351,10 +407,20 @@ def _soft_overlong(max_completion_len: int = 256, soft_punish_cache: int = 64, u
 
 def _repetition_penalty(ngram_size: int = 3, max_penalty: float = -1.0, unit: str = "tokens") -> RewardFunc:
     max_penalty = _float(max_penalty)
-    _need(isinstance(ngram_size, int) and ngram_size >= 1, "repetition_penalty", "ngram_size", ngram_size,
-          "a positive integer, e.g. 3")
-    _need(_is_num(max_penalty) and max_penalty <= 0, "repetition_penalty", "max_penalty", max_penalty,
-          "a number <= 0, e.g. -1.0")
+    _need(
+        isinstance(ngram_size, int) and ngram_size >= 1,
+        "repetition_penalty",
+        "ngram_size",
+        ngram_size,
+        "a positive integer, e.g. 3",
+    )
+    _need(
+        _is_num(max_penalty) and max_penalty <= 0,
+        "repetition_penalty",
+        "max_penalty",
+        max_penalty,
+        "a number <= 0, e.g. -1.0",
+    )
     _check_unit("repetition_penalty", unit)
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
@@ -366,14 +432,24 @@ def _repetition_penalty(ngram_size: int = 3, max_penalty: float = -1.0, unit: st
     return reward
 
 
-def _cosine_scaled(max_len: int = 256, solution_column: str = "solution", min_value_wrong: float = -1.0,
-                   max_value_wrong: float = -0.5, min_value_correct: float = 0.5,
-                   max_value_correct: float = 1.0, unit: str = "tokens") -> RewardFunc:
+def _cosine_scaled(
+    max_len: int = 256,
+    solution_column: str = "solution",
+    min_value_wrong: float = -1.0,
+    max_value_wrong: float = -0.5,
+    min_value_correct: float = 0.5,
+    max_value_correct: float = 1.0,
+    unit: str = "tokens",
+) -> RewardFunc:
     min_value_wrong, max_value_wrong = _float(min_value_wrong), _float(max_value_wrong)
     min_value_correct, max_value_correct = _float(min_value_correct), _float(max_value_correct)
     _need(isinstance(max_len, int) and max_len > 0, "cosine_scaled", "max_len", max_len, "a positive integer")
-    for pname, v in (("min_value_wrong", min_value_wrong), ("max_value_wrong", max_value_wrong),
-                     ("min_value_correct", min_value_correct), ("max_value_correct", max_value_correct)):
+    for pname, v in (
+        ("min_value_wrong", min_value_wrong),
+        ("max_value_wrong", max_value_wrong),
+        ("min_value_correct", min_value_correct),
+        ("max_value_correct", max_value_correct),
+    ):
         _need(_is_num(v), "cosine_scaled", pname, v, "a finite number")
     _check_unit("cosine_scaled", unit)
 
@@ -389,10 +465,20 @@ def _cosine_scaled(max_len: int = 256, solution_column: str = "solution", min_va
 
 def _json_valid(schema: Any = None, schema_column: str | None = None, partial_credit: float = 0.5) -> RewardFunc:
     partial_credit = _float(partial_credit)
-    _need(_is_num(partial_credit) and 0 <= partial_credit <= 1, "json_valid", "partial_credit", partial_credit,
-          "a number in [0, 1] (the reward for valid JSON that fails the schema)")
-    _need(schema_column is None or isinstance(schema_column, str) and bool(schema_column), "json_valid",
-          "schema_column", schema_column, "null or a dataset column holding one JSON schema per row")
+    _need(
+        _is_num(partial_credit) and 0 <= partial_credit <= 1,
+        "json_valid",
+        "partial_credit",
+        partial_credit,
+        "a number in [0, 1] (the reward for valid JSON that fails the schema)",
+    )
+    _need(
+        schema_column is None or isinstance(schema_column, str) and bool(schema_column),
+        "json_valid",
+        "schema_column",
+        schema_column,
+        "null or a dataset column holding one JSON schema per row",
+    )
     fixed = schema_validator(schema) if schema is not None else None
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
@@ -408,6 +494,7 @@ def _json_valid(schema: Any = None, schema_column: str | None = None, partial_cr
 
 
 # ---------------------------------------------------------------- code
+
 
 def extract_code(text: str) -> str:
     """The program in a completion: the last ```python fence (else the last fence), else the text if it looks like
@@ -447,17 +534,35 @@ def parse_tests(value: Any, entry_point: str | None = None) -> tuple[str, list[A
             return "asserts", list(value)
         if all(isinstance(t, dict) and "input" in t and "output" in t for t in value):
             return "io", [(str(t["input"]), str(t["output"])) for t in value]
-    raise ValueError(f"unsupported tests value of type {type(value).__name__}: give assert strings, a test script, "
-                     f"[{{input, output}}, ...] or {{inputs, outputs}}.")
+    raise ValueError(
+        f"unsupported tests value of type {type(value).__name__}: give assert strings, a test script, "
+        f"[{{input, output}}, ...] or {{inputs, outputs}}."
+    )
 
 
-def _code_tests(tests_column: str = "tests", entry_point_column: str | None = None, timeout_s: float = 5.0,
-                memory_mb: int = 512, max_cases: int = 20, workers: int = 4) -> RewardFunc:
+def _code_tests(
+    tests_column: str = "tests",
+    entry_point_column: str | None = None,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    max_cases: int = 20,
+    workers: int = 4,
+) -> RewardFunc:
     timeout_s = _float(timeout_s)
-    _need(isinstance(tests_column, str) and bool(tests_column), "code_tests", "tests_column", tests_column,
-          "a dataset column name")
-    _need(entry_point_column is None or isinstance(entry_point_column, str) and bool(entry_point_column),
-          "code_tests", "entry_point_column", entry_point_column, "null or a dataset column name")
+    _need(
+        isinstance(tests_column, str) and bool(tests_column),
+        "code_tests",
+        "tests_column",
+        tests_column,
+        "a dataset column name",
+    )
+    _need(
+        entry_point_column is None or isinstance(entry_point_column, str) and bool(entry_point_column),
+        "code_tests",
+        "entry_point_column",
+        entry_point_column,
+        "null or a dataset column name",
+    )
     _need(_is_num(timeout_s) and 0 < timeout_s <= 600, "code_tests", "timeout_s", timeout_s, "seconds in (0, 600]")
     _need(isinstance(memory_mb, int) and memory_mb >= 64, "code_tests", "memory_mb", memory_mb, "an integer >= 64")
     _need(isinstance(max_cases, int) and max_cases >= 1, "code_tests", "max_cases", max_cases, "an integer >= 1")
@@ -487,20 +592,32 @@ def _code_tests(tests_column: str = "tests", entry_point_column: str | None = No
 
 # ---------------------------------------------------------------- custom code
 
+
 def _python_inline(code: str = "", function: str = "reward", args: dict[str, Any] | None = None) -> RewardFunc:
     """Inline reward code. Building it only parses the code (never runs it); it runs on the first call, in the job."""
-    _need(isinstance(code, str) and bool(code.strip()), "python", "code", code,
-          "Python source defining a function with TRL's reward signature (completions, **kwargs)")
+    _need(
+        isinstance(code, str) and bool(code.strip()),
+        "python",
+        "code",
+        code,
+        "Python source defining a function with TRL's reward signature (completions, **kwargs)",
+    )
     _need(isinstance(args, dict) or args is None, "python", "args", args, "a mapping of extra keyword arguments")
     try:
         tree = ast.parse(code, "<reward code>")
     except SyntaxError as exc:
         raise ValueError(f"python: params.code has a syntax error at line {exc.lineno}: {exc.msg}.") from exc
     defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    names = set(defs) | {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
-                         if isinstance(t, ast.Name)}
-    _need(function in names, "python", "function", function,
-          f"a name defined at the top level of params.code (found {sorted(names) or 'none'})")
+    names = set(defs) | {
+        t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+    }
+    _need(
+        function in names,
+        "python",
+        "function",
+        function,
+        f"a name defined at the top level of params.code (found {sorted(names) or 'none'})",
+    )
     state: dict[str, Any] = {}
 
     def load() -> Callable[..., Any]:
@@ -511,6 +628,7 @@ def _python_inline(code: str = "", function: str = "reward", args: dict[str, Any
         return state["fn"]
 
     if isinstance(defs.get(function), ast.AsyncFunctionDef):
+
         async def areward(*a: Any, **kw: Any) -> list[float | None]:
             return await load()(*a, **{**(args or {}), **kw})
 
@@ -524,90 +642,229 @@ def _python_inline(code: str = "", function: str = "reward", args: dict[str, Any
 
 # ---------------------------------------------------------------- registry
 
-_EXTRACT_HELP = "where the answer is: auto (<answer> tag, \\boxed{}, '####', 'answer is'), answer_tag, boxed, " \
-                "last_line, full"
+_EXTRACT_HELP = (
+    "where the answer is: auto (<answer> tag, \\boxed{}, '####', 'answer is'), answer_tag, boxed, last_line, full"
+)
 _UNIT_HELP = "tokens (TRL's completion_ids), words or chars"
 _SOL_HELP = "dataset column with the reference solution (GSM8K '... #### 42' is fine)"
 
 
-def _def(name: str, factory: Callable[..., RewardFunc], kind: str, description: str,
-         params: dict[str, tuple[Any, str]] | None = None, columns: tuple[str, ...] = ()) -> RewardDef:
+def _def(
+    name: str,
+    factory: Callable[..., RewardFunc],
+    kind: str,
+    description: str,
+    params: dict[str, tuple[Any, str]] | None = None,
+    columns: tuple[str, ...] = (),
+) -> RewardDef:
     params = params or {}
-    return RewardDef(name, factory, description, columns, {k: v[0] for k, v in params.items()}, kind,
-                     {k: v[1] for k, v in params.items()})
+    return RewardDef(
+        name,
+        factory,
+        description,
+        columns,
+        {k: v[0] for k, v in params.items()},
+        kind,
+        {k: v[1] for k, v in params.items()},
+    )
 
 
-REWARDS: dict[str, RewardDef] = {d.name: d for d in (
-    _def("letter_fraction", _letter_fraction, "other", "Fraction of the completion's characters equal to `letter` "
-         "(smoke task).", {"letter": ("a", "the character to count")}),
-    _def("constant", _constant, "other", "Always returns `value` (for tests: a reward with no signal).",
-         {"value": (0.0, "the value returned for every completion")}),
-    _def("think_format", _think_format, "format", "1.0 when the completion has <think>...</think> then "
-         "<answer>...</answer> (strict: exactly that, with newlines around the contents), else 0.0.",
-         {"strict": (False, "require the exact layout '<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>'")}),
-    _def("trl_think_format", _trl_think_format, "format", "TRL's think_format_reward: 1.0 when the completion starts "
-         "with one <think>...</think> block, else 0.0."),
-    _def("regex", _regex_match, "format", "1.0 when the completion matches `pattern` (search, or the whole text "
-         "with full=true), else 0.0; None when the match takes over 0.1 s (1 s per call at most).",
-         {"pattern": ("", "a Python regular expression (DOTALL), run by the `regex` package under a time limit"),
-          "full": (False, "the whole completion must match")}),
-    _def("math_accuracy", _math_accuracy, "accuracy", "1.0 when math-verify finds the completion's answer (\\boxed{}, "
-         "<answer> tag, LaTeX or a plain number) equal to the solution; None when the solution is unparseable.",
-         {"solution_column": ("solution", _SOL_HELP)}, ("solution",)),
-    _def("trl_accuracy", _trl_accuracy, "accuracy", "TRL's accuracy_reward (reasoning=true: "
-         "reasoning_accuracy_reward, only after </think>): math-verify on \\boxed{} answers.",
-         {"solution_column": ("solution", _SOL_HELP), "reasoning": (False, "only judge the text after </think>")},
-         ("solution",)),
-    _def("exact_match", _exact_match, "accuracy", "1.0 when the extracted answer equals the answer column "
-         "(normalised: case, punctuation, articles, spaces), else 0.0; None for an empty reference.",
-         {"answer_column": ("answer", "dataset column with the reference answer"),
-          "normalize": (True, "compare normalised text (false: exact after stripping spaces)"),
-          "extract": ("auto", _EXTRACT_HELP)}, ("answer",)),
-    _def("numeric_match", _numeric_match, "accuracy", "1.0 when the last number in the extracted answer equals the "
-         "reference number within tolerance (1,234 / 3/4 / \\frac{3}{4} understood); None if the reference has no "
-         "number.", {"answer_column": ("answer", "dataset column with the reference answer"),
-                     "rel_tol": (1e-6, "relative tolerance"), "abs_tol": (1e-9, "absolute tolerance"),
-                     "extract": ("auto", _EXTRACT_HELP)}, ("answer",)),
-    _def("multiple_choice", _multiple_choice, "accuracy", "1.0 when the chosen letter equals the answer column "
-         "(a letter, '(B)', or a 0-based index), else 0.0.",
-         {"answer_column": ("answer", "dataset column with the correct letter or index"),
-          "choices": ("ABCD", "the allowed letters"), "extract": ("auto", _EXTRACT_HELP)}, ("answer",)),
-    _def("cosine_scaled", _cosine_scaled, "accuracy", "TRL's cosine-scaled reward: math-verify correctness scaled by "
-         "length (short correct answers score most, short wrong ones least).",
-         {"max_len": (256, "length (in `unit`) where the schedule ends"), "solution_column": ("solution", _SOL_HELP),
-          "min_value_wrong": (-1.0, "wrong answer, shortest"), "max_value_wrong": (-0.5, "wrong answer, longest"),
-          "min_value_correct": (0.5, "correct answer, longest"),
-          "max_value_correct": (1.0, "correct answer, shortest"), "unit": ("tokens", _UNIT_HELP)}, ("solution",)),
-    _def("target_length", _target_length, "length", "1 - |length - target| / target (clipped to [0, 1]): 1.0 at "
-         "the target length.", {"target": (256, "the ideal length"), "tolerance": (0, "no penalty within this "
-                                "distance of the target"), "unit": ("tokens", _UNIT_HELP)}),
-    _def("soft_overlong", _soft_overlong, "length", "DAPO soft overlong punishment (TRL): 0 up to max_completion_len "
-         "- soft_punish_cache, then linearly down to -1 at max_completion_len, -1 beyond.",
-         {"max_completion_len": (256, "usually training.max_completion_length"),
-          "soft_punish_cache": (64, "length of the linear penalty zone"), "unit": ("tokens", _UNIT_HELP)}),
-    _def("repetition_penalty", _repetition_penalty, "length", "TRL's n-gram repetition penalty: 0 without repeated "
-         "n-grams, down to max_penalty for a fully repetitive completion.",
-         {"ngram_size": (3, "n-gram size"), "max_penalty": (-1.0, "penalty of a fully repetitive completion (<= 0)"),
-          "unit": ("tokens", _UNIT_HELP)}),
-    _def("code_tests", _code_tests, "code", "Runs the completion's Python (last ```python block) against the row's "
-         "unit tests in a sandbox (time and memory limits, no network, no secrets): the fraction passed; None "
-         "without tests.", {"tests_column": ("tests", "dataset column with asserts, a test script, or io cases"),
-                            "entry_point_column": (None, "column naming the function for HumanEval's check()"),
-                            "timeout_s": (5.0, "seconds per completion (per case for io tests)"),
-                            "memory_mb": (512, "address-space limit per run"),
-                            "max_cases": (20, "at most this many tests per row"),
-                            "workers": (4, "completions tested in parallel")}, ("tests",)),
-    _def("json_valid", _json_valid, "structured", "1.0 for valid JSON (whole text, <answer> tag, ```json fence or "
-         "outer braces) matching the schema if any; partial_credit for valid JSON failing it; 0.0 otherwise.",
-         {"schema": (None, "a JSON schema (mapping or JSON text) every completion must match"),
-          "schema_column": (None, "dataset column with one JSON schema per row"),
-          "partial_credit": (0.5, "reward for valid JSON that fails the schema")}),
-    *grpo_agents.process_rewards(_def),
-    _def("python", _python_inline, "custom", "Your own reward written inline: `code` defines `function` with TRL's "
-         "signature (completions, **kwargs) -> list[float | None]; runs only in the job.",
-         {"code": ("", "Python source"), "function": ("reward", "the function's name in the code"),
-          "args": (None, "extra keyword arguments passed to it")}),
-)}
+REWARDS: dict[str, RewardDef] = {
+    d.name: d
+    for d in (
+        _def(
+            "letter_fraction",
+            _letter_fraction,
+            "other",
+            "Fraction of the completion's characters equal to `letter` (smoke task).",
+            {"letter": ("a", "the character to count")},
+        ),
+        _def(
+            "constant",
+            _constant,
+            "other",
+            "Always returns `value` (for tests: a reward with no signal).",
+            {"value": (0.0, "the value returned for every completion")},
+        ),
+        _def(
+            "think_format",
+            _think_format,
+            "format",
+            "1.0 when the completion has <think>...</think> then "
+            "<answer>...</answer> (strict: exactly that, with newlines around the contents), else 0.0.",
+            {"strict": (False, "require the exact layout '<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>'")},
+        ),
+        _def(
+            "trl_think_format",
+            _trl_think_format,
+            "format",
+            "TRL's think_format_reward: 1.0 when the completion starts with one <think>...</think> block, else 0.0.",
+        ),
+        _def(
+            "regex",
+            _regex_match,
+            "format",
+            "1.0 when the completion matches `pattern` (search, or the whole text "
+            "with full=true), else 0.0; None when the match takes over 0.1 s (1 s per call at most).",
+            {
+                "pattern": ("", "a Python regular expression (DOTALL), run by the `regex` package under a time limit"),
+                "full": (False, "the whole completion must match"),
+            },
+        ),
+        _def(
+            "math_accuracy",
+            _math_accuracy,
+            "accuracy",
+            "1.0 when math-verify finds the completion's answer (\\boxed{}, "
+            "<answer> tag, LaTeX or a plain number) equal to the solution; None when the solution is unparseable.",
+            {"solution_column": ("solution", _SOL_HELP)},
+            ("solution",),
+        ),
+        _def(
+            "trl_accuracy",
+            _trl_accuracy,
+            "accuracy",
+            "TRL's accuracy_reward (reasoning=true: "
+            "reasoning_accuracy_reward, only after </think>): math-verify on \\boxed{} answers.",
+            {"solution_column": ("solution", _SOL_HELP), "reasoning": (False, "only judge the text after </think>")},
+            ("solution",),
+        ),
+        _def(
+            "exact_match",
+            _exact_match,
+            "accuracy",
+            "1.0 when the extracted answer equals the answer column "
+            "(normalised: case, punctuation, articles, spaces), else 0.0; None for an empty reference.",
+            {
+                "answer_column": ("answer", "dataset column with the reference answer"),
+                "normalize": (True, "compare normalised text (false: exact after stripping spaces)"),
+                "extract": ("auto", _EXTRACT_HELP),
+            },
+            ("answer",),
+        ),
+        _def(
+            "numeric_match",
+            _numeric_match,
+            "accuracy",
+            "1.0 when the last number in the extracted answer equals the "
+            "reference number within tolerance (1,234 / 3/4 / \\frac{3}{4} understood); None if the reference has no "
+            "number.",
+            {
+                "answer_column": ("answer", "dataset column with the reference answer"),
+                "rel_tol": (1e-6, "relative tolerance"),
+                "abs_tol": (1e-9, "absolute tolerance"),
+                "extract": ("auto", _EXTRACT_HELP),
+            },
+            ("answer",),
+        ),
+        _def(
+            "multiple_choice",
+            _multiple_choice,
+            "accuracy",
+            "1.0 when the chosen letter equals the answer column (a letter, '(B)', or a 0-based index), else 0.0.",
+            {
+                "answer_column": ("answer", "dataset column with the correct letter or index"),
+                "choices": ("ABCD", "the allowed letters"),
+                "extract": ("auto", _EXTRACT_HELP),
+            },
+            ("answer",),
+        ),
+        _def(
+            "cosine_scaled",
+            _cosine_scaled,
+            "accuracy",
+            "TRL's cosine-scaled reward: math-verify correctness scaled by "
+            "length (short correct answers score most, short wrong ones least).",
+            {
+                "max_len": (256, "length (in `unit`) where the schedule ends"),
+                "solution_column": ("solution", _SOL_HELP),
+                "min_value_wrong": (-1.0, "wrong answer, shortest"),
+                "max_value_wrong": (-0.5, "wrong answer, longest"),
+                "min_value_correct": (0.5, "correct answer, longest"),
+                "max_value_correct": (1.0, "correct answer, shortest"),
+                "unit": ("tokens", _UNIT_HELP),
+            },
+            ("solution",),
+        ),
+        _def(
+            "target_length",
+            _target_length,
+            "length",
+            "1 - |length - target| / target (clipped to [0, 1]): 1.0 at the target length.",
+            {
+                "target": (256, "the ideal length"),
+                "tolerance": (0, "no penalty within this distance of the target"),
+                "unit": ("tokens", _UNIT_HELP),
+            },
+        ),
+        _def(
+            "soft_overlong",
+            _soft_overlong,
+            "length",
+            "DAPO soft overlong punishment (TRL): 0 up to max_completion_len "
+            "- soft_punish_cache, then linearly down to -1 at max_completion_len, -1 beyond.",
+            {
+                "max_completion_len": (256, "usually training.max_completion_length"),
+                "soft_punish_cache": (64, "length of the linear penalty zone"),
+                "unit": ("tokens", _UNIT_HELP),
+            },
+        ),
+        _def(
+            "repetition_penalty",
+            _repetition_penalty,
+            "length",
+            "TRL's n-gram repetition penalty: 0 without repeated "
+            "n-grams, down to max_penalty for a fully repetitive completion.",
+            {
+                "ngram_size": (3, "n-gram size"),
+                "max_penalty": (-1.0, "penalty of a fully repetitive completion (<= 0)"),
+                "unit": ("tokens", _UNIT_HELP),
+            },
+        ),
+        _def(
+            "code_tests",
+            _code_tests,
+            "code",
+            "Runs the completion's Python (last ```python block) against the row's "
+            "unit tests in a sandbox (time and memory limits, no network, no secrets): the fraction passed; None "
+            "without tests.",
+            {
+                "tests_column": ("tests", "dataset column with asserts, a test script, or io cases"),
+                "entry_point_column": (None, "column naming the function for HumanEval's check()"),
+                "timeout_s": (5.0, "seconds per completion (per case for io tests)"),
+                "memory_mb": (512, "address-space limit per run"),
+                "max_cases": (20, "at most this many tests per row"),
+                "workers": (4, "completions tested in parallel"),
+            },
+            ("tests",),
+        ),
+        _def(
+            "json_valid",
+            _json_valid,
+            "structured",
+            "1.0 for valid JSON (whole text, <answer> tag, ```json fence or "
+            "outer braces) matching the schema if any; partial_credit for valid JSON failing it; 0.0 otherwise.",
+            {
+                "schema": (None, "a JSON schema (mapping or JSON text) every completion must match"),
+                "schema_column": (None, "dataset column with one JSON schema per row"),
+                "partial_credit": (0.5, "reward for valid JSON that fails the schema"),
+            },
+        ),
+        *grpo_agents.process_rewards(_def),
+        _def(
+            "python",
+            _python_inline,
+            "custom",
+            "Your own reward written inline: `code` defines `function` with TRL's "
+            "signature (completions, **kwargs) -> list[float | None]; runs only in the job.",
+            {
+                "code": ("", "Python source"),
+                "function": ("reward", "the function's name in the code"),
+                "args": (None, "extra keyword arguments passed to it"),
+            },
+        ),
+    )
+}
 
 
 def required_columns(builtin: str, params: dict[str, Any]) -> list[str]:
@@ -652,8 +909,9 @@ def load_custom(function: str, base_dir: str | None = None) -> Callable[..., Any
     return fn
 
 
-def build_reward(name: str, builtin: str | None, function: str | None, params: dict[str, Any],
-                 base_dir: str | None = None) -> RewardFunc:
+def build_reward(
+    name: str, builtin: str | None, function: str | None, params: dict[str, Any], base_dir: str | None = None
+) -> RewardFunc:
     """Build the reward function for one spec entry, named `name` so TRL logs it as `rewards/<name>/mean`."""
     if function:
         inner = load_custom(function, base_dir)
@@ -665,6 +923,7 @@ def build_reward(name: str, builtin: str | None, function: str | None, params: d
         fn = REWARDS[key].factory(**params)
 
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+
         async def named_async(*args: Any, **kwargs: Any) -> list[float | None]:
             return await fn(*args, **kwargs)
 
@@ -687,6 +946,7 @@ class NamedReward:
 
 def _bind(fn: Callable[..., Any], params: dict[str, Any]) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(fn):
+
         async def abound(*args: Any, **kwargs: Any) -> Any:
             return await fn(*args, **{**params, **kwargs})
 

@@ -44,8 +44,10 @@ from grpo_bwrap import SANDBOX_UID, SANDBOX_WORK  # noqa: E402 - re-exported
 
 _CONFINE = Path(grpo_confine.__file__).read_text(encoding="utf-8")
 # Joins the run's pids cgroup, then execs the sandbox, so every task of it is counted from the start.
-_ENTER_CGROUP = ("import os, sys\nwith open(sys.argv[1] + '/cgroup.procs', 'w') as f:\n    f.write(str(os.getpid()))\n"
-                 "os.execv(sys.argv[2], sys.argv[2:])\n")
+_ENTER_CGROUP = (
+    "import os, sys\nwith open(sys.argv[1] + '/cgroup.procs', 'w') as f:\n    f.write(str(os.getpid()))\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 @dataclass
@@ -72,12 +74,37 @@ class SandboxResult:
         return "MemoryError" in self.stderr or "Cannot allocate memory" in self.stderr
 
 
-_SPAWN_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-                 "ctypes.dlopen")
-_SECRET_FILES = (".cache/huggingface", ".huggingface", ".netrc", ".ssh", ".aws", ".azure", ".config/gcloud",
-                 ".config/gh", ".git-credentials", ".docker", ".pypirc", ".kaggle")
-_UNSHARE = (("--net", "--pid", "--fork", "--mount-proc", "--kill-child"), ("--net", "--pid", "--fork", "--mount-proc"),
-            ("--map-root-user", "--net", "--pid", "--fork", "--mount-proc"), ("--net",), ("--map-root-user", "--net"))
+_SPAWN_EVENTS = (
+    "subprocess.Popen",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "ctypes.dlopen",
+)
+_SECRET_FILES = (
+    ".cache/huggingface",
+    ".huggingface",
+    ".netrc",
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".config/gh",
+    ".git-credentials",
+    ".docker",
+    ".pypirc",
+    ".kaggle",
+)
+_UNSHARE = (
+    ("--net", "--pid", "--fork", "--mount-proc", "--kill-child"),
+    ("--net", "--pid", "--fork", "--mount-proc"),
+    ("--map-root-user", "--net", "--pid", "--fork", "--mount-proc"),
+    ("--net",),
+    ("--map-root-user", "--net"),
+)
 # The variable that tells a nested sandbox (the code reward run by the reward worker) that it already runs inside
 # one; the switches that force the fallbacks (tests, and owners who want to see them); the report channel's fd.
 _INSIDE_ENV = "GRPO_SANDBOX_INSIDE"
@@ -116,6 +143,7 @@ def seccomp_program(allow_subprocess: bool = False) -> bytes | None:
 
 # ---------------------------------------------------------------- choosing the boundary
 
+
 @dataclass(frozen=True)
 class _Plan:
     mode: str  # bubblewrap | landlock | nested | unshare | audit-hook
@@ -149,14 +177,20 @@ def _bwrap(tool: str | None, disabled: str, inside: bool) -> _Plan | str:
         description, reason = grpo_bwrap.probe(tool, program, disable_userns, sandbox_env(SANDBOX_WORK))
         if description:
             cgroup = grpo_host.pids_cgroup_base() is not None
-            return _Plan("bubblewrap", f"{description}, {_task_bound(not grpo_host.root(), cgroup)})", tool, seccomp,
-                         disable_userns, cgroup)
+            return _Plan(
+                "bubblewrap",
+                f"{description}, {_task_bound(not grpo_host.root(), cgroup)})",
+                tool,
+                seccomp,
+                disable_userns,
+                cgroup,
+            )
         why = why or reason
     return why
 
 
 # Run once inside a candidate Landlock sandbox: what it can reach of the host must be refused.
-_LANDLOCK_PROBE = r'''
+_LANDLOCK_PROBE = r"""
 import json, os, socket, sys, threading
 outside, parent = sys.argv[1], int(sys.argv[2])
 def attempt(fn):
@@ -180,7 +214,7 @@ print(json.dumps({"read": attempt(lambda: open(outside).read()), "environ": atte
     "write": attempt(lambda: open(outside + ".new", "x").close()), "fork": attempt(os.fork),
     "inet": attempt(lambda: socket.socket(socket.AF_INET)), "uid": os.getuid(), "threads": started,
     "seccomp": status["Seccomp"].strip(), "nnp": status["NoNewPrivs"].strip()}))
-'''
+"""
 
 
 @functools.cache
@@ -192,29 +226,47 @@ def _landlock(disabled: str, inside: bool) -> _Plan | str:
         return "already inside a sandbox"
     abi = grpo_confine.landlock_abi()
     if abi < _LANDLOCK_ABI:
-        return (f"Landlock ABI {abi} here, the boundary needs ABI {_LANDLOCK_ABI} (Linux 6.12+ with Landlock "
-                f"enabled)" if abi else "Landlock is not available (Linux 5.13+ with landlock in the lsm= list)")
+        return (
+            f"Landlock ABI {abi} here, the boundary needs ABI {_LANDLOCK_ABI} (Linux 6.12+ with Landlock enabled)"
+            if abi
+            else "Landlock is not available (Linux 5.13+ with landlock in the lsm= list)"
+        )
     if seccomp_program() is None:
         return "no seccomp filter for this architecture"
     cgroup = grpo_host.pids_cgroup_base() is not None
     root, keep = grpo_host.root(), grpo_host.has_read_search()
-    who = ("a spare uid per run, no capabilities but CAP_DAC_READ_SEARCH" if root and keep else
-           "a spare uid per run, no capabilities" if root else "the dashboard's uid, no capabilities")
-    plan = _Plan("landlock", f"landlock (Landlock ABI {abi}: files, TCP, abstract Unix sockets, signals; seccomp, no "
-                 f"sockets; {who}; {_task_bound(True, cgroup)})", cgroup=cgroup)
+    who = (
+        "a spare uid per run, no capabilities but CAP_DAC_READ_SEARCH"
+        if root and keep
+        else "a spare uid per run, no capabilities"
+        if root
+        else "the dashboard's uid, no capabilities"
+    )
+    plan = _Plan(
+        "landlock",
+        f"landlock (Landlock ABI {abi}: files, TCP, abstract Unix sockets, signals; seccomp, no "
+        f"sockets; {who}; {_task_bound(True, cgroup)})",
+        cgroup=cgroup,
+    )
     with tempfile.TemporaryDirectory(prefix="grpo-sandbox-probe-") as outside:
         secret = Path(outside, "outside")
         secret.write_text("outside")
-        res = _run(plan, _LANDLOCK_PROBE, argv=[str(secret), str(os.getpid())], timeout_s=30, memory_mb=512,
-                   max_tasks=16)
+        res = _run(
+            plan, _LANDLOCK_PROBE, argv=[str(secret), str(os.getpid())], timeout_s=30, memory_mb=512, max_tasks=16
+        )
     try:
         seen = json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         lines = res.stderr.strip().splitlines()
         return lines[-1][:300] if lines else f"the Landlock probe exited with status {res.returncode}"
     refused = all(seen[k] != "allowed" for k in ("read", "environ", "signal", "write", "fork", "inet"))
-    if not refused or seen["seccomp"] != "2" or seen["nnp"] != "1" or (grpo_host.root() and seen["uid"] == 0) \
-            or seen["threads"] >= 100:
+    if (
+        not refused
+        or seen["seccomp"] != "2"
+        or seen["nnp"] != "1"
+        or (grpo_host.root() and seen["uid"] == 0)
+        or seen["threads"] >= 100
+    ):
         return f"the Landlock sandbox does not hold: {json.dumps(seen)[:300]}"
     return plan
 
@@ -268,8 +320,14 @@ boundary = bwrap_boundary
 def no_boundary_reason() -> str:
     """Why no boundary can be made here ("" when one can): what each boundary lacks, and what to do."""
     plan, why = _plan_here()
-    return "" if plan else (f"no sandbox boundary can be made here ({why}); install bubblewrap and allow "
-                            f"unprivileged user namespaces, or run on Linux 6.12+ with Landlock enabled")
+    return (
+        ""
+        if plan
+        else (
+            f"no sandbox boundary can be made here ({why}); install bubblewrap and allow "
+            f"unprivileged user namespaces, or run on Linux 6.12+ with Landlock enabled"
+        )
+    )
 
 
 def fallback_isolation() -> str:
@@ -289,8 +347,12 @@ def current_isolation() -> str:
 
 @functools.cache
 def _warn_fallback(isolation: str, why: str) -> None:
-    print(f"grpo_sandbox: custom code runs without an isolation boundary: {why}; falling back to {isolation}, which "
-          f"does not stop code that means harm.", file=sys.stderr, flush=True)
+    print(
+        f"grpo_sandbox: custom code runs without an isolation boundary: {why}; falling back to {isolation}, which "
+        f"does not stop code that means harm.",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _deny_patterns() -> list[str]:
@@ -310,17 +372,36 @@ def _deny_patterns() -> list[str]:
 def sandbox_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The child's whole environment: a PATH, a temporary HOME, UTF-8; nothing inherited (no tokens, no proxies)."""
     path = os.pathsep.join(dict.fromkeys([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
-    return {"PATH": path, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1", **(extra or {})}
+    return {
+        "PATH": path,
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **(extra or {}),
+    }
 
 
 # ---------------------------------------------------------------- running
 
-def run_sandboxed(code: str, *, stdin: str = "", timeout_s: float = 10.0, memory_mb: int | None = 512,
-                  files: dict[str, str] | None = None, argv: list[str] | None = None, allow_subprocess: bool = False,
-                  sys_path: list[str] | None = None, env: dict[str, str] | None = None,
-                  max_output: int = 1_000_000, read_only: list[str] | None = None, report: bool = False,
-                  max_tasks: int | None = None) -> SandboxResult:
+
+def run_sandboxed(
+    code: str,
+    *,
+    stdin: str = "",
+    timeout_s: float = 10.0,
+    memory_mb: int | None = 512,
+    files: dict[str, str] | None = None,
+    argv: list[str] | None = None,
+    allow_subprocess: bool = False,
+    sys_path: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    max_output: int = 1_000_000,
+    read_only: list[str] | None = None,
+    report: bool = False,
+    max_tasks: int | None = None,
+) -> SandboxResult:
     """Run Python `code` in a sandboxed subprocess and return its exit status and output.
 
     The boundary (see `boundary`): bubblewrap (uid 65534 without capabilities in its own user, pid, network, ipc,
@@ -343,22 +424,53 @@ def run_sandboxed(code: str, *, stdin: str = "", timeout_s: float = 10.0, memory
         plan = _Plan("nested", f"inside the parent's sandbox: {outer}")
     elif plan is None:
         prefix = isolation_prefix()
-        plan = _Plan("unshare" if prefix else "audit-hook", fallback_isolation(),
-                     cgroup=grpo_host.pids_cgroup_base() is not None)
+        plan = _Plan(
+            "unshare" if prefix else "audit-hook",
+            fallback_isolation(),
+            cgroup=grpo_host.pids_cgroup_base() is not None,
+        )
         _warn_fallback(plan.description, why)
-    return _run(plan, code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb, files=files, argv=argv,
-                allow_subprocess=allow_subprocess, sys_path=sys_path, env=env, max_output=max_output,
-                read_only=read_only, report=report, max_tasks=max_tasks)
+    return _run(
+        plan,
+        code,
+        stdin=stdin,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        files=files,
+        argv=argv,
+        allow_subprocess=allow_subprocess,
+        sys_path=sys_path,
+        env=env,
+        max_output=max_output,
+        read_only=read_only,
+        report=report,
+        max_tasks=max_tasks,
+    )
 
 
-def _run(plan: _Plan, code: str, *, stdin: str = "", timeout_s: float, memory_mb: int | None,
-         files: dict[str, str] | None = None, argv: list[str] | None = None, allow_subprocess: bool = False,
-         sys_path: list[str] | None = None, env: dict[str, str] | None = None, max_output: int = 1_000_000,
-         read_only: list[str] | None = None, report: bool = False, max_tasks: int | None = None) -> SandboxResult:
+def _run(
+    plan: _Plan,
+    code: str,
+    *,
+    stdin: str = "",
+    timeout_s: float,
+    memory_mb: int | None,
+    files: dict[str, str] | None = None,
+    argv: list[str] | None = None,
+    allow_subprocess: bool = False,
+    sys_path: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    max_output: int = 1_000_000,
+    read_only: list[str] | None = None,
+    report: bool = False,
+    max_tasks: int | None = None,
+) -> SandboxResult:
     tasks = max_tasks or (MAX_TASKS_WITH_SUBPROCESSES if allow_subprocess else MAX_TASKS)
     visible = list(sys_path or []) if read_only is None else list(read_only)
-    with tempfile.TemporaryDirectory(prefix="grpo-sandbox-") as work, \
-            tempfile.TemporaryDirectory(prefix="grpo-sandbox-io-") as io_dir:
+    with (
+        tempfile.TemporaryDirectory(prefix="grpo-sandbox-") as work,
+        tempfile.TemporaryDirectory(prefix="grpo-sandbox-io-") as io_dir,
+    ):
         for name, content in (files or {}).items():
             target = Path(work) / name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -368,15 +480,28 @@ def _run(plan: _Plan, code: str, *, stdin: str = "", timeout_s: float, memory_mb
         (Path(io_dir) / "stdin").write_text(stdin, encoding="utf-8")
         path = list(sys_path or [])
         cfg: dict[str, Any] = {
-            "memory": int(memory_mb) * 2**20 if memory_mb else 0, "cpu": int(math.ceil(timeout_s)) + 1,
-            "fsize": max(4 * max_output, 64 * 2**20), "nofile": _NOFILE_WITH_SUBPROCESSES if allow_subprocess
-            else _NOFILE, "deny": _deny_patterns(), "block": [] if allow_subprocess else list(_SPAWN_EVENTS),
-            "main": f"{inner}/main.py", "argv": list(argv or []), "landlock": None, "uid": None, "nproc": None}
-        namespaced = plan.mode == "bubblewrap" or (plan.mode == "nested" and plan.description.startswith(
-            "inside the parent's sandbox: bubblewrap")) or (plan.mode == "unshare" and "--pid" in isolation_prefix())
+            "memory": int(memory_mb) * 2**20 if memory_mb else 0,
+            "cpu": int(math.ceil(timeout_s)) + 1,
+            "fsize": max(4 * max_output, 64 * 2**20),
+            "nofile": _NOFILE_WITH_SUBPROCESSES if allow_subprocess else _NOFILE,
+            "deny": _deny_patterns(),
+            "block": [] if allow_subprocess else list(_SPAWN_EVENTS),
+            "main": f"{inner}/main.py",
+            "argv": list(argv or []),
+            "landlock": None,
+            "uid": None,
+            "nproc": None,
+        }
+        namespaced = (
+            plan.mode == "bubblewrap"
+            or (plan.mode == "nested" and plan.description.startswith("inside the parent's sandbox: bubblewrap"))
+            or (plan.mode == "unshare" and "--pid" in isolation_prefix())
+        )
         if plan.mode in ("landlock", "nested") and grpo_confine.landlock_abi() >= 1:
-            cfg["landlock"] = {"abi": _LANDLOCK_ABI if plan.mode == "landlock" else 1,
-                               "rules": grpo_host.landlock_rules(work, visible)}
+            cfg["landlock"] = {
+                "abi": _LANDLOCK_ABI if plan.mode == "landlock" else 1,
+                "rules": grpo_host.landlock_rules(work, visible),
+            }
             path = grpo_host.shadow_path(work, path, visible)
         if plan.mode == "landlock" and grpo_host.root():
             cfg["uid"], cfg["keep_read_search"] = grpo_host.spare_uid(), grpo_host.has_read_search()
@@ -397,13 +522,15 @@ def _run(plan: _Plan, code: str, *, stdin: str = "", timeout_s: float, memory_mb
                 outer_program = seccomp_program(allow_subprocess) if plan.outer_seccomp else None
                 if outer_program:
                     fds.append(grpo_bwrap.seccomp_pipe(outer_program))
-                prefix = tuple(grpo_bwrap.command(plan.tool, work, visible, fds[0] if fds else None,
-                                                  plan.disable_userns))
+                prefix = tuple(
+                    grpo_bwrap.command(plan.tool, work, visible, fds[0] if fds else None, plan.disable_userns)
+                )
             elif plan.mode == "unshare":
                 prefix = isolation_prefix()
             if plan.mode != "audit-hook" and plan.mode != "unshare":
-                child_env[_INSIDE_ENV] = plan.description if plan.mode != "nested" else plan.description.split(
-                    ": ", 1)[1]
+                child_env[_INSIDE_ENV] = (
+                    plan.description if plan.mode != "nested" else plan.description.split(": ", 1)[1]
+                )
             if report:
                 fds.append(os.open(Path(io_dir) / "report", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
                 child_env[REPORT_FD_ENV] = str(fds[-1])
@@ -425,14 +552,19 @@ def _run(plan: _Plan, code: str, *, stdin: str = "", timeout_s: float, memory_mb
     return SandboxResult(None if timed_out else returncode, out, err, timed_out, duration, plan.description, text)
 
 
-def _spawn(cmd: list[str], io_dir: str, work: str, env: dict[str, str], fds: list[int],
-           timeout_s: float) -> tuple[int | None, bool, float]:
+def _spawn(
+    cmd: list[str], io_dir: str, work: str, env: dict[str, str], fds: list[int], timeout_s: float
+) -> tuple[int | None, bool, float]:
     start = time.monotonic()
     timed_out = False
-    with open(Path(io_dir) / "stdin", "rb") as fin, open(Path(io_dir) / "out", "wb") as fout, \
-            open(Path(io_dir) / "err", "wb") as ferr:
-        proc = subprocess.Popen(cmd, stdin=fin, stdout=fout, stderr=ferr, cwd=work, start_new_session=True, env=env,
-                                pass_fds=tuple(fds))
+    with (
+        open(Path(io_dir) / "stdin", "rb") as fin,
+        open(Path(io_dir) / "out", "wb") as fout,
+        open(Path(io_dir) / "err", "wb") as ferr,
+    ):
+        proc = subprocess.Popen(
+            cmd, stdin=fin, stdout=fout, stderr=ferr, cwd=work, start_new_session=True, env=env, pass_fds=tuple(fds)
+        )
         try:
             returncode: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -443,10 +575,9 @@ def _spawn(cmd: list[str], io_dir: str, work: str, env: dict[str, str], fds: lis
     return returncode, timed_out, time.monotonic() - start
 
 
-
 # ---------------------------------------------------------------- code tests
 
-_HARNESS = r'''
+_HARNESS = r"""
 import json, sys
 nonce = sys.stdin.readline().strip()
 tests = json.loads(sys.stdin.read())
@@ -467,7 +598,7 @@ for i, test in enumerate(tests):
         report({"i": i, "ok": True})
     except BaseException as exc:
         report({"i": i, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]})
-'''
+"""
 
 
 def _same_output(got: str, want: str) -> bool:
@@ -486,12 +617,17 @@ def run_tests(code: str, kind: str, tests: list[Any], timeout_s: float = 5.0, me
             passed += res.ok and _same_output(res.stdout, expected)
         return passed / len(tests)
     nonce = secrets.token_hex(16)
-    res = run_sandboxed(_HARNESS, stdin=nonce + "\n" + json.dumps(tests), files={"solution.py": code},
-                        timeout_s=timeout_s, memory_mb=memory_mb)
+    res = run_sandboxed(
+        _HARNESS,
+        stdin=nonce + "\n" + json.dumps(tests),
+        files={"solution.py": code},
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+    )
     oks: set[int] = set()
     for line in res.stdout.splitlines():
         if line.startswith(nonce):
-            record = json.loads(line[len(nonce):])
+            record = json.loads(line[len(nonce) :])
             if record.get("ok"):
                 oks.add(int(record["i"]))
     return len(oks) / len(tests)

@@ -24,19 +24,71 @@ EPERM, ENOSYS, EAFNOSUPPORT = 1, 38, 97
 _CLONE_THREAD = 0x00010000
 _CLONE_NEW_NAMESPACES = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 _AF_UNIX = 1
-NR = {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "socket": 41, "socketpair": 53,
-      "clone3": 435, "unshare": 272, "memfd_create": 319, "setsid": 112, "setpgid": 109}
+NR = {
+    "clone": 56,
+    "fork": 57,
+    "vfork": 58,
+    "execve": 59,
+    "execveat": 322,
+    "socket": 41,
+    "socketpair": 53,
+    "clone3": 435,
+    "unshare": 272,
+    "memfd_create": 319,
+    "setsid": 112,
+    "setpgid": 109,
+}
 DENIED = {  # always refused with EPERM: debugging other processes, mounts, namespaces, kernel keys and modules...
-    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "pidfd_getfd": 438,
-    "process_madvise": 440, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272,
-    "setns": 308, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-    "mount_setattr": 442, "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
-    "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "kexec_load": 246,
-    "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176, "open_by_handle_at": 304,
+    "ptrace": 101,
+    "process_vm_readv": 310,
+    "process_vm_writev": 311,
+    "kcmp": 312,
+    "pidfd_getfd": 438,
+    "process_madvise": 440,
+    "mount": 165,
+    "umount2": 166,
+    "pivot_root": 155,
+    "chroot": 161,
+    "unshare": 272,
+    "setns": 308,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "mount_setattr": 442,
+    "keyctl": 250,
+    "add_key": 248,
+    "request_key": 249,
+    "bpf": 321,
+    "perf_event_open": 298,
+    "userfaultfd": 323,
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "kexec_load": 246,
+    "kexec_file_load": 320,
+    "init_module": 175,
+    "finit_module": 313,
+    "delete_module": 176,
+    "open_by_handle_at": 304,
     # Memory the address-space limit does not count: memfd files, SysV shared memory (which outlives the process
     # without an IPC namespace), SysV semaphores and message queues, POSIX message queues.
-    "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65,
-    "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240,
+    "memfd_create": 319,
+    "memfd_secret": 447,
+    "shmget": 29,
+    "shmat": 30,
+    "shmctl": 31,
+    "semget": 64,
+    "semop": 65,
+    "semctl": 66,
+    "semtimedop": 220,
+    "msgget": 68,
+    "msgsnd": 69,
+    "msgrcv": 70,
+    "msgctl": 71,
+    "mq_open": 240,
 }
 
 
@@ -68,14 +120,24 @@ def build(*, allow_fork: bool, allow_exec: bool, sockets: str, pin_session: bool
         return None
     if sockets not in ("unix", "none"):
         raise ValueError(f"sockets must be 'unix' or 'none', not {sockets!r}")
-    prog = [_insn(_LD_ABS_W, _OFF_ARCH), _insn(_JEQ_K, _AUDIT_ARCH_X86_64, jt=1), _errno(EPERM),
-            _insn(_LD_ABS_W, _OFF_NR), _insn(_JGE_K, _X32_SYSCALL_BIT, jf=1), _errno(EPERM)]
+    prog = [
+        _insn(_LD_ABS_W, _OFF_ARCH),
+        _insn(_JEQ_K, _AUDIT_ARCH_X86_64, jt=1),
+        _errno(EPERM),
+        _insn(_LD_ABS_W, _OFF_NR),
+        _insn(_JGE_K, _X32_SYSCALL_BIT, jf=1),
+        _errno(EPERM),
+    ]
     clone = [_insn(_LD_ABS_W, _OFF_ARG0), _insn(_JSET_K, _CLONE_NEW_NAMESPACES, jf=1), _errno(EPERM)]
     if not allow_fork:
         clone += [_insn(_JSET_K, _CLONE_THREAD, jt=1), _errno(EPERM)]
     clone.append(_insn(_RET_K, _RET_ALLOW))
-    unix_only = [_insn(_LD_ABS_W, _OFF_ARG0), _insn(_JEQ_K, _AF_UNIX, jt=1), _errno(EAFNOSUPPORT),
-                 _insn(_RET_K, _RET_ALLOW)]
+    unix_only = [
+        _insn(_LD_ABS_W, _OFF_ARG0),
+        _insn(_JEQ_K, _AF_UNIX, jt=1),
+        _errno(EAFNOSUPPORT),
+        _insn(_RET_K, _RET_ALLOW),
+    ]
     blocks = [(NR["clone"], clone), (NR["socketpair"], unix_only)]
     blocks.append((NR["socket"], unix_only if sockets == "unix" else [_errno(EAFNOSUPPORT)]))
     for nr, block in blocks:
@@ -104,5 +166,9 @@ def inner_program(allow_subprocess: bool, namespaced: bool) -> bytes | None:
     """The filter the child's guard installs before untrusted code: exec refused unless `allow_subprocess`;
     sockets limited to AF_UNIX inside network and pid namespaces (`namespaced`), refused outside them, where the
     process group is also pinned."""
-    return build(allow_fork=allow_subprocess, allow_exec=allow_subprocess, sockets="unix" if namespaced else "none",
-                 pin_session=not namespaced)
+    return build(
+        allow_fork=allow_subprocess,
+        allow_exec=allow_subprocess,
+        sockets="unix" if namespaced else "none",
+        pin_session=not namespaced,
+    )

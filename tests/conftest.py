@@ -295,8 +295,16 @@ def slurm(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 # is a failure: a skip there means the boundary was not tested. The one exception is a case raised through
 # `not_applicable` (a weak fallback mode, or the boundary this machine does not use while the other one runs the test).
 EXPECT_SANDBOX = "GRPO_DASHBOARD_EXPECT_SANDBOX"
-SECURITY_TESTS = frozenset({"test_sandbox.py", "test_sandbox_escapes.py", "test_sandbox_limits.py",
-                            "test_security.py", "test_reward_check.py", "test_space_exploits.py"})
+SECURITY_TESTS = frozenset(
+    {
+        "test_sandbox.py",
+        "test_sandbox_escapes.py",
+        "test_sandbox_limits.py",
+        "test_security.py",
+        "test_reward_check.py",
+        "test_space_exploits.py",
+    }
+)
 
 
 def not_applicable(reason: str) -> NoReturn:
@@ -312,11 +320,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Turn a security test's skip into a failure where the sandbox is expected to work (see SECURITY_TESTS)."""
     report = yield
     allowed = call.excinfo is not None and getattr(call.excinfo.value, "not_applicable", False)
-    if (report.skipped and not hasattr(report, "wasxfail") and not allowed and os.environ.get(EXPECT_SANDBOX) == "1"
-            and item.path.name in SECURITY_TESTS):
+    if (
+        report.skipped
+        and not hasattr(report, "wasxfail")
+        and not allowed
+        and os.environ.get(EXPECT_SANDBOX) == "1"
+        and item.path.name in SECURITY_TESTS
+    ):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         reason = reason.removeprefix("Skipped: ")
         report.outcome = "failed"
-        report.longrepr = (f"{EXPECT_SANDBOX}=1 (the sandbox is expected to work here), but this security test was "
-                           f"skipped: {reason}")
+        report.longrepr = (
+            f"{EXPECT_SANDBOX}=1 (the sandbox is expected to work here), but this security test was skipped: {reason}"
+        )
     return report

@@ -13,8 +13,9 @@ from .conftest import REPO
 def start_dashboard(port: int) -> subprocess.Popen[bytes]:
     """`python app.py` from the checkout, on 127.0.0.1:`port`."""
     env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)}
-    return subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def serving(port: int) -> bool:

@@ -44,14 +44,36 @@ from . import fake_hub_buckets, fake_hub_spaces
 
 TERMINAL = ("COMPLETED", "CANCELED", "ERROR", "DELETED")
 HARDWARE = [
-    {"name": "cpu-basic", "prettyName": "CPU Basic", "cpu": "2 vCPU", "ram": "16 GB", "accelerator": None,
-     "unitCostMicroUSD": 167, "unitCostUSD": 0.000167, "unitLabel": "minute"},
-    {"name": "l4x1", "prettyName": "Nvidia L4", "cpu": "8 vCPU", "ram": "30 GB",
-     "accelerator": {"type": "gpu", "model": "L4", "quantity": "1", "vram": "24 GB", "manufacturer": "Nvidia"},
-     "unitCostMicroUSD": 15000, "unitCostUSD": 0.015, "unitLabel": "minute"},
-    {"name": "a100-large", "prettyName": "Nvidia A100 - large", "cpu": "12 vCPU", "ram": "142 GB",
-     "accelerator": {"type": "gpu", "model": "A100", "quantity": "1", "vram": "80 GB", "manufacturer": "Nvidia"},
-     "unitCostMicroUSD": 40000, "unitCostUSD": 0.04, "unitLabel": "minute"},
+    {
+        "name": "cpu-basic",
+        "prettyName": "CPU Basic",
+        "cpu": "2 vCPU",
+        "ram": "16 GB",
+        "accelerator": None,
+        "unitCostMicroUSD": 167,
+        "unitCostUSD": 0.000167,
+        "unitLabel": "minute",
+    },
+    {
+        "name": "l4x1",
+        "prettyName": "Nvidia L4",
+        "cpu": "8 vCPU",
+        "ram": "30 GB",
+        "accelerator": {"type": "gpu", "model": "L4", "quantity": "1", "vram": "24 GB", "manufacturer": "Nvidia"},
+        "unitCostMicroUSD": 15000,
+        "unitCostUSD": 0.015,
+        "unitLabel": "minute",
+    },
+    {
+        "name": "a100-large",
+        "prettyName": "Nvidia A100 - large",
+        "cpu": "12 vCPU",
+        "ram": "142 GB",
+        "accelerator": {"type": "gpu", "model": "A100", "quantity": "1", "vram": "80 GB", "manufacturer": "Nvidia"},
+        "unitCostMicroUSD": 40000,
+        "unitCostUSD": 0.04,
+        "unitLabel": "minute",
+    },
 ]
 
 
@@ -104,11 +126,17 @@ class FakeJob:
     def info(self) -> dict[str, Any]:
         """The JobInfo JSON the Hub returns."""
         out: dict[str, Any] = {
-            "id": self.id, "createdAt": self.created, "dockerImage": self.spec.get("dockerImage"),
-            "command": self.spec.get("command"), "arguments": self.spec.get("arguments", []),
-            "environment": self.spec.get("environment", {}), "secrets": sorted(self.spec.get("secrets") or {}),
-            "flavor": self.spec.get("flavor"), "labels": self.spec.get("labels") or {},
-            "volumes": self.spec.get("volumes"), "status": {"stage": self.stage, "message": self.message},
+            "id": self.id,
+            "createdAt": self.created,
+            "dockerImage": self.spec.get("dockerImage"),
+            "command": self.spec.get("command"),
+            "arguments": self.spec.get("arguments", []),
+            "environment": self.spec.get("environment", {}),
+            "secrets": sorted(self.spec.get("secrets") or {}),
+            "flavor": self.spec.get("flavor"),
+            "labels": self.spec.get("labels") or {},
+            "volumes": self.spec.get("volumes"),
+            "status": {"stage": self.stage, "message": self.message},
             "owner": {"id": "u-" + self.namespace, "name": self.namespace, "type": "user"},
         }
         if self.started:
@@ -248,8 +276,11 @@ class FakeHub:
         workdir = self.workdir / "jobs" / job.id
         # A read-write bucket mount keeps what a job writes: the next job of the same folder sees it (resume).
         mount = next((v for v in job.spec.get("volumes") or [] if v["mountPath"] == "/data"), None)
-        data = (self.workdir / "volumes" / re.sub(r"\W+", "_", f"{mount['source']}/{mount.get('path', '')}")
-                if mount else workdir / "data")
+        data = (
+            self.workdir / "volumes" / re.sub(r"\W+", "_", f"{mount['source']}/{mount.get('path', '')}")
+            if mount
+            else workdir / "data"
+        )
         data.mkdir(parents=True, exist_ok=True)
         workdir.mkdir(parents=True)
         if mount:
@@ -269,7 +300,7 @@ class FakeHub:
             prefix = f"{volume.get('path', '')}/" if volume.get("path") else ""
             for path in list(self.buckets.get(volume["source"], {})):
                 if path.startswith(prefix):
-                    target = data / path[len(prefix):]
+                    target = data / path[len(prefix) :]
                     target.parent.mkdir(parents=True, exist_ok=True)
                     content = self.bucket_file(volume["source"], path)
                     if target.suffix in (".yaml", ".yml"):
@@ -280,8 +311,9 @@ class FakeHub:
         env.update({k: str(v) for k, v in (job.spec.get("secrets") or {}).items()})
         env["HF_HUB_OFFLINE"] = "1"
         argv = [sys.executable, *[mapped(a) for a in command[i:]]]
-        job.proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, bufsize=1)
+        job.proc = subprocess.Popen(
+            argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
         assert job.proc.stdout is not None
         for line in job.proc.stdout:
             job.emit(line.rstrip("\n"))
@@ -349,7 +381,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         def _slow(self, fault: Any, prefix: str = "slow:") -> bool:
             """Sleep for a "slow:S" fault; True when it was one."""
             if isinstance(fault, str) and fault.startswith(prefix):
-                time.sleep(float(fault[len(prefix):]))
+                time.sleep(float(fault[len(prefix) :]))
                 return True
             return False
 
@@ -385,13 +417,15 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return
             if parts == ["api", "whoami-v2"]:
                 name = self._user()
-                return self._json(200, {"name": name, "type": "user", "fullname": name.title(),
-                                        "avatarUrl": f"/avatars/{name}.png"})
+                return self._json(
+                    200, {"name": name, "type": "user", "fullname": name.title(), "avatarUrl": f"/avatars/{name}.png"}
+                )
             if parts == ["api", "jobs", "hardware"]:
                 return self._json(200, HARDWARE)
             if parts[:2] == ["api", "buckets"] and parts[-1] == "xet-write-token":
-                return self._json(200, {"accessToken": "xet-fake", "exp": int(time.time()) + 3600,
-                                        "casUrl": f"local://{hub.cas}"})
+                return self._json(
+                    200, {"accessToken": "xet-fake", "exp": int(time.time()) + 3600, "casUrl": f"local://{hub.cas}"}
+                )
             if fake_hub_buckets.bucket_read_route(self, hub, parts, query):
                 return None
             if parts[:2] != ["api", "jobs"] or len(parts) < 3:
@@ -432,8 +466,9 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 if parts[2] not in hub.namespaces:
                     return self._error(404, "Namespace not found")
                 if bucket in hub.buckets:
-                    return self._json(409, {"error": "You already created this bucket",
-                                            "url": f"{hub.url}/buckets/{bucket}"})
+                    return self._json(
+                        409, {"error": "You already created this bucket", "url": f"{hub.url}/buckets/{bucket}"}
+                    )
                 hub.buckets[bucket] = {}
                 return self._json(200, {"url": f"{hub.url}/buckets/{bucket}", "name": parts[3], "id": bucket})
             if parts[:2] == ["api", "buckets"] and parts[-1] == "batch":
@@ -486,9 +521,13 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         def _list(self, ns: str, query: dict[str, list[str]]) -> None:
             wanted = dict(label.split("=", 1) for label in query.get("label", []))
             stages = set(query.get("stage", []))
-            jobs = [j.info() for j in hub.jobs.values() if j.namespace == ns
-                    and all((j.spec.get("labels") or {}).get(k) == v for k, v in wanted.items())
-                    and (not stages or j.stage in stages)]
+            jobs = [
+                j.info()
+                for j in hub.jobs.values()
+                if j.namespace == ns
+                and all((j.spec.get("labels") or {}).get(k) == v for k, v in wanted.items())
+                and (not stages or j.stage in stages)
+            ]
             return self._json(200, jobs)
 
         def _logs(self, job: FakeJob) -> None:
@@ -538,10 +577,22 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 for i in range(50):
                     if job.stage != "RUNNING":
                         return None
-                    sample = {"cpu_usage_pct": 50 + i % 10, "cpu_millicores": 3500, "memory_used_bytes": 2 * 2**30,
-                              "memory_total_bytes": 16 * 2**30, "rx_bps": 0, "tx_bps": 0,
-                              "gpus": {"gpu0": {"utilization": 90 + i % 5, "memory_used_bytes": 20 * 2**30,
-                                                "memory_total_bytes": 22836000000}}, "replica": "r1"}
+                    sample = {
+                        "cpu_usage_pct": 50 + i % 10,
+                        "cpu_millicores": 3500,
+                        "memory_used_bytes": 2 * 2**30,
+                        "memory_total_bytes": 16 * 2**30,
+                        "rx_bps": 0,
+                        "tx_bps": 0,
+                        "gpus": {
+                            "gpu0": {
+                                "utilization": 90 + i % 5,
+                                "memory_used_bytes": 20 * 2**30,
+                                "memory_total_bytes": 22836000000,
+                            }
+                        },
+                        "replica": "r1",
+                    }
                     self.wfile.write(f"event: metric\ndata: {json.dumps(sample)}\n\n".encode())
                     self.wfile.flush()
                     time.sleep(0.2)

@@ -30,17 +30,33 @@ def bucket_read_route(handler: Any, hub: Any, parts: list[str], query: dict[str,
         return True
     files = hub.bucket_meta.get(bucket, {})
     if len(parts) == 4:
-        handler._json(200, {"id": bucket, "private": True, "createdAt": _now(), "totalFiles": len(files),
-                            "size": sum(int(op.get("size") or 0) for op in files.values())})
+        handler._json(
+            200,
+            {
+                "id": bucket,
+                "private": True,
+                "createdAt": _now(),
+                "totalFiles": len(files),
+                "size": sum(int(op.get("size") or 0) for op in files.values()),
+            },
+        )
         return True
     prefix = "/".join(parts[5:])
     recursive = query.get("recursive", ["false"])[0] == "true"
     out = []
     for path, op in sorted(files.items()):
-        rest = path[len(prefix) + 1:] if prefix and path.startswith(prefix + "/") else (None if prefix else path)
+        rest = path[len(prefix) + 1 :] if prefix and path.startswith(prefix + "/") else (None if prefix else path)
         if rest is None or (not recursive and "/" in rest):
             continue
-        out.append({"type": "file", "path": path, "size": int(op.get("size") or 0), "xetHash": op["xetHash"],
-                    "mtime": iso_ms(op.get("mtime")), "uploadedAt": _now()})
+        out.append(
+            {
+                "type": "file",
+                "path": path,
+                "size": int(op.get("size") or 0),
+                "xetHash": op["xetHash"],
+                "mtime": iso_ms(op.get("mtime")),
+                "uploadedAt": _now(),
+            }
+        )
     handler._json(200, out)
     return True

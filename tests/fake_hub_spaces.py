@@ -50,21 +50,31 @@ def _redirect(handler: Any, location: str) -> None:
     handler.end_headers()
 
 
-def oidc_route(handler: Any, hub: Any, method: str, parts: list[str], query: dict[str, list[str]],
-               body: bytes) -> bool:
+def oidc_route(
+    handler: Any, hub: Any, method: str, parts: list[str], query: dict[str, list[str]], body: bytes
+) -> bool:
     """Serve an OpenID Connect route (no Bearer token needed); False when the path is not one."""
     state: OidcState = hub.oidc
     if method == "GET" and parts == [".well-known", "openid-configuration"]:
-        handler._json(200, {
-            "issuer": hub.url, "authorization_endpoint": f"{hub.url}/oauth/authorize",
-            "token_endpoint": f"{hub.url}/oauth/token", "userinfo_endpoint": f"{hub.url}/oauth/userinfo",
-            "jwks_uri": f"{hub.url}/oauth/jwks", "response_types_supported": ["code"],
-            "id_token_signing_alg_values_supported": ["HS256"], "subject_types_supported": ["public"],
-            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"]})
+        handler._json(
+            200,
+            {
+                "issuer": hub.url,
+                "authorization_endpoint": f"{hub.url}/oauth/authorize",
+                "token_endpoint": f"{hub.url}/oauth/token",
+                "userinfo_endpoint": f"{hub.url}/oauth/userinfo",
+                "jwks_uri": f"{hub.url}/oauth/jwks",
+                "response_types_supported": ["code"],
+                "id_token_signing_alg_values_supported": ["HS256"],
+                "subject_types_supported": ["public"],
+                "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            },
+        )
         return True
     if method == "GET" and parts == ["oauth", "jwks"]:
-        handler._json(200, {"keys": [{"kty": "oct", "k": _b64url(state.key), "alg": "HS256", "kid": KEY_ID,
-                                      "use": "sig"}]})
+        handler._json(
+            200, {"keys": [{"kty": "oct", "k": _b64url(state.key), "alg": "HS256", "kid": KEY_ID, "use": "sig"}]}
+        )
         return True
     if method == "GET" and parts == ["oauth", "authorize"]:
         one = {k: v[0] for k, v in query.items()}
@@ -86,13 +96,29 @@ def oidc_route(handler: Any, hub: Any, method: str, parts: list[str], query: dic
         user, nonce, client_id = found
         token = next(t for t, name in hub.users.items() if name == user)
         now = int(time.time())
-        claims = {"iss": hub.url, "sub": f"u-{user}", "aud": client_id, "iat": now, "exp": now + 3600,
-                  "name": user.title(), "preferred_username": user, "profile": f"{hub.url}/{user}",
-                  "picture": f"{hub.url}/avatars/{user}.png"}
+        claims = {
+            "iss": hub.url,
+            "sub": f"u-{user}",
+            "aud": client_id,
+            "iat": now,
+            "exp": now + 3600,
+            "name": user.title(),
+            "preferred_username": user,
+            "profile": f"{hub.url}/{user}",
+            "picture": f"{hub.url}/avatars/{user}.png",
+        }
         if nonce:
             claims["nonce"] = nonce
-        handler._json(200, {"access_token": token, "token_type": "bearer", "expires_in": 3600,
-                            "scope": "openid profile jobs", "id_token": _jwt(claims, state.key)})
+        handler._json(
+            200,
+            {
+                "access_token": token,
+                "token_type": "bearer",
+                "expires_in": 3600,
+                "scope": "openid profile jobs",
+                "id_token": _jwt(claims, state.key),
+            },
+        )
         return True
     return False
 
@@ -125,8 +151,9 @@ def repo_route(handler: Any, hub: Any, parts: list[str], body: bytes) -> bool:
         return True
     if parts[4] == "preupload":
         files = json.loads(body)["files"]
-        handler._json(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                      for f in files]})
+        handler._json(
+            200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]}
+        )
         return True
     for line in body.decode().splitlines():
         op = json.loads(line)

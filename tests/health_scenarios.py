@@ -128,8 +128,9 @@ def train_records(store: Store, run: Run) -> list[dict[str, Any]]:
     return store.records(run.id)
 
 
-def live_timeline(records: list[dict[str, Any]], config: dict[str, Any] | None = None,
-                  thresholds: dict[str, Any] | None = None) -> dict[str, dict[str, int]]:
+def live_timeline(
+    records: list[dict[str, Any]], config: dict[str, Any] | None = None, thresholds: dict[str, Any] | None = None
+) -> dict[str, dict[str, int]]:
     """``{rule: {severity: first step}}``: replaying the log record by record, when each rule first reached each
     severity (what the live findings panel showed, and when)."""
     first: dict[str, dict[str, int]] = {}
@@ -219,8 +220,10 @@ def main() -> int:
         summary = next(e for e in store.events(run.id) if e["event"] == "health_summary")
         print("healthy", json.dumps(timeline), "\nhealth_summary", json.dumps(summary), file=sys.stderr)
         print(markdown_table(results, {"steps": len(records), "alarms": sorted(alarms(timeline))}))
-        print(f"\nhealthy smoke, in-job monitor: {summary['evaluations']} evaluations, {summary['spent_s']} s of "
-              f"{summary['train_s']} s training = {100 * summary['overhead']:.2f}%")
+        print(
+            f"\nhealthy smoke, in-job monitor: {summary['evaluations']} evaluations, {summary['spent_s']} s of "
+            f"{summary['train_s']} s training = {100 * summary['overhead']:.2f}%"
+        )
         print(guard_demo(model))
     return 0
 
@@ -237,11 +240,14 @@ def guard_demo(model: Path) -> str:
     finally:
         receiver.close()
     stop = next(e for e in store.events(run.id) if e["event"] == "guard_stop")
-    posts = [(p["json"]["event"], p["json"]["finding"]["rule"], p["json"]["finding"]["severity"])
-             for p in receiver.posts]
-    return (f"guard: stopped at step {stop['step']} of 40 on {stop['rule']} ({stop['severity']}, onset step "
-            f"{stop['onset']}), checkpoint {Path(stop['checkpoint']).name}; run error: {run.error[:80]}...; "
-            f"webhook posts: {posts}")
+    posts = [
+        (p["json"]["event"], p["json"]["finding"]["rule"], p["json"]["finding"]["severity"]) for p in receiver.posts
+    ]
+    return (
+        f"guard: stopped at step {stop['step']} of 40 on {stop['rule']} ({stop['severity']}, onset step "
+        f"{stop['onset']}), checkpoint {Path(stop['checkpoint']).name}; run error: {run.error[:80]}...; "
+        f"webhook posts: {posts}"
+    )
 
 
 if __name__ == "__main__":

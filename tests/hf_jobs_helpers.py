@@ -21,16 +21,31 @@ MARK = "@@GRPO_DASHBOARD@@ "
 def protocol_lines(steps: int, end: str = "finished", noise: bool = True) -> list[str]:
     """What a job prints: protocol records (with NaN, ±Infinity and null values) between ordinary log lines."""
     t = 1_700_000_000.0
-    recs: list[dict[str, Any]] = [{"v": 1, "type": "event", "event": "starting", "time": t, "pid": 7},
-                                  {"v": 1, "type": "event", "event": "started", "time": t + 1, "max_steps": steps}]
+    recs: list[dict[str, Any]] = [
+        {"v": 1, "type": "event", "event": "starting", "time": t, "pid": 7},
+        {"v": 1, "type": "event", "event": "started", "time": t + 1, "max_steps": steps},
+    ]
     lines = ["Installed 87 packages in 2.1s", "Downloading model: 100%|##########| 1/1"] if noise else []
     lines += [MARK + json.dumps(r) for r in recs]
     for s in range(1, steps + 1):
-        metrics = {"loss": 0.01 * s, "reward": s / steps, "kl": math.nan if s == 3 else 0.001 * s,
-                   "grad_norm": math.inf if s == 4 else 1.0 / s, "entropy": None if s == 5 else 2.0 - s / 100,
-                   "learning_rate": 1e-6, "completions/mean_length": 12.5}
-        rec = {"v": 1, "type": "log", "split": "train", "step": s, "time": t + 1 + s, "max_steps": steps,
-               "metrics": metrics}
+        metrics = {
+            "loss": 0.01 * s,
+            "reward": s / steps,
+            "kl": math.nan if s == 3 else 0.001 * s,
+            "grad_norm": math.inf if s == 4 else 1.0 / s,
+            "entropy": None if s == 5 else 2.0 - s / 100,
+            "learning_rate": 1e-6,
+            "completions/mean_length": 12.5,
+        }
+        rec = {
+            "v": 1,
+            "type": "log",
+            "split": "train",
+            "step": s,
+            "time": t + 1 + s,
+            "max_steps": steps,
+            "metrics": metrics,
+        }
         if noise and s % 4 == 0:
             lines.append(f" {s}/{steps} [00:0{s % 10}<00:10, 1.52it/s]")
         lines.append(MARK + json.dumps(rec))
@@ -40,8 +55,20 @@ def protocol_lines(steps: int, end: str = "finished", noise: bool = True) -> lis
         lines.append(MARK + json.dumps({"v": 1, "type": "event", "event": "finished", "time": t + 99, "step": steps}))
     elif end == "failed":
         lines += ["Traceback (most recent call last):", '  File "grpo_job.py", line 1', "ValueError: boom"]
-        lines.append(MARK + json.dumps({"v": 1, "type": "event", "event": "failed", "time": t + 99,
-                                        "error_type": "ValueError", "message": "boom", "traceback": "..."}))
+        lines.append(
+            MARK
+            + json.dumps(
+                {
+                    "v": 1,
+                    "type": "event",
+                    "event": "failed",
+                    "time": t + 99,
+                    "error_type": "ValueError",
+                    "message": "boom",
+                    "traceback": "...",
+                }
+            )
+        )
     return lines
 
 
@@ -52,7 +79,7 @@ def printed_records(lines: list[str]) -> dict[tuple[str, int], dict[str, Any]]:
         if MARK.strip() not in line:
             continue
         try:
-            rec = json.loads(line[line.index(MARK.strip()) + len(MARK):])
+            rec = json.loads(line[line.index(MARK.strip()) + len(MARK) :])
         except ValueError:
             continue
         if rec.get("type") == "log":
@@ -87,6 +114,7 @@ def hf_spec(tmp_path: Path, **backend: Any) -> Path:
 
 def follow_until_done(store: Store, run_id: str, timeout: float = 60.0) -> Any:
     """What the Monitor does (refresh every tick) until the run ends and its follower has finished."""
+
     def done() -> bool:
         run = refresh(store, store.get_run(run_id))
         return run.status in TERMINAL and backends.shared().hf_jobs.follower(run_id) is None

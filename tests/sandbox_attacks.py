@@ -78,7 +78,9 @@ def report(result):
     print("ESCAPE" + json.dumps({k: short(v) for k, v in result.items()}, default=repr), flush=True)
 '''
 
-INLINE = PRELUDE + r'''
+INLINE = (
+    PRELUDE
+    + r"""
 _done = []
 def attack(completions, **kwargs):
     if not _done:
@@ -90,12 +92,13 @@ def attack(completions, **kwargs):
             result["crashed"] = repr(exc)
         report(result)
     return [float(len(c if isinstance(c, str) else c[-1]["content"])) for c in completions]
-'''
+"""
+)
 
 # Runs the check in a child process that first installs what a container's default seccomp profile does to
 # namespaces (Docker's: unshare, setns and namespace flags on clone refused, clone3 ENOSYS), so bubblewrap cannot
 # start there and the Landlock boundary must hold every attack alone.
-_CONTAINER_RUNNER = r'''
+_CONTAINER_RUNNER = r"""
 import base64, ctypes, json, pickle, struct, sys
 def insn(code, k, jt=0, jf=0):
     return struct.pack("<HBBI", code, jt, jf, k)
@@ -118,7 +121,7 @@ from grpo_dashboard.checks.reward_check import check_rewards
 args = json.loads(sys.argv[1])
 report = check_rewards(args["spec"], n_rows=1, base_dir=args["base"], timeout_s=60)
 print("REPORT" + base64.b64encode(pickle.dumps(report)).decode())
-'''
+"""
 
 
 def require_boundary(where: str) -> str:
@@ -165,22 +168,32 @@ def check(spec: dict[str, Any], base: Path, where: str) -> CheckReport:
     """`check_rewards` on `spec`, in this process or in a child under the container profile."""
     if where == "here":
         return check_rewards(spec, n_rows=1, base_dir=base, timeout_s=60)
-    out = subprocess.run([sys.executable, "-c", _CONTAINER_RUNNER, json.dumps({"spec": spec, "base": str(base)})],
-                         capture_output=True, text=True, timeout=240, cwd=REPO, env={**os.environ,
-                                                                                     "PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-c", _CONTAINER_RUNNER, json.dumps({"spec": spec, "base": str(base)})],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("REPORT")]
     assert lines, f"the container runner failed ({out.returncode}): {out.stderr[-3000:]}"
-    report = pickle.loads(base64.b64decode(lines[-1][len("REPORT"):]))
+    report = pickle.loads(base64.b64decode(lines[-1][len("REPORT") :]))
     assert report.isolation.startswith("landlock ("), report.isolation  # bubblewrap really could not start there
     return report
 
 
 def spec_with(code: str, body: str, **reward: Any) -> dict[str, Any]:
     """A spec over the tiny math data whose one reward is inline code: the prelude, `body` defining run(result)."""
-    rewards = [reward or {"name": "attack", "builtin": "python",
-                          "params": {"code": code + body, "function": "attack"}}]
-    return {"name": "escape", "model": {"name_or_path": "tiny", "build_tiny": True},
-            "dataset": {"data_files": str(MATH), "prompt_column": "question"}, "rewards": rewards}
+    rewards = [
+        reward or {"name": "attack", "builtin": "python", "params": {"code": code + body, "function": "attack"}}
+    ]
+    return {
+        "name": "escape",
+        "model": {"name_or_path": "tiny", "build_tiny": True},
+        "dataset": {"data_files": str(MATH), "prompt_column": "question"},
+        "rewards": rewards,
+    }
 
 
 def run_attack(tmp_path: Path, where: str, body: str, **reward: Any) -> tuple[dict[str, Any], str, CheckReport]:
@@ -191,14 +204,15 @@ def run_attack(tmp_path: Path, where: str, body: str, **reward: Any) -> tuple[di
     everything = json.dumps(report.to_dict())
     lines = [line for r in report.rewards for line in r.log_tail.splitlines() if line.startswith("ESCAPE")]
     assert lines, f"the attack did not run: {report.to_text()}\n{report.rewards[0].log_tail}"
-    return json.loads(lines[-1][len("ESCAPE"):]), everything, report
+    return json.loads(lines[-1][len("ESCAPE") :]), everything, report
 
 
 def refused(value: Any) -> bool:
     """An attempt the boundary stopped: not there (bubblewrap's view) or denied (Landlock, seccomp, DAC)."""
     text = str(value)
     return text in ("errno 2", "errno 13", "errno 1", "errno 30") or any(
-        e in text for e in ("FileNotFoundError", "PermissionError", "Read-only file system"))
+        e in text for e in ("FileNotFoundError", "PermissionError", "Read-only file system")
+    )
 
 
 def canary() -> str:
@@ -216,5 +230,9 @@ def no_process_left(marker: str, grace_s: float = 3.0) -> bool:
 
 def tree_state(*dirs: Path) -> dict[str, tuple[int, int]]:
     """(size, mtime) of every file under `dirs`, bytecode caches aside (other processes may write those)."""
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for d in dirs for p in sorted(d.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p): (p.stat().st_size, p.stat().st_mtime_ns)
+        for d in dirs
+        for p in sorted(d.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }

@@ -67,14 +67,26 @@ class SlurmCluster:
         os.chmod(key, 0o400)
         sock = r / "munge" / "munge.socket"
         munge_pid = r / "run" / "munged.pid"
-        self._run([_program("munged"), "--force", f"--socket={sock}", f"--key-file={key}",
-                   f"--pid-file={munge_pid}", f"--log-file={r / 'log' / 'munged.log'}",
-                   f"--seed-file={r / 'munge' / 'seed'}"], "munged")
+        self._run(
+            [
+                _program("munged"),
+                "--force",
+                f"--socket={sock}",
+                f"--key-file={key}",
+                f"--pid-file={munge_pid}",
+                f"--log-file={r / 'log' / 'munged.log'}",
+                f"--seed-file={r / 'munge' / 'seed'}",
+            ],
+            "munged",
+        )
         self.pid_files.append(munge_pid)
         ctl_port, node_ports = _free_port(), [_free_port() for _ in NODES]
-        nodes = "\n".join(f"NodeName={n} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={p} CPUs=2 "
-                          f"RealMemory=4000 State=UNKNOWN" for n, p in zip(NODES, node_ports, strict=True))
-        self.conf.write_text(f"""ClusterName=grpotest
+        nodes = "\n".join(
+            f"NodeName={n} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={p} CPUs=2 RealMemory=4000 State=UNKNOWN"
+            for n, p in zip(NODES, node_ports, strict=True)
+        )
+        self.conf.write_text(
+            f"""ClusterName=grpotest
 SlurmctldHost={self.host}(127.0.0.1)
 SlurmctldPort={ctl_port}
 SlurmUser=root
@@ -90,12 +102,12 @@ MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1
-StateSaveLocation={r / 'state'}
-SlurmdSpoolDir={r / 'spool'}/%n
-SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}
-SlurmdPidFile={r / 'run'}/slurmd-%n.pid
-SlurmctldLogFile={r / 'log' / 'slurmctld.log'}
-SlurmdLogFile={r / 'log'}/slurmd-%n.log
+StateSaveLocation={r / "state"}
+SlurmdSpoolDir={r / "spool"}/%n
+SlurmctldPidFile={r / "run" / "slurmctld.pid"}
+SlurmdPidFile={r / "run"}/slurmd-%n.pid
+SlurmctldLogFile={r / "log" / "slurmctld.log"}
+SlurmdLogFile={r / "log"}/slurmd-%n.log
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
@@ -107,11 +119,13 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 MessageTimeout=10
 {nodes}
-PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=10:00 State=UP OverSubscribe=YES
+PartitionName=debug Nodes={",".join(NODES)} Default=YES MaxTime=10:00 State=UP OverSubscribe=YES
 PartitionName=tiny Nodes={NODES[0]} MaxTime=10:00 State=UP
-PartitionName=restricted Nodes={','.join(NODES)} AllowAccounts=research MaxTime=10:00 State=UP
+PartitionName=restricted Nodes={",".join(NODES)} AllowAccounts=research MaxTime=10:00 State=UP
 PartitionName=closed Nodes={NODES[0]} MaxTime=10:00 State=INACTIVE
-""", encoding="utf-8")
+""",
+            encoding="utf-8",
+        )
         self.env = {"SLURM_CONF": str(self.conf)}
         self._run([_program("slurmctld"), "-f", str(self.conf), "-i"], "slurmctld")
         self.pid_files.append(r / "run" / "slurmctld.pid")
@@ -125,19 +139,22 @@ PartitionName=closed Nodes={NODES[0]} MaxTime=10:00 State=INACTIVE
             if all(states.get(n, "").startswith("idle") for n in NODES):
                 return self
             time.sleep(0.3)
-        raise RuntimeError(f"Slurm nodes not idle within {timeout_s:.0f} s: {out.stdout} {out.stderr}\n"
-                           f"{self.log_tail()}")
+        raise RuntimeError(
+            f"Slurm nodes not idle within {timeout_s:.0f} s: {out.stdout} {out.stderr}\n{self.log_tail()}"
+        )
 
     def command(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         """Run a Slurm command against this cluster."""
-        return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **self.env})
+        return subprocess.run(
+            list(args), capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env}
+        )
 
     def _run(self, cmd: list[str], what: str) -> None:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
         if done.returncode != 0:
-            raise RuntimeError(f"{what} did not start (exit {done.returncode}): {done.stderr.strip()}\n"
-                               f"{self.log_tail()}")
+            raise RuntimeError(
+                f"{what} did not start (exit {done.returncode}): {done.stderr.strip()}\n{self.log_tail()}"
+            )
 
     def log_tail(self, lines: int = 15) -> str:
         """The last lines of every daemon log (for failure messages)."""
@@ -156,8 +173,10 @@ PartitionName=closed Nodes={NODES[0]} MaxTime=10:00 State=INACTIVE
                 if jobs:
                     self.command("scancel", *jobs, timeout=15)
                     deadline = time.monotonic() + 30
-                    while time.monotonic() < deadline and self.command(
-                            "squeue", "--noheader", "--format=%i", timeout=15).stdout.split():
+                    while (
+                        time.monotonic() < deadline
+                        and self.command("squeue", "--noheader", "--format=%i", timeout=15).stdout.split()
+                    ):
                         time.sleep(0.5)
             except (OSError, subprocess.SubprocessError):
                 pass  # the controller is gone already: nothing can be canceled

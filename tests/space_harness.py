@@ -25,8 +25,13 @@ ALICE = "hf_AliceSecretToken0123456789abcdef"
 BOB = "hf_oauth_BobSecretToken0123456789abcdef"
 SECRETS = [ALICE, BOB]
 MARK = "@@GRPO_DASHBOARD@@ "
-SPACE_ENV = {"SYSTEM": "spaces", "SPACE_ID": "owner/grpo-dashboard", "OAUTH_CLIENT_ID": "fake-client-id",
-             "OAUTH_CLIENT_SECRET": "fake-client-secret", "OAUTH_SCOPES": "openid profile jobs write-repos"}
+SPACE_ENV = {
+    "SYSTEM": "spaces",
+    "SPACE_ID": "owner/grpo-dashboard",
+    "OAUTH_CLIENT_ID": "fake-client-id",
+    "OAUTH_CLIENT_SECRET": "fake-client-secret",
+    "OAUTH_SCOPES": "openid profile jobs write-repos",
+}
 
 
 @contextmanager
@@ -48,9 +53,14 @@ def serve_space(data_dir: Path, hub_dir: Path, env: dict[str, str] | None = None
     hub = FakeHub(hub_dir, ALICE, "alice").start()
     hub.add_user(BOB, "bob")
     with pytest.MonkeyPatch.context() as mp:
-        for key, value in {**SPACE_ENV, "GRPO_DASHBOARD_DATA_DIR": str(data_dir), "HF_ENDPOINT": hub.url,
-                           "GRPO_DASHBOARD_HF_POLL_S": "0.2", "GRPO_DASHBOARD_LAUNCH_LIMIT": "0",
-                           **(env or {})}.items():
+        for key, value in {
+            **SPACE_ENV,
+            "GRPO_DASHBOARD_DATA_DIR": str(data_dir),
+            "HF_ENDPOINT": hub.url,
+            "GRPO_DASHBOARD_HF_POLL_S": "0.2",
+            "GRPO_DASHBOARD_LAUNCH_LIMIT": "0",
+            **(env or {}),
+        }.items():
             mp.setenv(key, value)
         if "HF_TOKEN" not in (env or {}):
             mp.delenv("HF_TOKEN", raising=False)
@@ -100,10 +110,12 @@ def sign_in(url: str, user: str) -> str:
 
 def space_clients(url: str) -> dict[str, Client]:
     """alice and bob signed in (session cookies), an anonymous visitor, and an API client with bob's token only."""
-    return {"alice": Client(url, verbose=False, headers={"Cookie": sign_in(url, "alice")}),
-            "bob": Client(url, verbose=False, headers={"Cookie": sign_in(url, "bob")}),
-            "anonymous": Client(url, verbose=False),
-            "bob-api": Client(url, verbose=False, oauth_token=BOB)}
+    return {
+        "alice": Client(url, verbose=False, headers={"Cookie": sign_in(url, "alice")}),
+        "bob": Client(url, verbose=False, headers={"Cookie": sign_in(url, "bob")}),
+        "anonymous": Client(url, verbose=False),
+        "bob-api": Client(url, verbose=False, oauth_token=BOB),
+    }
 
 
 def space_fixtures(name: str, env: dict[str, str] | None = None) -> tuple[Any, Any, Any, Any]:

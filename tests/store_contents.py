@@ -35,7 +35,16 @@ def contents(store: Store) -> dict[str, Any]:
             values = [_value(v, bool(n)) for v, n in zip(a.values.tolist(), a.is_none.tolist(), strict=True)]
             times = [None if math.isnan(t) else t for t in np.asarray(a.times, dtype=float).tolist()]
             series[f"{split}/{key}"] = [list(p) for p in zip(a.steps.tolist(), values, times, strict=True)]
-        runs[run.id] = {"row": dataclasses.asdict(run), "series": series, "events": store.events(run.id),
-                        "findings": store.findings(run.id), "metric_values": store.count_metric_values(run.id)}
-    return {"runs": runs, "notes": store.notes(), "badges": {k: list(v) for k, v in store.health_badges().items()},
-            "forecast_cells": {k: list(v) for k, v in store.forecast_cells().items()}}
+        runs[run.id] = {
+            "row": dataclasses.asdict(run),
+            "series": series,
+            "events": store.events(run.id),
+            "findings": store.findings(run.id),
+            "metric_values": store.count_metric_values(run.id),
+        }
+    return {
+        "runs": runs,
+        "notes": store.notes(),
+        "badges": {k: list(v) for k, v in store.health_badges().items()},
+        "forecast_cells": {k: list(v) for k, v in store.forecast_cells().items()},
+    }

@@ -16,8 +16,17 @@ def new_run(store: Store, tmp_path: Path, run_id: str = "r1") -> Path:
     """Insert a running local run with its own directory under `tmp_path`; returns where its metrics.jsonl goes."""
     run_dir = tmp_path / run_id
     run_dir.mkdir()
-    store.insert_run(Run(id=run_id, name=run_id, spec_yaml="name: x\n", backend="local", status="running",
-                         created_at=time.time(), run_dir=str(run_dir)))
+    store.insert_run(
+        Run(
+            id=run_id,
+            name=run_id,
+            spec_yaml="name: x\n",
+            backend="local",
+            status="running",
+            created_at=time.time(),
+            run_dir=str(run_dir),
+        )
+    )
     return run_dir / "metrics.jsonl"
 
 
@@ -26,8 +35,12 @@ def append_log(path: Path, steps: range | list[int], **series: Any) -> None:
     with path.open("a") as f:
         for step in steps:
             metrics = {k: (v(step) if callable(v) else v) for k, v in series.items()}
-            f.write(json.dumps({"v": 1, "type": "log", "split": "train", "step": step, "time": 1000.0 + step,
-                                "metrics": metrics}) + "\n")
+            f.write(
+                json.dumps(
+                    {"v": 1, "type": "log", "split": "train", "step": step, "time": 1000.0 + step, "metrics": metrics}
+                )
+                + "\n"
+            )
 
 
 def reference_ema(values: list[float], weight: float) -> list[float]:
@@ -39,5 +52,5 @@ def reference_ema(values: list[float], weight: float) -> list[float]:
             continue
         last = last * weight + (1 - weight) * v
         count += 1
-        out.append(last / (1 - weight ** count))
+        out.append(last / (1 - weight**count))
     return out

@@ -47,13 +47,16 @@ def test_agent_presets_are_valid_listed_and_round_trip() -> None:
     assert guess.dataset.data_files is None and guess.agent.environment_factory == "guess_number"
 
 
-def test_bad_tools_environment_names_and_template_are_errors_naming_the_field(tmp_path: Path,
-                                                                             tiny_model: Path) -> None:
+def test_bad_tools_environment_names_and_template_are_errors_naming_the_field(
+    tmp_path: Path, tiny_model: Path
+) -> None:
     data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"prompt": "1+2", "answer": "3", "environment": e}) + "\n"
-                            for e in ("game", "game", "zzz")))
-    spec = calc_spec(tools=[f"{CODE}:undocumented"], environment_factory={"game": f"{CODE}:NoReset"},
-                     tiny_warmup=False)
+    data.write_text(
+        "".join(json.dumps({"prompt": "1+2", "answer": "3", "environment": e}) + "\n" for e in ("game", "game", "zzz"))
+    )
+    spec = calc_spec(
+        tools=[f"{CODE}:undocumented"], environment_factory={"game": f"{CODE}:NoReset"}, tiny_warmup=False
+    )
     spec["model"] = {"name_or_path": str(tiny_model)}  # the plain tiny template: cannot render tools
     spec["dataset"]["data_files"] = str(data)
     errors = errors_of(spec)
@@ -82,8 +85,12 @@ def test_tools_need_conversational_prompts_and_the_tiny_model_needs_warmup() -> 
 
 
 def test_async_run_refuses_lambdas_closures_bad_url_and_deepspeed() -> None:
-    spec = calc_spec(tools=[f"{CODE}:lambda_tool"], trainer="async_grpo", tiny_warmup=True,
-                     async_config={"max_staleness": 2, "vllm_server_base_url": "localhost"})
+    spec = calc_spec(
+        tools=[f"{CODE}:lambda_tool"],
+        trainer="async_grpo",
+        tiny_warmup=True,
+        async_config={"max_staleness": 2, "vllm_server_base_url": "localhost"},
+    )
     spec["backend"] = {"kind": "local", "accelerate_config": "zero3"}
     spec["rewards"] = [{"name": "mine", "function": f"{CODE}:closure_tool"}]
     errors = errors_of(spec)
@@ -105,25 +112,42 @@ def test_invalid_agent_spec_launches_nothing(tmp_path: Path) -> None:
 
 
 def test_agent_code_travels_to_hf_jobs_like_reward_code() -> None:
-    spec = RunSpec.from_dict(calc_spec(tools=["calculator", f"{CODE}:calculator"],
-                                       environment_factory={"game": "guess_number", "mine": f"{CODE}:NoReset"}))
+    spec = RunSpec.from_dict(
+        calc_spec(
+            tools=["calculator", f"{CODE}:calculator"],
+            environment_factory={"game": "guess_number", "mine": f"{CODE}:NoReset"},
+        )
+    )
     inner, files = container_spec(spec)
     assert inner.agent.tools[0] == "calculator"
     shipped = inner.agent.tools[1].rsplit(":", 1)[0]
-    assert shipped.startswith("/data/agent/") and files[shipped[len("/data/"):]] == CODE
+    assert shipped.startswith("/data/agent/") and files[shipped[len("/data/") :]] == CODE
     assert inner.agent.environment_factory["mine"].startswith("/data/agent/")
     assert "grpo_agents.py" in files
 
 
 def test_process_rewards_and_trajectory_reading() -> None:
     agents = agents_module()
-    call = {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "1/0"}}}]}
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "1/0"}}}],
+    }
     fail = {"role": "tool", "name": "calculator", "content": str({"error": "division by zero"})}
-    ok_call = {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "1+1"}}}]}
-    traj = [call, fail, call, fail, ok_call, {"role": "tool", "name": "calculator", "content": "2"},
-            {"role": "assistant", "content": "2"}]
+    ok_call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "1+1"}}}],
+    }
+    traj = [
+        call,
+        fail,
+        call,
+        fail,
+        ok_call,
+        {"role": "tool", "name": "calculator", "content": "2"},
+        {"role": "assistant", "content": "2"},
+    ]
     turns = agents.tool_turns(traj)
     assert [t["failed"] for t in turns] == [True, True, False]
     assert [t["repeated_failure"] for t in turns] == [False, True, False]
@@ -146,8 +170,10 @@ def test_agent_group_in_the_form_round_trips_and_toggles() -> None:
     assert forms.spec_from_values(values, spec).agent == spec.agent
     values["agent.environment_factory"] = "{game: guess_number, calc: tests/agent_code/failing_tools.py:NoReset}"
     mapped = forms.spec_from_values(values, spec)
-    assert mapped.agent.environment_factory == {"game": "guess_number",
-                                                "calc": "tests/agent_code/failing_tools.py:NoReset"}
+    assert mapped.agent.environment_factory == {
+        "game": "guess_number",
+        "calc": "tests/agent_code/failing_tools.py:NoReset",
+    }
     assert forms.values_from_spec(mapped)["agent.environment_factory"].startswith("{game: guess_number")
     assert forms.spec_from_values({**values, "agent": False}, spec).agent is None
     smoke = presets.preset_spec("smoke (offline CPU test)")
@@ -167,8 +193,10 @@ def test_space_refuses_agent_code_outside_examples_and_custom_code_when_disabled
     spec.agent.tools.append(f"{CODE}:calculator")
     messages = [e.message for e in access.spec_policy_errors(spec, settings=space) if e.field == "agent.tools[1]"]
     assert any("disabled on this Space" in m for m in messages)
-    assert any("Space's disk" in e.message for e in access.spec_policy_errors(
-        spec, settings=dataclasses.replace(space, allow_custom_code=True)))
+    assert any(
+        "Space's disk" in e.message
+        for e in access.spec_policy_errors(spec, settings=dataclasses.replace(space, allow_custom_code=True))
+    )
 
 
 def test_old_transformers_is_refused_for_tools_and_environments(monkeypatch: pytest.MonkeyPatch) -> None:

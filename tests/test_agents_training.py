@@ -90,14 +90,17 @@ def test_failing_tool_is_a_counted_failure_and_flagged(agent_model: Path) -> Non
     findings = {f.rule: f for f in diagnose(records)}
     assert findings["tool_failures"].severity == "error"
     rows = [row for s in completions.sample_steps(run.run_dir) for row in completions.read_step(run.run_dir, s)]
-    assert any("calculator service is down" in m["content"] for row in rows for m in row["completion"]
-               if m["role"] == "tool")
+    assert any(
+        "calculator service is down" in m["content"] for row in rows for m in row["completion"] if m["role"] == "tool"
+    )
 
 
 def test_agent_that_stops_calling_tools_is_flagged(agent_model: Path) -> None:
     spec = preset("agent_calculator.yaml", agent_model, max_steps=14, learning_rate=0.003)
-    code = ("def reward(completions, **kw):\n"
-            "    return [-float(sum(m['role'] == 'tool' for m in c)) for c in completions]\n")
+    code = (
+        "def reward(completions, **kw):\n"
+        "    return [-float(sum(m['role'] == 'tool' for m in c)) for c in completions]\n"
+    )
     spec["rewards"] = [{"name": "no_tools", "builtin": "python", "params": {"code": code}}]
     store, run = run_spec(spec)
     assert run.status == "completed", run.error
@@ -122,8 +125,13 @@ def test_async_grpo_is_wired_up_to_the_trainer_construction(agent_model: Path, t
     assert set(errors) == {"training.use_cpu"}, errors  # picklable code, URL, FSDP: all fine; CPU is refused
     job = resolve_paths(spec, REPO, tmp_path)
     (tmp_path / "run.yaml").write_text(job.to_job_yaml())
-    subprocess.run([sys.executable, str(REPO / "jobs" / "grpo_job.py"), "--config", str(tmp_path / "run.yaml")],
-                   capture_output=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    subprocess.run(
+        [sys.executable, str(REPO / "jobs" / "grpo_job.py"), "--config", str(tmp_path / "run.yaml")],
+        capture_output=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     events = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     failed = next(e for e in events if e.get("event") == "failed")
     assert "async_grpo_trainer.py" in failed["traceback"] and "get_peak_flops_per_device" in failed["traceback"]

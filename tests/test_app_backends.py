@@ -20,12 +20,18 @@ from .hf_jobs_helpers import TOKEN, hf_spec, protocol_lines
 
 def launch_args(demo: object, text: str) -> list[object]:
     values = forms.values_from_yaml(text)
-    return [*[{"headers": list(forms.REWARD_COLUMNS), "data": values[k]} if k == "rewards" else values[k]
-              for k in demo.form_keys], text]  # type: ignore[attr-defined]
+    return [
+        *[
+            {"headers": list(forms.REWARD_COLUMNS), "data": values[k]} if k == "rewards" else values[k]
+            for k in demo.form_keys
+        ],
+        text,
+    ]  # type: ignore[attr-defined]
 
 
-def test_an_app_with_its_own_backends_follows_its_runs_there(hub: FakeHub, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_app_with_its_own_backends_follows_its_runs_there(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)  # the saved login a local dashboard launches with
     hub.plans.append(Plan(lines=protocol_lines(8), hold_at=3))
     own = backends.Backends()

@@ -85,9 +85,15 @@ def test_parsing_errors_name_the_backend_fields_as_before() -> None:
 
 
 def test_the_options_and_the_spec_import_no_launch_code() -> None:
-    code = ("import sys, json; import grpo_dashboard.spec.run_spec; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('grpo_dashboard.launch'))))")
+    code = (
+        "import sys, json; import grpo_dashboard.spec.run_spec; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('grpo_dashboard.launch'))))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(done.stdout) == sorted([
-        "grpo_dashboard.launch", "grpo_dashboard.launch.kinds",
-        *(f"grpo_dashboard.launch.{kind}{leaf}" for kind in kinds.KINDS for leaf in ("", ".options"))])
+    assert json.loads(done.stdout) == sorted(
+        [
+            "grpo_dashboard.launch",
+            "grpo_dashboard.launch.kinds",
+            *(f"grpo_dashboard.launch.{kind}{leaf}" for kind in kinds.KINDS for leaf in ("", ".options")),
+        ]
+    )

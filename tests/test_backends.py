@@ -27,14 +27,32 @@ NOT_KINDS: dict[str, int] = {
 
 def protocol_methods() -> dict[str, inspect.Signature]:
     """The methods the protocol declares, with their signatures."""
-    return {name: inspect.signature(member) for name, member in vars(Backend).items()
-            if inspect.isfunction(member) and not name.startswith("_")}
+    return {
+        name: inspect.signature(member)
+        for name, member in vars(Backend).items()
+        if inspect.isfunction(member) and not name.startswith("_")
+    }
 
 
 def test_the_protocol_declares_the_interface() -> None:
-    assert {"launch_token", "submit", "refresh", "reap", "await_exit", "cancel", "resume", "reattach",
-            "job_summary", "status_markdown", "checkpoints", "checkpoint_path", "resubmit_fields", "command_preview",
-            "probe", "stop"} == set(protocol_methods())
+    assert {
+        "launch_token",
+        "submit",
+        "refresh",
+        "reap",
+        "await_exit",
+        "cancel",
+        "resume",
+        "reattach",
+        "job_summary",
+        "status_markdown",
+        "checkpoints",
+        "checkpoint_path",
+        "resubmit_fields",
+        "command_preview",
+        "probe",
+        "stop",
+    } == set(protocol_methods())
     assert {"KIND", "SPACE", "RESUMABLE", "CHECKS"} <= set(Backend.__annotations__)
 
 
@@ -48,11 +66,12 @@ def test_every_backend_implements_the_protocol(backend_type: type[Backend]) -> N
         method = getattr(backend_type, name)
         got = list(inspect.signature(method).parameters.values())
         params = list(wanted.parameters.values())
-        assert [p.name for p in got[:len(params)]] == [p.name for p in params], f"{backend_type.__name__}.{name}"
+        assert [p.name for p in got[: len(params)]] == [p.name for p in params], f"{backend_type.__name__}.{name}"
         for have, want in zip(got, params, strict=False):
-            assert (have.default is inspect.Parameter.empty) == (want.default is inspect.Parameter.empty), \
+            assert (have.default is inspect.Parameter.empty) == (want.default is inspect.Parameter.empty), (
                 f"{backend_type.__name__}.{name}({have.name})"
-        extra = got[len(params):]
+            )
+        extra = got[len(params) :]
         assert all(p.default is not inspect.Parameter.empty for p in extra), f"{backend_type.__name__}.{name}"
 
 
@@ -80,22 +99,27 @@ def test_each_backend_declares_its_space_policy() -> None:
 def test_an_unknown_kind_gets_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match=r"'kubernetes'.*'local', 'hf_jobs', 'slurm'"):
         backends.backend_for("kubernetes")
-    run = Run(id="r", name="r", spec_yaml="", backend="kubernetes", status="running", created_at=0.0,
-              run_dir=str(tmp_path))
+    run = Run(
+        id="r", name="r", spec_yaml="", backend="kubernetes", status="running", created_at=0.0, run_dir=str(tmp_path)
+    )
     with pytest.raises(BackendError, match="kubernetes"):
         runs.job_summary(run)
 
 
 def kind_literals(path: Path) -> list[int]:
     """Lines of `path` holding a string equal to a backend kind name (compared, listed, looked up, passed)."""
-    return [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-            if isinstance(node, ast.Constant) and node.value in SPEC_KINDS]
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value in SPEC_KINDS
+    ]
 
 
 def test_no_kind_is_written_out_outside_its_package() -> None:
     assert all(len(kind_literals(path)) == 1 for path in KIND_NAMES)  # its `KIND = "..."`
-    found = {str(p.relative_to(PACKAGE)): kind_literals(p) for p in PACKAGE.rglob("*.py")
-             if p.resolve() not in KIND_NAMES}
+    found = {
+        str(p.relative_to(PACKAGE)): kind_literals(p) for p in PACKAGE.rglob("*.py") if p.resolve() not in KIND_NAMES
+    }
     found = {path: lines for path, lines in found.items() if lines}
     assert {path: len(lines) for path, lines in found.items()} == NOT_KINDS, found
 
@@ -105,15 +129,22 @@ KIND_CONSTANTS = ("LOCAL", "HF_JOBS", "SLURM")  # spec/run_spec.py's names of th
 # is otherwise generic (a package installed "here", a GPU "here", the estimator's flavor and cluster rows). This list
 # may only shrink; validation, named checks and the backend settings know no kind.
 CHECKS_KIND_TESTS: dict[str, int] = {
-    "agents_async.py": 1, "cluster_checks.py": 1, "cluster_estimate.py": 1, "hardware.py": 3, "spec_extras.py": 6,
+    "agents_async.py": 1,
+    "cluster_checks.py": 1,
+    "cluster_estimate.py": 1,
+    "hardware.py": 3,
+    "spec_extras.py": 6,
     "training_checks.py": 1,
 }
 
 
 def kind_constants(path: Path) -> list[int]:
     """Lines of `path` naming a kind constant of spec/run_spec.py."""
-    return [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-            if isinstance(node, ast.Name) and node.id in KIND_CONSTANTS]
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Name) and node.id in KIND_CONSTANTS
+    ]
 
 
 def test_the_checks_layer_knows_no_backend_by_kind() -> None:
@@ -134,8 +165,11 @@ def test_each_backend_previews_its_own_command() -> None:
     data = smoke_dict(Path("tiny"))
     table = backends.Backends()
     seen = {}
-    for kind, extra in (("local", {}), ("hf_jobs", {"flavor": "cpu-basic", "namespace": "me"}),
-                        ("slurm", {"nodes": 1})):
+    for kind, extra in (
+        ("local", {}),
+        ("hf_jobs", {"flavor": "cpu-basic", "namespace": "me"}),
+        ("slurm", {"nodes": 1}),
+    ):
         spec = RunSpec.from_dict({**data, "backend": {"kind": kind, **extra}})
         preview = overview.command_preview(spec, table)
         assert preview is not None, kind
@@ -149,8 +183,9 @@ def test_each_backend_previews_its_own_command() -> None:
 
 def test_the_scan_sees_a_kind_name(tmp_path: Path) -> None:
     source = tmp_path / "x.py"
-    source.write_text('if run.backend == "local":\n    pass\nchoices = ["slurm", "hf_jobs"]\nf(kind="slurm")\n',
-                      encoding="utf-8")
+    source.write_text(
+        'if run.backend == "local":\n    pass\nchoices = ["slurm", "hf_jobs"]\nf(kind="slurm")\n', encoding="utf-8"
+    )
     assert kind_literals(source) == [1, 3, 3, 4]
 
 

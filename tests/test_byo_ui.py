@@ -26,8 +26,10 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_import_a_pasted_trl_config_into_the_new_run_yaml(client: Any) -> None:
-    recipe = ("model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\ntorch_dtype: bfloat16\ndataset_name: trl-lib/x\n"
-              "reward_funcs: [accuracy_reward]\nmax_prompt_length: 512\n")
+    recipe = (
+        "model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\ntorch_dtype: bfloat16\ndataset_name: trl-lib/x\n"
+        "reward_funcs: [accuracy_reward]\nmax_prompt_length: 512\n"
+    )
     out = client.predict(recipe, None, api_name="/import_trl")
     spec = RunSpec.from_yaml(out[0])
     assert spec.model.dtype == "bfloat16" and spec.training["beta"] == 0.04  # TRL 0.18 defaults, written out
@@ -38,8 +40,9 @@ def test_import_a_pasted_trl_config_into_the_new_run_yaml(client: Any) -> None:
 
 def test_import_a_run_filter_by_tag_and_export_metrics(client: Any, tmp_path: Path) -> None:
     log = tmp_path / "elsewhere.jsonl"
-    log.write_text("".join(json.dumps({"reward": s / 10, "num_tokens": 50.0 * s, "step": s}) + "\n"
-                           for s in range(1, 6)))
+    log.write_text(
+        "".join(json.dumps({"reward": s / 10, "num_tokens": 50.0 * s, "step": s}) + "\n" for s in range(1, 6))
+    )
     note = client.predict(handle_file(str(log)), api_name="/import_run")
     assert "Imported **elsewhere**" in note and "read-only" in note
     table = client.predict([], "imported", api_name="/runs_table")

@@ -22,15 +22,40 @@ class F:
 
 def test_findings_draw_a_line_on_their_metric_panel(tmp_path: Path) -> None:
     store = Store()
-    store.insert_run(Run(id="r", name="r", spec_yaml="", backend="local", status="running", created_at=time.time(),
-                         run_dir=str(tmp_path)))
+    store.insert_run(
+        Run(
+            id="r",
+            name="r",
+            spec_yaml="",
+            backend="local",
+            status="running",
+            created_at=time.time(),
+            run_dir=str(tmp_path),
+        )
+    )
     path = tmp_path / "metrics.jsonl"
-    path.write_text("".join(json.dumps({"v": 1, "type": "log", "split": "train", "step": s, "time": float(s),
-                                        "metrics": {"entropy": 4.0 / s, "reward": 0.1 * s}}) + "\n"
-                            for s in range(1, 21)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "v": 1,
+                    "type": "log",
+                    "split": "train",
+                    "step": s,
+                    "time": float(s),
+                    "metrics": {"entropy": 4.0 / s, "reward": 0.1 * s},
+                }
+            )
+            + "\n"
+            for s in range(1, 21)
+        )
+    )
     ingest_file(store, "r", path)
-    found = [F("entropy_collapse", "error", 12, "entropy"), F("plateau", "info", 3, "reward"),
-             F("x", "error", 2, None)]
+    found = [
+        F("entropy_collapse", "error", 12, "entropy"),
+        F("plateau", "info", 3, "reward"),
+        F("x", "error", 2, None),
+    ]
     figs = charts.run_figures(store, "r", charts.ChartOptions(), findings=found)
     groups = charts.group_metrics(store.metric_keys("r"))
     entropy_panel = next(pid for pid, keys in groups.items() if "entropy" in keys)

@@ -19,12 +19,33 @@ from .store_helpers import reference_ema
 
 # One real CPU step's metrics (trl_grpo.md §2.3) plus kl and an eval record's keys.
 TRL_KEYS = [
-    "loss", "grad_norm", "learning_rate", "num_tokens", "completions/mean_length", "completions/min_length",
-    "completions/max_length", "completions/clipped_ratio", "completions/mean_terminated_length",
-    "rewards/count_letter/mean", "rewards/count_letter/std", "rewards/maybe_none/mean", "rewards/maybe_none/std",
-    "reward", "reward_std", "frac_reward_zero_std", "custom/mean_len_chars", "entropy", "clip_ratio/low_mean",
-    "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min", "clip_ratio/high_max", "step_time",
-    "epoch", "kl", "train_runtime",
+    "loss",
+    "grad_norm",
+    "learning_rate",
+    "num_tokens",
+    "completions/mean_length",
+    "completions/min_length",
+    "completions/max_length",
+    "completions/clipped_ratio",
+    "completions/mean_terminated_length",
+    "rewards/count_letter/mean",
+    "rewards/count_letter/std",
+    "rewards/maybe_none/mean",
+    "rewards/maybe_none/std",
+    "reward",
+    "reward_std",
+    "frac_reward_zero_std",
+    "custom/mean_len_chars",
+    "entropy",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "clip_ratio/region_mean",
+    "clip_ratio/low_min",
+    "clip_ratio/high_max",
+    "step_time",
+    "epoch",
+    "kl",
+    "train_runtime",
 ]
 EVAL_KEYS = ["eval_loss", "eval_reward", "eval_kl", "eval_runtime", "eval_rewards/count_letter/mean"]
 
@@ -96,10 +117,19 @@ def test_group_metrics_sorts_trl_keys_into_panels() -> None:
     assert groups["reward"] == ["rewards/count_letter/mean", "rewards/maybe_none/mean", "reward"]
     assert groups["reward_spread"] == ["frac_reward_zero_std", "reward_std"]
     assert groups["kl"] == ["kl"]
-    assert set(groups["clip"]) == {"clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
-                                   "clip_ratio/low_min", "clip_ratio/high_max"}
-    assert groups["length"] == ["completions/mean_length", "completions/min_length", "completions/max_length",
-                                "completions/clipped_ratio"]
+    assert set(groups["clip"]) == {
+        "clip_ratio/low_mean",
+        "clip_ratio/high_mean",
+        "clip_ratio/region_mean",
+        "clip_ratio/low_min",
+        "clip_ratio/high_max",
+    }
+    assert groups["length"] == [
+        "completions/mean_length",
+        "completions/min_length",
+        "completions/max_length",
+        "completions/clipped_ratio",
+    ]
     assert groups["loss"] == ["loss"]
     assert groups["log_metric"] == ["custom/mean_len_chars"]  # a reward function's log_metric: its own panel
     assert "num_tokens" in groups["other"]
@@ -143,10 +173,17 @@ def test_kl_panel_explains_missing_kl_when_beta_is_zero() -> None:
 
 
 def test_length_panel_draws_max_completion_length_and_clipped_ratio_on_right_axis() -> None:
-    frames = {("train", "completions/mean_length"): frame([5.0, 6.0]),
-              ("train", "completions/clipped_ratio"): frame([0.5, 0.25])}
-    fig = charts.panel_figure("length", charts.group_metrics(frames.keys())["length"], frames,
-                              charts.ChartOptions(smoothing=0), max_completion_length=12)
+    frames = {
+        ("train", "completions/mean_length"): frame([5.0, 6.0]),
+        ("train", "completions/clipped_ratio"): frame([0.5, 0.25]),
+    }
+    fig = charts.panel_figure(
+        "length",
+        charts.group_metrics(frames.keys())["length"],
+        frames,
+        charts.ChartOptions(smoothing=0),
+        max_completion_length=12,
+    )
     assert [s.y0 for s in fig.layout.shapes] == [12]
     clipped = next(t for t in fig.data if t.name == "clipped_ratio")
     assert clipped.yaxis == "y2" and fig.layout.yaxis2.overlaying == "y"
@@ -166,8 +203,9 @@ def test_long_series_is_downsampled_per_line_and_spike_survives() -> None:
 
 def test_log_scale_and_time_axes() -> None:
     frames = {("train", "loss"): frame([1.0, 0.1, 0.01], times=[1000.0, 1060.0, 1180.0])}
-    fig = charts.panel_figure("loss", ["loss"], frames, charts.ChartOptions(log_y=True, xaxis="relative time"),
-                              t0=1000.0)
+    fig = charts.panel_figure(
+        "loss", ["loss"], frames, charts.ChartOptions(log_y=True, xaxis="relative time"), t0=1000.0
+    )
     assert fig.layout.yaxis.type == "log"
     assert list(fig.data[-1].x) == pytest.approx([0.0, 1.0, 3.0])
     fig = charts.panel_figure("loss", ["loss"], frames, charts.ChartOptions(xaxis="wall time"))
@@ -182,8 +220,9 @@ def test_nan_and_inf_become_gaps_in_plotted_values() -> None:
 
 
 def test_overlay_figure_one_line_per_run() -> None:
-    fig = charts.overlay_figure("reward", [("a", frame([0.1, 0.2])), ("b", frame([0.3, 0.4]))],
-                                charts.ChartOptions(smoothing=0))
+    fig = charts.overlay_figure(
+        "reward", [("a", frame([0.1, 0.2])), ("b", frame([0.3, 0.4]))], charts.ChartOptions(smoothing=0)
+    )
     assert [t.name for t in fig.data] == ["a", "b"]
     empty = charts.overlay_figure("reward", [], charts.ChartOptions())
     assert not empty.data
@@ -193,12 +232,28 @@ def test_run_figures_from_a_real_store(data_dir: Path) -> None:
     store = Store()
     run_dir = data_dir / "runs" / "r1"
     run_dir.mkdir(parents=True)
-    store.insert_run(Run(id="r1", name="r1", spec_yaml="name: r1\n", backend="local",
-                         status=RunStatus.RUNNING.value, created_at=time.time(), run_dir=str(run_dir)))
+    store.insert_run(
+        Run(
+            id="r1",
+            name="r1",
+            spec_yaml="name: r1\n",
+            backend="local",
+            status=RunStatus.RUNNING.value,
+            created_at=time.time(),
+            run_dir=str(run_dir),
+        )
+    )
     lines = []
     for step in range(1, 31):
-        metrics = {"reward": step / 30, "rewards/fmt/mean": step / 30, "rewards/fmt/std": 0.1, "loss": 0.01,
-                   "entropy": 2.0 - step / 30, "completions/mean_length": 8.0, "epoch": step / 10}
+        metrics = {
+            "reward": step / 30,
+            "rewards/fmt/mean": step / 30,
+            "rewards/fmt/std": 0.1,
+            "loss": 0.01,
+            "entropy": 2.0 - step / 30,
+            "completions/mean_length": 8.0,
+            "epoch": step / 10,
+        }
         lines.append({"type": "log", "split": "train", "step": step, "time": 1000.0 + step, "metrics": metrics})
     lines.append({"type": "log", "split": "eval", "step": 30, "time": 1031.0, "metrics": {"eval_reward": 0.7}})
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -215,8 +270,17 @@ def test_store_summaries_keep_spikes_and_full_series_smoothing(data_dir: Path) -
     store = Store()
     run_dir = data_dir / "runs" / "r2"
     run_dir.mkdir(parents=True)
-    store.insert_run(Run(id="r2", name="r2", spec_yaml="name: r2\n", backend="local",
-                         status=RunStatus.RUNNING.value, created_at=time.time(), run_dir=str(run_dir)))
+    store.insert_run(
+        Run(
+            id="r2",
+            name="r2",
+            spec_yaml="name: r2\n",
+            backend="local",
+            status=RunStatus.RUNNING.value,
+            created_at=time.time(),
+            run_dir=str(run_dir),
+        )
+    )
     rng = np.random.default_rng(3)
     grad = rng.uniform(0.5, 1.0, 5000)
     grad[3210] = 40.0
@@ -226,8 +290,10 @@ def test_store_summaries_keep_spikes_and_full_series_smoothing(data_dir: Path) -
         for i in range(5000):
             value = None if np.isnan(grad[i]) else float(grad[i])
             metrics = {"grad_norm": value, "rewards/r/mean": float(grad[i] / 2), "rewards/r/std": float(std[i])}
-            f.write(json.dumps({"type": "log", "split": "train", "step": i + 1, "time": 1000.0 + i,
-                                "metrics": metrics}) + "\n")
+            f.write(
+                json.dumps({"type": "log", "split": "train", "step": i + 1, "time": 1000.0 + i, "metrics": metrics})
+                + "\n"
+            )
     ingest_file(store, "r2", run_dir / "metrics.jsonl")
     opts = charts.ChartOptions(smoothing=0.9, max_points=500)
     figs = charts.run_figures(store, "r2", opts)
@@ -246,8 +312,10 @@ def test_store_summaries_keep_spikes_and_full_series_smoothing(data_dir: Path) -
 
 
 def test_clip_panel_explains_all_zero_ratios() -> None:
-    frames = {("train", "clip_ratio/low_mean"): frame([0.0, 0.0]),
-              ("train", "clip_ratio/high_mean"): frame([0.0, 0.0])}
+    frames = {
+        ("train", "clip_ratio/low_mean"): frame([0.0, 0.0]),
+        ("train", "clip_ratio/high_mean"): frame([0.0, 0.0]),
+    }
     fig = charts.panel_figure("clip", ["clip_ratio/high_mean", "clip_ratio/low_mean"], frames, charts.ChartOptions())
     assert "on-policy" in fig.layout.annotations[0].text
     frames[("train", "clip_ratio/low_mean")] = frame([0.0, 0.1])

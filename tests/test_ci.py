@@ -105,8 +105,14 @@ def test_a_skipped_security_test_fails_where_the_sandbox_is_expected(tmp_path: P
     (tmp_path / "test_security.py").write_text(SECURITY_TEST)
     (tmp_path / "test_other.py").write_text("import pytest\n\ndef test_skip():\n    pytest.skip('no Slurm here')\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "GRPO_DASHBOARD_EXPECT_SANDBOX": expect}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", str(tmp_path)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     last = done.stdout.strip().splitlines()[-1]
     if expect:
         # the plain skip fails, and the skipif mark's skip too (at set-up, so pytest counts it as an error)

@@ -20,8 +20,12 @@ ROWS = [{"question": f"What is {i} + {i}?", "answer": str(2 * i), "level": i % 3
 def spec_for(data: Path | str, model: Path | str = "tiny-model", **dataset: Any) -> dict[str, Any]:
     """A spec dict over `data` (local files, or `path` when dataset has it)."""
     ds = {"data_files": str(data), **dataset} if "path" not in dataset else dict(dataset)
-    return {"name": "inspect", "model": {"name_or_path": str(model), "build_tiny": str(model) == "tiny-model"},
-            "dataset": ds, "rewards": [{"name": "constant"}]}
+    return {
+        "name": "inspect",
+        "model": {"name_or_path": str(model), "build_tiny": str(model) == "tiny-model"},
+        "dataset": ds,
+        "rewards": [{"name": "constant"}],
+    }
 
 
 def write(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -63,18 +67,22 @@ def test_each_local_format(tmp_path: Path, suffix: str) -> None:
     assert report.prompt_tokens["rows_measured"] == 6 and report.prompt_tokens["approximate"]
 
 
-@pytest.mark.parametrize(("name", "content", "words"), [
-    ("bad.jsonl", '{"prompt": "a"}\n{"prompt": \n', ["line 2", "not valid JSON"]),
-    ("bad.json", '[{"prompt": "a"}, ', ["cannot be read as json"]),
-    ("bad.csv", "prompt,answer\nhello,1\nwith, a comma,2\n", ["line 3", "more fields", "Quote"]),
-    ("bad.parquet", "this is not parquet", ["cannot be read as parquet"]),
-    ("empty.jsonl", "\n\n", ["holds no rows"]),
-    ("list.jsonl", '{"prompt": "a"}\n["a", "b"]\n', ["line 2", "is a list, not an object"]),
-    ("array.json", '["a", "b"]', ["JSON array must hold one object per row"]),
-    ("data.txt", "prompt\nhello\n", ["supported", ".jsonl"]),
-])
-def test_malformed_files_give_a_clear_error_without_crashing(tmp_path: Path, name: str, content: str,
-                                                             words: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("name", "content", "words"),
+    [
+        ("bad.jsonl", '{"prompt": "a"}\n{"prompt": \n', ["line 2", "not valid JSON"]),
+        ("bad.json", '[{"prompt": "a"}, ', ["cannot be read as json"]),
+        ("bad.csv", "prompt,answer\nhello,1\nwith, a comma,2\n", ["line 3", "more fields", "Quote"]),
+        ("bad.parquet", "this is not parquet", ["cannot be read as parquet"]),
+        ("empty.jsonl", "\n\n", ["holds no rows"]),
+        ("list.jsonl", '{"prompt": "a"}\n["a", "b"]\n', ["line 2", "is a list, not an object"]),
+        ("array.json", '["a", "b"]', ["JSON array must hold one object per row"]),
+        ("data.txt", "prompt\nhello\n", ["supported", ".jsonl"]),
+    ],
+)
+def test_malformed_files_give_a_clear_error_without_crashing(
+    tmp_path: Path, name: str, content: str, words: list[str]
+) -> None:
     (tmp_path / name).write_text(content)
     report = inspect_dataset(spec_for(tmp_path / name))
     assert not report.readable and not report.ok
@@ -106,15 +114,19 @@ def test_template_and_system_prompt_make_conversational_prompts(tmp_path: Path) 
     data = write(tmp_path / "d.jsonl", ROWS)
     report = inspect_dataset(spec_for(data, prompt_template="Q: {question}\nA:", system_prompt="Be brief."))
     assert report.ok and report.conversational and report.chat_template is True
-    assert report.rendered_prompt == [{"role": "system", "content": "Be brief."},
-                                      {"role": "user", "content": "Q: What is 0 + 0?\nA:"}]
+    assert report.rendered_prompt == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Q: What is 0 + 0?\nA:"},
+    ]
     bad = inspect_dataset(spec_for(data, prompt_template="{question} {missing}"))
     assert "['missing']" in problems(bad)[0]
 
 
 def test_conversational_column_detection_and_message_checks(tmp_path: Path) -> None:
-    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
-            {"messages": [{"from": "human", "value": "x"}]}]
+    rows = [
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
+        {"messages": [{"from": "human", "value": "x"}]},
+    ]
     data = write(tmp_path / "chat.jsonl", rows)
     report = inspect_dataset(spec_for(data, prompt_column="messages"))
     assert report.conversational and report.types["messages"] == "list[dict]|messages"

@@ -30,18 +30,21 @@ def test_readme_front_matter_is_the_generated_one_and_valid() -> None:
     spec = deploy.requirement_spec((REPO / "requirements.txt").read_text(encoding="utf-8"))
     assert spec and Version(meta["sdk_version"]) in SpecifierSet(spec)
     assert meta["sdk_version"] == gradio.__version__  # the Space runs the gradio the tests ran
-    body = readme[len(deploy.render_front_matter()):]
+    body = readme[len(deploy.render_front_matter()) :]
     assert body.lstrip().startswith("# GRPO Dashboard") and body.index("```bash") < 600
 
 
-@pytest.mark.parametrize(("change", "problem"), [
-    ({"sdk_version": "5.49.0"}, "does not satisfy requirements.txt's gradio>=6.31,<7"),
-    ({"hf_oauth_scopes": ["read-repos"]}, "it needs 'jobs'"),
-    ({"hf_oauth": False}, "hf_oauth is False"),
-    ({"python_version": 3.1}, "quoted string"),
-    ({"hf_oauth_expiration_minutes": 60}, "use 480 to 43200"),
-    ({"app_file": "main.py"}, "app_file is 'main.py'"),
-])
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"sdk_version": "5.49.0"}, "does not satisfy requirements.txt's gradio>=6.31,<7"),
+        ({"hf_oauth_scopes": ["read-repos"]}, "it needs 'jobs'"),
+        ({"hf_oauth": False}, "hf_oauth is False"),
+        ({"python_version": 3.1}, "quoted string"),
+        ({"hf_oauth_expiration_minutes": 60}, "use 480 to 43200"),
+        ({"app_file": "main.py"}, "app_file is 'main.py'"),
+    ],
+)
 def test_front_matter_problems_are_named(change: dict[str, Any], problem: str) -> None:
     meta = {**deploy.front_matter(), **change}
     problems = deploy.front_matter_problems(meta, "torch>=2\ngradio[oauth]>=6.31,<7  # UI\n")
@@ -56,11 +59,24 @@ def test_requirement_spec_reads_extras_and_comments() -> None:
 
 def test_deployed_files_are_the_app_without_tests_or_data() -> None:
     files = deploy.deploy_files(REPO)
-    for needed in ("app.py", "README.md", "requirements.txt", "grpo_dashboard/space/access.py",
-                   "grpo_dashboard/ui/app.py", "jobs/grpo_job.py", "examples/smoke.yaml", "examples/data/smoke.jsonl"):
+    for needed in (
+        "app.py",
+        "README.md",
+        "requirements.txt",
+        "grpo_dashboard/space/access.py",
+        "grpo_dashboard/ui/app.py",
+        "jobs/grpo_job.py",
+        "examples/smoke.yaml",
+        "examples/data/smoke.jsonl",
+    ):
         assert needed in files
-    assert not [f for f in files if f.startswith(("tests/", ".git", "test-artifacts/", "benchmarks/", ".cache/"))
-                or "__pycache__" in f or f.endswith(".pyc")]
+    assert not [
+        f
+        for f in files
+        if f.startswith(("tests/", ".git", "test-artifacts/", "benchmarks/", ".cache/"))
+        or "__pycache__" in f
+        or f.endswith(".pyc")
+    ]
 
 
 @pytest.fixture
@@ -85,8 +101,9 @@ def test_deploy_space_creates_and_uploads(hub: FakeHub, capsys: pytest.CaptureFi
     repo = hub.repos["me/grpo"]
     assert repo["payload"]["type"] == "space" and repo["payload"]["sdk"] == "gradio"
     assert repo["payload"]["visibility"] == "private"
-    assert repo["payload"]["volumes"] == [{"type": "bucket", "source": "me/grpo-data", "mountPath": "/data",
-                                           "readOnly": False}]
+    assert repo["payload"]["volumes"] == [
+        {"type": "bucket", "source": "me/grpo-data", "mountPath": "/data", "readOnly": False}
+    ]
     assert repo["payload"]["variables"] == [{"key": "GRPO_DASHBOARD_DATA_DIR", "value": deploy.DATA_DIR_ON_SPACE}]
     assert "me/grpo-data" in hub.buckets
     assert sorted(repo["files"]) == deploy.deploy_files(REPO)

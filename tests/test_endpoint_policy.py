@@ -48,16 +48,26 @@ def test_every_api_endpoint_of_the_running_app_has_a_policy(served: dict[str, An
 def test_every_http_route_of_the_running_app_is_declared(served: dict[str, Any]) -> None:
     routes = declared_routes(served["demo"].server_app)
     assert len(routes) > 60
-    missing = [(path, method) for path, method in routes
-               if path not in policy.ROUTES or method not in policy.ROUTES[path].methods]
+    missing = [
+        (path, method)
+        for path, method in routes
+        if path not in policy.ROUTES or method not in policy.ROUTES[path].methods
+    ]
     assert missing == []
 
 
 def test_denied_and_undeclared_routes_answer_404(served: dict[str, Any]) -> None:
     url = served["url"].rstrip("/")
     cookie = {"Cookie": sign_in(served["url"], "alice")}
-    for path in ("/monitoring", "/gradio_api/vibe-code", "/gradio_api/run-history/buckets", "/openapi.json",
-                 "/gradio_api/token", "/gradio_api/proxy=https://example.com/x", "/no/such/route"):
+    for path in (
+        "/monitoring",
+        "/gradio_api/vibe-code",
+        "/gradio_api/run-history/buckets",
+        "/openapi.json",
+        "/gradio_api/token",
+        "/gradio_api/proxy=https://example.com/x",
+        "/no/such/route",
+    ):
         answer = httpx.get(url + path, headers=cookie, timeout=30)
         assert answer.status_code == 404, (path, answer.status_code)
     assert httpx.post(url + "/gradio_api/run-history/connect", json={}, headers=cookie).status_code == 404
@@ -93,8 +103,16 @@ def test_signed_in_endpoints_refuse_anonymous_callers_before_reading_input(serve
         with pytest.raises(gr.Error, match="Sign in with Hugging Face"):
             block_fn.fn(None, None, *([object()] * 200))  # inputs that would break any handler that read them
         refused.append(name)
-    assert {"import_trl", "import_run", "form_to_yaml", "yaml_to_form", "export_metrics", "resume_run",
-            "check_rewards", "launch"} <= set(refused)
+    assert {
+        "import_trl",
+        "import_run",
+        "form_to_yaml",
+        "yaml_to_form",
+        "export_metrics",
+        "resume_run",
+        "check_rewards",
+        "launch",
+    } <= set(refused)
 
 
 def test_anonymous_calls_are_refused_through_the_api(clients: dict[str, Client]) -> None:
@@ -111,8 +129,9 @@ def test_text_caps_hold_per_endpoint(clients: dict[str, Client]) -> None:
 
 
 # --- bounded work ------------------------------------------------------------------------------------------------
-def test_a_user_holding_the_pool_is_told_busy_while_another_user_gets_a_worker(served: dict[str, Any],
-                                                                               clients: dict[str, Client]) -> None:
+def test_a_user_holding_the_pool_is_told_busy_while_another_user_gets_a_worker(
+    served: dict[str, Any], clients: dict[str, Client]
+) -> None:
     pool = guard.budgets(served["demo"].ctx).pools["edit"]
     release = threading.Event()
     holder = threading.Thread(target=pool.run, args=("user:alice", release.wait, 30.0, "test"), daemon=True)
@@ -134,8 +153,9 @@ def test_a_user_holding_the_pool_is_told_busy_while_another_user_gets_a_worker(s
 def test_one_users_flood_is_told_busy_and_does_not_queue_another_user(clients: dict[str, Client]) -> None:
     """alice sends eight ~117 KiB YAML texts at once (the stall attack): she gets her share, the rest are told busy
     at once; bob's call is answered meanwhile."""
-    big = "name: big\ndataset:\n  data_files:\n" + "".join(f"  - data/shard-{i:06d}-with-a-long-name.jsonl\n"
-                                                         for i in range(3000))
+    big = "name: big\ndataset:\n  data_files:\n" + "".join(
+        f"  - data/shard-{i:06d}-with-a-long-name.jsonl\n" for i in range(3000)
+    )
     assert len(big) > 110_000
     jobs = [clients["alice"].submit(big, api_name="/yaml_to_form") for _ in range(8)]
     assert "YAML applied" in str(clients["bob"].predict(SMOKE, api_name="/yaml_to_form"))
@@ -204,11 +224,14 @@ def test_uploads_need_sign_in_and_spend_a_quota(served: dict[str, Any]) -> None:
     before, budgets.uploads = budgets.uploads, UploadQuota(files=3, nbytes=2**20, window_s=600.0)
     try:
         bob, alice = {"Cookie": sign_in(url, "bob")}, {"Cookie": sign_in(url, "alice")}
-        answers = [httpx.post(url + "gradio_api/upload", files={"files": ("a.txt", b"a" * 1000)}, headers=bob,
-                              timeout=30) for _ in range(4)]
+        answers = [
+            httpx.post(url + "gradio_api/upload", files={"files": ("a.txt", b"a" * 1000)}, headers=bob, timeout=30)
+            for _ in range(4)
+        ]
         assert [a.status_code for a in answers] == [200, 200, 200, 429]
         assert "upload quota reached: at most 3 uploads" in answers[-1].text
-        assert httpx.post(url + "gradio_api/upload", files={"files": ("a.txt", b"a")}, headers=alice).status_code \
-            == 200
+        assert (
+            httpx.post(url + "gradio_api/upload", files={"files": ("a.txt", b"a")}, headers=alice).status_code == 200
+        )
     finally:
         budgets.uploads = before

@@ -67,8 +67,16 @@ def test_a_finding_that_stops_firing_is_shown_resolved_with_when() -> None:
     recs = []
     for s in range(1, 121):
         clipped = 0.9 if 20 <= s <= 45 else 0.02
-        recs.append({"step": s, "reward": 0.2 + 0.004 * s + rng.normal(0, 0.02), "completions/clipped_ratio": clipped,
-                     "completions/mean_length": 100.0, "entropy": 2.0 - 0.005 * s, "grad_norm": 0.5})
+        recs.append(
+            {
+                "step": s,
+                "reward": 0.2 + 0.004 * s + rng.normal(0, 0.02),
+                "completions/clipped_ratio": clipped,
+                "completions/mean_length": 100.0,
+                "entropy": 2.0 - 0.005 * s,
+                "grad_norm": 0.5,
+            }
+        )
     assert "truncation" not in {f.rule for f in diagnose(recs)}  # the snapshot of the whole log has forgotten it
     (trunc,) = [f for f in finding_history(recs) if f.rule == "truncation"]
     assert trunc.status == "resolved" and 45 < trunc.resolved_step <= 80 and 19 <= trunc.step <= 25
@@ -86,8 +94,17 @@ def test_the_cut_points_depend_only_on_the_log() -> None:
 def test_store_keeps_the_earliest_onset(tmp_path: Path) -> None:
     store = Store(tmp_path / "db.sqlite")
     new_run(store, tmp_path, "r1")
-    row = {"rule": "truncation", "severity": "warning", "step": 20, "metric": "completions/clipped_ratio",
-           "message": "m", "remedy": "r", "evidence": {}, "status": "active", "resolved_step": None}
+    row = {
+        "rule": "truncation",
+        "severity": "warning",
+        "step": 20,
+        "metric": "completions/clipped_ratio",
+        "message": "m",
+        "remedy": "r",
+        "evidence": {},
+        "status": "active",
+        "resolved_step": None,
+    }
     store.save_findings("r1", [row])
     store.save_findings("r1", [{**row, "step": 31, "status": "resolved", "resolved_step": 50}])
     (saved,) = store.findings("r1")
@@ -95,8 +112,9 @@ def test_store_keeps_the_earliest_onset(tmp_path: Path) -> None:
     assert store.findings("other") == []
 
 
-def test_live_panel_and_doctor_agree_on_the_same_metrics_jsonl(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_live_panel_and_doctor_agree_on_the_same_metrics_jsonl(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = Store(tmp_path / "db.sqlite")
     log = new_run(store, tmp_path, "r1")
     append_log(log, range(1, 61), **{k: (lambda s, k=k: collapse_metrics(s)[k]) for k in collapse_metrics(1)})

@@ -19,8 +19,15 @@ ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "tests" / "fixtures" / "real_logs"
 
 
-def saturating_log(n: int = 120, plateau: float = 0.8, tau: float = 40.0, noise: float = 0.03, seed: int = 0,
-                   entropy: bool = True, step_time: float | None = 12.0) -> list[dict]:
+def saturating_log(
+    n: int = 120,
+    plateau: float = 0.8,
+    tau: float = 40.0,
+    noise: float = 0.03,
+    seed: int = 0,
+    entropy: bool = True,
+    step_time: float | None = 12.0,
+) -> list[dict]:
     """Reward rising 0.1 -> `plateau` as an exponential approach; entropy following the entropy-reward law."""
     rng = np.random.default_rng(seed)
     steps = np.arange(1, n + 1)
@@ -88,8 +95,10 @@ def test_what_it_says_when_it_cannot_forecast() -> None:
     assert no_time.cost_so_far is None and "no timing" in no_time.reasons["cost_so_far"]
     curve, why = fit_reward_curve(np.array([1, 2, 2, 3, 4, 5, 6, 7, 8]), np.linspace(0, 1, 9))
     assert curve is None and "not strictly increasing" in why
-    law, why = entropy_law(Series("entropy", np.arange(10), np.linspace(3, 1, 10)),
-                           Series("reward", np.arange(10), np.linspace(0.9, 0.1, 10)))
+    law, why = entropy_law(
+        Series("entropy", np.arange(10), np.linspace(3, 1, 10)),
+        Series("reward", np.arange(10), np.linspace(0.9, 0.1, 10)),
+    )
     assert law is None and "does not rise as entropy falls" in why
 
 
@@ -138,11 +147,19 @@ def _write(tmp_path: Path, records: list[dict], name: str = "log.jsonl") -> Path
 
 def test_cli_json_keys_at_step_and_price(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = _write(tmp_path, saturating_log())
-    assert forecast_main([str(log), "--json", "--at-step", "300", "--max-steps", "400",
-                          "--price-per-hour", "2.5"]) == 0
+    assert (
+        forecast_main([str(log), "--json", "--at-step", "300", "--max-steps", "400", "--price-per-hour", "2.5"]) == 0
+    )
     out = json.loads(capsys.readouterr().out)
-    for key in ("reward_ceiling", "plateau_reward", "plateau_step", "stop_step", "reward_at_step", "cost_so_far",
-                "cost_to_plateau"):
+    for key in (
+        "reward_ceiling",
+        "plateau_reward",
+        "plateau_step",
+        "stop_step",
+        "reward_at_step",
+        "cost_so_far",
+        "cost_to_plateau",
+    ):
         assert set(out[key]) >= {"value", "low", "high"}, key
         assert out[key]["low"] <= out[key]["value"] <= out[key]["high"]
     assert out["price_per_hour"] == 2.5 and out["max_steps"] == 400
@@ -151,8 +168,9 @@ def test_cli_json_keys_at_step_and_price(tmp_path: Path, capsys: pytest.CaptureF
     assert "reward_at_step" not in out and out["cost_so_far"] is None and "no price" in out["reasons"]["cost_so_far"]
 
 
-def test_cli_short_log_says_why_and_unreadable_input_exits_2(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_short_log_says_why_and_unreadable_input_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     short = REAL / "JuncyLu__trl_DAPO__training_logs-20251022_181457-run_terminal.jsonl"
     assert forecast_main([str(short), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -173,14 +191,22 @@ def test_cli_short_log_says_why_and_unreadable_input_exits_2(tmp_path: Path,
 def test_python_m_grpo_dashboard_forecast_with_a_jobs_flavor(tmp_path: Path) -> None:
     log = _write(tmp_path, saturating_log())
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
-    cmd = [sys.executable, "-m", "grpo_dashboard", "forecast", str(log), "--max-steps", "400", "--flavor",
-           "a10g-small"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpo_dashboard",
+        "forecast",
+        str(log),
+        "--max-steps",
+        "400",
+        "--flavor",
+        "a10g-small",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "plateau reward" in result.stdout and "(a10g-small, built-in price)" in result.stdout
     assert "stopping at step" in result.stdout and "cost so far" in result.stdout
-    bad = subprocess.run(cmd[:-1] + ["no-such-flavor"], capture_output=True, text=True, cwd=ROOT, env=env,
-                         timeout=120)
+    bad = subprocess.run(cmd[:-1] + ["no-such-flavor"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert bad.returncode == 2 and "unknown HF Jobs flavor 'no-such-flavor'" in bad.stderr
 
 

@@ -22,8 +22,19 @@ def fields() -> dict[str, forms.FormField]:
 def test_groups_and_core_fields_present(fields: dict[str, forms.FormField]) -> None:
     groups = {f.group for f in fields.values()}
     assert groups == set(forms.GROUPS)
-    core = ["num_generations", "epsilon", "epsilon_high", "beta", "loss_type", "scale_rewards", "learning_rate",
-            "max_completion_length", "temperature", "max_steps", "num_iterations"]
+    core = [
+        "num_generations",
+        "epsilon",
+        "epsilon_high",
+        "beta",
+        "loss_type",
+        "scale_rewards",
+        "learning_rate",
+        "max_completion_length",
+        "temperature",
+        "max_steps",
+        "num_iterations",
+    ]
     for name in core:
         assert fields[f"training.{name}"].group == "GRPO core"
     assert fields["rewards"].widget == "rewards"
@@ -43,7 +54,7 @@ def test_defaults_and_help_come_from_trl_and_the_dataclasses(fields: dict[str, f
     trl = trl_fields.grpo_fields()
     for f in fields.values():
         if f.is_training:
-            name = f.key[len("training."):]
+            name = f.key[len("training.") :]
             assert f.default == trl[name].default
             assert f.help and f.help.split()[0] in trl[name].help
     assert fields["model.dtype"].default == ModelSpec().dtype
@@ -129,12 +140,18 @@ def test_yaml_to_values_and_back() -> None:
 
 
 def test_reward_rows_parse_weights_params_and_skip_blank_rows() -> None:
-    rows = [["fmt", 0.5, "think_format", "", '{"strict": true}'], ["acc", None, "", "", ""], ["", None, "", "", ""],
-            ["mine", "2", "", "my.py:f", "{a: 1}"]]
+    rows = [
+        ["fmt", 0.5, "think_format", "", '{"strict": true}'],
+        ["acc", None, "", "", ""],
+        ["", None, "", "", ""],
+        ["mine", "2", "", "my.py:f", "{a: 1}"],
+    ]
     rewards = forms.rewards_from_rows(rows)
     assert [(r.name, r.weight, r.builtin, r.function, r.params) for r in rewards] == [
-        ("fmt", 0.5, "think_format", None, {"strict": True}), ("acc", 1.0, None, None, {}),
-        ("mine", 2.0, None, "my.py:f", {"a": 1})]
+        ("fmt", 0.5, "think_format", None, {"strict": True}),
+        ("acc", 1.0, None, None, {}),
+        ("mine", 2.0, None, "my.py:f", {"a": 1}),
+    ]
     with pytest.raises(SpecError) as exc:
         forms.rewards_from_rows([["a", "heavy", "", "", "[1]"]])
     assert [e.field for e in exc.value.errors] == ["rewards[0].weight", "rewards[0].params"]
@@ -150,8 +167,15 @@ def test_bad_number_is_reported_on_its_field() -> None:
 
 def test_every_validation_error_lands_next_to_its_field(fields: dict[str, forms.FormField]) -> None:
     values = forms.values_from_spec(presets.preset_spec(presets.DEFAULT_PRESET))
-    values.update({"name": "", "training.num_generations": 1, "training.beta": -1.0,
-                   "dataset.prompt_column": "question", "rewards": [["no_such_reward", 1.0, "", "", ""]]})
+    values.update(
+        {
+            "name": "",
+            "training.num_generations": 1,
+            "training.beta": -1.0,
+            "dataset.prompt_column": "question",
+            "rewards": [["no_such_reward", 1.0, "", "", ""]],
+        }
+    )
     spec = forms.spec_from_values(values)
     _, report = runs.check(spec, REPO)
     placed, unplaced = forms.place_errors(report.errors, list(fields))
@@ -161,8 +185,12 @@ def test_every_validation_error_lands_next_to_its_field(fields: dict[str, forms.
 
 
 def test_errors_without_a_field_are_kept() -> None:
-    errs = [FieldError("(yaml)", "x", "is not valid YAML"), FieldError("training.not_a_field", 1, "unknown"),
-            FieldError("dataset", {}, "needs exactly one source"), FieldError("rewards[2].params.x", 1, "bad")]
+    errs = [
+        FieldError("(yaml)", "x", "is not valid YAML"),
+        FieldError("training.not_a_field", 1, "unknown"),
+        FieldError("dataset", {}, "needs exactly one source"),
+        FieldError("rewards[2].params.x", 1, "bad"),
+    ]
     placed, unplaced = forms.place_errors(errs, ["rewards", "dataset.data_files", "training.beta"])
     assert placed == {"dataset.data_files": ["needs exactly one source"], "rewards": ["rewards[2].params.x: bad"]}
     assert len(unplaced) == 2
@@ -174,7 +202,11 @@ def test_presets_validate_offline() -> None:
         assert not report.errors, (name, report.errors)
     dapo = presets.preset_spec("DAPO-style (clip-higher, no KL, on the smoke task)").training
     assert (dapo["epsilon_high"], dapo["beta"], dapo["loss_type"], dapo["mask_truncated_completions"]) == (
-        0.28, 0.0, "dapo", True)
+        0.28,
+        0.0,
+        "dapo",
+        True,
+    )
     math_spec = presets.preset_spec("math reasoning (Qwen2.5-0.5B-Instruct, GSM8K)")
     assert [r.name for r in math_spec.rewards] == ["think_format", "math_accuracy"]
     assert math_spec.dataset.path == "openai/gsm8k"

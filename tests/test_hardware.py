@@ -17,9 +17,16 @@ from grpo_dashboard.spec.run_spec import LoraSpec, RunSpec
 from .conftest import REPO, SMOKE_DATA, smoke_dict, write_spec
 
 QWEN25_05B_CONFIG = {
-    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
-    "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
-    "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
 }
 
 
@@ -67,8 +74,14 @@ def test_offline_lookups_fall_back_to_the_table_then_to_the_name() -> None:
 
 
 def test_half_billion_full_fine_tune_fits_a_24_gb_card_with_small_batches() -> None:
-    spec = hub_spec("Qwen/Qwen2.5-0.5B-Instruct", "a10g-large", per_device_train_batch_size=4, num_generations=4,
-                    max_completion_length=256, max_steps=100)
+    spec = hub_spec(
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "a10g-large",
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=256,
+        max_steps=100,
+    )
     report = hardware.estimate(spec, prompt_tokens=128)
     assert report.memory is not None and report.chosen is not None
     parts = report.memory.parts
@@ -84,8 +97,13 @@ def test_half_billion_full_fine_tune_fits_a_24_gb_card_with_small_batches() -> N
 
 
 def test_seven_billion_full_fine_tune_does_not_fit_80_gb_without_lora_or_zero() -> None:
-    recipe = {"num_generations": 8, "per_device_train_batch_size": 8, "max_completion_length": 1024,
-              "use_vllm": True, "max_steps": 200}  # the usual GRPO setup: vLLM colocated for generation
+    recipe = {
+        "num_generations": 8,
+        "per_device_train_batch_size": 8,
+        "max_completion_length": 1024,
+        "use_vllm": True,
+        "max_steps": 200,
+    }  # the usual GRPO setup: vLLM colocated for generation
     full = hardware.estimate(hub_spec("Qwen/Qwen2.5-7B-Instruct", "a100-large", **recipe), prompt_tokens=256)
     assert full.chosen is not None and not full.chosen.fits
     assert any("does not fit" in w for w in full.warnings)
@@ -141,8 +159,19 @@ def test_timeout_is_the_estimated_run_time_with_a_buffer_and_a_given_one_is_chec
     assert unknown.timeout_s == hardware.UNKNOWN_TIMEOUT_S and "unknown" in unknown.timeout_reason
 
 
-@pytest.mark.parametrize(("value", "seconds"), [(7200, 7200), ("90m", 5400), ("2h", 7200), ("1.5h", 5400),
-                                                ("1d", 86400), ("300s", 300), ("600", 600), (None, None)])
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (7200, 7200),
+        ("90m", 5400),
+        ("2h", 7200),
+        ("1.5h", 5400),
+        ("1d", 86400),
+        ("300s", 300),
+        ("600", 600),
+        (None, None),
+    ],
+)
 def test_parse_timeout(value: object, seconds: int | None) -> None:
     assert hardware.parse_timeout(value) == seconds  # type: ignore[arg-type]
 
@@ -166,23 +195,28 @@ def _hf_spec_dict(tmp_path: Path, tiny: Path, **backend: object) -> dict:
     return spec
 
 
-@pytest.mark.parametrize(("backend", "field", "needle"), [
-    ({"flavor": "a100-larg"}, "backend.flavor", "a100-large"),
-    ({"flavor": "h100"}, "backend.flavor", "must be a Jobs flavor"),
-    ({"timeout": "soon"}, "backend.timeout", "90m"),
-    ({"timeout": 60}, "backend.timeout", "under 5 minutes"),
-    ({"namespace": None}, "backend.namespace", "is required"),
-    ({"num_processes": 2}, "backend.num_processes", "1 GPU"),
-    ({"gpus": [0]}, "backend.gpus", "only applies to local"),
-])
-def test_validation_of_hf_jobs_backends(tmp_path: Path, tiny_model: Path, backend: dict, field: str,
-                                        needle: str) -> None:
+@pytest.mark.parametrize(
+    ("backend", "field", "needle"),
+    [
+        ({"flavor": "a100-larg"}, "backend.flavor", "a100-large"),
+        ({"flavor": "h100"}, "backend.flavor", "must be a Jobs flavor"),
+        ({"timeout": "soon"}, "backend.timeout", "90m"),
+        ({"timeout": 60}, "backend.timeout", "under 5 minutes"),
+        ({"namespace": None}, "backend.namespace", "is required"),
+        ({"num_processes": 2}, "backend.num_processes", "1 GPU"),
+        ({"gpus": [0]}, "backend.gpus", "only applies to local"),
+    ],
+)
+def test_validation_of_hf_jobs_backends(
+    tmp_path: Path, tiny_model: Path, backend: dict, field: str, needle: str
+) -> None:
     report = validate(RunSpec.from_dict(_hf_spec_dict(tmp_path, tiny_model, **backend)), REPO)
     assert [e for e in report.errors if e.field == field and needle in e.message], report.errors
 
 
-def test_validation_accepts_a_good_hf_jobs_spec_and_warns_when_memory_does_not_fit(tmp_path: Path,
-                                                                                   tiny_model: Path) -> None:
+def test_validation_accepts_a_good_hf_jobs_spec_and_warns_when_memory_does_not_fit(
+    tmp_path: Path, tiny_model: Path
+) -> None:
     good = validate(RunSpec.from_dict(_hf_spec_dict(tmp_path, tiny_model)), REPO)
     assert good.ok, good.errors
     big = _hf_spec_dict(tmp_path, tiny_model, flavor="a10g-large")
@@ -208,12 +242,22 @@ def test_hardware_cli_prints_the_estimate(tmp_path: Path, tiny_model: Path) -> N
     spec = _hf_spec_dict(tmp_path, tiny_model)
     spec["dataset"]["data_files"] = str(SMOKE_DATA)
     path = write_spec(tmp_path / "spec.yaml", spec)
-    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "hardware", str(path), "--all"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "hardware", str(path), "--all"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Memory per GPU" in proc.stdout and "Recommended:" in proc.stdout and "Timeout:" in proc.stdout
     assert "a100-large" in proc.stdout
-    as_json = subprocess.run([sys.executable, "-m", "grpo_dashboard", "hardware", str(path), "--json"], cwd=REPO,
-                             capture_output=True, text=True, timeout=120)
+    as_json = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "hardware", str(path), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     data = json.loads(as_json.stdout)
     assert data["recommended"]["fits"] and data["timeout_s"] >= hardware.MIN_TIMEOUT_S

@@ -21,8 +21,10 @@ def rules(records: list[dict], config: dict | None = None) -> dict:
 
 
 def test_turn_limit_and_malformed_calls() -> None:
-    found = rules(logs(**{"agent/turn_limit_ratio": 0.8, "agent/malformed_ratio": lambda i: 0.4 if i > 10 else 0.0}),
-                  {"max_tool_calling_iterations": 4})
+    found = rules(
+        logs(**{"agent/turn_limit_ratio": 0.8, "agent/malformed_ratio": lambda i: 0.4 if i > 10 else 0.0}),
+        {"max_tool_calling_iterations": 4},
+    )
     assert found["turn_limit"].severity == "warning" and "(now 4)" in found["turn_limit"].message
     assert found["malformed_tool_calls"].step >= 12
     assert found["turn_limit"].remedy and found["turn_limit"].metric == "agent/turn_limit_ratio"
@@ -34,29 +36,65 @@ def test_rising_tool_failures_warn() -> None:
 
 
 def test_one_task_regressing_or_flat_while_others_improve() -> None:
-    found = rules(logs(**{"tasks/environment/calc/reward_mean": lambda i: 0.1 + 0.04 * i,
-                          "tasks/environment/game/reward_mean": lambda i: 0.9 - 0.03 * i,
-                          "tasks/environment/calc/reward_std": 0.3, "tasks/environment/game/reward_std": 0.2}))
+    found = rules(
+        logs(
+            **{
+                "tasks/environment/calc/reward_mean": lambda i: 0.1 + 0.04 * i,
+                "tasks/environment/game/reward_mean": lambda i: 0.9 - 0.03 * i,
+                "tasks/environment/calc/reward_std": 0.3,
+                "tasks/environment/game/reward_std": 0.2,
+            }
+        )
+    )
     assert "game regresses" in found["task_regression"].message
-    flat = rules(logs(**{"tasks/task/a/reward_mean": lambda i: 0.04 * i, "tasks/task/b/reward_mean": 0.5,
-                         "tasks/task/a/reward_std": 0.3, "tasks/task/b/reward_std": 0.0}))
+    flat = rules(
+        logs(
+            **{
+                "tasks/task/a/reward_mean": lambda i: 0.04 * i,
+                "tasks/task/b/reward_mean": 0.5,
+                "tasks/task/a/reward_std": 0.3,
+                "tasks/task/b/reward_std": 0.0,
+            }
+        )
+    )
     assert "lost all reward variance" in flat["task_regression"].message
 
 
 def test_async_staleness_and_empty_queue() -> None:
     # AsyncGRPOTrainer's own names (trl/experimental/async_grpo): sample/*, perf/*
-    found = [f for f in diagnose(logs(**{"sample/staleness_mean": 3.5, "sample/dropped_stale_total": lambda i: 2 * i,
-                                         "sample/rollout_queue_size": lambda i: 0 if i > 5 else 3,
-                                         "perf/rollout_wait_s": 0.8, "perf/step_s": 1.0}),
-                                 {"max_staleness": 4}) if f.rule == "async_staleness"]
-    assert {f.metric for f in found} == {"sample/dropped_stale_total", "sample/staleness_mean",
-                                         "sample/rollout_queue_size"}
+    found = [
+        f
+        for f in diagnose(
+            logs(
+                **{
+                    "sample/staleness_mean": 3.5,
+                    "sample/dropped_stale_total": lambda i: 2 * i,
+                    "sample/rollout_queue_size": lambda i: 0 if i > 5 else 3,
+                    "perf/rollout_wait_s": 0.8,
+                    "perf/step_s": 1.0,
+                }
+            ),
+            {"max_staleness": 4},
+        )
+        if f.rule == "async_staleness"
+    ]
+    assert {f.metric for f in found} == {
+        "sample/dropped_stale_total",
+        "sample/staleness_mean",
+        "sample/rollout_queue_size",
+    }
     assert any("waiting 80% of each step" in f.message for f in found)
 
 
 def test_no_agent_rule_fires_without_tools() -> None:
     plain = [{"step": i + 1, "reward": 0.5, "reward_std": 0.2, "loss": 0.0, "entropy": 3.0} for i in range(30)]
-    agent_rules = {"tool_failures", "tool_use_collapse", "turn_limit", "malformed_tool_calls", "task_regression",
-                   "async_staleness"}
+    agent_rules = {
+        "tool_failures",
+        "tool_use_collapse",
+        "turn_limit",
+        "malformed_tool_calls",
+        "task_regression",
+        "async_staleness",
+    }
     assert not agent_rules & set(rules(plain))
     assert not agent_rules & set(rules(logs()))  # tools used, all healthy

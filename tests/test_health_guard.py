@@ -26,10 +26,6 @@ from .conftest import SMOKE_SPEC, WebhookReceiver
 # ---- a real webhook receiver --------------------------------------------------------------------------------------
 
 
-
-
-
-
 # ---- monitor ------------------------------------------------------------------------------------------------------
 
 
@@ -47,8 +43,16 @@ def collapse_records(n: int, collapse_at: int) -> list[dict[str, Any]]:
     """Entropy 4.3 then ~0 from ``collapse_at`` on, reward rising a little; every other metric plain."""
     out = []
     for s in range(1, n + 1):
-        out.append({"step": s, "entropy": 4.3 if s < collapse_at else 0.001, "reward": 0.1 + s / 1000,
-                    "frac_reward_zero_std": 0.0 if s < collapse_at else 1.0, "grad_norm": 0.5, "loss": 0.0})
+        out.append(
+            {
+                "step": s,
+                "entropy": 4.3 if s < collapse_at else 0.001,
+                "reward": 0.1 + s / 1000,
+                "frac_reward_zero_std": 0.0 if s < collapse_at else 1.0,
+                "grad_norm": 0.5,
+                "loss": 0.0,
+            }
+        )
     return out
 
 
@@ -63,12 +67,16 @@ def test_guard_stops_only_after_the_error_persists() -> None:
 def _first_error_log(records: list[dict[str, Any]]) -> int:
     from grpo_dashboard.health import diagnose
 
-    return next(r["step"] for i, r in enumerate(records) if any(
-        f.severity == "error" for f in diagnose(records[: i + 1], {"beta": 0.0})))
+    return next(
+        r["step"]
+        for i, r in enumerate(records)
+        if any(f.severity == "error" for f in diagnose(records[: i + 1], {"beta": 0.0}))
+    )
 
 
-def test_guard_acts_on_the_replayed_record_when_the_budget_allows_no_evaluation(monkeypatch: pytest.MonkeyPatch
-                                                                              ) -> None:
+def test_guard_acts_on_the_replayed_record_when_the_budget_allows_no_evaluation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A run so fast that the budget never affords an evaluation after the first: the fixed-cut replays (their time
     already spent) still bring the record up to date, and the guard stops on it within the dense first cuts."""
     import grpo_dashboard.health.history as history_module
@@ -98,8 +106,10 @@ def test_guard_off_and_healthy_log_never_stop() -> None:
     off = HealthMonitor(guard=False, budget=None)
     assert all(off.observe(r).stop is None for r in collapse_records(40, 21))
     on = HealthMonitor(guard=True, guard_persist=1, budget=None)
-    healthy = [{"step": s, "entropy": 4.3 - s / 50, "reward": 0.1 + s / 100, "frac_reward_zero_std": 0.05}
-               for s in range(1, 60)]
+    healthy = [
+        {"step": s, "entropy": 4.3 - s / 50, "reward": 0.1 + s / 100, "frac_reward_zero_std": 0.05}
+        for s in range(1, 60)
+    ]
     assert all(on.observe(r).stop is None for r in healthy)
 
 
@@ -165,8 +175,15 @@ def test_monitor_rejects_bad_settings() -> None:
 # ---- alerts -------------------------------------------------------------------------------------------------------
 
 
-FINDING = Finding("entropy_collapse", "error", 12, "entropy fell 4.30 -> 0.01.", "Lower learning_rate.", "entropy",
-                  {"baseline": 4.3, "current": float("inf")})
+FINDING = Finding(
+    "entropy_collapse",
+    "error",
+    12,
+    "entropy fell 4.30 -> 0.01.",
+    "Lower learning_rate.",
+    "entropy",
+    {"baseline": 4.3, "current": float("inf")},
+)
 
 
 def test_payload_works_for_slack_and_discord_and_carries_the_finding() -> None:
@@ -269,20 +286,38 @@ def test_health_spec_fields_round_trip_and_validate(tmp_path: Path) -> None:
 
 def test_guard_stop_event_becomes_the_run_error_and_the_run_completes(tmp_path: Path) -> None:
     store = Store()
-    store.insert_run(Run(id="g1", name="g", spec_yaml="", backend="local", status=RunStatus.RUNNING.value,
-                         created_at=0.0, run_dir=str(tmp_path)))
+    store.insert_run(
+        Run(
+            id="g1",
+            name="g",
+            spec_yaml="",
+            backend="local",
+            status=RunStatus.RUNNING.value,
+            created_at=0.0,
+            run_dir=str(tmp_path),
+        )
+    )
     lines = [
         {"v": 1, "type": "log", "split": "train", "step": 1, "time": 1.0, "metrics": {"entropy": 4.0}},
-        {"v": 1, "type": "event", "event": "guard_stop", "time": 2.0, "step": 9, "rule": "entropy_collapse",
-         "message": "entropy fell to 0.00.", "checkpoint": "/out/checkpoint-9"},
+        {
+            "v": 1,
+            "type": "event",
+            "event": "guard_stop",
+            "time": 2.0,
+            "step": 9,
+            "rule": "entropy_collapse",
+            "message": "entropy fell to 0.00.",
+            "checkpoint": "/out/checkpoint-9",
+        },
         {"v": 1, "type": "event", "event": "finished", "time": 3.0, "step": 9},
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     ingest_file(store, "g1", tmp_path / "metrics.jsonl")
     run = store.get_run("g1")
     assert run.status == RunStatus.COMPLETED.value
-    assert run.error == ("stopped by the health guard at step 9: entropy_collapse: entropy fell to 0.00. "
-                         "Checkpoint: /out/checkpoint-9")
+    assert run.error == (
+        "stopped by the health guard at step 9: entropy_collapse: entropy fell to 0.00. Checkpoint: /out/checkpoint-9"
+    )
 
 
 def test_job_loads_the_shipped_rules_only_when_asked_and_says_when_they_are_missing(tmp_path: Path) -> None:

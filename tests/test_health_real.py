@@ -30,8 +30,9 @@ BOUNDS = {
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_pathological_run_is_flagged_by_the_intended_rule_within_bound(name: str, tiny_model: Path,
-                                                                        tmp_path: Path) -> None:
+def test_pathological_run_is_flagged_by_the_intended_rule_within_bound(
+    name: str, tiny_model: Path, tmp_path: Path
+) -> None:
     scenario = SCENARIOS[name]
     store, run = run_spec(scenario.spec(tiny_model, tmp_path))
     assert run.status == "completed", run.error
@@ -96,8 +97,11 @@ def test_guard_stops_a_collapsing_run_with_a_checkpoint_and_alerts_a_real_webhoo
     posts = [p["json"] for p in receiver.posts]
     assert posts and posts[-1]["event"] == "guard_stop" and posts[-1]["finding"]["rule"] == stop["rule"]
     assert all(p["text"] and p["content"] and p["finding"]["severity"] in ("warning", "error") for p in posts)
-    keys = [(p["finding"]["rule"], p["finding"]["metric"], p["finding"]["severity"]) for p in posts
-            if p["event"] == "finding"]
+    keys = [
+        (p["finding"]["rule"], p["finding"]["metric"], p["finding"]["severity"])
+        for p in posts
+        if p["event"] == "finding"
+    ]
     assert len(keys) == len(set(keys)) and (stop["rule"], "error") in {(r, s) for r, _, s in keys}
     # The guard's stop names the finding's first onset: never later than what an earlier alert on it said (a later
     # evaluation may only find the episode began earlier).
@@ -107,8 +111,9 @@ def test_guard_stops_a_collapsing_run_with_a_checkpoint_and_alerts_a_real_webhoo
     assert max(r["step"] for r in records) == stop["step"]
 
 
-def test_alerts_are_mirrored_to_trackio_in_a_real_run(tiny_model: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_alerts_are_mirrored_to_trackio_in_a_real_run(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """report_to trackio + alerts: each new warning/error is a trackio alert on the run TRL's callback opened."""
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
     spec = smoke_dict(tiny_model, max_steps=6, report_to=["trackio"], project="grpo-health-test")
@@ -118,8 +123,10 @@ def test_alerts_are_mirrored_to_trackio_in_a_real_run(tiny_model: Path, tmp_path
     assert run.status == "completed", run.error
     summary = next(e for e in store.events(run.id) if e["event"] == "health_summary")
     assert summary["alerts"] >= 1 and summary["alert_failures"] == [] and summary["webhook_posts"] == 0
-    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage as S; "
-            "print(json.dumps(S.get_alerts(project='grpo-health-test')))")
+    code = (
+        "import json, sys; from trackio.sqlite_storage import SQLiteStorage as S; "
+        "print(json.dumps(S.get_alerts(project='grpo-health-test')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     alerts = json.loads(out.stdout)  # read in a fresh process: trackio resolves TRACKIO_DIR at import
     assert len(alerts) == summary["alerts"]

@@ -41,8 +41,9 @@ def test_strict_diagnose_reraises_naming_the_rule() -> None:
         diagnose(healthy(), rules=with_broken("entropy_collapse"), strict=True)
 
 
-def test_the_suite_runs_strict_by_default_and_users_do_not(users_default: None, monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+def test_the_suite_runs_strict_by_default_and_users_do_not(
+    users_default: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     found = diagnose(healthy(), rules=with_broken("entropy_collapse"))
     assert [f.rule for f in found if is_rule_failure(f)] == ["entropy_collapse"]
     monkeypatch.setenv(STRICT_ENV, "1")

@@ -211,8 +211,12 @@ def _game(n: int, rise: int, late_slope: float, seed: int = 3) -> dict[str, np.n
     game = np.concatenate([np.linspace(-7.0, -1.0, rise), -1.0 + late_slope * np.arange(n - rise)])
     game = game + rng.normal(0, 4.0, n)
     spread = np.full(n, 10.0)  # completions score from -10 to +10 within a group: the game is far from solved
-    return {"rewards/valid_json_reward/mean": fmt_r, "rewards/gameplay_scores/mean": game,
-            "rewards/gameplay_scores/std": spread, "reward": fmt_r + game}
+    return {
+        "rewards/valid_json_reward/mean": fmt_r,
+        "rewards/gameplay_scores/mean": game,
+        "rewards/gameplay_scores/std": spread,
+        "reward": fmt_r + game,
+    }
 
 
 def _with(records: list[dict], series: dict[str, np.ndarray]) -> list[dict]:

@@ -66,8 +66,9 @@ def assert_token_confined(hub: FakeHub, capsys: pytest.CaptureFixture[str], capl
         assert TOKEN not in caplog.text
 
 
-def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeHub, tmp_path: Path,
-                                                                      capsys: Any, caplog: Any) -> None:
+def test_submission_to_completion_stores_exactly_what_the_job_printed(
+    hub: FakeHub, tmp_path: Path, capsys: Any, caplog: Any
+) -> None:
     hub.plans.append(Plan(lines=protocol_lines(8)))
     store = Store()
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
@@ -83,15 +84,26 @@ def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeH
 
     (create,) = hub.requests_to("POST", "/api/jobs/alice")
     body = json.loads(create.body)
-    assert body["command"] == ["uv", "run", "/data/grpo_job.py", "--config", "/data/run.yaml", "--metrics",
-                               "/tmp/grpo_dashboard_metrics.jsonl"]
+    assert body["command"] == [
+        "uv",
+        "run",
+        "/data/grpo_job.py",
+        "--config",
+        "/data/run.yaml",
+        "--metrics",
+        "/tmp/grpo_dashboard_metrics.jsonl",
+    ]
     assert body["dockerImage"] == hf_jobs_payload.IMAGE
     assert body["flavor"] == "cpu-basic" and body["timeoutSeconds"] == 1800
-    assert body["environment"] == {"PYTHONUNBUFFERED": "1", "GRPO_JOB_SAMPLES_STDOUT": "1",
-                                   "GRPO_JOB_SYSTEM_GPUS": "0"}  # the dashboard samples the Hub's GPU metrics
+    assert body["environment"] == {
+        "PYTHONUNBUFFERED": "1",
+        "GRPO_JOB_SAMPLES_STDOUT": "1",
+        "GRPO_JOB_SYSTEM_GPUS": "0",
+    }  # the dashboard samples the Hub's GPU metrics
     assert body["labels"] == {"app": "grpo-dashboard", "grpo-dashboard-run": run.id, "name": "smoke"}
-    assert body["volumes"] == [{"type": "bucket", "source": "alice/jobs-artifacts", "mountPath": "/data",
-                                "path": run.id, "readOnly": False}]
+    assert body["volumes"] == [
+        {"type": "bucket", "source": "alice/jobs-artifacts", "mountPath": "/data", "path": run.id, "readOnly": False}
+    ]
     uploaded = hub.buckets["alice/jobs-artifacts"]
     job_modules = {p.name: p for p in job_files()}
     assert {"grpo_job.py", "grpo_rewards.py", "grpo_sandbox.py", "grpo_answers.py"} <= set(job_modules)
@@ -103,15 +115,19 @@ def test_submission_to_completion_stores_exactly_what_the_job_printed(hub: FakeH
     assert inner["model"]["name_or_path"] == "/tmp/grpo-dashboard/tiny-model"
     assert inner["dataset"]["data_files"] == "/data/data/smoke.jsonl" and inner["output_dir"] == "/data/output"
     details = hf_jobs_text.job_details(run)
-    assert details["job_id"] == job.id and details["timeout_s"] == 1800 and "--secrets HF_TOKEN" in \
-        details["equivalent_command"]
+    assert (
+        details["job_id"] == job.id
+        and details["timeout_s"] == 1800
+        and "--secrets HF_TOKEN" in details["equivalent_command"]
+    )
     assert not [r for r in hub.requests if r.path == "/api/whoami-v2"]  # namespace passed everywhere
     assert_token_confined(hub, capsys, caplog)
 
 
 @pytest.mark.training
-def test_a_real_job_runs_from_the_uploaded_files_and_the_store_matches_its_output(hub: FakeHub, tmp_path: Path,
-                                                                                   capsys: Any) -> None:
+def test_a_real_job_runs_from_the_uploaded_files_and_the_store_matches_its_output(
+    hub: FakeHub, tmp_path: Path, capsys: Any
+) -> None:
     store = Store()
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)  # no plan: the fake runs the command
     run = follow_until_done(store, run.id, timeout=600)
@@ -139,19 +155,24 @@ def test_a_real_job_runs_from_the_uploaded_files_and_the_store_matches_its_outpu
 
 
 def test_a_job_that_fails_reports_the_python_error(hub: FakeHub, tmp_path: Path) -> None:
-    hub.plans.append(Plan(lines=protocol_lines(3, end="failed"), final="ERROR",
-                          message="Job failed with exit code: 1"))
+    hub.plans.append(
+        Plan(lines=protocol_lines(3, end="failed"), final="ERROR", message="Job failed with exit code: 1")
+    )
     store = Store()
     run = follow_until_done(store, launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN).id)
     assert run.status == "failed" and run.error == "ValueError: boom"
     assert run.n_records == 3
 
 
-def test_a_job_that_dies_without_a_word_fails_with_the_hub_message_and_last_log_line(hub: FakeHub,
-                                                                                     tmp_path: Path) -> None:
-    lines = protocol_lines(2, end="none") + ["Traceback (most recent call last):", '  File "grpo_job.py", line 9',
-                                             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
-                                             "[rank0]: exiting"]
+def test_a_job_that_dies_without_a_word_fails_with_the_hub_message_and_last_log_line(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    lines = protocol_lines(2, end="none") + [
+        "Traceback (most recent call last):",
+        '  File "grpo_job.py", line 9',
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
+        "[rank0]: exiting",
+    ]
     hub.plans.append(Plan(lines=lines, final="ERROR", message="Job failed with exit code: 137"))
     store = Store()
     run = follow_until_done(store, launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN).id)
@@ -166,8 +187,9 @@ def test_a_job_killed_by_its_timeout_says_so(hub: FakeHub, tmp_path: Path) -> No
     assert run.status == "failed" and "raise backend.timeout" in run.error
 
 
-def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(hub: FakeHub, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GRPO_DASHBOARD_SYSTEM_INTERVAL_S", "0.5")
     hub.plans.append(Plan(lines=protocol_lines(20), hold_at=10))
     store = Store()
@@ -191,11 +213,16 @@ def test_cancel_stops_the_job_and_gpu_metrics_and_refresh_never_block(hub: FakeH
     # ... and the System chart of Run detail and of the live page draw them, against time
     spec = charts.run_specs(store, run.id, charts.ChartOptions(), None, None, None, ())["system"]
     drawn = {t["meta"]["s"]: t for t in spec[0] if t["meta"]["r"] == "value"}
-    assert {"system|system/gpu0/utilization", "system|system/gpu0/memory_used_gb", "system|system/gpu0/memory_pct",
-            "system|system/cpu/utilization", "system|system/memory/used_gb"} <= drawn.keys()
+    assert {
+        "system|system/gpu0/utilization",
+        "system|system/gpu0/memory_used_gb",
+        "system|system/gpu0/memory_pct",
+        "system|system/cpu/utilization",
+        "system|system/memory/used_gb",
+    } <= drawn.keys()
     assert drawn["system|system/gpu0/utilization"]["meta"]["x"] == "relative time"
     shown = drawn["system|system/gpu0/utilization"]["y"]
-    assert list(shown[:len(util)]) == list(util.values)
+    assert list(shown[: len(util)]) == list(util.values)
     snapshot = json.loads(feed.snapshot())
     assert any(t["meta"]["s"] == "system|system/gpu0/utilization" for t in snapshot["panels"]["system"]["data"])
     n = len(store.arrays(run.id, "system/gpu0/utilization", "system"))
@@ -252,8 +279,9 @@ def test_dashboard_restart_mid_run_reattaches_and_misses_nothing(hub: FakeHub, t
     assert listing and listing[-1].query["label"] == ["app=grpo-dashboard"]
 
 
-def test_reattach_recreates_runs_a_fresh_dashboard_has_never_seen(hub: FakeHub, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reattach_recreates_runs_a_fresh_dashboard_has_never_seen(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lines = protocol_lines(5)
     hub.plans.append(Plan(lines=lines))
     store = Store()
@@ -267,9 +295,9 @@ def test_reattach_recreates_runs_a_fresh_dashboard_has_never_seen(hub: FakeHub, 
     assert same_values(printed_records(lines), logged_records(fresh, run.id))
 
 
-def test_the_reattach_command_puts_a_lost_stores_runs_back(hub: FakeHub, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_reattach_command_puts_a_lost_stores_runs_back(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from grpo_dashboard import cli
 
     hub.plans.append(Plan(lines=protocol_lines(5)))
@@ -336,8 +364,12 @@ def test_live_prices_come_from_the_hardware_endpoint(hub: FakeHub) -> None:
 
 def _cli_env(hub: FakeHub, tmp_path: Path, token: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN")}
-    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), GRPO_DASHBOARD_HF_POLL_S="0.2",
-               HF_HUB_DISABLE_PROGRESS_BARS="1")
+    env.update(
+        HF_ENDPOINT=hub.url,
+        HF_HOME=str(tmp_path / "hf-home"),
+        GRPO_DASHBOARD_HF_POLL_S="0.2",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+    )
     if token:
         env["HF_TOKEN"] = token
     return env
@@ -345,19 +377,37 @@ def _cli_env(hub: FakeHub, tmp_path: Path, token: str | None) -> dict[str, str]:
 
 def test_cli_launches_and_follows_an_hf_jobs_spec(hub: FakeHub, tmp_path: Path) -> None:
     hub.plans.append(Plan(lines=protocol_lines(6)))
-    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "launch", str(hf_spec(tmp_path)), "--wait"],
-                          cwd=REPO, capture_output=True, text=True, timeout=180, env=_cli_env(hub, tmp_path, TOKEN))
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "launch", str(hf_spec(tmp_path)), "--wait"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_cli_env(hub, tmp_path, TOKEN),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "completed" in proc.stdout and TOKEN not in proc.stdout + proc.stderr
     assert f"job {hub.url}/jobs/alice/{hub.only_job().id} on cpu-basic, timeout 30m (set in the spec)" in proc.stdout
     (run,) = Store().list_runs()
     assert run.n_records == 6 and run.backend == "hf_jobs"
-    shown = subprocess.run([sys.executable, "-m", "grpo_dashboard", "logs", run.id], cwd=REPO, capture_output=True,
-                           text=True, timeout=60, env=_cli_env(hub, tmp_path, TOKEN))
+    shown = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "logs", run.id],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_cli_env(hub, tmp_path, TOKEN),
+    )
     assert "Installed 87 packages" in shown.stdout
 
 
 def test_cli_without_a_login_says_how_to_log_in(hub: FakeHub, tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "launch", str(hf_spec(tmp_path))], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, env=_cli_env(hub, tmp_path, None))
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "launch", str(hf_spec(tmp_path))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_cli_env(hub, tmp_path, None),
+    )
     assert proc.returncode == 1 and "hf auth login" in proc.stderr and "Traceback" not in proc.stderr

@@ -48,8 +48,13 @@ def posts(hub: FakeHub) -> list[Any]:
 
 
 def label_lookups(hub: FakeHub) -> list[Any]:
-    return [r for r in hub.requests if r.method == "GET" and r.path == "/api/jobs/alice"
-            and any(v.startswith("grpo-dashboard-run=") for v in r.query.get("label", []))]
+    return [
+        r
+        for r in hub.requests
+        if r.method == "GET"
+        and r.path == "/api/jobs/alice"
+        and any(v.startswith("grpo-dashboard-run=") for v in r.query.get("label", []))
+    ]
 
 
 def assert_exactly_what_was_printed(store: Store, run_id: str, lines: list[str]) -> None:
@@ -63,7 +68,8 @@ def assert_exactly_what_was_printed(store: Store, run_id: str, lines: list[str])
 # --- rate limits ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("retry_after", [None, "1"])
 def test_rate_limited_submission_backs_off_then_posts_once_more_and_never_twice(
-        hub: FakeHub, tmp_path: Path, notices: Any, retry_after: str | None) -> None:
+    hub: FakeHub, tmp_path: Path, notices: Any, retry_after: str | None
+) -> None:
     refusal = 429 if retry_after is None else (429, {"Retry-After": retry_after})
     hub.faults["create"] = [refusal, refusal]
     lines = protocol_lines(4)
@@ -74,14 +80,17 @@ def test_rate_limited_submission_backs_off_then_posts_once_more_and_never_twice(
     assert run.external_id == f"alice/{hub.only_job().id}"
     assert not label_lookups(hub)  # a 429 is a refusal: nothing to look for
     waits = ["0.05", "0.1"] if retry_after is None else ["1", "1"]  # backoff, or what the Hub asked for
-    assert notices() == [f"rate limited by the Hub (HTTP 429) while trying to submit the job; retrying in {w} s "
-                         f"(attempt {i} of 3)" for i, w in enumerate(waits, start=2)]
+    assert notices() == [
+        f"rate limited by the Hub (HTTP 429) while trying to submit the job; retrying in {w} s (attempt {i} of 3)"
+        for i, w in enumerate(waits, start=2)
+    ]
     follow_until_done(store, run.id)
     assert_exactly_what_was_printed(store, run.id, lines)
 
 
-def test_submission_rate_limited_for_good_fails_the_run_after_bounded_attempts(hub: FakeHub, tmp_path: Path,
-                                                                               notices: Any) -> None:
+def test_submission_rate_limited_for_good_fails_the_run_after_bounded_attempts(
+    hub: FakeHub, tmp_path: Path, notices: Any
+) -> None:
     hub.faults["create"] = [(429, {"Retry-After": "0"})] * 50
     store = Store()
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
@@ -117,7 +126,8 @@ def test_rate_limited_status_polls_wait_as_asked_say_so_and_lose_nothing(hub: Fa
 # --- answers later than the client waits -----------------------------------------------------------------------
 @pytest.mark.usefixtures("short_timeout")
 def test_submission_whose_answer_times_out_finds_the_created_job_instead_of_posting_again(
-        hub: FakeHub, tmp_path: Path, notices: Any) -> None:
+    hub: FakeHub, tmp_path: Path, notices: Any
+) -> None:
     hub.faults["create"] = [f"slow-after:{SLOW_S}"]  # the Hub created the job but answers too late
     lines = protocol_lines(4)
     hub.plans.append(Plan(lines=lines))
@@ -125,21 +135,23 @@ def test_submission_whose_answer_times_out_finds_the_created_job_instead_of_post
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
     assert len(posts(hub)) == 1 and len(hub.jobs) == 1 and run.external_id == f"alice/{hub.only_job().id}"
     assert len(label_lookups(hub)) == 1
-    assert notices()[0] == (f"the Hub did not answer within {CLIENT_TIMEOUT_S} s while trying to submit the job "
-                            f"(ReadTimeout); retrying in 0.05 s (attempt 2 of 3)")
+    assert notices()[0] == (
+        f"the Hub did not answer within {CLIENT_TIMEOUT_S} s while trying to submit the job "
+        f"(ReadTimeout); retrying in 0.05 s (attempt 2 of 3)"
+    )
     follow_until_done(store, run.id)
     assert_exactly_what_was_printed(store, run.id, lines)
 
 
 @pytest.mark.usefixtures("short_timeout")
-def test_submission_never_answered_in_time_fails_clearly_after_bounded_attempts(hub: FakeHub,
-                                                                                tmp_path: Path) -> None:
+def test_submission_never_answered_in_time_fails_clearly_after_bounded_attempts(hub: FakeHub, tmp_path: Path) -> None:
     hub.faults["create"] = [f"slow:{SLOW_S}"] * 3  # each attempt: no answer in time, nothing created
     store = Store()
     run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
     assert run.status == "failed"
-    assert (f"The Hugging Face Hub did not answer within {CLIENT_TIMEOUT_S} s while trying to submit the job "
-            f"(3 attempts)") in run.error, run.error
+    assert (
+        f"The Hugging Face Hub did not answer within {CLIENT_TIMEOUT_S} s while trying to submit the job (3 attempts)"
+    ) in run.error, run.error
     assert len(posts(hub)) == 3 and not hub.jobs
     assert len(label_lookups(hub)) == 3  # looked for before every new post, and once more before giving up
 
@@ -148,8 +160,10 @@ def test_submission_never_answered_in_time_fails_clearly_after_bounded_attempts(
 def test_status_polls_that_time_out_are_retried_and_shown(hub: FakeHub, tmp_path: Path) -> None:
     lines, store, run = launch_held(hub, tmp_path)
     hub.faults["inspect"] = [f"slow:{SLOW_S}"] * 2
-    expected = (f"the Hub did not answer within {CLIENT_TIMEOUT_S} s while checking the job's status "
-                f"(ReadTimeout); retrying in")
+    expected = (
+        f"the Hub did not answer within {CLIENT_TIMEOUT_S} s while checking the job's status "
+        f"(ReadTimeout); retrying in"
+    )
     wait_for(lambda: expected in remote_markdown(store.get_run(run.id)), timeout=30)
     wait_for(lambda: not hub.faults["inspect"], timeout=30)
     assert store.get_run(run.id).status == "running"
@@ -159,8 +173,9 @@ def test_status_polls_that_time_out_are_retried_and_shown(hub: FakeHub, tmp_path
     assert len(posts(hub)) == 1
 
 
-def test_a_slow_log_replay_after_a_restart_is_read_again_not_taken_for_an_empty_log(hub: FakeHub,
-                                                                                    tmp_path: Path) -> None:
+def test_a_slow_log_replay_after_a_restart_is_read_again_not_taken_for_an_empty_log(
+    hub: FakeHub, tmp_path: Path
+) -> None:
     lines = protocol_lines(6)
     hub.plans.append(Plan(lines=lines, hold_at=0))
     store = Store()

@@ -25,11 +25,14 @@ from grpo_dashboard.store.importers import ImportRunError, import_run, import_up
 def _generated_db(path: Path, rows: int, blob: int) -> Path:
     """A trackio-shaped database whose `metrics` column is computed on every read: linear in `blob`."""
     conn = sqlite3.connect(path)
-    conn.executescript("CREATE TABLE metrics (id INTEGER PRIMARY KEY, timestamp TEXT, run_name TEXT, step INTEGER, "
-                       "metrics TEXT GENERATED ALWAYS AS ('{\"r\": ' || length(hex(zeroblob(step * 0 + "
-                       f"{blob}))) || '}}') VIRTUAL); PRAGMA user_version = 2;")
-    conn.executemany("INSERT INTO metrics (timestamp, run_name, step) VALUES ('', 'r', ?)",
-                     [(i,) for i in range(rows)])
+    conn.executescript(
+        "CREATE TABLE metrics (id INTEGER PRIMARY KEY, timestamp TEXT, run_name TEXT, step INTEGER, "
+        "metrics TEXT GENERATED ALWAYS AS ('{\"r\": ' || length(hex(zeroblob(step * 0 + "
+        f"{blob}))) || '}}') VIRTUAL); PRAGMA user_version = 2;"
+    )
+    conn.executemany(
+        "INSERT INTO metrics (timestamp, run_name, step) VALUES ('', 'r', ?)", [(i,) for i in range(rows)]
+    )
     conn.commit()
     conn.close()
     return path
@@ -59,8 +62,9 @@ def test_values_records_columns_and_names_are_bounded(data_dir: Path, tmp_path: 
     with pytest.raises(ImportRunError, match="over the import limit of 1,048,576 bytes"):
         import_run(huge, store)
     names = tmp_path / "names.jsonl"
-    names.write_text("".join(json.dumps({"step": s, **{f"m{s}_{i}": 1.0 for i in range(10)}}) + "\n"
-                             for s in range(1, 200)))
+    names.write_text(
+        "".join(json.dumps({"step": s, **{f"m{s}_{i}": 1.0 for i in range(10)}}) + "\n" for s in range(1, 200))
+    )
     with pytest.raises(ImportRunError, match="more than 1,000 distinct metrics; at most 1,000"):
         import_run(names, store)
     rows = tmp_path / "rows.jsonl"
@@ -81,8 +85,10 @@ def test_a_database_is_opened_by_its_quoted_path(data_dir: Path, tmp_path: Path)
     (tmp_path / "src").mkdir()
     odd = tmp_path / "src" / "we?ird#..%2Fname.db"
     conn = sqlite3.connect(odd)
-    conn.executescript("CREATE TABLE metrics (id INTEGER PRIMARY KEY, timestamp TEXT, run_name TEXT, step INTEGER, "
-                       "metrics TEXT); PRAGMA user_version = 2;")
+    conn.executescript(
+        "CREATE TABLE metrics (id INTEGER PRIMARY KEY, timestamp TEXT, run_name TEXT, step INTEGER, "
+        "metrics TEXT); PRAGMA user_version = 2;"
+    )
     conn.execute("INSERT INTO metrics (timestamp, run_name, step, metrics) VALUES ('', 'r', 1, '{\"reward\": 1}')")
     conn.commit()
     conn.close()
@@ -113,8 +119,11 @@ def test_uploads_come_only_from_the_upload_folder(data_dir: Path, tmp_path: Path
 def test_recipe_files_are_read_with_a_budget_never_by_trl(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)
-    for value, match in (("/dev/zero", "not a regular file"), (str(fifo), "not a regular file"),
-                         (str(tmp_path / "missing.json"), "cannot be read")):
+    for value, match in (
+        ("/dev/zero", "not a regular file"),
+        (str(fifo), "not a regular file"),
+        (str(tmp_path / "missing.json"), "cannot be read"),
+    ):
         recipe = tmp_path / "recipe.yaml"
         recipe.write_text(f"model_name_or_path: a/b\naccelerator_config: {value}\n")
         done: list[BaseException] = []
@@ -140,10 +149,22 @@ def test_recipe_files_are_read_with_a_budget_never_by_trl(tmp_path: Path) -> Non
 
 
 def test_on_a_space_recipes_name_no_files(monkeypatch: pytest.MonkeyPatch) -> None:
-    config = {"model_name_or_path": "/srv/models/x", "dataset_name": "../data", "fsdp_config": "fsdp.json",
-              "deepspeed": '{"zero_optimization": {"stage": 2}}', "datasets": [{"path": "json", "data_files": "a"}],
-              "dataset_mixture": {"datasets": [{"id": "~/d"}]}, "chat_template_path": "t.jinja"}
+    config = {
+        "model_name_or_path": "/srv/models/x",
+        "dataset_name": "../data",
+        "fsdp_config": "fsdp.json",
+        "deepspeed": '{"zero_optimization": {"stage": 2}}',
+        "datasets": [{"path": "json", "data_files": "a"}],
+        "dataset_mixture": {"datasets": [{"id": "~/d"}]},
+        "chat_template_path": "t.jinja",
+    }
     fields = {e.field for e in file_policy.recipe_file_errors(config, on_space=True)}
-    assert fields == {"model_name_or_path", "dataset_name", "fsdp_config", "datasets[0].data_files",
-                      "dataset_mixture.datasets[0].id", "chat_template_path"}  # inline JSON is no file
+    assert fields == {
+        "model_name_or_path",
+        "dataset_name",
+        "fsdp_config",
+        "datasets[0].data_files",
+        "dataset_mixture.datasets[0].id",
+        "chat_template_path",
+    }  # inline JSON is no file
     assert file_policy.recipe_file_errors(config, on_space=False) == []

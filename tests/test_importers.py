@@ -23,8 +23,17 @@ from grpo_dashboard.views import system_panel
 
 from .conftest import REPO
 
-LOGS = [{"loss": 0.1 * s, "reward": s / 10, "kl": 0.001 * s, "learning_rate": 1e-6, "epoch": s / 8,
-         "num_tokens": 100.0 * s} for s in range(1, 9)]
+LOGS = [
+    {
+        "loss": 0.1 * s,
+        "reward": s / 10,
+        "kl": 0.001 * s,
+        "learning_rate": 1e-6,
+        "epoch": s / 8,
+        "num_tokens": 100.0 * s,
+    }
+    for s in range(1, 9)
+]
 
 
 def _steps(store: Store, run_id: str, key: str = "reward") -> list[tuple[int, float | None]]:
@@ -59,8 +68,11 @@ def test_trainer_state_and_checkpoint_dir(tmp_path: Path) -> None:
 
 def test_trl_jsonl_log_and_export_metrics_round_trip(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
-    log.write_text("".join(json.dumps({**r, "step": i + 1}) + "\n" for i, r in enumerate(LOGS))
-                   + json.dumps({"eval_reward": 0.5, "step": 8}) + "\n")
+    log.write_text(
+        "".join(json.dumps({**r, "step": i + 1}) + "\n" for i, r in enumerate(LOGS))
+        + json.dumps({"eval_reward": 0.5, "step": 8})
+        + "\n"
+    )
     store = Store()
     run = import_run(log, store)
     _assert_imported(store, run.id, "jsonl")
@@ -68,9 +80,13 @@ def test_trl_jsonl_log_and_export_metrics_round_trip(tmp_path: Path) -> None:
     assert [(r["step"], r["split"]) for r in rows] == [(s, "train") for s in range(1, 9)] + [(8, "eval")]
     for suffix in (".csv", ".jsonl", ".parquet"):
         path = tmp_path / f"m{suffix}"
-        proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "export-metrics", run.id, "-o", str(path)],
-                              capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        proc = subprocess.run(
+            [sys.executable, "-m", "grpo_dashboard", "export-metrics", run.id, "-o", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         assert proc.returncode == 0, proc.stderr
     back = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert back == rows
@@ -85,17 +101,24 @@ def test_trl_jsonl_log_and_export_metrics_round_trip(tmp_path: Path) -> None:
 
 def test_trackio_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trackio_dir = tmp_path / "trackio"
-    script = ("import time\nimport trackio\n"
-              "trackio.init(project='grpo-proj', name='run-a', config={'learning_rate': 1e-6})\n"
-              "for s in range(1, 6):\n    trackio.log({'reward': s / 10, 'kl': 0.01 * s}, step=s)\n"
-              "for u in (40.0, 60.0):\n"  # what trackio's GPU and CPU monitors log, by wall time
-              "    trackio.log_system({'gpu/0/utilization': u, 'gpu/0/allocated_memory': 10.0, "
-              "'gpu/0/total_memory': 80.0, 'gpu/0/memory_usage': 0.125, 'gpu/0/power': 300.0, "
-              "'cpu/utilization': 20.0, 'memory/used': 4.0, 'memory/percent': 12.5})\n"
-              "    time.sleep(0.05)\n"
-              "trackio.finish()\n")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "TRACKIO_DIR": str(trackio_dir), "HF_HUB_OFFLINE": "1"})
+    script = (
+        "import time\nimport trackio\n"
+        "trackio.init(project='grpo-proj', name='run-a', config={'learning_rate': 1e-6})\n"
+        "for s in range(1, 6):\n    trackio.log({'reward': s / 10, 'kl': 0.01 * s}, step=s)\n"
+        "for u in (40.0, 60.0):\n"  # what trackio's GPU and CPU monitors log, by wall time
+        "    trackio.log_system({'gpu/0/utilization': u, 'gpu/0/allocated_memory': 10.0, "
+        "'gpu/0/total_memory': 80.0, 'gpu/0/memory_usage': 0.125, 'gpu/0/power': 300.0, "
+        "'cpu/utilization': 20.0, 'memory/used': 4.0, 'memory/percent': 12.5})\n"
+        "    time.sleep(0.05)\n"
+        "trackio.finish()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "TRACKIO_DIR": str(trackio_dir), "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     db = trackio_dir / "grpo-proj.db"
     store = Store()
@@ -103,6 +126,7 @@ def test_trackio_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert _steps(store, run.id) == [(s, s / 10) for s in range(1, 6)]
     assert run.name == "grpo-proj/run-a"
     assert run.max_steps == 5 and run.last_step == 5  # system samples, stepped by wall time, are not steps
+
     def system(key: str) -> list[float]:
         return [round(v, 3) for _, v, _ in store.series(run.id, key, SYSTEM_SPLIT)]
 
@@ -113,14 +137,17 @@ def test_trackio_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert system("system/cpu/utilization") == [20.0, 20.0]
     assert system("system/gpu0/power") == [300.0, 300.0]  # kept, under its own name
     assert {"system/gpu0/utilization", "system/gpu0/memory_used_gb", "system/memory/used_gb"} <= set(
-        system_panel.panel_keys(store.metric_keys(run.id)))
+        system_panel.panel_keys(store.metric_keys(run.id))
+    )
     _assert_imported(store, run.id, "trackio")
     with pytest.raises(ImportRunError, match="no run named 'nope'"):
         import_run(db, store, run_name="nope")
     other = tmp_path / "other.db"  # a trackio database of a schema version this importer does not read
     conn = sqlite3.connect(other)
-    conn.executescript("CREATE TABLE metrics (id INTEGER, run_name TEXT, step "
-                       "INTEGER, metrics TEXT, timestamp TEXT); PRAGMA user_version = 7;")
+    conn.executescript(
+        "CREATE TABLE metrics (id INTEGER, run_name TEXT, step "
+        "INTEGER, metrics TEXT, timestamp TEXT); PRAGMA user_version = 7;"
+    )
     conn.close()
     before = len(store.list_runs())
     with pytest.raises(ImportRunError, match=r"schema version 7.*reads trackio schema versions \(1, 2\)"):
@@ -154,8 +181,19 @@ def test_tensorboard_dir_written_by_transformers_callback(tmp_path: Path, monkey
 def test_wandb_history_export_and_bad_paths(tmp_path: Path) -> None:
     import pandas as pd
 
-    history = pd.DataFrame([{"_step": i + 1, "_timestamp": 1.7e9 + i, "_runtime": i, "train/reward": r["reward"],
-                             "train/kl": r["kl"], "train/global_step": i + 1} for i, r in enumerate(LOGS)])
+    history = pd.DataFrame(
+        [
+            {
+                "_step": i + 1,
+                "_timestamp": 1.7e9 + i,
+                "_runtime": i,
+                "train/reward": r["reward"],
+                "train/kl": r["kl"],
+                "train/global_step": i + 1,
+            }
+            for i, r in enumerate(LOGS)
+        ]
+    )
     history.to_csv(tmp_path / "history.csv", index=False)
     store = Store()
     run = import_run(tmp_path / "history.csv", store)
@@ -186,9 +224,11 @@ def test_a_monotone_logged_metric_is_the_x_axis(tmp_path: Path) -> None:
         main = next(t for t in traces if t["name"].startswith("reward"))
         assert np.allclose(np.asarray(main["x"], dtype=float), expected) and layout["xaxis"]["title"]["text"] == axis
     bad = tmp_path / "bad.jsonl"  # num_tokens that goes down is no axis
-    bad.write_text("".join(json.dumps({"reward": 0.1, "num_tokens": float(10 - s), "step": s}) + "\n"
-                           for s in range(1, 5)))
+    bad.write_text(
+        "".join(json.dumps({"reward": 0.1, "num_tokens": float(10 - s), "step": s}) + "\n" for s in range(1, 5))
+    )
     other = import_run(bad, store)
-    traces, layout = charts.run_specs(store, other.id, charts.ChartOptions(xaxis="num_tokens"), None, None, None,
-                                      ())["reward"]
+    traces, layout = charts.run_specs(store, other.id, charts.ChartOptions(xaxis="num_tokens"), None, None, None, ())[
+        "reward"
+    ]
     assert not traces and "not logged as a growing metric" in layout["annotations"][0]["text"]

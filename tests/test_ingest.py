@@ -16,15 +16,27 @@ from .store_helpers import new_run
 
 
 def log_line(step: int, split: str = "train", **metrics: Any) -> str:
-    return json.dumps({"v": 1, "type": "log", "split": split, "step": step, "time": 1000.0 + step,
-                       "max_steps": 10, "metrics": metrics}) + "\n"
+    return (
+        json.dumps(
+            {
+                "v": 1,
+                "type": "log",
+                "split": split,
+                "step": step,
+                "time": 1000.0 + step,
+                "max_steps": 10,
+                "metrics": metrics,
+            }
+        )
+        + "\n"
+    )
 
 
 def test_partial_last_line_is_read_once_complete(tmp_path: Path) -> None:
     store = Store()
     path = new_run(store, tmp_path)
     full = log_line(1, reward=0.5) + log_line(2, reward=0.6)
-    head, tail = full[: len(full) - 10], full[len(full) - 10:]
+    head, tail = full[: len(full) - 10], full[len(full) - 10 :]
     path.write_text(head)
     res = ingest_file(store, "r1", path)
     assert res.records == 1 and res.skipped == 0
@@ -40,16 +52,25 @@ def test_partial_last_line_is_read_once_complete(tmp_path: Path) -> None:
 def test_nan_none_and_infinities_are_stored_as_such(tmp_path: Path) -> None:
     store = Store()
     path = new_run(store, tmp_path)
-    path.write_text(log_line(1, loss=float("nan"), grad_norm=float("inf"), kl=float("-inf"), entropy=None,
-                             reward=0.25))
+    path.write_text(
+        log_line(1, loss=float("nan"), grad_norm=float("inf"), kl=float("-inf"), entropy=None, reward=0.25)
+    )
     ingest_file(store, "r1", path)
     latest = store.latest_metrics("r1")
     assert math.isnan(latest["loss"])
     assert latest["grad_norm"] == math.inf and latest["kl"] == -math.inf
     assert latest["entropy"] is None and "entropy" in latest
     assert latest["reward"] == 0.25
-    assert store.records("r1") == [{"step": 1, "loss": pytest.approx(math.nan, nan_ok=True), "grad_norm": math.inf,
-                                    "kl": -math.inf, "entropy": None, "reward": 0.25}]
+    assert store.records("r1") == [
+        {
+            "step": 1,
+            "loss": pytest.approx(math.nan, nan_ok=True),
+            "grad_norm": math.inf,
+            "kl": -math.inf,
+            "entropy": None,
+            "reward": 0.25,
+        }
+    ]
 
 
 def test_rereading_never_duplicates(tmp_path: Path) -> None:
@@ -85,8 +106,9 @@ def test_invalid_lines_are_skipped_and_counted(tmp_path: Path) -> None:
 def test_repeated_step_keeps_the_first_value_and_counts_conflicts(tmp_path: Path) -> None:
     store = Store()
     path = new_run(store, tmp_path)
-    path.write_text(log_line(1, reward=0.1, epoch=0.5) + log_line(1, epoch=0.5, train_loss=0.2)
-                    + log_line(1, reward=0.9))
+    path.write_text(
+        log_line(1, reward=0.1, epoch=0.5) + log_line(1, epoch=0.5, train_loss=0.2) + log_line(1, reward=0.9)
+    )
     res = ingest_file(store, "r1", path)
     assert res.skipped == 1  # epoch repeated with the same value is not a conflict; reward 0.9 is
     assert store.latest_metrics("r1") == {"reward": 0.1, "epoch": 0.5, "train_loss": 0.2}
@@ -111,8 +133,14 @@ def test_events_set_status_and_error(tmp_path: Path) -> None:
     ingest_file(store, "r1", path)
     run = store.get_run("r1")
     assert run.status == "running" and run.started_at == 5.0 and run.max_steps == 7
-    fail = {"v": 1, "type": "event", "event": "failed", "time": 6.0, "error_type": "ZeroDivisionError",
-            "message": "division by zero"}
+    fail = {
+        "v": 1,
+        "type": "event",
+        "event": "failed",
+        "time": 6.0,
+        "error_type": "ZeroDivisionError",
+        "message": "division by zero",
+    }
     with open(path, "a") as f:
         f.write(json.dumps(fail) + "\n")
     ingest_file(store, "r1", path)

@@ -37,8 +37,10 @@ SOURCES = sorted([*(REPO / "grpo_dashboard").rglob("*.py"), *(REPO / "jobs").glo
 # ---- the prompt the preview shows is the prompt the job trains on -------------------------------------------------
 
 QUESTIONS = [{"question": "What is 2 + 2?", "level": 1}, {"question": "Name a colour.", "level": 3}]
-MESSAGES = [{"messages": [{"role": "system", "content": "Own system."}, {"role": "user", "content": "a?"}]},
-            {"messages": [{"role": "user", "content": "b?"}]}]
+MESSAGES = [
+    {"messages": [{"role": "system", "content": "Own system."}, {"role": "user", "content": "a?"}]},
+    {"messages": [{"role": "user", "content": "b?"}]},
+]
 PROMPTS = [{"prompt": "Say hi."}, {"prompt": "Say bye."}]
 
 CASES = {
@@ -48,10 +50,14 @@ CASES = {
     "system prompt": (QUESTIONS, DatasetSpec(prompt_column="question", system_prompt="Think step by step.")),
     "conversational": (QUESTIONS, DatasetSpec(prompt_column="question", conversational=True)),
     "template, system and conversational": (
-        QUESTIONS, DatasetSpec(prompt_template="Q: {question}", system_prompt="Be brief.", conversational=True)),
+        QUESTIONS,
+        DatasetSpec(prompt_template="Q: {question}", system_prompt="Be brief.", conversational=True),
+    ),
     "message lists": (MESSAGES[1:], DatasetSpec(prompt_column="messages")),
     "message lists, one with its own system message": (
-        MESSAGES, DatasetSpec(prompt_column="messages", system_prompt="Be brief.")),
+        MESSAGES,
+        DatasetSpec(prompt_column="messages", system_prompt="Be brief."),
+    ),
 }
 
 
@@ -64,11 +70,13 @@ def test_the_dataset_preview_renders_what_the_job_maps(case: str) -> None:
     section = RunSpec(dataset=mapping).to_job_dict()["dataset"]  # the dataset section run.yaml gives the job
     mapped = JOB.map_prompts(Dataset.from_list(rows), section)
     assert list(mapped["prompt"]) == preview
-    assert all(isinstance(p, list) for p in preview) == (case not in ("prompt column as is", "plain column",
-                                                                         "template"))
+    assert all(isinstance(p, list) for p in preview) == (
+        case not in ("prompt column as is", "plain column", "template")
+    )
 
 
 # ---- one definition of each shared constant --------------------------------------------------------------------
+
 
 def _parsed(path: Path) -> ast.AST:
     return ast.parse(path.read_text(encoding="utf-8"))
@@ -78,19 +86,29 @@ def _rel(path: Path) -> str:
     return path.relative_to(REPO).as_posix()
 
 
-def test_the_marker_file_types_and_health_rule_have_one_definition(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_marker_file_types_and_health_rule_have_one_definition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     marker = JOB.MARKER.strip()
-    holders = [_rel(p) for p in SOURCES for node in ast.walk(_parsed(p))
-               if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() == marker]
+    holders = [
+        _rel(p)
+        for p in SOURCES
+        for node in ast.walk(_parsed(p))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() == marker
+    ]
     assert holders == ["jobs/grpo_job.py"]
     assert ingest.MARKER is JOB.MARKER
     log = tmp_path / "job.log"
     log.write_text(f"ValueError: boom\n{JOB.MARKER}{json.dumps({'type': 'event', 'event': 'failed'})}\n")
     assert last_error_line(log) == "ValueError: boom"
 
-    maps = [_rel(p) for p in SOURCES for node in ast.walk(_parsed(p)) if isinstance(node, ast.Dict)
-            and any(isinstance(k, ast.Constant) and k.value in ("parquet", ".parquet") for k in node.keys)]
+    maps = [
+        _rel(p)
+        for p in SOURCES
+        for node in ast.walk(_parsed(p))
+        if isinstance(node, ast.Dict)
+        and any(isinstance(k, ast.Constant) and k.value in ("parquet", ".parquet") for k in node.keys)
+    ]
     assert maps == ["jobs/grpo_job.py"]
     assert dataset_files.SUPPORTED is JOB.DATA_FILE_TYPES
 
@@ -98,10 +116,17 @@ def test_the_marker_file_types_and_health_rule_have_one_definition(tmp_path: Pat
     # package (which may import nothing outside itself) keeps the one other spelling, and the two must agree.
     def names(node: ast.AST) -> set[str]:
         return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)} | {
-            n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+            n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+        }
 
-    rules = [_rel(p) for p in SOURCES for node in ast.walk(_parsed(p)) if isinstance(node, ast.BoolOp)
-             and isinstance(node.op, ast.Or) and {"guard", "alerts", "webhook_url"} <= names(node)]
+    rules = [
+        _rel(p)
+        for p in SOURCES
+        for node in ast.walk(_parsed(p))
+        if isinstance(node, ast.BoolOp)
+        and isinstance(node.op, ast.Or)
+        and {"guard", "alerts", "webhook_url"} <= names(node)
+    ]
     assert sorted(rules) == ["jobs/grpo_job.py"]  # the one definition: HealthSpec.in_job asks it
     for guard in (False, True):
         for alerts in (False, True):
@@ -119,11 +144,17 @@ def test_the_marker_file_types_and_health_rule_have_one_definition(tmp_path: Pat
 
 # ---- run.yaml carries every value the job reads ------------------------------------------------------------------
 
+
 def _keys_the_job_reads() -> set[tuple[str, str]]:
     """(section, key) of every `need(section, "key", "where")` in the job script; rewards[i] counts as "rewards"."""
     tree = _parsed(JOB_SCRIPT)
-    named = {t.id: n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets
-             if isinstance(t, ast.Name)}  # e.g. where = f"rewards[{i}]."
+    named = {
+        t.id: n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }  # e.g. where = f"rewards[{i}]."
     out: set[tuple[str, str]] = set()
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "need"):
@@ -157,13 +188,26 @@ def test_run_yaml_written_at_launch_carries_every_key_the_job_reads(monkeypatch:
     run_yaml = yaml.safe_load(path.read_text(encoding="utf-8"))
 
     sections = {"spec", "model_spec", "ds_spec", "r", "health_settings", "lora", "training"}
-    defaults = [ast.unparse(n) for n in ast.walk(_parsed(JOB_SCRIPT)) if isinstance(n, ast.Call)
-                and isinstance(n.func, ast.Attribute) and n.func.attr in ("get", "setdefault")
-                and isinstance(n.func.value, ast.Name) and n.func.value.id in sections]
+    defaults = [
+        ast.unparse(n)
+        for n in ast.walk(_parsed(JOB_SCRIPT))
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr in ("get", "setdefault")
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id in sections
+    ]
     assert defaults == ["training.setdefault('report_to', 'none')"], defaults  # the job's one choice of its own
     reads = _keys_the_job_reads()
-    assert {("", "save_model"), ("", "health"), ("dataset", "split"), ("dataset", "prompt_column"),
-            ("rewards", "weight"), ("model", "lora"), ("health", "guard")} <= reads
+    assert {
+        ("", "save_model"),
+        ("", "health"),
+        ("dataset", "split"),
+        ("dataset", "prompt_column"),
+        ("rewards", "weight"),
+        ("model", "lora"),
+        ("health", "guard"),
+    } <= reads
     _assert_complete(run_yaml, reads)
     smoke = yaml.safe_load(SMOKE_SPEC.read_text(encoding="utf-8"))
     assert run_yaml["training"] == smoke["training"]  # TRL's own defaults are not written
@@ -186,8 +230,13 @@ def test_the_hf_jobs_run_yaml_carries_every_key_the_job_reads(hub: Any, tmp_path
 def test_a_run_yaml_without_the_resolved_values_is_refused_naming_the_key(tmp_path: Path) -> None:
     old = tmp_path / "run.yaml"
     old.write_text(RunSpec.from_file(SMOKE_SPEC).to_yaml(), encoding="utf-8")  # defaults left out, as before
-    proc = subprocess.run([sys.executable, str(JOB_SCRIPT), "--config", str(old)], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(JOB_SCRIPT), "--config", str(old)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     failed = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert failed["event"] == "failed" and failed["error_type"] == "RunYamlError"

@@ -36,12 +36,18 @@ def _with(command: list[str]) -> list[str]:
     return [command[i + 1] for i, part in enumerate(command) if part == "--with"]
 
 
-def test_a_trackio_zero_jobs_run_gets_its_packages_and_named_secrets(hub: FakeHub, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_trackio_zero_jobs_run_gets_its_packages_and_named_secrets(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-value-123")
     hub.plans.append(Plan(lines=protocol_lines(3)))
-    spec = _spec(tmp_path, {"report_to": ["trackio", "wandb"], "use_liger_kernel": True},
-                 accelerate_config="zero2", secrets=["WANDB_API_KEY"], env={"WANDB_PROJECT": "grpo"})
+    spec = _spec(
+        tmp_path,
+        {"report_to": ["trackio", "wandb"], "use_liger_kernel": True},
+        accelerate_config="zero2",
+        secrets=["WANDB_API_KEY"],
+        env={"WANDB_PROJECT": "grpo"},
+    )
     store = Store()
     run = launch(spec, store, base_dir=REPO, token=TOKEN)
     run = follow_until_done(store, run.id)
@@ -59,8 +65,7 @@ def test_a_trackio_zero_jobs_run_gets_its_packages_and_named_secrets(hub: FakeHu
     assert "WANDB_API_KEY" in json.dumps(run.spec_yaml)  # its name is
 
 
-def test_a_named_secret_missing_at_launch_is_refused_before_anything_is_written(hub: FakeHub,
-                                                                                tmp_path: Path) -> None:
+def test_a_named_secret_missing_at_launch_is_refused_before_anything_is_written(hub: FakeHub, tmp_path: Path) -> None:
     spec = _spec(tmp_path, {}, secrets=["WANDB_API_KEY"])
     with pytest.raises(SpecError, match=r"backend.secrets\[0\].*export WANDB_API_KEY"):
         launch(spec, Store(), base_dir=REPO, token=TOKEN)
@@ -69,8 +74,16 @@ def test_a_named_secret_missing_at_launch_is_refused_before_anything_is_written(
 
 def test_samples_of_a_remote_run_appear_in_its_completions_view(hub: FakeHub, tmp_path: Path) -> None:
     lines = protocol_lines(4, noise=False)
-    rows = [{"step": s, "prompt": f"p{s}", "completion": f"aaa{s}", "rewards": {"letter_fraction": 0.75},
-             "advantage": 0.1 * s} for s in (1, 2, 3, 4)]
+    rows = [
+        {
+            "step": s,
+            "prompt": f"p{s}",
+            "completion": f"aaa{s}",
+            "rewards": {"letter_fraction": 0.75},
+            "advantage": 0.1 * s,
+        }
+        for s in (1, 2, 3, 4)
+    ]
     lines[-1:-1] = [SAMPLE + json.dumps(r) for r in rows]
     hub.plans.append(Plan(lines=lines))
     store = Store()
@@ -96,8 +109,9 @@ def test_local_launch_checks_the_optional_packages_the_spec_needs(tiny_model: Pa
 
 
 @pytest.mark.training
-def test_what_a_recipe_sets_trains_mixture_reward_model_chat_template_init_kwargs(tiny_model: Path,
-                                                                                  tmp_path: Path) -> None:
+def test_what_a_recipe_sets_trains_mixture_reward_model_chat_template_init_kwargs(
+    tiny_model: Path, tmp_path: Path
+) -> None:
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
 
     from grpo_dashboard.launch.runs import wait
@@ -113,11 +127,14 @@ def test_what_a_recipe_sets_trains_mixture_reward_model_chat_template_init_kwarg
     second.write_text("\n".join(rows[32:]) + "\n")
     spec = smoke_dict(tiny_model, max_steps=2, model_init_kwargs={"attn_implementation": "eager"})
     del spec["dataset"]["data_files"]
-    spec["dataset"].update(mixture=[{"path": "json", "data_files": str(first)},
-                                    {"path": "json", "data_files": str(second)}],
-                           system_prompt="be brief")
-    spec["model"]["chat_template"] = ("{% for m in messages %}[[{{ m['role'] }}: {{ m['content'] }}]]{% endfor %}"
-                                      "{% if add_generation_prompt %}[[assistant: {% endif %}")
+    spec["dataset"].update(
+        mixture=[{"path": "json", "data_files": str(first)}, {"path": "json", "data_files": str(second)}],
+        system_prompt="be brief",
+    )
+    spec["model"]["chat_template"] = (
+        "{% for m in messages %}[[{{ m['role'] }}: {{ m['content'] }}]]{% endfor %}"
+        "{% if add_generation_prompt %}[[assistant: {% endif %}"
+    )
     spec["rewards"].append({"name": "rm", "model": str(rm_dir), "weight": 0.5})
     store = Store()
     run = wait(store, launch(write_spec(tmp_path / "s.yaml", spec), store, base_dir=REPO))

@@ -22,9 +22,14 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     """Run import-linter on the package under `root` with the project's contracts."""
     tool = Path(sys.executable).parent / "lint-imports"
     cmd = [str(tool)] if tool.exists() else [sys.executable, "-m", "importlinter.cli"]
-    return subprocess.run([*cmd, "--config", str(root / "pyproject.toml"), "--no-cache"], cwd=root,
-                          capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(root),
-                                                                            "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [*cmd, "--config", str(root / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_the_import_contracts_hold() -> None:
@@ -34,8 +39,7 @@ def test_the_import_contracts_hold() -> None:
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
-    shutil.copytree(REPO / "grpo_dashboard", tmp_path / "grpo_dashboard",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "grpo_dashboard", tmp_path / "grpo_dashboard", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     db = tmp_path / "grpo_dashboard" / "store" / "db.py"
     upward = "\n\ndef _upward() -> None:\n    from grpo_dashboard.views import overview  # noqa\n"
@@ -47,8 +51,7 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
 
 def test_launch_code_in_a_backends_options_breaks_the_contract(tmp_path: Path) -> None:
     """The spec imports launch/kinds.py and the options (the one exception to the layers): they must stay light."""
-    shutil.copytree(REPO / "grpo_dashboard", tmp_path / "grpo_dashboard",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "grpo_dashboard", tmp_path / "grpo_dashboard", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     options = tmp_path / "grpo_dashboard" / "launch" / "slurm" / "options.py"
     heavy = "\n\ndef _heavy() -> None:\n    from grpo_dashboard.launch.slurm import script  # noqa\n"
@@ -59,8 +62,7 @@ def test_launch_code_in_a_backends_options_breaks_the_contract(tmp_path: Path) -
 
 
 def test_a_cycle_inside_a_folder_breaks_the_contract(tmp_path: Path) -> None:
-    shutil.copytree(REPO / "grpo_dashboard", tmp_path / "grpo_dashboard",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "grpo_dashboard", tmp_path / "grpo_dashboard", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     memo = tmp_path / "grpo_dashboard" / "views" / "memo.py"  # overview imports memo
     hidden = "\n\ndef _back() -> None:\n    from grpo_dashboard.views import overview  # noqa\n"

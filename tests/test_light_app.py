@@ -49,7 +49,9 @@ class Refuse:
 sys.meta_path.insert(0, Refuse())
 """
 
-SPACE = REFUSE + """
+SPACE = (
+    REFUSE
+    + """
 import json, time, urllib.request
 from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.launch.runs import launch, load_spec, refresh
@@ -78,6 +80,7 @@ print("@@" + json.dumps({"page": "GRPO Dashboard" in page, "title": config.get("
                          "last_step": run.last_step, "backend": run.backend,
                          "heavy": sorted({m.split(".")[0] for m in sys.modules} & {HEAVY})}))
 """
+)
 
 
 def _script(text: str) -> str:
@@ -86,28 +89,53 @@ def _script(text: str) -> str:
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPACE_ID", "SYSTEM")}
-    return {**env, "PYTHONPATH": str(REPO), "GRPO_DASHBOARD_DATA_DIR": str(tmp_path / "data"), "HF_HUB_OFFLINE": "1",
-            "GRPO_DASHBOARD_TRL_SCHEMA_DIR": str(tmp_path / "schemas"), **extra}
+    return {
+        **env,
+        "PYTHONPATH": str(REPO),
+        "GRPO_DASHBOARD_DATA_DIR": str(tmp_path / "data"),
+        "HF_HUB_OFFLINE": "1",
+        "GRPO_DASHBOARD_TRL_SCHEMA_DIR": str(tmp_path / "schemas"),
+        **extra,
+    }
 
 
 def test_the_app_build_and_validate_import_no_training_stack(tmp_path: Path) -> None:
     hf = hf_spec(tmp_path)
-    done = subprocess.run([sys.executable, "-c", _script(WATCH), str(REPO / "examples" / "smoke.yaml"), str(hf)],
-                          cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _script(WATCH), str(REPO / "examples" / "smoke.yaml"), str(hf)],
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"codes": [0, 0], "heavy": []}, out
 
 
-def test_a_space_without_the_training_stack_serves_validates_and_launches_hf_jobs(hub: FakeHub,
-                                                                                   tmp_path: Path) -> None:
+def test_a_space_without_the_training_stack_serves_validates_and_launches_hf_jobs(
+    hub: FakeHub, tmp_path: Path
+) -> None:
     hub.plans.append(Plan(lines=protocol_lines(4)))
     spec = hf_spec(tmp_path)
-    env = _env(tmp_path, HF_HUB_OFFLINE="0", HF_ENDPOINT=hub.url, HF_TOKEN_PATH=str(tmp_path / "no-token"),
-               GRPO_DASHBOARD_HF_POLL_S="0.2", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    env = _env(
+        tmp_path,
+        HF_HUB_OFFLINE="0",
+        HF_ENDPOINT=hub.url,
+        HF_TOKEN_PATH=str(tmp_path / "no-token"),
+        GRPO_DASHBOARD_HF_POLL_S="0.2",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+    )
     env.pop("HF_TOKEN", None)
-    done = subprocess.run([sys.executable, "-c", _script(SPACE), str(spec), str(free_port()), TOKEN, str(REPO)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        [sys.executable, "-c", _script(SPACE), str(spec), str(free_port()), TOKEN, str(REPO)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("@@")), None)
     assert done.returncode == 0 and line, done.stdout[-2000:] + done.stderr[-4000:]
     out = json.loads(line[2:])
@@ -122,9 +150,12 @@ def test_a_space_without_the_training_stack_serves_validates_and_launches_hf_job
 
 def test_the_refusing_import_system_really_refuses(tmp_path: Path) -> None:
     """The Space stand-in above proves something only if it does keep trl and torch out."""
-    probe = _script(REFUSE) + "\nimport importlib\nfor name in {HEAVY}:\n" \
-        "    try:\n        importlib.import_module(name)\n    except ModuleNotFoundError:\n        continue\n" \
+    probe = (
+        _script(REFUSE) + "\nimport importlib\nfor name in {HEAVY}:\n"
+        "    try:\n        importlib.import_module(name)\n    except ModuleNotFoundError:\n        continue\n"
         "    raise SystemExit('imported ' + name)\nprint('refused')\n"
-    done = subprocess.run([sys.executable, "-c", _script(probe)], env=_env(tmp_path), capture_output=True,
-                          text=True, timeout=120)
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _script(probe)], env=_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout.strip() == "refused", done.stdout + done.stderr

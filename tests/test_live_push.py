@@ -22,8 +22,14 @@ from grpo_dashboard.views import charts, display, live
 
 from .store_helpers import append_log, new_run
 
-KEYS = {"reward": lambda s: 0.1 * s, "loss": lambda s: math.sin(s), "kl": lambda s: 0.0 if s < 5 else 0.01 * s,
-        "rewards/acc/mean": lambda s: s % 7, "rewards/acc/std": 0.5, "frac_reward_zero_std": 0.25}
+KEYS = {
+    "reward": lambda s: 0.1 * s,
+    "loss": lambda s: math.sin(s),
+    "kl": lambda s: 0.0 if s < 5 else 0.01 * s,
+    "rewards/acc/mean": lambda s: s % 7,
+    "rewards/acc/std": 0.5,
+    "frac_reward_zero_std": 0.25,
+}
 
 
 def apply(client: dict[str, dict[str, list[Any]]], version: live.Version) -> None:
@@ -31,7 +37,7 @@ def apply(client: dict[str, dict[str, list[Any]]], version: live.Version) -> Non
     for key, d in version.series.items():
         have = client.setdefault(key, {"step": [], "smooth": []})
         for field in ("step", "smooth"):
-            have[field] = have[field][:d["keep"]] + list(np.asarray(d[field]).tolist())
+            have[field] = have[field][: d["keep"]] + list(np.asarray(d[field]).tolist())
 
 
 def snapshot_client(feed: live.Feed) -> dict[str, dict[str, list[Any]]]:
@@ -49,8 +55,11 @@ def snapshot_client(feed: live.Feed) -> dict[str, dict[str, list[Any]]]:
 def expected(store: Store, run_id: str, smoothing: float, max_points: int) -> dict[str, dict[str, list[Any]]]:
     frames = display.run_series(store, run_id, smoothing, max_points)
     drawn = live.drawn_series(charts.group_metrics(frames.keys()))
-    return {charts.series_id(k): {"step": p.steps.tolist(), "smooth": p.smooth.tolist()}
-            for k, p in frames.items() if k in drawn}
+    return {
+        charts.series_id(k): {"step": p.steps.tolist(), "smooth": p.smooth.tolist()}
+        for k, p in frames.items()
+        if k in drawn
+    }
 
 
 def same(a: dict[str, dict[str, list[Any]]], b: dict[str, dict[str, list[Any]]]) -> bool:
@@ -148,19 +157,32 @@ def test_stream_access_is_that_of_every_read(tmp_path: Path) -> None:
     for rid, owner in (("alice-run", "alice"), ("bob-run", "bob")):
         run_dir = tmp_path / rid
         run_dir.mkdir()
-        store.insert_run(Run(id=rid, name=rid, spec_yaml="name: x\n", backend="hf_jobs", status="running",
-                             created_at=time.time(), run_dir=str(run_dir), owner=owner))
+        store.insert_run(
+            Run(
+                id=rid,
+                name=rid,
+                spec_yaml="name: x\n",
+                backend="hf_jobs",
+                status="running",
+                created_at=time.time(),
+                run_dir=str(run_dir),
+                owner=owner,
+            )
+        )
         append_log(run_dir / "metrics.jsonl", range(1, 4), **KEYS)
         ingest.ingest_file(store, rid, run_dir / "metrics.jsonl")
     app = Starlette()
     users = {"alice": access.User("alice", None, True, "session")}
-    stream.install(app, _space_ctx(store), lambda request: users.get(request.headers.get("x-user"),
-                                                                      access.ANONYMOUS))
+    stream.install(app, _space_ctx(store), lambda request: users.get(request.headers.get("x-user"), access.ANONYMOUS))
     with TestClient(app) as client:
         assert client.get(stream.PATH, params={"run": "bob-run"}, headers={"x-user": "alice"}).status_code == 404
         assert client.get(stream.PATH, params={"run": "alice-run"}).status_code == 404  # anonymous
-        assert client.get(stream.PATH, params={"run": "alice-run", "xaxis": "hours"},
-                          headers={"x-user": "alice"}).status_code == 400
+        assert (
+            client.get(
+                stream.PATH, params={"run": "alice-run", "xaxis": "hours"}, headers={"x-user": "alice"}
+            ).status_code
+            == 400
+        )
         with client.stream("GET", stream.PATH, params={"run": "alice-run"}, headers={"x-user": "alice"}) as r:
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
             lines = []

@@ -19,8 +19,14 @@ def spec_with(**backend: object) -> RunSpec:
 
 def test_single_process_runs_the_job_script_directly(tmp_path: Path) -> None:
     cmd = local_job.build_command(spec_with(), tmp_path / "run.yaml", tmp_path / "metrics.jsonl")
-    assert cmd == [sys.executable, str(JOB_SCRIPT), "--config", str(tmp_path / "run.yaml"),
-                   "--metrics", str(tmp_path / "metrics.jsonl")]
+    assert cmd == [
+        sys.executable,
+        str(JOB_SCRIPT),
+        "--config",
+        str(tmp_path / "run.yaml"),
+        "--metrics",
+        str(tmp_path / "metrics.jsonl"),
+    ]
 
 
 def test_several_processes_go_through_accelerate_launch(tmp_path: Path) -> None:

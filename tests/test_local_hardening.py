@@ -85,20 +85,49 @@ def launched_env(spec: dict[str, Any], **launch: Any) -> dict[str, str]:
 
 
 def test_the_job_environment_is_allow_listed() -> None:
-    for name in ("PATH", "HOME", "LANG", "LC_CTYPE", "PYTHONPATH", "CUDA_HOME", "NCCL_DEBUG", "HF_HUB_OFFLINE",
-                 "HF_DATASETS_CACHE", "TRANSFORMERS_CACHE", "HF_ENDPOINT", "ACCELERATE_MIXED_PRECISION",
-                 "TOKENIZERS_PARALLELISM", "VIRTUAL_ENV", "SSL_CERT_FILE", "https_proxy", "TRACKIO_DIR",
-                 "GRPO_JOB_NO_CALLBACK", "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE", "GRPO_JOB_SYSTEM_INTERVAL_S",
-                 "GRPO_JOB_SYSTEM_GPUS"):
+    for name in (
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_CTYPE",
+        "PYTHONPATH",
+        "CUDA_HOME",
+        "NCCL_DEBUG",
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_CACHE",
+        "TRANSFORMERS_CACHE",
+        "HF_ENDPOINT",
+        "ACCELERATE_MIXED_PRECISION",
+        "TOKENIZERS_PARALLELISM",
+        "VIRTUAL_ENV",
+        "SSL_CERT_FILE",
+        "https_proxy",
+        "TRACKIO_DIR",
+        "GRPO_JOB_NO_CALLBACK",
+        "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE",
+        "GRPO_JOB_SYSTEM_INTERVAL_S",
+        "GRPO_JOB_SYSTEM_GPUS",
+    ):
         assert local_job.allowed_job_variable(name), name
-    for name in (*SECRETS, "HF_API_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "GITHUB_TOKEN",
-                 "SPACE_ID", "GRPO_DASHBOARD_DATA_DIR", "GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND", "DATABASE_URL",
-                 "TRACKIO_WEBHOOK_URL", "VLLM_API_KEY"):
+    for name in (
+        *SECRETS,
+        "HF_API_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "OPENAI_API_KEY",
+        "GITHUB_TOKEN",
+        "SPACE_ID",
+        "GRPO_DASHBOARD_DATA_DIR",
+        "GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND",
+        "DATABASE_URL",
+        "TRACKIO_WEBHOOK_URL",
+        "VLLM_API_KEY",
+    ):
         assert not local_job.allowed_job_variable(name), name
 
 
-def test_job_environment_drops_secrets_and_hands_the_token_explicitly(dashboard_env: None,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_job_environment_drops_secrets_and_hands_the_token_explicitly(
+    dashboard_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = RunSpec.from_dict({"name": "x", "backend": {"gpus": [1]}})
     env = local_job.job_environment(spec)
     assert not set(SECRETS) & set(env)
@@ -112,8 +141,9 @@ def test_job_environment_drops_secrets_and_hands_the_token_explicitly(dashboard_
     assert "OAUTH_CLIENT_SECRET" not in env
 
 
-def test_a_webhook_variable_passes_locally_but_never_on_a_space(dashboard_env: None,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_webhook_variable_passes_locally_but_never_on_a_space(
+    dashboard_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MY_HOOK", "https://hooks.slack.com/services/x")
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv("SYSTEM", raising=False)
@@ -126,8 +156,9 @@ def test_a_webhook_variable_passes_locally_but_never_on_a_space(dashboard_env: N
     assert "OAUTH_CLIENT_SECRET" not in local_job.job_environment(sneaky)
 
 
-def test_a_real_local_job_gets_no_dashboard_secret(dashboard_env: None, env_dumper: None, tiny_model: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_real_local_job_gets_no_dashboard_secret(
+    dashboard_env: None, env_dumper: None, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a Space (SPACE_ID set) the owner's HF_TOKEN is not the user's: the job gets only the token it is handed."""
     monkeypatch.setenv("SPACE_ID", "owner/dash")
     env = launched_env(smoke_dict(tiny_model))
@@ -140,8 +171,9 @@ def test_a_real_local_job_gets_no_dashboard_secret(dashboard_env: None, env_dump
     assert env["HF_TOKEN"] == "hf_alicesOwnToken" and "OAUTH_CLIENT_SECRET" not in env
 
 
-def test_locally_the_job_gets_the_local_users_saved_login(env_dumper: None, tiny_model: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_locally_the_job_gets_the_local_users_saved_login(
+    env_dumper: None, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv("SYSTEM", raising=False)
     monkeypatch.setenv("HF_TOKEN", "hf_theLocalUsersLogin")
@@ -151,15 +183,18 @@ def test_locally_the_job_gets_the_local_users_saved_login(env_dumper: None, tiny
 
 
 @pytest.mark.training
-def test_a_real_training_job_sees_no_secret_and_still_trains(dashboard_env: None, tiny_model: Path,
-                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_real_training_job_sees_no_secret_and_still_trains(
+    dashboard_env: None, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SPACE_ID", "owner/dash")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     dump = tmp_path / "job_env.json"
     reward = tmp_path / "env_reward.py"
-    reward.write_text(f"import json, os\n\ndef reward(completions, **kwargs):\n"
-                      f"    open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))\n"
-                      f"    return [0.0] * len(completions)\n")
+    reward.write_text(
+        f"import json, os\n\ndef reward(completions, **kwargs):\n"
+        f"    open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))\n"
+        f"    return [0.0] * len(completions)\n"
+    )
     spec = smoke_dict(tiny_model, max_steps=2)
     spec["rewards"] = [{"name": "env", "function": f"{reward}:reward"}]
     store = Store()
@@ -186,9 +221,17 @@ def store_run(store: Store, tmp_path: Path, pid: int, pid_start: str | None, **s
     run_dir = tmp_path / f"run-{pid}-{pid_start}"
     run_dir.mkdir()
     (run_dir / "job.log").write_text("step 3\n")
-    run = Run(id=run_dir.name, name="r", spec_yaml=RunSpec.from_dict({"name": "r", **spec}).to_yaml(),
-              backend="local", status="running", created_at=time.time() - 3600, run_dir=str(run_dir), pid=pid,
-              pid_start=pid_start)
+    run = Run(
+        id=run_dir.name,
+        name="r",
+        spec_yaml=RunSpec.from_dict({"name": "r", **spec}).to_yaml(),
+        backend="local",
+        status="running",
+        created_at=time.time() - 3600,
+        run_dir=str(run_dir),
+        pid=pid,
+        pid_start=pid_start,
+    )
     store.insert_run(run)
     return store.get_run(run.id)
 
@@ -252,16 +295,25 @@ def test_signal_helpers_check_identity_first(stranger: subprocess.Popen) -> None
 def test_cancel_signals_the_process_with_the_right_start_time(stranger: subprocess.Popen, tmp_path: Path) -> None:
     """The positive control: with the recorded start time matching, cancel does stop the process."""
     store = Store()
-    run = runs.cancel(store, store_run(store, tmp_path, stranger.pid, local_process.process_start_time(stranger.pid)),
-                      wait=True, grace_s=5)
+    run = runs.cancel(
+        store,
+        store_run(store, tmp_path, stranger.pid, local_process.process_start_time(stranger.pid)),
+        wait=True,
+        grace_s=5,
+    )
     assert run.status == "canceled"
     assert stranger.wait(timeout=10) == -signal.SIGTERM
 
 
 def group_with_a_straggler() -> tuple[subprocess.Popen, int, str]:
     """A leader that exits on request, leaving a worker behind in its process group."""
-    leader = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; read line"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    leader = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & echo $!; read line"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert leader.stdout is not None
     worker = int(leader.stdout.readline())
     start = local_process.process_start_time(worker)
@@ -295,18 +347,45 @@ def test_leftover_workers_are_killed_only_when_the_group_is_provably_the_runs(tm
 # ---- webhooks to private addresses --------------------------------------------------------------------------------
 
 REFUSED = [
-    "http://127.0.0.1", "http://169.254.169.254/latest", "http://[::1]/", "http://localhost:8080",
-    "file:///etc/passwd", "gopher://x", "ftp://example.com/", "http://2130706433/", "http://0x7f.1/",
-    "http://127.1/", "http://[::ffff:127.0.0.1]/", "http://[64:ff9b::a9fe:a9fe]/", "http://10.1.2.3/",
-    "http://192.168.0.1/", "http://172.16.0.1/", "http://100.100.100.200/", "http://0.0.0.0/",
-    "http://[fd00:ec2::254]/", "http://[fe80::1%25eth0]/", "http://224.0.0.1/", "http://metadata/",
-    "http://metadata.google.internal/computeMetadata/v1/", "http://printer.local/", "http://LOCALHOST./",
-    "http://a.localhost/", "http://hooks.slack.com@127.0.0.1/", "http://127.0.0.1\\@hooks.slack.com/",
-    "http:///nohost", "http://example.com:99999/", "$SLACK_WEBHOOK", "",
+    "http://127.0.0.1",
+    "http://169.254.169.254/latest",
+    "http://[::1]/",
+    "http://localhost:8080",
+    "file:///etc/passwd",
+    "gopher://x",
+    "ftp://example.com/",
+    "http://2130706433/",
+    "http://0x7f.1/",
+    "http://127.1/",
+    "http://[::ffff:127.0.0.1]/",
+    "http://[64:ff9b::a9fe:a9fe]/",
+    "http://10.1.2.3/",
+    "http://192.168.0.1/",
+    "http://172.16.0.1/",
+    "http://100.100.100.200/",
+    "http://0.0.0.0/",
+    "http://[fd00:ec2::254]/",
+    "http://[fe80::1%25eth0]/",
+    "http://224.0.0.1/",
+    "http://metadata/",
+    "http://metadata.google.internal/computeMetadata/v1/",
+    "http://printer.local/",
+    "http://LOCALHOST./",
+    "http://a.localhost/",
+    "http://hooks.slack.com@127.0.0.1/",
+    "http://127.0.0.1\\@hooks.slack.com/",
+    "http:///nohost",
+    "http://example.com:99999/",
+    "$SLACK_WEBHOOK",
+    "",
 ]
 ALLOWED = [
-    "https://hooks.slack.com/services/x", "https://discord.com/api/webhooks/1/abc", "http://example.com:8080/h",
-    "https://8.8.8.8/hook", "HTTPS://EXAMPLE.COM/x", "http://[2001:4860:4860::8888]/",
+    "https://hooks.slack.com/services/x",
+    "https://discord.com/api/webhooks/1/abc",
+    "http://example.com:8080/h",
+    "https://8.8.8.8/hook",
+    "HTTPS://EXAMPLE.COM/x",
+    "http://[2001:4860:4860::8888]/",
 ]
 
 
@@ -322,12 +401,9 @@ def test_webhook_url_problem_allows_public_http_urls(url: str) -> None:
     assert webhook_url_problem(url) is None
 
 
-
-
-
-
-def test_post_json_refuses_private_addresses_only_when_blocking(receiver: WebhookReceiver,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_post_json_refuses_private_addresses_only_when_blocking(
+    receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(alerts.BLOCK_PRIVATE_ENV, raising=False)
     assert post_json(receiver.url, {"x": 1}) is None and receiver.paths == ["/hook"]
     reason = post_json(receiver.url, {"x": 1}, block=True)
@@ -337,8 +413,9 @@ def test_post_json_refuses_private_addresses_only_when_blocking(receiver: Webhoo
     assert receiver.paths == ["/hook"]
 
 
-def test_a_public_name_resolving_to_a_private_address_is_refused_at_connect(receiver: WebhookReceiver,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_public_name_resolving_to_a_private_address_is_refused_at_connect(
+    receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = socket.getaddrinfo
 
     def resolve(host: str, *args: Any, **kwargs: Any) -> Any:
@@ -364,9 +441,9 @@ def test_redirects_are_not_followed_when_blocking(monkeypatch: pytest.MonkeyPatc
         hop.close()
 
 
-def test_the_job_side_refuses_a_private_webhook_under_the_block_variable(receiver: WebhookReceiver,
-                                                                         monkeypatch: pytest.MonkeyPatch,
-                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_job_side_refuses_a_private_webhook_under_the_block_variable(
+    receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv(alerts.BLOCK_PRIVATE_ENV, "1")
     sender = AlertSender("http://169.254.169.254/latest/meta-data/")
     assert sender.webhook_url is None and sender._thread is None
@@ -382,13 +459,20 @@ def test_the_job_side_refuses_a_private_webhook_under_the_block_variable(receive
 
 def test_the_shipped_copy_carries_the_rule() -> None:
     """Jobs import the health package as shipped beside run.yaml: the check must be in that copy, not only here."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import grpo_health.alerts as a; "
-            "print(a.webhook_url_problem('http://127.0.0.1/') is not None, a.BLOCK_PRIVATE_ENV)")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import grpo_health.alerts as a; "
+        "print(a.webhook_url_problem('http://127.0.0.1/') is not None, a.BLOCK_PRIVATE_ENV)"
+    )
     from grpo_dashboard.health.ship import ship
 
     dest = ship(Path(os.environ["GRPO_DASHBOARD_DATA_DIR"]).parent / "shipped")
-    out = subprocess.run([sys.executable, "-c", code, str(dest.parent)], capture_output=True, text=True, check=True,
-                         env={"PATH": os.environ["PATH"]})
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(dest.parent)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert out.stdout.split() == ["True", "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE"]
 
 

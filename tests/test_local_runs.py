@@ -34,14 +34,21 @@ LEARNING_MARGIN = 0.15
 
 
 def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grpo_dashboard", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=os.environ.copy())
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
 
 
 def test_streamed_local_dataset_trains_and_logs(tiny_model: Path, tmp_path: Path) -> None:
     """`dataset.streaming: true` reaches the loader (an IterableDataset, local files too) and TRL trains on it."""
-    spec = smoke_dict(tiny_model, max_steps=3, per_device_train_batch_size=8, num_generations=4,
-                      max_completion_length=4)
+    spec = smoke_dict(
+        tiny_model, max_steps=3, per_device_train_batch_size=8, num_generations=4, max_completion_length=4
+    )
     spec["dataset"]["streaming"] = True
     sys.path.insert(0, str(REPO / "jobs"))
     import datasets
@@ -82,8 +89,9 @@ def test_smoke_run_end_to_end_through_the_cli(tiny_model: Path, tmp_path: Path) 
     assert len(rss) == run.n_records and 0.05 < rss.values.min() <= rss.values.max() < 64  # a torch process: >50 MB
     assert len(store.arrays(run.id, "system/process/cpu_pct", "system")) == run.n_records - 1
     assert not any(k.startswith("system/gpu") for _, k in store.metric_keys(run.id))  # no CUDA here
-    data, layout = charts.run_specs(store, run.id, charts.ChartOptions(smoothing=0), None, None, run.started_at,
-                                    ())["system"]
+    data, layout = charts.run_specs(store, run.id, charts.ChartOptions(smoothing=0), None, None, run.started_at, ())[
+        "system"
+    ]
     drawn = {t["meta"]["s"]: t for t in data}
     assert drawn.keys() == {"system|system/process/rss_gb", "system|system/process/cpu_pct"}
     shown = drawn["system|system/process/rss_gb"]
@@ -162,8 +170,19 @@ def test_vanished_and_reused_pids_are_marked_failed(tmp_path: Path) -> None:
         run_dir = tmp_path / run_id
         run_dir.mkdir()
         (run_dir / "job.log").write_text("loading model\nRuntimeError: CUDA out of memory\n")
-        store.insert_run(Run(id=run_id, name=run_id, spec_yaml="", backend="local", status="running",
-                             created_at=time.time(), run_dir=str(run_dir), pid=pid, pid_start=start))
+        store.insert_run(
+            Run(
+                id=run_id,
+                name=run_id,
+                spec_yaml="",
+                backend="local",
+                status="running",
+                created_at=time.time(),
+                run_dir=str(run_dir),
+                pid=pid,
+                pid_start=start,
+            )
+        )
         run = refresh(store, store.get_run(run_id))
         assert run.status == "failed"
         assert f"job process {pid} vanished" in run.error

@@ -33,23 +33,49 @@ def smoke_with(**sections: Any) -> dict[str, Any]:
 
 
 BAD_SPECS = {
-    "bad training values": smoke_with(training={
-        "learning_rate": "1e-3", "num_generations": 3, "beta": 0, "sync_ref_model": True, "top_p": 2,
-        "max_steps": "10", "auto_find_batch_size": True, "num_generation": 4, "loss_type": "nope", "seed": "x",
-        "eval_strategy": "steps", "vllm_importance_sampling_clip_min": 3.0, "output_dir": "/x", "use_vllm": True}),
+    "bad training values": smoke_with(
+        training={
+            "learning_rate": "1e-3",
+            "num_generations": 3,
+            "beta": 0,
+            "sync_ref_model": True,
+            "top_p": 2,
+            "max_steps": "10",
+            "auto_find_batch_size": True,
+            "num_generation": 4,
+            "loss_type": "nope",
+            "seed": "x",
+            "eval_strategy": "steps",
+            "vllm_importance_sampling_clip_min": 3.0,
+            "output_dir": "/x",
+            "use_vllm": True,
+        }
+    ),
     "explicit generation batch": smoke_with(training={"generation_batch_size": "10", "epsilon_high": 0.1}),
-    "eval data": smoke_with(dataset={"eval_data_files": SMOKE["dataset"]["data_files"], "prompt_template": "{nope"},
-                            training={"per_device_eval_batch_size": 3, "eval_strategy": "steps"}),
-    "model and rewards": smoke_with(name="", model={"name_or_path": "./no/such/dir", "dtype": "float8",
-                                                    "chat_template": "{% if %}"},
-                                    rewards=[{"name": "x y"}, {"name": "dup", "builtin": "nope"},
-                                             {"name": "dup", "function": "missing.py:f"},
-                                             {"name": "rm", "model": "../not a model"}]),
-    "hf_jobs": smoke_with(backend={"kind": "hf_jobs", "flavor": "a10g-larg", "timeout": "1m", "gpus": [0]},
-                          training={"push_to_hub": True, "hub_token": "hf_x"}),
+    "eval data": smoke_with(
+        dataset={"eval_data_files": SMOKE["dataset"]["data_files"], "prompt_template": "{nope"},
+        training={"per_device_eval_batch_size": 3, "eval_strategy": "steps"},
+    ),
+    "model and rewards": smoke_with(
+        name="",
+        model={"name_or_path": "./no/such/dir", "dtype": "float8", "chat_template": "{% if %}"},
+        rewards=[
+            {"name": "x y"},
+            {"name": "dup", "builtin": "nope"},
+            {"name": "dup", "function": "missing.py:f"},
+            {"name": "rm", "model": "../not a model"},
+        ],
+    ),
+    "hf_jobs": smoke_with(
+        backend={"kind": "hf_jobs", "flavor": "a10g-larg", "timeout": "1m", "gpus": [0]},
+        training={"push_to_hub": True, "hub_token": "hf_x"},
+    ),
     "slurm": smoke_with(backend={"kind": "slurm", "nodes": 0, "time": "forever"}),
-    "mixture": smoke_with(dataset={"mixture": [{"path": "a/b", "fraction": 0.5}, {"bad": 1}], "streaming": True},
-                          health={"guard_persist": 0, "webhook_url": "ftp://x"}, tags=["", "ok"]),
+    "mixture": smoke_with(
+        dataset={"mixture": [{"path": "a/b", "fraction": 0.5}, {"bad": 1}], "streaming": True},
+        health={"guard_persist": 0, "webhook_url": "ftp://x"},
+        tags=["", "ok"],
+    ),
     "environment": smoke_with(backend={"env": {"MY_TOKEN": "x", "1BAD": "y"}, "secrets": ["HF_TOKEN", "NOT_SET_X"]}),
 }
 
@@ -95,8 +121,19 @@ def test_check_names_are_unique_and_fields_are_spec_paths(kind: str) -> None:
     every = validation.checks_with(backends.checks_for(kind))
     names = [c.name for c in every]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
-    roots = {"name", "model", "dataset", "rewards", "agent", "training", "backend", "generation", "health", "tags",
-             "save_model"}
+    roots = {
+        "name",
+        "model",
+        "dataset",
+        "rewards",
+        "agent",
+        "training",
+        "backend",
+        "generation",
+        "health",
+        "tags",
+        "save_model",
+    }
     for check in every:
         assert all(f.split(".")[0].split("[")[0] in roots for f in check.fields), (check.name, check.fields)
 
@@ -124,8 +161,12 @@ def test_each_problem_carries_its_checks_fields() -> None:
 def test_the_form_marks_involved_fields_not_words_in_the_message() -> None:
     keys = ["training.beta", "training.sync_ref_model", "training.num_generations", "agent", "agent.tools"]
     named_only = FieldError("training.sync_ref_model", True, "needs beta > 0 and num_generations")
-    involved = FieldError("training.sync_ref_model", True, "needs a reference model",
-                          involves=("training.sync_ref_model", "training.beta"))
+    involved = FieldError(
+        "training.sync_ref_model",
+        True,
+        "needs a reference model",
+        involves=("training.sync_ref_model", "training.beta"),
+    )
     in_section = FieldError("agent.tools[0]", "x.py:f", "points at x.py", involves=("agent",))
     placed, unplaced = forms.place_errors([named_only, involved, in_section], keys)
     assert placed == {

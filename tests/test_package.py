@@ -41,8 +41,11 @@ def requirements(name: str = "requirements.txt") -> list[str]:
 
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without anything that would point Python or Gradio elsewhere (the data dir is the test's)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT")
+    }
     return {**env, "HF_HUB_OFFLINE": "1", **extra}
 
 
@@ -59,37 +62,61 @@ class Installed:
             else:
                 src.mkdir(parents=True, exist_ok=True)
                 shutil.copy(path, src / name)
-        out = subprocess.run([sys.executable, "-c", "from setuptools import build_meta as b; "
-                              f"print(b.build_sdist({str(dist)!r}))"], cwd=src, capture_output=True, text=True,
-                             timeout=300, env=clean_env())
+        out = subprocess.run(
+            [sys.executable, "-c", f"from setuptools import build_meta as b; print(b.build_sdist({str(dist)!r}))"],
+            cwd=src,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=clean_env(),
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         self.sdist = dist / out.stdout.split()[-1]
         self.venv = root / "venv"
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(self.venv)],
-                       check=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(self.venv)],
+            check=True,
+            timeout=120,
+        )
         self.python = self.venv / "bin" / "python"
         self.site = Path(self.run_python("import sysconfig; print(sysconfig.get_path('purelib'))").strip())
         # The packages of this interpreter, also when it is itself a venv (whose packages --system-site-packages
         # would not show); after the venv's own, so the installed copy of grpo_dashboard is the one imported.
         (self.site / "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-        out = subprocess.run([str(self.python), "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                              "--no-index", "--quiet", str(self.sdist)], capture_output=True, text=True, timeout=300,
-                             env=clean_env(PIP_DISABLE_PIP_VERSION_CHECK="1"))
+        out = subprocess.run(
+            [
+                str(self.python),
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "--quiet",
+                str(self.sdist),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=clean_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         self.script = self.venv / "bin" / "grpo-dashboard"
         self.work = root / "elsewhere"
         self.work.mkdir()
 
     def run_python(self, code: str) -> str:
-        out = subprocess.run([str(self.python), "-c", code], cwd=self.venv, capture_output=True, text=True,
-                             timeout=300, env=clean_env())
+        out = subprocess.run(
+            [str(self.python), "-c", code], cwd=self.venv, capture_output=True, text=True, timeout=300, env=clean_env()
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """`grpo-dashboard ARGS` run from the directory outside the checkout."""
-        return subprocess.run([str(self.script), *args], cwd=self.work, capture_output=True, text=True, timeout=300,
-                              env=clean_env())
+        return subprocess.run(
+            [str(self.script), *args], cwd=self.work, capture_output=True, text=True, timeout=300, env=clean_env()
+        )
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +125,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
 
 def files(root: Path, pattern: str = "**/*") -> set[str]:
-    return {p.relative_to(root).as_posix() for p in root.glob(pattern)
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    return {
+        p.relative_to(root).as_posix()
+        for p in root.glob(pattern)
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
 
 
 def test_pyproject_dependencies_are_requirements_txt() -> None:
@@ -114,13 +144,17 @@ def test_pyproject_dependencies_are_requirements_txt() -> None:
 
 
 def test_the_installed_package_holds_every_module_the_jobs_and_the_examples(installed: Installed) -> None:
-    where = json.loads(installed.run_python(
-        "import json, grpo_dashboard\n"
-        "from grpo_dashboard.spec import jobfiles, presets\n"
-        "print(json.dumps({'package': grpo_dashboard.__file__, 'jobs': str(jobfiles.JOBS_DIR),\n"
-        "                  'script': str(jobfiles.JOB_SCRIPT), 'examples': str(presets.EXAMPLES_DIR),\n"
-        "                  'root': str(presets.PROJECT_ROOT), 'jobs_files': [str(p) for p in jobfiles.job_files()],\n"
-        "                  'preset': presets.preset_spec(presets.DEFAULT_PRESET).name}))"))
+    where = json.loads(
+        installed.run_python(
+            "import json, grpo_dashboard\n"
+            "from grpo_dashboard.spec import jobfiles, presets\n"
+            "print(json.dumps({'package': grpo_dashboard.__file__, 'jobs': str(jobfiles.JOBS_DIR),\n"
+            "                  'script': str(jobfiles.JOB_SCRIPT), 'examples': str(presets.EXAMPLES_DIR),\n"
+            "                  'root': str(presets.PROJECT_ROOT),\n"
+            "                  'jobs_files': [str(p) for p in jobfiles.job_files()],\n"
+            "                  'preset': presets.preset_spec(presets.DEFAULT_PRESET).name}))"
+        )
+    )
     package = Path(where["package"]).parent
     for key in ("package", "jobs", "script", "examples", "root"):
         path = Path(where[key])
@@ -132,15 +166,19 @@ def test_the_installed_package_holds_every_module_the_jobs_and_the_examples(inst
     installed_modules = {f for f in files(package, "**/*.py") if not f.startswith("_project/")}
     assert installed_modules == files(REPO / "grpo_dashboard", "**/*.py"), "a package missing from pyproject.toml?"
     data = ("spec/trl_schema.json", "spec/trl_accelerate_configs/*.yaml")  # package data the app reads instead of trl
-    assert set().union(*(files(package, d) for d in data)) == set().union(*(files(REPO / "grpo_dashboard", d)
-                                                                             for d in data))
+    assert set().union(*(files(package, d) for d in data)) == set().union(
+        *(files(REPO / "grpo_dashboard", d) for d in data)
+    )
     assert {Path(p).name for p in where["jobs_files"]} == files(REPO / "jobs", "*.py")
     assert files(Path(where["examples"])) == files(REPO / "examples")
 
     from packaging.requirements import Requirement
 
-    requires = json.loads(installed.run_python(
-        "import importlib.metadata, json; print(json.dumps(importlib.metadata.requires('grpo-dashboard')))"))
+    requires = json.loads(
+        installed.run_python(
+            "import importlib.metadata, json; print(json.dumps(importlib.metadata.requires('grpo-dashboard')))"
+        )
+    )
     extra = [Requirement(f"{r}; extra == 'train'") for r in requirements("requirements-train.txt")]
     assert [Requirement(r) for r in requires] == [Requirement(r) for r in requirements()] + extra
 
@@ -156,8 +194,22 @@ def test_console_script_lists_every_command(installed: Installed) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: grpo-dashboard")
     names = commands()
-    assert {"serve", "validate", "launch", "runs", "show", "logs", "cancel", "watch", "doctor", "check-rewards",
-            "inspect-dataset", "hardware", "deploy-space", "build-tiny-model"} <= set(names)
+    assert {
+        "serve",
+        "validate",
+        "launch",
+        "runs",
+        "show",
+        "logs",
+        "cancel",
+        "watch",
+        "doctor",
+        "check-rewards",
+        "inspect-dataset",
+        "hardware",
+        "deploy-space",
+        "build-tiny-model",
+    } <= set(names)
     for name in names:
         assert name in out.stdout, name
     out = installed.cli("serve", "--help")
@@ -165,8 +217,9 @@ def test_console_script_lists_every_command(installed: Installed) -> None:
 
 
 def test_console_script_validates_and_diagnoses_from_any_directory(installed: Installed) -> None:
-    examples = Path(installed.run_python("from grpo_dashboard.spec.presets import EXAMPLES_DIR; print(EXAMPLES_DIR)")
-                    .strip())
+    examples = Path(
+        installed.run_python("from grpo_dashboard.spec.presets import EXAMPLES_DIR; print(EXAMPLES_DIR)").strip()
+    )
     spec = yaml.safe_load((examples / "smoke.yaml").read_text(encoding="utf-8"))
     spec["dataset"]["data_files"] = str(examples / "data" / "smoke.jsonl")  # relative paths are from the cwd
     (installed.work / "smoke.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
@@ -184,8 +237,14 @@ def test_console_script_serves_the_app(installed: Installed, tmp_path: Path) -> 
     port = free_port()
     log = tmp_path / "serve.log"
     with log.open("wb") as sink:
-        proc = subprocess.Popen([str(installed.script), "serve", "--port", str(port)], cwd=installed.work,
-                                env=clean_env(), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(installed.script), "serve", "--port", str(port)],
+            cwd=installed.work,
+            env=clean_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def config() -> dict[str, Any] | None:
         assert proc.poll() is None, log.read_text(errors="replace")

@@ -31,7 +31,7 @@ def _logged_steps(lines: list[str]) -> list[list[int]]:
         marker = line.find("@@GRPO_DASHBOARD@@ ")
         if marker < 0 and not line.startswith('{"'):
             continue
-        rec = json.loads(line[marker + len("@@GRPO_DASHBOARD@@ "):] if marker >= 0 else line)
+        rec = json.loads(line[marker + len("@@GRPO_DASHBOARD@@ ") :] if marker >= 0 else line)
         if rec.get("event") == "starting":
             attempts.append([])
         elif rec.get("type") == "log" and rec.get("split") == "train":
@@ -76,8 +76,9 @@ def test_local_run_canceled_after_a_checkpoint_resumes_with_continuous_curves(ti
     _assert_continuous(store, run, ckpt, 14, attempts)
     events = [e["event"] for e in store.events(run.id)]
     assert events.count("canceled") == 1 and events[-1] == "finished" and events.count("starting") == 2
-    state = json.loads((Path(run.output_dir) / f"checkpoint-{max(checkpoints(store, run))}" / "trainer_state.json")
-                       .read_text())
+    state = json.loads(
+        (Path(run.output_dir) / f"checkpoint-{max(checkpoints(store, run))}" / "trainer_state.json").read_text()
+    )
     assert state["global_step"] > ckpt
 
 
@@ -91,8 +92,13 @@ def test_hf_jobs_run_resumes_from_its_bucket_checkpoint(hub: FakeHub, tmp_path: 
     data["training"].update(max_steps=10, save_strategy="steps", save_steps=2)
     write_spec(spec, data)
     run = launch(spec, store, token=TOKEN, base_dir=REPO)
-    wait_for(lambda: 2 in checkpoints(store, refresh(store, store.get_run(run.id)))
-             and (store.get_run(run.id).last_step or 0) >= 3, timeout=600)
+    wait_for(
+        lambda: (
+            2 in checkpoints(store, refresh(store, store.get_run(run.id)))
+            and (store.get_run(run.id).last_step or 0) >= 3
+        ),
+        timeout=600,
+    )
     run = cancel(store, store.get_run(run.id), wait=True, token=TOKEN)
     follow_until_done(store, run.id)
     run = store.get_run(run.id)
@@ -106,8 +112,9 @@ def test_hf_jobs_run_resumes_from_its_bucket_checkpoint(hub: FakeHub, tmp_path: 
     assert len(jobs) == 2
     second = next(j for j in jobs if j.id != jobs[0].id) if jobs[0].stage == "CANCELED" else jobs[0]
     assert "--resume" not in " ".join(second.spec["command"])  # the checkpoint is in run.yaml, not the command
-    attempts = _logged_steps([*jobs[0].printed, *jobs[1].printed] if jobs[0].stage == "CANCELED"
-                             else [*jobs[1].printed, *jobs[0].printed])
+    attempts = _logged_steps(
+        [*jobs[0].printed, *jobs[1].printed] if jobs[0].stage == "CANCELED" else [*jobs[1].printed, *jobs[0].printed]
+    )
     _assert_continuous(store, run, ckpt, 10, attempts)
     events = [e["event"] for e in store.events(run.id)]
     assert events.count("starting") == 2 and events[-1] == "finished"
@@ -120,8 +127,16 @@ def _fake_run(store: Store, tmp_path: Path, name: str, steps: list[int]) -> Run:
     out = tmp_path / name / "output"
     for s in steps:
         (out / f"checkpoint-{s}").mkdir(parents=True)
-    run = Run(id=name, name=name, spec_yaml=f"name: {name}\n", backend="local", status=RunStatus.CANCELED.value,
-              created_at=time.time(), run_dir=str(tmp_path / name), output_dir=str(out))
+    run = Run(
+        id=name,
+        name=name,
+        spec_yaml=f"name: {name}\n",
+        backend="local",
+        status=RunStatus.CANCELED.value,
+        created_at=time.time(),
+        run_dir=str(tmp_path / name),
+        output_dir=str(out),
+    )
     store.insert_run(run)
     return run
 
@@ -144,11 +159,15 @@ def test_bad_checkpoints_are_refused_naming_what_exists_and_nothing_changes(tmp_
     store.update_run(active.id, status="running")
     with pytest.raises(ResumeError, match="still running"):
         resume_run(store, store.get_run("run-a"))
-    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "resume", "run-b", "--checkpoint", "9"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "resume", "run-b", "--checkpoint", "9"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 1 and "no checkpoint at step 9" in proc.stderr
     assert store.get_run("run-b").status == "canceled" and not (Path(b.run_dir) / "run.yaml").exists()
-
 
 
 def test_points_after_the_resumed_checkpoint_are_replaced_not_kept(tmp_path: Path) -> None:
@@ -159,8 +178,20 @@ def test_points_after_the_resumed_checkpoint_are_replaced_not_kept(tmp_path: Pat
     log = tmp_path / "m.jsonl"
 
     def lines(steps: range, value: float) -> str:
-        return "".join(json.dumps({"v": 1, "type": "log", "split": "train", "step": s, "time": 1.0 + s,
-                                   "metrics": {"reward": value, "kl": None}}) + "\n" for s in steps)
+        return "".join(
+            json.dumps(
+                {
+                    "v": 1,
+                    "type": "log",
+                    "split": "train",
+                    "step": s,
+                    "time": 1.0 + s,
+                    "metrics": {"reward": value, "kl": None},
+                }
+            )
+            + "\n"
+            for s in steps
+        )
 
     log.write_text(lines(range(1, 8), 0.1))
     store.update_run(run.id, status="running")
@@ -169,6 +200,7 @@ def test_points_after_the_resumed_checkpoint_are_replaced_not_kept(tmp_path: Pat
     with open(log, "a") as f:
         f.write(lines(range(5, 10), 0.9))
     ingest_file(store, run.id, log)
-    assert [(s, v) for s, v, _ in store.series(run.id, "reward")] == [(s, 0.1 if s <= 4 else 0.9)
-                                                                       for s in range(1, 10)]
+    assert [(s, v) for s, v, _ in store.series(run.id, "reward")] == [
+        (s, 0.1 if s <= 4 else 0.9) for s in range(1, 10)
+    ]
     assert [v for _, v, _ in store.series(run.id, "kl")] == [None] * 9

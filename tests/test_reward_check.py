@@ -17,7 +17,7 @@ from grpo_dashboard.cli import main as cli_main
 REPO = Path(__file__).resolve().parent.parent
 MATH = REPO / "examples" / "data" / "math_tiny.jsonl"
 
-BROKEN = '''
+BROKEN = """
 import os, time
 
 def raises(completions, **kwargs):
@@ -58,14 +58,18 @@ def spy(completions, **kwargs):
         leaked["net"] = type(exc).__name__
     print("SPY" + json.dumps(leaked))
     return [float("\\\\boxed" in (c if isinstance(c, str) else c[0]["content"])) for c in completions]
-'''
+"""
 
 
 def make_spec(tmp_path: Path, rewards: list[dict[str, Any]], **dataset: Any) -> Path:
     """A spec over the tiny math data with the given rewards, plus the broken custom rewards beside it."""
     (tmp_path / "broken.py").write_text(BROKEN)
-    spec = {"name": "check", "model": {"name_or_path": str(tmp_path / "tiny"), "build_tiny": True},
-            "dataset": {"data_files": str(MATH), "prompt_column": "question", **dataset}, "rewards": rewards}
+    spec = {
+        "name": "check",
+        "model": {"name_or_path": str(tmp_path / "tiny"), "build_tiny": True},
+        "dataset": {"data_files": str(MATH), "prompt_column": "question", **dataset},
+        "rewards": rewards,
+    }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -77,9 +81,14 @@ def flags_of(report: Any, name: str, severity: str = "error") -> set[str]:
 
 
 def test_good_rewards_pass_and_disagree_on_format(tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, [{"name": "fmt", "builtin": "think_format"},
-                                {"name": "acc", "builtin": "math_accuracy"},
-                                {"name": "num", "builtin": "numeric_match", "params": {"answer_column": "solution"}}])
+    spec = make_spec(
+        tmp_path,
+        [
+            {"name": "fmt", "builtin": "think_format"},
+            {"name": "acc", "builtin": "math_accuracy"},
+            {"name": "num", "builtin": "numeric_match", "params": {"answer_column": "solution"}},
+        ],
+    )
     report = check_rewards(spec, n_rows=4, base_dir=tmp_path)
     assert report.ok, report.to_text()
     assert report.reference_column == "solution" and report.rows == 4
@@ -93,13 +102,16 @@ def test_good_rewards_pass_and_disagree_on_format(tmp_path: Path) -> None:
     assert "acc (accuracy, builtin math_accuracy)" in text and "OK: every reward passed" in text
 
 
-@pytest.mark.parametrize(("func", "code"), [
-    ("raises", "error"),
-    ("constant", "constant"),
-    ("nothing", "all_none"),
-    ("needs_column", "missing_column"),
-    ("wrong_length", "error"),
-])
+@pytest.mark.parametrize(
+    ("func", "code"),
+    [
+        ("raises", "error"),
+        ("constant", "constant"),
+        ("nothing", "all_none"),
+        ("needs_column", "missing_column"),
+        ("wrong_length", "error"),
+    ],
+)
 def test_broken_custom_reward_is_flagged(tmp_path: Path, func: str, code: str) -> None:
     spec = make_spec(tmp_path, [{"name": func, "function": f"broken.py:{func}"}])
     report = check_rewards(spec, n_rows=3, base_dir=tmp_path)
@@ -108,8 +120,9 @@ def test_broken_custom_reward_is_flagged(tmp_path: Path, func: str, code: str) -
 
 
 def test_error_message_names_the_exception(tmp_path: Path) -> None:
-    report = check_rewards(make_spec(tmp_path, [{"name": "raises", "function": "broken.py:raises"}]), n_rows=2,
-                           base_dir=tmp_path)
+    report = check_rewards(
+        make_spec(tmp_path, [{"name": "raises", "function": "broken.py:raises"}]), n_rows=2, base_dir=tmp_path
+    )
     msg = next(f.message for f in report.rewards[0].flags if f.code == "error")
     assert "RuntimeError: boom" in msg and "broken.py" in msg
 
@@ -136,9 +149,14 @@ def test_builtin_reading_a_missing_column_is_flagged_without_running(tmp_path: P
 
 
 def test_constant_builtin_and_format_blind_regex(tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, [{"name": "const", "builtin": "constant", "params": {"value": 1.0}},
-                                {"name": "loose", "builtin": "regex", "params": {"pattern": r"\d"}},
-                                {"name": "acc", "builtin": "math_accuracy"}])
+    spec = make_spec(
+        tmp_path,
+        [
+            {"name": "const", "builtin": "constant", "params": {"value": 1.0}},
+            {"name": "loose", "builtin": "regex", "params": {"pattern": r"\d"}},
+            {"name": "acc", "builtin": "math_accuracy"},
+        ],
+    )
     report = check_rewards(spec, n_rows=3, base_dir=tmp_path)
     assert "constant" in flags_of(report, "const")
     assert "format_blind" in flags_of(report, "loose")
@@ -153,8 +171,9 @@ def test_accuracy_reading_the_wrong_column_misses_the_ideal(tmp_path: Path) -> N
 
 
 def test_conversational_crash_is_an_error_when_training_is_conversational(tmp_path: Path) -> None:
-    chat = make_spec(tmp_path, [{"name": "only_strings", "function": "broken.py:only_strings"}],
-                     system_prompt="Answer.")
+    chat = make_spec(
+        tmp_path, [{"name": "only_strings", "function": "broken.py:only_strings"}], system_prompt="Answer."
+    )
     report = check_rewards(chat, n_rows=2, base_dir=tmp_path)
     assert report.conversational and "error" in flags_of(report, "only_strings")
     plain = make_spec(tmp_path, [{"name": "only_strings", "function": "broken.py:only_strings"}])

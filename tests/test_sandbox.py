@@ -27,8 +27,11 @@ def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
 
 
 def test_runs_code_with_stdin_files_and_a_temporary_working_dir(mode: str) -> None:
-    res = sandbox.run_sandboxed("import os, sys\nprint(open('data.txt').read(), sys.stdin.read(), os.getcwd())",
-                                stdin="from stdin", files={"data.txt": "from file"})
+    res = sandbox.run_sandboxed(
+        "import os, sys\nprint(open('data.txt').read(), sys.stdin.read(), os.getcwd())",
+        stdin="from stdin",
+        files={"data.txt": "from file"},
+    )
     assert res.ok, res.stderr
     text, cwd = res.stdout.rsplit(" ", 1)
     assert text == "from file from stdin"
@@ -36,8 +39,9 @@ def test_runs_code_with_stdin_files_and_a_temporary_working_dir(mode: str) -> No
         assert cwd.strip() == "/sandbox/work"
     else:
         assert "grpo-sandbox-" in cwd and not Path(cwd.strip()).exists()  # removed afterwards
-    assert res.isolation.startswith({"bwrap": "bubblewrap (", "landlock": "landlock (", "unshare": "unshare --",
-                                     "audit-hook": "audit"}[mode])
+    assert res.isolation.startswith(
+        {"bwrap": "bubblewrap (", "landlock": "landlock (", "unshare": "unshare --", "audit-hook": "audit"}[mode]
+    )
 
 
 def test_infinite_loop_is_killed_at_the_time_limit(mode: str) -> None:
@@ -50,8 +54,9 @@ def test_infinite_loop_is_killed_at_the_time_limit(mode: str) -> None:
 def test_sleeping_child_processes_die_with_it(mode: str, tmp_path: Path) -> None:
     flag, marker = tmp_path / "survived", f"grpo-child-{os.getpid()}-{mode}"
     child = f"import time\ntime.sleep(3)\nopen({str(flag)!r}, 'w').write('x')\n"
-    code = (f"import subprocess, sys\nsubprocess.Popen([sys.executable, 'child.py', {marker!r}])\n"
-            f"while True:\n    pass\n")
+    code = (
+        f"import subprocess, sys\nsubprocess.Popen([sys.executable, 'child.py', {marker!r}])\nwhile True:\n    pass\n"
+    )
     res = sandbox.run_sandboxed(code, timeout_s=1.0, allow_subprocess=True, files={"child.py": child})
     assert res.timed_out
     deadline = time.monotonic() + 2
@@ -98,7 +103,7 @@ def test_token_files_in_home_cannot_be_read(mode: str, tmp_path: Path, monkeypat
     (home / ".netrc").write_text("machine huggingface.co password hf_fakeNetrc")
     monkeypatch.setenv("HOME", str(home))
     code = f"""
-for p in ({str(home / '.cache/huggingface/token')!r}, {str(home / '.netrc')!r}):
+for p in ({str(home / ".cache/huggingface/token")!r}, {str(home / ".netrc")!r}):
     try:
         print(open(p).read())
     except (PermissionError, FileNotFoundError) as exc:

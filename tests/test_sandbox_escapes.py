@@ -80,10 +80,11 @@ def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, st
     return token, secret
 
 
-def test_the_sqlite_store_in_the_data_dir_cannot_be_read(tmp_path: Path, where: str,
-                                                          store_canary: tuple[Path, str]) -> None:
+def test_the_sqlite_store_in_the_data_dir_cannot_be_read(
+    tmp_path: Path, where: str, store_canary: tuple[Path, str]
+) -> None:
     path, secret = store_canary
-    body = f'''
+    body = f"""
 def run(result):
     p = {str(path)!r}
     result["hook_off"] = kill_hook()
@@ -96,7 +97,7 @@ def run(result):
     import sqlite3
     result["sqlite"] = attempt(lambda: sqlite3.connect(f"file:{{p}}?mode=ro", uri=True).execute(
         "SELECT value FROM canary").fetchall())
-'''
+"""
     seen, everything, _ = run_attack(tmp_path, where, body)
     assert seen["hook_off"] is True
     assert secret not in everything
@@ -113,14 +114,14 @@ def test_another_runs_job_log_cannot_be_read(tmp_path: Path, where: str, data_di
     log = data_dir / "runs" / "someone-else-20260101-000000-abcdef" / "job.log"
     log.parent.mkdir(parents=True)
     log.write_text(f"step 1 loss 0.3 {secret}\n")
-    body = f'''
+    body = f"""
 def run(result):
     p = {str(log)!r}
     result["hook_off"] = kill_hook()
     result["open"] = attempt(lambda: open(p).read())
     result["libc"] = attempt(libc_read, p)
     result["runs"] = attempt(os.listdir, os.path.dirname(os.path.dirname(p)))
-'''
+"""
     seen, everything, _ = run_attack(tmp_path, where, body)
     assert secret not in everything and seen["hook_off"] is True
     assert refused(seen["open"]) and refused(seen["libc"]) and refused(seen["runs"]), seen
@@ -128,10 +129,13 @@ def run(result):
 
 def test_the_app_tree_cannot_be_written(tmp_path: Path, where: str) -> None:
     pkg, jobs = REPO / "grpo_dashboard", REPO / "jobs"
-    targets = [pkg / f"pwned_{secrets.token_hex(4)}.py", jobs / f"pwned_{secrets.token_hex(4)}.py",
-               REPO / f"pwned_{secrets.token_hex(4)}.txt"]
+    targets = [
+        pkg / f"pwned_{secrets.token_hex(4)}.py",
+        jobs / f"pwned_{secrets.token_hex(4)}.py",
+        REPO / f"pwned_{secrets.token_hex(4)}.txt",
+    ]
     before = tree_state(pkg, jobs)
-    body = f'''
+    body = f"""
 def run(result):
     targets = {[str(t) for t in targets]!r}
     result["hook_off"] = kill_hook()
@@ -139,7 +143,7 @@ def run(result):
     result["libc"] = [attempt(libc_create, t) for t in targets]
     result["sees_package"] = os.path.isfile({str(pkg / "checks" / "sandbox.py")!r})
     result["sees_repo_root"] = attempt(os.listdir, {str(REPO)!r})
-'''
+"""
     try:
         seen, _, _ = run_attack(tmp_path, where, body)
     finally:
@@ -158,10 +162,11 @@ def run(result):
         assert "PermissionError" in seen["sees_repo_root"]  # not even the names of the rest
 
 
-def test_the_hub_token_in_home_cannot_be_read_through_ctypes(tmp_path: Path, where: str,
-                                                             fake_home: tuple[Path, str]) -> None:
+def test_the_hub_token_in_home_cannot_be_read_through_ctypes(
+    tmp_path: Path, where: str, fake_home: tuple[Path, str]
+) -> None:
     token, secret = fake_home
-    body = f'''
+    body = f"""
 def run(result):
     p = {str(token)!r}
     result["libc_with_hook"] = attempt(libc_read, p)
@@ -170,7 +175,7 @@ def run(result):
     result["open"] = attempt(lambda: open(p).read())
     result["home_dir"] = attempt(os.listdir, {str(token.parents[2])!r})
     result["my_home"] = os.environ.get("HOME")
-'''
+"""
     seen, everything, _ = run_attack(tmp_path, where, body)
     assert secret not in everything and seen["hook_off"] is True
     assert refused(seen["libc_with_hook"]) and refused(seen["libc"]) and refused(seen["open"]), seen
@@ -180,7 +185,7 @@ def run(result):
 
 def test_fork_through_ctypes_is_refused(tmp_path: Path, where: str) -> None:
     marker = f"grpo-escape-fork-{secrets.token_hex(6)}"
-    body = f'''
+    body = f"""
 def run(result):
     result["hook_off"] = kill_hook()
     lib = libc()
@@ -189,7 +194,7 @@ def run(result):
         os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(30)", {marker!r}])
     result["fork"] = [pid, ctypes.get_errno()]
     result["os_fork"] = attempt(os.fork)
-'''
+"""
     seen, _, _ = run_attack(tmp_path, where, body)
     assert seen["hook_off"] is True
     assert seen["fork"] == [-1, 1]  # EPERM from the seccomp filter
@@ -199,7 +204,7 @@ def run(result):
 
 def test_spawning_through_posixsubprocess_and_popen_is_refused(tmp_path: Path, where: str) -> None:
     marker = f"grpo-escape-spawn-{secrets.token_hex(6)}"
-    body = f'''
+    body = f"""
 def run(result):
     import subprocess, _posixsubprocess
     argv = [sys.executable, "-c", "import time; time.sleep(30)", {marker!r}]
@@ -213,7 +218,7 @@ def run(result):
                                           None, -1, None, True)
     result["fork_exec"] = attempt(fork_exec)
     result["posix_spawn"] = attempt(lambda: os.posix_spawn(sys.executable, argv, {{}}))
-'''
+"""
     seen, _, _ = run_attack(tmp_path, where, body)
     assert "sandbox: subprocess.Popen is not allowed" in seen["popen_with_hook"]  # the hook, while it is on
     assert seen["hook_off"] is True
@@ -223,17 +228,18 @@ def run(result):
 
 
 def test_the_audit_hook_switched_off_through_gc_guards_nothing_that_matters(
-        tmp_path: Path, where: str, fake_home: tuple[Path, str], store_canary: tuple[Path, str]) -> None:
+    tmp_path: Path, where: str, fake_home: tuple[Path, str], store_canary: tuple[Path, str]
+) -> None:
     token, token_secret = fake_home
     store, store_secret = store_canary
-    body = f'''
+    body = f"""
 def run(result):
     result["hook_off"] = kill_hook()
     result["proc_1"] = attempt(lambda: open("/proc/1/status").read().split("\\n")[0])  # the hook's rule, now off
     result["token"] = attempt(libc_read, {str(token)!r})
     result["store"] = attempt(libc_read, {str(store)!r})
     result["caps"] = [line for line in open("/proc/self/status").read().splitlines() if line.startswith("Cap")]
-'''
+"""
     seen, everything, _ = run_attack(tmp_path, where, body)
     assert seen["hook_off"] is True
     assert token_secret not in everything and store_secret not in everything
@@ -265,11 +271,12 @@ def loopback_server() -> Iterator[tuple[socket.socket, socket.socket, str]]:
     unix.close()
 
 
-def test_a_loopback_server_gets_no_connection(tmp_path: Path, where: str,
-                                              loopback_server: tuple[socket.socket, socket.socket, str]) -> None:
+def test_a_loopback_server_gets_no_connection(
+    tmp_path: Path, where: str, loopback_server: tuple[socket.socket, socket.socket, str]
+) -> None:
     tcp, unix, name = loopback_server
     port = tcp.getsockname()[1]
-    body = f'''
+    body = f"""
 def run(result):
     import socket
     result["hook_off"] = kill_hook()
@@ -281,7 +288,7 @@ def run(result):
         s.connect("\\0" + {name!r})
         return "connected"
     result["abstract_unix"] = attempt(unix)
-'''
+"""
     seen, _, _ = run_attack(tmp_path, where, body)
     assert seen["hook_off"] is True
     assert "Address family not supported" in seen["tcp"] and "Address family not supported" in seen["tcp6"]
@@ -295,8 +302,9 @@ def run(result):
             server.accept()
 
 
-def test_the_dashboards_environment_cannot_be_read(tmp_path: Path, where: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dashboards_environment_cannot_be_read(
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     secret = "oauth-" + secrets.token_hex(12)
     monkeypatch.setenv("OAUTH_CLIENT_SECRET", secret)
     # A setenv does not change this process's /proc/<pid>/environ, so a helper started with the secret in its
@@ -308,7 +316,7 @@ def test_the_dashboards_environment_cannot_be_read(tmp_path: Path, where: str,
         while secret.encode() not in environ.read_bytes() and time.monotonic() < deadline:  # until it has exec'd
             time.sleep(0.02)
         assert secret.encode() in environ.read_bytes()  # readable from the host
-        body = f'''
+        body = f"""
 def run(result):
     result["hook_off"] = kill_hook()
     for pid in ({os.getpid()}, {helper.pid}, os.getppid(), 1):
@@ -316,7 +324,7 @@ def run(result):
         result[f"open_{{pid}}"] = attempt(lambda: open(f"/proc/{{pid}}/environ", "rb").read().decode("latin-1"))
     result["pids"] = attempt(lambda: sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
     result["env"] = dict(os.environ)
-'''
+"""
         seen, everything, _ = run_attack(tmp_path, where, body)
     finally:
         helper.kill()
@@ -333,14 +341,14 @@ def run(result):
 
 
 def test_inside_it_is_uid_65534_without_capabilities_under_seccomp(tmp_path: Path, where: str) -> None:
-    body = '''
+    body = """
 def run(result):
     status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
     result.update({k: status[k].strip() for k in ("Uid", "Gid", "CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd",
                                                   "NoNewPrivs", "Seccomp", "Seccomp_filters")})
     result["uid_map"] = open("/proc/self/uid_map").read().split()
     result["proc_sys_write"] = attempt(lambda: os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)))
-'''
+"""
     seen, _, report = run_attack(tmp_path, where, body)
     assert seen["NoNewPrivs"] == "1" and seen["Seccomp"] == "2"
     assert refused(seen["proc_sys_write"]), seen["proc_sys_write"]
@@ -360,7 +368,7 @@ def run(result):
 
 
 def test_threads_work_but_the_kernels_attack_surface_is_refused(tmp_path: Path, where: str) -> None:
-    body = '''
+    body = """
 def run(result):
     import concurrent.futures, threading
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -378,7 +386,7 @@ def run(result):
     result["mount"] = call(165, 0, 0, 0, 0, 0)
     result["x32_getpid"] = call(0x40000000 + 39)
     result["getpid"] = call(39)
-'''
+"""
     seen, _, _ = run_attack(tmp_path, where, body)
     assert seen["threads"] == [i * i for i in range(8)]
     for name in ("unshare_user", "ptrace", "bpf", "io_uring_setup", "keyctl", "mount", "x32_getpid"):
@@ -388,14 +396,15 @@ def run(result):
         assert seen["getpid"][0] == 2  # the worker is pid 2 in its own pid namespace
 
 
-def test_a_reward_file_sees_itself_but_not_its_directory(tmp_path: Path, where: str,
-                                                         store_canary: tuple[Path, str]) -> None:
+def test_a_reward_file_sees_itself_but_not_its_directory(
+    tmp_path: Path, where: str, store_canary: tuple[Path, str]
+) -> None:
     store, store_secret = store_canary
     rewards = tmp_path / "rewards"
     rewards.mkdir()
     secret = canary()
     (rewards / "notes.txt").write_text(secret)
-    body = f'''
+    body = f"""
 def run(result):
     here = os.path.dirname(os.path.abspath(__file__))
     result["file"] = __file__
@@ -403,7 +412,7 @@ def run(result):
     result["sibling"] = attempt(libc_read, os.path.join(here, "notes.txt"))
     result["listdir"] = attempt(os.listdir, here)
     result["store"] = attempt(libc_read, {str(store)!r})
-'''
+"""
     (rewards / "attack.py").write_text(INLINE + body)
     seen, everything, _ = run_attack(tmp_path, where, "", name="attack", function=f"{rewards / 'attack.py'}:attack")
     assert seen["file"] == str(rewards / "attack.py") and seen["hook_off"] is True
@@ -416,7 +425,8 @@ def run(result):
 
 
 def test_a_code_reward_datasets_solution_leaks_nothing_and_leaves_no_process(
-        tmp_path: Path, where: str, store_canary: tuple[Path, str], data_dir: Path) -> None:
+    tmp_path: Path, where: str, store_canary: tuple[Path, str], data_dir: Path
+) -> None:
     """The code reward runs completions' code (here: the dataset's reference solution) in a sandbox nested in the
     worker's (which allows subprocesses): the nested one refuses them itself, nothing is readable and nothing
     outlives the check."""
@@ -425,7 +435,9 @@ def test_a_code_reward_datasets_solution_leaks_nothing_and_leaves_no_process(
     log.parent.mkdir(parents=True)
     log.write_text(canary())
     marker = f"grpo-escape-code-{secrets.token_hex(6)}"
-    solution = PRELUDE + f'''
+    solution = (
+        PRELUDE
+        + f"""
 import subprocess
 HOOK_OFF = kill_hook()
 LEAKS = [r for r in (libc_read({str(store)!r}), libc_read({str(log)!r})) if not r.startswith("errno")]
@@ -433,14 +445,24 @@ CHILD = attempt(lambda: subprocess.Popen([sys.executable, "-c", "import time; ti
                                           start_new_session=True).pid)
 def add(a, b):
     return a + b
-'''
-    tests = json.dumps(["assert HOOK_OFF", "assert LEAKS == []", "assert 'Operation not permitted' in str(CHILD)",
-                        "assert add(2, 3) == 5"])
+"""
+    )
+    tests = json.dumps(
+        [
+            "assert HOOK_OFF",
+            "assert LEAKS == []",
+            "assert 'Operation not permitted' in str(CHILD)",
+            "assert add(2, 3) == 5",
+        ]
+    )
     data = tmp_path / "code.jsonl"
     data.write_text(json.dumps({"question": "Write add(a, b).", "canonical_solution": solution, "tests": tests}))
-    spec = {"name": "escape", "model": {"name_or_path": "tiny", "build_tiny": True},
-            "dataset": {"data_files": str(data), "prompt_column": "question"},
-            "rewards": [{"name": "code", "builtin": "code_tests"}]}
+    spec = {
+        "name": "escape",
+        "model": {"name_or_path": "tiny", "build_tiny": True},
+        "dataset": {"data_files": str(data), "prompt_column": "question"},
+        "rewards": [{"name": "code", "builtin": "code_tests"}],
+    }
     report = check(spec, tmp_path, where)
     assert report.rewards[0].values("ideal", "standard") == [1.0], report.to_text()  # every attack ran and failed
     assert store_secret not in json.dumps(report.to_dict()) and log.read_text() not in json.dumps(report.to_dict())
@@ -448,8 +470,9 @@ def add(a, b):
     assert "isolation boundary" not in report.rewards[0].log_tail  # the nested run knows it is inside the boundary
 
 
-def test_the_fallback_reports_no_boundary_and_warns_once(monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_fallback_reports_no_boundary_and_warns_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     module = sandbox.sandbox_module()
     monkeypatch.setenv("GRPO_SANDBOX_NO_BWRAP", "1")
     monkeypatch.setenv("GRPO_SANDBOX_NO_LANDLOCK", "1")
@@ -471,7 +494,8 @@ def test_the_fallback_reports_no_boundary_and_warns_once(monkeypatch: pytest.Mon
 
 
 def test_a_bwrap_that_cannot_create_the_sandbox_means_landlock_or_the_fallback(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake = tmp_path / "bin" / "bwrap"
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n")

@@ -47,7 +47,7 @@ def where(request: pytest.FixtureRequest) -> str:
     return require_boundary(request.param)
 
 
-MEMORY = r'''
+MEMORY = r"""
 import ctypes, json, os
 lib = ctypes.CDLL(None, use_errno=True)
 lib.syscall.restype = ctypes.c_long
@@ -67,7 +67,7 @@ def memfd():
 print(json.dumps({"memfd": attempt(memfd), "memfd_syscall": [lib.syscall(319, b"x", 0), ctypes.get_errno()],
                   "dev_shm": attempt(lambda: open("/dev/shm/hold", "wb").write(b"x")),
                   "shmget": [lib.shmget(0, 1 << 20, 0o1600), ctypes.get_errno()]}))
-'''
+"""
 
 
 def test_memfd_and_shared_memory_are_refused(mode: str) -> None:
@@ -80,7 +80,7 @@ def test_memfd_and_shared_memory_are_refused(mode: str) -> None:
         assert "errno 30" in seen["dev_shm"] or "errno 13" in seen["dev_shm"], seen["dev_shm"]  # read-only, denied
 
 
-THREADS = r'''
+THREADS = r"""
 import sys, threading
 threading.stack_size(1 << 16)  # small stacks, so the address-space limit is not what stops them
 stop, started, error = threading.Event(), 0, ""
@@ -92,7 +92,7 @@ except RuntimeError as exc:
     error = str(exc)
 stop.set()
 print(started, error)
-'''
+"""
 
 
 @pytest.mark.parametrize("max_tasks", [None, 8])
@@ -108,14 +108,14 @@ def test_threads_are_bounded(mode: str, max_tasks: int | None) -> None:
     assert "tasks bounded by" in res.isolation
 
 
-EXEC = r'''
+EXEC = r"""
 import ctypes, os
 lib = ctypes.CDLL(None, use_errno=True)
 lib.syscall.restype = ctypes.c_long
 argv = (ctypes.c_char_p * 4)(b"sh", b"-c", b"echo EXECUTED", None)
 print("execv", lib.execv(b"/bin/sh", argv), ctypes.get_errno(), flush=True)
 print("execveat", lib.syscall(322, -100, b"/bin/sh", argv, None, 0), ctypes.get_errno(), flush=True)
-'''
+"""
 
 
 def test_exec_through_ctypes_is_refused(mode: str) -> None:
@@ -129,23 +129,27 @@ def test_exec_through_ctypes_is_refused(mode: str) -> None:
 
 def test_a_child_in_a_new_session_dies_with_the_sandbox(mode: str) -> None:
     marker = f"grpo-session-{secrets.token_hex(6)}"
-    code = (f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', "
-            f"{marker!r}], start_new_session=True)\ntime.sleep(30)\n")
+    code = (
+        f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', "
+        f"{marker!r}], start_new_session=True)\ntime.sleep(30)\n"
+    )
     res = sandbox.run_sandboxed(code, timeout_s=3.0, allow_subprocess=True)
     assert res.timed_out
     assert no_process_left(marker), processes_with(marker)
 
 
 def test_the_report_channel_is_the_programs_own(mode: str) -> None:
-    code = ("import os, sys\nprint('printed')\nos.write(int(os.environ['GRPO_SANDBOX_REPORT_FD']), b'reported\\n')\n"
-            "print('inherited:', os.get_inheritable(int(os.environ['GRPO_SANDBOX_REPORT_FD'])))\n")
+    code = (
+        "import os, sys\nprint('printed')\nos.write(int(os.environ['GRPO_SANDBOX_REPORT_FD']), b'reported\\n')\n"
+        "print('inherited:', os.get_inheritable(int(os.environ['GRPO_SANDBOX_REPORT_FD'])))\n"
+    )
     res = sandbox.run_sandboxed(code, report=True)
     assert res.ok, res.stderr
     assert res.report == "reported\n" and "reported" not in res.stdout and "printed" in res.stdout
     assert sandbox.run_sandboxed("import os\nprint(os.environ.get('GRPO_SANDBOX_REPORT_FD'))").stdout == "None\n"
 
 
-FORGER = r'''
+FORGER = r"""
 import json, sys
 _forged = []
 def forge(completions, **kwargs):
@@ -159,7 +163,7 @@ def forge(completions, **kwargs):
                     out.write("@@REWARD_WORKER@@ " + line + "\n" + line + "\n")
                     out.flush()
     return [float(len(c if isinstance(c, str) else c[-1]["content"])) for c in completions]
-'''
+"""
 
 
 def test_a_printed_result_line_cannot_forge_the_check(tmp_path: Path, where: str) -> None:
@@ -183,14 +187,22 @@ def test_bubblewrap_starts_from_a_standard_venv(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True, timeout=120)
     assert (venv / "bin" / "python").is_symlink()
-    probe = (f"import json, shutil, sys\nsys.path.insert(0, {str(JOBS)!r})\nimport grpo_sandbox as g\n"
-             f"found = g._bwrap(shutil.which('bwrap'), '', False)\nres = g.run_sandboxed('print(6 * 7)')\n"
-             f"print(json.dumps([sys.prefix != sys.base_prefix, getattr(found, 'description', found), res.stdout, "
-             f"res.isolation]))\n")
+    probe = (
+        f"import json, shutil, sys\nsys.path.insert(0, {str(JOBS)!r})\nimport grpo_sandbox as g\n"
+        f"found = g._bwrap(shutil.which('bwrap'), '', False)\nres = g.run_sandboxed('print(6 * 7)')\n"
+        f"print(json.dumps([sys.prefix != sys.base_prefix, getattr(found, 'description', found), res.stdout, "
+        f"res.isolation]))\n"
+    )
     env = {**os.environ, "GRPO_SANDBOX_NO_LANDLOCK": "1"}
     env.pop("GRPO_SANDBOX_NO_BWRAP", None)
-    answers = [json.loads(subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, timeout=120,
-                                         env=env, check=True).stdout) for python in (base, str(venv / "bin/python"))]
+    answers = [
+        json.loads(
+            subprocess.run(
+                [python, "-I", "-c", probe], capture_output=True, text=True, timeout=120, env=env, check=True
+            ).stdout
+        )
+        for python in (base, str(venv / "bin/python"))
+    ]
     (base_venv, base_found, _, _), (in_venv, venv_found, venv_out, venv_isolation) = answers
     assert not base_venv and in_venv
     if not str(base_found).startswith("bubblewrap"):
@@ -202,7 +214,7 @@ def test_bubblewrap_starts_from_a_standard_venv(tmp_path: Path) -> None:
 def test_signals_writes_outside_memfd_exec_and_threads_through_the_check(tmp_path: Path, where: str) -> None:
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     outside = [tmp_path / f"outside-{secrets.token_hex(4)}", Path("/tmp") / f"grpo-outside-{secrets.token_hex(4)}"]
-    body = f'''
+    body = f"""
 def run(result):
     import signal, threading
     result["hook_off"] = kill_hook()
@@ -224,7 +236,7 @@ def run(result):
         pass
     stop.set()
     result["threads"] = n
-'''
+"""
     try:
         seen, _, report = run_attack(tmp_path, where, body)
         time.sleep(0.2)

@@ -42,8 +42,11 @@ def test_nothing_is_executed_through_a_shell() -> None:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 func = node.func
-                if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-                        and (func.value.id, func.attr) in SHELL_CALLS:
+                if (
+                    isinstance(func, ast.Attribute)
+                    and isinstance(func.value, ast.Name)
+                    and (func.value.id, func.attr) in SHELL_CALLS
+                ):
                     offenders.append(f"{path}:{node.lineno} {func.value.id}.{func.attr}")
                 for kw in node.keywords:
                     if kw.arg == "shell" and not (isinstance(kw.value, ast.Constant) and kw.value.value is False):

@@ -34,8 +34,9 @@ def spec_of(backend_fields: dict[str, Any], model: str = "Qwen/Qwen2.5-0.5B", **
 
 
 def a_run(tmp_path: Path) -> Run:
-    return Run(id="r-1", name="r", spec_yaml="", backend="slurm", status="queued", created_at=0.0,
-               run_dir=str(tmp_path))
+    return Run(
+        id="r-1", name="r", spec_yaml="", backend="slurm", status="queued", created_at=0.0, run_dir=str(tmp_path)
+    )
 
 
 def errors(spec: RunSpec) -> dict[str, str]:
@@ -43,13 +44,35 @@ def errors(spec: RunSpec) -> dict[str, str]:
 
 
 def test_options_are_one_argument_each_and_jobs_are_never_requeued() -> None:
-    spec = spec_of({"partition": "gpu", "account": "proj", "qos": "high", "time": "1-00:00:00", "nodes": 4,
-                    "gpus_per_node": 8, "cpus_per_task": 32, "constraint": "h100",
-                    "extra_sbatch": ["--exclusive", "--mem=0"]})
+    spec = spec_of(
+        {
+            "partition": "gpu",
+            "account": "proj",
+            "qos": "high",
+            "time": "1-00:00:00",
+            "nodes": 4,
+            "gpus_per_node": 8,
+            "cpus_per_task": 32,
+            "constraint": "h100",
+            "extra_sbatch": ["--exclusive", "--mem=0"],
+        }
+    )
     assert sbatch_options(spec, "run-1") == [
-        "--nodes=4", "--ntasks-per-node=1", "--partition=gpu", "--account=proj", "--qos=high", "--time=1-00:00:00",
-        "--cpus-per-task=32", "--constraint=h100", "--gpus-per-node=8", "--job-name=grpo-smoke",
-        "--comment=grpo-dashboard-run=run-1", "--no-requeue", "--exclusive", "--mem=0"]
+        "--nodes=4",
+        "--ntasks-per-node=1",
+        "--partition=gpu",
+        "--account=proj",
+        "--qos=high",
+        "--time=1-00:00:00",
+        "--cpus-per-task=32",
+        "--constraint=h100",
+        "--gpus-per-node=8",
+        "--job-name=grpo-smoke",
+        "--comment=grpo-dashboard-run=run-1",
+        "--no-requeue",
+        "--exclusive",
+        "--mem=0",
+    ]
     assert time_seconds("30") == 1800 and time_seconds("2:00:00") == 7200 and time_seconds("1-02") == 93600
     with pytest.raises(ValueError, match="HH:MM:SS"):
         time_seconds("2h")
@@ -59,8 +82,10 @@ def test_multi_node_gpu_launcher_is_accelerate_with_the_nodes_rank(tmp_path: Pat
     spec = spec_of({"nodes": 2, "gpus_per_node": 4, "accelerate_config": "zero3"})
     cmd = slurm_script.launcher_command(spec, tmp_path / "run.yaml", tmp_path / "metrics.jsonl")
     line = slurm_script.shell_line(cmd)
-    assert "-m accelerate.commands.launch --num_processes 8 --num_machines 2 --machine_rank \"${SLURM_PROCID}\" " \
-           "--main_process_ip \"${MAIN_ADDR}\" --main_process_port \"${MAIN_PORT}\" --config_file " in line
+    assert (
+        '-m accelerate.commands.launch --num_processes 8 --num_machines 2 --machine_rank "${SLURM_PROCID}" '
+        '--main_process_ip "${MAIN_ADDR}" --main_process_port "${MAIN_PORT}" --config_file ' in line
+    )
     assert line.split("--config_file ")[1].split()[0].endswith("accelerate_configs/zero3.yaml")
     script = slurm_script.batch_script(spec, a_run(tmp_path))
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n" in script and "#SBATCH --gpus-per-node=4" in script
@@ -73,8 +98,20 @@ def test_multi_node_gpu_launcher_is_accelerate_with_the_nodes_rank(tmp_path: Pat
 def test_cpu_nodes_use_torchrun_and_one_node_runs_the_local_command(tmp_path: Path) -> None:
     two = spec_of({"nodes": 2})
     cmd = slurm_script.launcher_command(two, tmp_path / "run.yaml", tmp_path / "m.jsonl")
-    assert cmd[1:13] == ["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", "SLURM_PROCID",
-                         "--nproc_per_node", "1", "--master_addr", "MAIN_ADDR", "--master_port", "MAIN_PORT"]
+    assert cmd[1:13] == [
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--node_rank",
+        "SLURM_PROCID",
+        "--nproc_per_node",
+        "1",
+        "--master_addr",
+        "MAIN_ADDR",
+        "--master_port",
+        "MAIN_PORT",
+    ]
     one = slurm_script.launcher_command(spec_of({}), tmp_path / "run.yaml", tmp_path / "m.jsonl")
     assert one[1].endswith("jobs/grpo_job.py") and len(one) == 6
 
@@ -87,9 +124,22 @@ def test_server_node_serves_and_the_others_train(tmp_path: Path) -> None:
     assert f"vllm_server.py --plan {tmp_path / 'generation.json'}" in script.splitlines()[-1]
     assert plan is not None
     assert plan.server[:5] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--nodelist=@SERVER_NODES@"]
-    assert plan.server[5:] == [vllm_server.trl_command(), "vllm-serve", "--model", "Qwen/Qwen2.5-0.5B",
-                               "--tensor_parallel_size", "2", "--data_parallel_size", "4",
-                               "--gpu_memory_utilization", "0.9", "--host", "0.0.0.0", "--port", "8000"]
+    assert plan.server[5:] == [
+        vllm_server.trl_command(),
+        "vllm-serve",
+        "--model",
+        "Qwen/Qwen2.5-0.5B",
+        "--tensor_parallel_size",
+        "2",
+        "--data_parallel_size",
+        "4",
+        "--gpu_memory_utilization",
+        "0.9",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+    ]
     assert "--nodelist=@TRAIN_NODES@" in plan.train and "--num_processes 16 --num_machines 2" in plan.train[-1]
     assert plan.served_config.endswith("run.served.yaml") and "run.served.yaml" in plan.train[-1]
 
@@ -114,18 +164,26 @@ def test_sbatch_missing_is_named_before_anything_is_written(tmp_path: Path, monk
 
 
 def test_unknown_partition_shows_slurms_refusal_and_the_partitions(slurm: Any) -> None:
-    refused(spec_of({"partition": "nope"}), "backend.partition", "Invalid partition name specified",
-            "debug", "tiny")
+    refused(spec_of({"partition": "nope"}), "backend.partition", "Invalid partition name specified", "debug", "tiny")
 
 
 def test_a_partition_slurm_refuses_shows_its_text(slurm: Any) -> None:
-    refused(spec_of({"partition": "closed"}), "backend.partition", "refused by Slurm",
-            "Required partition not available (inactive or drain)")
+    refused(
+        spec_of({"partition": "closed"}),
+        "backend.partition",
+        "refused by Slurm",
+        "Required partition not available (inactive or drain)",
+    )
 
 
 def test_more_nodes_than_the_partition_has(slurm: Any) -> None:
-    refused(spec_of({"partition": "tiny", "nodes": 2}), "backend.nodes", "1 node(s) of partition tiny",
-            "Requested node configuration is not available", "at most 1")
+    refused(
+        spec_of({"partition": "tiny", "nodes": 2}),
+        "backend.nodes",
+        "1 node(s) of partition tiny",
+        "Requested node configuration is not available",
+        "at most 1",
+    )
 
 
 def test_time_over_the_partitions_limit(slurm: Any) -> None:
@@ -146,11 +204,14 @@ def test_slurm_errors_are_found_without_asking_the_cluster(tmp_path: Path, monke
     assert "nodes × gpus_per_node = 2" in found["backend.num_processes"]
 
 
-def test_generation_batch_divisibility_counts_processes_across_nodes(monkeypatch: pytest.MonkeyPatch,
-                                                                     tmp_path: Path) -> None:
+def test_generation_batch_divisibility_counts_processes_across_nodes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    spec = spec_of({"nodes": 3, "gpus_per_node": 1}, training={**smoke_dict(Path("m"))["training"],
-                                                             "per_device_train_batch_size": 4})
+    spec = spec_of(
+        {"nodes": 3, "gpus_per_node": 1},
+        training={**smoke_dict(Path("m"))["training"], "per_device_train_batch_size": 4},
+    )
     msg = errors(spec)["training.per_device_train_batch_size"]
     assert "3 training node(s) × 1 process(es) = 3" in msg and "= 12" in msg and "num_generations (8)" in msg
 
@@ -159,40 +220,51 @@ def test_job_summary_says_why_a_job_waits(tmp_path: Path) -> None:
     state = slurm_commands.JobState("7", "PENDING", "QOSMaxJobsPerUserLimit", time_limit="1:00:00")
     assert state.describe() == "Slurm job 7: Pending: QOSMaxJobsPerUserLimit, time limit 1:00:00"
     run = a_run(tmp_path)
-    slurm_commands._write_json(tmp_path / slurm_commands.JOB_INFO, {"job_id": "7", "partition": "gpu", "nodes": 2,
-                                                      "world_size": 16, "script": "/x/job.sbatch"})
+    slurm_commands._write_json(
+        tmp_path / slurm_commands.JOB_INFO,
+        {"job_id": "7", "partition": "gpu", "nodes": 2, "world_size": 16, "script": "/x/job.sbatch"},
+    )
     slurm_commands._write_json(tmp_path / slurm_commands.STATE_FILE, {"summary": state.describe()})
-    assert slurm_text.job_summary(run) == ("Slurm job 7: Pending: QOSMaxJobsPerUserLimit, time limit 1:00:00 "
-                                        "(partition gpu, 2 node(s), 16 process(es)); script /x/job.sbatch")
+    assert slurm_text.job_summary(run) == (
+        "Slurm job 7: Pending: QOSMaxJobsPerUserLimit, time limit 1:00:00 "
+        "(partition gpu, 2 node(s), 16 process(es)); script /x/job.sbatch"
+    )
 
 
 def test_a_node_failure_names_sruns_line_until_slurmstepds_arrives(tmp_path: Path) -> None:
     # The order of a real job log when its node went down: srun's error, then srun's wait, which says nothing of why;
     # slurmstepd's own line may reach the log after the run has settled.
     log = tmp_path / "job.log"
-    log.write_text("{'loss': 0.1}\nsrun: error: Node failure on n2\n"
-                   "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n", encoding="utf-8")
+    log.write_text(
+        "{'loss': 0.1}\nsrun: error: Node failure on n2\n"
+        "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n",
+        encoding="utf-8",
+    )
     store = Store(tmp_path / "db.sqlite")
     run = a_run(tmp_path)
     store.insert_run(run)
     state = slurm_commands.JobState("4", "NODE_FAIL", "NodeDown", exit_code="0:0")
     store.finish_run(run.id, "failed", error=slurm_commands._reason(run, state))
     error = store.get_run(run.id).error
-    assert error == ("Slurm ended job 4: NODE_FAIL (a node failed), reason NodeDown. "
-                     "Slurm: srun: error: Node failure on n2"), error
+    assert error == (
+        "Slurm ended job 4: NODE_FAIL (a node failed), reason NodeDown. Slurm: srun: error: Node failure on n2"
+    ), error
     with log.open("a", encoding="utf-8") as out:
         out.write("slurmstepd-n2: error: *** JOB 4 ON n2 CANCELLED AT 2026-12-01T17:39:52 DUE TO NODE FAILURE ***\n")
     slurm_commands._add_slurms_word(store, store.get_run(run.id))
-    assert store.get_run(run.id).error == ("Slurm ended job 4: NODE_FAIL (a node failed), reason NodeDown. Slurm: "
-                                           "*** JOB 4 ON n2 CANCELLED AT 2026-12-01T17:39:52 DUE TO NODE FAILURE ***")
+    assert store.get_run(run.id).error == (
+        "Slurm ended job 4: NODE_FAIL (a node failed), reason NodeDown. Slurm: "
+        "*** JOB 4 ON n2 CANCELLED AT 2026-12-01T17:39:52 DUE TO NODE FAILURE ***"
+    )
 
 
 def test_a_pending_job_is_followed_with_slurms_reason(slurm: Any, tmp_path: Path) -> None:
     """A job held by Slurm shows why it waits (here: held by the user, Reason=JobHeldUser) and cancels cleanly."""
     script = tmp_path / "held.sh"
     script.write_text("#!/bin/bash\ntrue\n")
-    job_id = slurm.command("sbatch", "--parsable", "--hold", f"--output={tmp_path / 'o.log'}",
-                           str(script)).stdout.strip()
+    job_id = slurm.command(
+        "sbatch", "--parsable", "--hold", f"--output={tmp_path / 'o.log'}", str(script)
+    ).stdout.strip()
     try:
         state = slurm_commands.job_state(job_id)
         assert state is not None and state.state == "PENDING" and state.reason == "JobHeldUser"
@@ -210,23 +282,39 @@ def test_the_new_run_page_shows_the_batch_script_and_the_run_page_slurms_state(t
     assert not (Path("<run_dir>") / "generation.json").exists()
     run = a_run(tmp_path)
     assert remote_status.remote_markdown(run) == ""  # not submitted yet
-    slurm_commands._write_json(tmp_path / slurm_commands.JOB_INFO, {"job_id": "9", "partition": "gpu", "nodes": 2,
-                                                      "world_size": 2, "script": "/x/job.sbatch"})
+    slurm_commands._write_json(
+        tmp_path / slurm_commands.JOB_INFO,
+        {"job_id": "9", "partition": "gpu", "nodes": 2, "world_size": 2, "script": "/x/job.sbatch"},
+    )
     slurm_commands._write_json(tmp_path / slurm_commands.STATE_FILE, {"summary": "Slurm job 9: Pending: Resources"})
     assert remote_status.remote_markdown(run).startswith("**Slurm** Slurm job 9: Pending: Resources (partition gpu")
 
 
-def test_refresh_finds_the_job_of_a_run_whose_id_was_never_stored(slurm: Any, tmp_path: Path,
-                                                                  data_dir: Path) -> None:
+def test_refresh_finds_the_job_of_a_run_whose_id_was_never_stored(slurm: Any, tmp_path: Path, data_dir: Path) -> None:
     store = Store()
     run_id = "lost-20260101-000000-cccccc"
     run_dir = data_dir / "runs" / run_id
     run_dir.mkdir(parents=True)
     (run_dir / slurm_script.BATCH_SCRIPT).write_text("#!/bin/bash\ntrue\n")
-    store.insert_run(Run(id=run_id, name="lost", spec_yaml=spec_of({}).to_yaml(), backend="slurm",
-                         status="queued", created_at=0.0, run_dir=str(run_dir)))
-    job_id = slurm.command("sbatch", "--parsable", "--hold", f"--comment={slurm_commands.LABEL}{run_id}",
-                           f"--output={tmp_path / 'o.log'}", str(run_dir / slurm_script.BATCH_SCRIPT)).stdout.strip()
+    store.insert_run(
+        Run(
+            id=run_id,
+            name="lost",
+            spec_yaml=spec_of({}).to_yaml(),
+            backend="slurm",
+            status="queued",
+            created_at=0.0,
+            run_dir=str(run_dir),
+        )
+    )
+    job_id = slurm.command(
+        "sbatch",
+        "--parsable",
+        "--hold",
+        f"--comment={slurm_commands.LABEL}{run_id}",
+        f"--output={tmp_path / 'o.log'}",
+        str(run_dir / slurm_script.BATCH_SCRIPT),
+    ).stdout.strip()
     try:
         assert runs.refresh(store, store.get_run(run_id)).external_id == job_id
         assert (run_dir / slurm_commands.STATE_FILE).exists()  # followed: Slurm's answer kept for the run page
@@ -234,8 +322,9 @@ def test_refresh_finds_the_job_of_a_run_whose_id_was_never_stored(slurm: Any, tm
         slurm.command("scancel", job_id)
 
 
-def test_reattach_finds_jobs_by_their_run_label(slurm: Any, tmp_path: Path, data_dir: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_reattach_finds_jobs_by_their_run_label(
+    slurm: Any, tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A dashboard that stopped between sbatch and storing the job id, and a run missing from the store: both are
     found again by the job's --comment label (held jobs: nothing runs)."""
     store = Store()
@@ -243,13 +332,30 @@ def test_reattach_finds_jobs_by_their_run_label(slurm: Any, tmp_path: Path, data
     for run_id in (lost_id, gone_id):
         (data_dir / "runs" / run_id).mkdir(parents=True)
         (data_dir / "runs" / run_id / "run.yaml").write_text(spec_of({}).to_job_yaml())
-    store.insert_run(Run(id=lost_id, name="lost", spec_yaml=spec_of({}).to_yaml(), backend="slurm",
-                         status="queued", created_at=0.0, run_dir=str(data_dir / "runs" / lost_id)))
+    store.insert_run(
+        Run(
+            id=lost_id,
+            name="lost",
+            spec_yaml=spec_of({}).to_yaml(),
+            backend="slurm",
+            status="queued",
+            created_at=0.0,
+            run_dir=str(data_dir / "runs" / lost_id),
+        )
+    )
     script = tmp_path / "held.sh"
     script.write_text("#!/bin/bash\ntrue\n")
-    jobs = {run_id: slurm.command("sbatch", "--parsable", "--hold", f"--comment={slurm_commands.LABEL}{run_id}",
-                                  f"--output={tmp_path / 'o.log'}", str(script)).stdout.strip()
-            for run_id in (lost_id, gone_id)}
+    jobs = {
+        run_id: slurm.command(
+            "sbatch",
+            "--parsable",
+            "--hold",
+            f"--comment={slurm_commands.LABEL}{run_id}",
+            f"--output={tmp_path / 'o.log'}",
+            str(script),
+        ).stdout.strip()
+        for run_id in (lost_id, gone_id)
+    }
     try:
         found = {r.id: r.external_id for r in backends.shared().slurm.reattach(store)}
         assert found == jobs
@@ -269,10 +375,21 @@ def test_the_form_offers_slurm_and_its_fields_round_trip() -> None:
 
     fields = forms.fields_by_key()
     assert "slurm" in fields["backend.kind"].choices
-    for key in ("backend.partition", "backend.account", "backend.qos", "backend.time", "backend.nodes",
-                "backend.gpus_per_node", "backend.cpus_per_task", "backend.constraint", "backend.extra_sbatch"):
+    for key in (
+        "backend.partition",
+        "backend.account",
+        "backend.qos",
+        "backend.time",
+        "backend.nodes",
+        "backend.gpus_per_node",
+        "backend.cpus_per_task",
+        "backend.constraint",
+        "backend.extra_sbatch",
+    ):
         assert key in fields and fields[key].help, key
-    spec = spec_of({"partition": "gpu", "nodes": 2, "gpus_per_node": 8, "time": "2:00:00",
-                    "extra_sbatch": ["--exclusive"]}, generation={"server_nodes": 1})
+    spec = spec_of(
+        {"partition": "gpu", "nodes": 2, "gpus_per_node": 8, "time": "2:00:00", "extra_sbatch": ["--exclusive"]},
+        generation={"server_nodes": 1},
+    )
     back = forms.spec_from_values(forms.values_from_spec(spec), base=spec)
     assert back.backend == spec.backend and back.generation == spec.generation

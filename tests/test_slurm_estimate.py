@@ -16,14 +16,28 @@ H100X4 = hardware.Flavor("h100x4", "H100", 4, 79.1, 0.0, 989, 3350)
 def countdown(**backend: Any) -> RunSpec:
     """philschmid's Qwen2.5-1.5B countdown recipe (4×H100: 3 ZeRO-3 training processes + 1 vLLM GPU), in the TRL of
     the time's terms: each micro-batch generated its own 8 completions of one prompt (steps_per_generation 1)."""
-    return RunSpec.from_dict({
-        "name": "countdown", "model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct", "dtype": "bfloat16"},
-        "dataset": {"path": "Jiayi-Pan/Countdown-Tasks-3to4"}, "rewards": [{"name": "format"}],
-        "training": {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8, "steps_per_generation": 1,
-                     "gradient_checkpointing": True, "beta": 0.04, "max_completion_length": 768,
-                     "num_generations": 8, "max_steps": 400, "bf16": True},
-        "backend": backend or {"kind": "local", "num_processes": 3, "accelerate_config": "zero3", "gpus": [0, 1, 2]},
-        "generation": {"server_gpus": [3]}})
+    return RunSpec.from_dict(
+        {
+            "name": "countdown",
+            "model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct", "dtype": "bfloat16"},
+            "dataset": {"path": "Jiayi-Pan/Countdown-Tasks-3to4"},
+            "rewards": [{"name": "format"}],
+            "training": {
+                "per_device_train_batch_size": 8,
+                "gradient_accumulation_steps": 8,
+                "steps_per_generation": 1,
+                "gradient_checkpointing": True,
+                "beta": 0.04,
+                "max_completion_length": 768,
+                "num_generations": 8,
+                "max_steps": 400,
+                "bf16": True,
+            },
+            "backend": backend
+            or {"kind": "local", "num_processes": 3, "accelerate_config": "zero3", "gpus": [0, 1, 2]},
+            "generation": {"server_gpus": [3]},
+        }
+    )
 
 
 def step(spec: RunSpec, flavor: hardware.Flavor = H100X4) -> hardware.TimeEstimate:

@@ -35,8 +35,13 @@ def slurm_spec(model: Path, nodes: int = 1, time_limit: str = "5", **training: A
 
 def watcher() -> subprocess.Popen[bytes]:
     """The dashboard's monitor as its own process (`python -m grpo_dashboard watch`), on this test's data dir."""
-    return subprocess.Popen([sys.executable, "-m", "grpo_dashboard", "watch", "--interval", "0.3", "--until-idle"],
-                            cwd=REPO, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "grpo_dashboard", "watch", "--interval", "0.3", "--until-idle"],
+        cwd=REPO,
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def events(store: Store, run_id: str) -> list[str]:
@@ -69,8 +74,9 @@ def test_smoke_on_slurm_completes_with_every_record_across_a_dashboard_restart(s
     assert final.status == "completed", final.error
     assert final.n_records == 31 and final.n_skipped == 0  # 30 steps + the trainer's summary record
     assert same_values(jsonl_records(Path(final.run_dir) / "metrics.jsonl"), store_records(store, run.id))
-    state = wait_for(lambda: (s := slurm_commands.job_state(str(final.external_id))) is not None and s.ended and s,
-                     timeout=60)
+    state = wait_for(
+        lambda: (s := slurm_commands.job_state(str(final.external_id))) is not None and s.ended and s, timeout=60
+    )
     assert state.state == "COMPLETED"
     wait_for(lambda: processes_with(run.id) == [], timeout=30)
 
@@ -79,7 +85,7 @@ def test_two_slurm_nodes_train_one_two_rank_job(slurm: Any, tiny_model: Path) ->
     store = Store()
     run = runs.launch(slurm_spec(tiny_model, nodes=2, max_steps=4), store)
     script = (Path(run.run_dir) / slurm_script.BATCH_SCRIPT).read_text()
-    assert "#SBATCH --nodes=2" in script and "--node_rank \"${SLURM_PROCID}\"" in script
+    assert "#SBATCH --nodes=2" in script and '--node_rank "${SLURM_PROCID}"' in script
     final = runs.wait(store, run, poll_s=0.3)
     assert final.status == "completed", final.error
     assert final.n_records == 5 and final.n_skipped == 0
@@ -92,8 +98,7 @@ def test_two_slurm_nodes_train_one_two_rank_job(slurm: Any, tiny_model: Path) ->
     assert "training on n1,n2 (2 process(es))" in log
 
 
-def test_cancel_of_a_two_node_job_ends_canceled_with_no_process_left_on_any_node(slurm: Any, tiny_model: Path
-                                                                                  ) -> None:
+def test_cancel_of_a_two_node_job_ends_canceled_with_no_process_left_on_any_node(slurm: Any, tiny_model: Path) -> None:
     store = Store()
     run = runs.launch(slurm_spec(tiny_model, nodes=2, max_steps=500), store)
     wait_for(lambda: runs.refresh(store, store.get_run(run.id)).n_records >= 1, timeout=240)

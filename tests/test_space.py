@@ -61,8 +61,18 @@ def clients(space_app: dict[str, Any]) -> dict[str, Client]:
 
 def _lines(steps: int = 6) -> list[str]:
     recs: list[dict[str, Any]] = [{"v": 1, "type": "event", "event": "started", "time": 1.0, "max_steps": 100}]
-    recs += [{"v": 1, "type": "log", "split": "train", "step": s, "time": 1.0 + s, "max_steps": 100,
-              "metrics": {"reward": s / 10, "kl": 0.01}} for s in range(1, steps + 1)]
+    recs += [
+        {
+            "v": 1,
+            "type": "log",
+            "split": "train",
+            "step": s,
+            "time": 1.0 + s,
+            "max_steps": 100,
+            "metrics": {"reward": s / 10, "kl": 0.01},
+        }
+        for s in range(1, steps + 1)
+    ]
     return ["Installed 87 packages", *(MARK + json.dumps(r) for r in recs), "still training"]
 
 
@@ -76,8 +86,13 @@ def jobs_yaml(name: str) -> str:
 
 def launch_args(demo: Any, text: str) -> list[Any]:
     values = forms.values_from_yaml(text)
-    return [*[{"headers": list(forms.REWARD_COLUMNS), "data": values[k]} if k == "rewards" else values[k]
-              for k in demo.form_keys], text]
+    return [
+        *[
+            {"headers": list(forms.REWARD_COLUMNS), "data": values[k]} if k == "rewards" else values[k]
+            for k in demo.form_keys
+        ],
+        text,
+    ]
 
 
 def ui_launch(space_app: dict[str, Any], client: Client, name: str) -> str:
@@ -91,11 +106,15 @@ def ui_launch(space_app: dict[str, Any], client: Client, name: str) -> str:
 @pytest.fixture(scope="module")
 def two_runs(space_app: dict[str, Any], clients: dict[str, Client]) -> dict[str, str]:
     """alice launches from her session, bob through the API with his token; both jobs stay running."""
-    ids = {"alice": ui_launch(space_app, clients["alice"], "alice-run"),
-           "bob": ui_launch(space_app, clients["bob-api"], "bob-run")}
+    ids = {
+        "alice": ui_launch(space_app, clients["alice"], "alice-run"),
+        "bob": ui_launch(space_app, clients["bob-api"], "bob-run"),
+    }
     store = space_app["store"]
-    wait_for(lambda: all(store.get_run(i).status == "running" and store.get_run(i).n_records for i in ids.values()),
-             timeout=60)
+    wait_for(
+        lambda: all(store.get_run(i).status == "running" and store.get_run(i).n_records for i in ids.values()),
+        timeout=60,
+    )
     return ids
 
 
@@ -111,8 +130,9 @@ def choice_ids(client: Client) -> list[str]:
 
 
 # --- sign-in and launching ---------------------------------------------------------------------------------------
-def test_anonymous_launch_is_refused_with_a_clear_message(space_app: dict[str, Any],
-                                                          clients: dict[str, Client]) -> None:
+def test_anonymous_launch_is_refused_with_a_clear_message(
+    space_app: dict[str, Any], clients: dict[str, Client]
+) -> None:
     before = len(space_app["store"].list_runs())
     with pytest.raises(Exception, match="Sign in with Hugging Face") as err:
         clients["anonymous"].predict(*launch_args(space_app["demo"], jobs_yaml("anon")), api_name="/launch")
@@ -171,15 +191,17 @@ def test_another_users_run_cannot_be_viewed(clients: dict[str, Client], two_runs
         for ref in (bob_run, bob_run[:12], "bob-run"):
             with pytest.raises(Exception, match="among your runs"):
                 clients[who].predict(ref, api_name="/open_run_by_ref")
-        _, plot, diff = clients[who].predict([bob_run, two_runs["alice"]], None, 0.0, False, "step",
-                                             api_name="/compare")
+        _, plot, diff = clients[who].predict(
+            [bob_run, two_runs["alice"]], None, 0.0, False, "step", api_name="/compare"
+        )
         assert "bob-run" not in json.dumps(plot) and "bob-run" not in json.dumps(diff)
     out = clients["bob"].predict(*detail_args(bob_run), api_name="/detail_render")
     assert "running" in out[0] and "name: bob-run" in json.dumps(out)
 
 
-def test_another_users_run_cannot_be_canceled(space_app: dict[str, Any], clients: dict[str, Client],
-                                              two_runs: dict[str, str]) -> None:
+def test_another_users_run_cannot_be_canceled(
+    space_app: dict[str, Any], clients: dict[str, Client], two_runs: dict[str, str]
+) -> None:
     store, hub = space_app["store"], space_app["hub"]
     with pytest.raises(Exception, match="among your runs"):
         clients["alice"].predict(two_runs["bob"], api_name="/cancel_run")
@@ -210,8 +232,9 @@ def test_handlers_called_directly_with_oauth_objects(space_app: dict[str, Any], 
         handler(demo, "launch")(None, None, *launch_args(demo, jobs_yaml("x")))
 
 
-def test_owner_cancels_own_run_with_own_token(space_app: dict[str, Any], clients: dict[str, Client],
-                                              two_runs: dict[str, str]) -> None:
+def test_owner_cancels_own_run_with_own_token(
+    space_app: dict[str, Any], clients: dict[str, Client], two_runs: dict[str, str]
+) -> None:
     store, hub = space_app["store"], space_app["hub"]
     run = store.get_run(two_runs["bob"])
     clients["bob"].predict(run.id, api_name="/cancel_run")
@@ -221,9 +244,13 @@ def test_owner_cancels_own_run_with_own_token(space_app: dict[str, Any], clients
     assert store.get_run(two_runs["alice"]).status == "running"
 
 
-def test_tokens_are_nowhere_on_disk_or_in_logs(space_app: dict[str, Any], clients: dict[str, Client],
-                                               two_runs: dict[str, str], module_data: Path,
-                                               capfd: pytest.CaptureFixture[str]) -> None:
+def test_tokens_are_nowhere_on_disk_or_in_logs(
+    space_app: dict[str, Any],
+    clients: dict[str, Client],
+    two_runs: dict[str, str],
+    module_data: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     store: Store = space_app["store"]
     third = ui_launch(space_app, clients["alice"], "alice-second")  # launch, follow and cancel under capture
     try:
@@ -306,8 +333,7 @@ def test_spec_policy(on_space: None, monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert access.spec_policy_errors(evil) == []  # locally the machine's owner may do anything
 
 
-def test_active_run_cap_and_launch_rate_limit(on_space: None, monkeypatch: pytest.MonkeyPatch,
-                                              tmp_path: Path) -> None:
+def test_active_run_cap_and_launch_rate_limit(on_space: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(settings.MAX_ACTIVE_ENV, "1")
     monkeypatch.setenv(settings.LAUNCH_LIMIT_ENV, "2")
     monkeypatch.setenv(settings.LAUNCH_WINDOW_ENV, "60")
@@ -315,13 +341,22 @@ def test_active_run_cap_and_launch_rate_limit(on_space: None, monkeypatch: pytes
     alice = access.User("alice", ALICE, True, "session")
     launched: list[str] = []
 
-    def fake_launch(spec: RunSpec, store: Store, base_dir: Any = None, owner: Any = None, token: Any = None,
-                    backends: Any = None) -> Any:
+    def fake_launch(
+        spec: RunSpec, store: Store, base_dir: Any = None, owner: Any = None, token: Any = None, backends: Any = None
+    ) -> Any:
         from grpo_dashboard.launch.runs import make_run_id
         from grpo_dashboard.store.db import Run
 
-        run = Run(id=make_run_id(spec.name), name=spec.name, spec_yaml="", backend="hf_jobs", status="failed",
-                  created_at=len(launched), run_dir=str(tmp_path), owner=owner)
+        run = Run(
+            id=make_run_id(spec.name),
+            name=spec.name,
+            spec_yaml="",
+            backend="hf_jobs",
+            status="failed",
+            created_at=len(launched),
+            run_dir=str(tmp_path),
+            owner=owner,
+        )
         store.insert_run(run)
         launched.append(run.id)
         return run
@@ -344,8 +379,16 @@ def test_active_run_cap_and_launch_rate_limit(on_space: None, monkeypatch: pytes
 
 
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("SPACE_ID", "SYSTEM", settings.ALLOW_LOCAL_ENV, settings.ALLOW_CODE_ENV, settings.MAX_ACTIVE_ENV,
-                settings.LAUNCH_LIMIT_ENV, settings.LAUNCH_WINDOW_ENV, settings.MAX_STREAMS_ENV):
+    for key in (
+        "SPACE_ID",
+        "SYSTEM",
+        settings.ALLOW_LOCAL_ENV,
+        settings.ALLOW_CODE_ENV,
+        settings.MAX_ACTIVE_ENV,
+        settings.LAUNCH_LIMIT_ENV,
+        settings.LAUNCH_WINDOW_ENV,
+        settings.MAX_STREAMS_ENV,
+    ):
         monkeypatch.delenv(key, raising=False)
     local = settings.Settings.from_env()
     assert not local.on_space and local.allow_local_backend and local.max_active_runs is None
@@ -394,8 +437,18 @@ def test_lookup_by_name_or_prefix_sees_only_own_runs(on_space: None, tmp_path: P
 
     store = Store(tmp_path / "names.db")
     for i, owner in enumerate(("alice", "bob", None)):  # bob's and the admin's are newer, with the same name
-        store.insert_run(Run(id=f"shared-{owner}", name="shared", spec_yaml="", backend="hf_jobs", status="running",
-                             created_at=float(i), run_dir=str(tmp_path), owner=owner))
+        store.insert_run(
+            Run(
+                id=f"shared-{owner}",
+                name="shared",
+                spec_yaml="",
+                backend="hf_jobs",
+                status="running",
+                created_at=float(i),
+                run_dir=str(tmp_path),
+                owner=owner,
+            )
+        )
     alice, bob = access.User("alice", ALICE, True, "session"), access.User("bob", BOB, True, "session")
     assert access.find_run(store, "shared", alice).id == "shared-alice"
     assert access.find_run(store, "shared-", bob).id == "shared-bob"

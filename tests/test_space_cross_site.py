@@ -40,8 +40,11 @@ EVIL = "evil.example"
 EMBEDDER = "huggingface.co"  # the Space page that embeds the app in an iframe
 CUSTOM = "https://grpo.example.com"  # a custom domain the owner allows
 RUN = "alice-run"
-PREFLIGHT = {"Origin": f"https://{EVIL}", "Access-Control-Request-Method": "POST",
-             "Access-Control-Request-Headers": "content-type"}
+PREFLIGHT = {
+    "Origin": f"https://{EVIL}",
+    "Access-Control-Request-Method": "POST",
+    "Access-Control-Request-Headers": "content-type",
+}
 
 # fetch/EventSource as a page's script calls the app: `call` runs a gradio endpoint through /gradio_api/call (the
 # POST, then the GET of its result stream); `live` opens the Run detail stream. Failures come back as {error}.
@@ -97,8 +100,13 @@ def launch_data(demo: Any, flavor: str) -> list[Any]:
     spec["backend"] = {"kind": "hf_jobs", "flavor": flavor, "timeout": "10m"}
     text = yaml.safe_dump(spec, sort_keys=False)
     values = forms.values_from_yaml(text)
-    return [*[{"headers": list(forms.REWARD_COLUMNS), "data": values[k]} if k == "rewards" else values[k]
-              for k in demo.form_keys], text]
+    return [
+        *[
+            {"headers": list(forms.REWARD_COLUMNS), "data": values[k]} if k == "rewards" else values[k]
+            for k in demo.form_keys
+        ],
+        text,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +125,18 @@ def space(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             front.target = int(app["url"].rstrip("/").rsplit(":", 1)[1])
             run_dir = data / "runs" / RUN
             run_dir.mkdir(parents=True)
-            app["store"].insert_run(Run(id=RUN, name=RUN, spec_yaml="name: x\n", backend="hf_jobs",
-                                        status="completed", created_at=time.time(), run_dir=str(run_dir),
-                                        owner="alice"))
+            app["store"].insert_run(
+                Run(
+                    id=RUN,
+                    name=RUN,
+                    spec_yaml="name: x\n",
+                    backend="hf_jobs",
+                    status="completed",
+                    created_at=time.time(),
+                    run_dir=str(run_dir),
+                    owner="alice",
+                )
+            )
             append_log(run_dir / "metrics.jsonl", range(1, 4), reward=lambda s: 0.1 * s)
             ingest.ingest_file(app["store"], RUN, run_dir / "metrics.jsonl")
             config = {"space": own, "run": RUN, "launch": launch_data(app["demo"], "a100-large")}
@@ -144,17 +161,30 @@ def test_a_foreign_origin_gets_no_cors_grant_under_the_space_host(space: dict[st
     assert preflight.status_code == 403 and not _cors(preflight), (preflight.status_code, _cors(preflight))
     reason = preflight.json()["error"]
     assert f"https://{EVIL}" in reason and f"only https://{HOST}:" in reason, reason
-    foreign = [("OPTIONS", PREFLIGHT), ("GET", {"Origin": f"https://{EVIL}"}),
-               ("POST", {"Origin": "null", "Content-Type": "text/plain"}),
-               ("GET", {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}),
-               ("GET", {"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}),
-               ("GET", {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe"})]
-    routes = ["gradio_api/call/launch", "gradio_api/queue/join", "gradio_api/queue/data?session_hash=x",
-              "gradio_api/upload", "gradio_api/file=app.py", "config", "gradio_api/info", f"grpo/live?run={RUN}",
-              "grpo/static/live.js"]
+    foreign = [
+        ("OPTIONS", PREFLIGHT),
+        ("GET", {"Origin": f"https://{EVIL}"}),
+        ("POST", {"Origin": "null", "Content-Type": "text/plain"}),
+        ("GET", {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}),
+        ("GET", {"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}),
+        ("GET", {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe"}),
+    ]
+    routes = [
+        "gradio_api/call/launch",
+        "gradio_api/queue/join",
+        "gradio_api/queue/data?session_hash=x",
+        "gradio_api/upload",
+        "gradio_api/file=app.py",
+        "config",
+        "gradio_api/info",
+        f"grpo/live?run={RUN}",
+        "grpo/static/live.js",
+    ]
     for route in routes:
-        answers = [httpx.request(method, url + route, headers={**host, **headers}, content=b"{}" * (method == "POST"))
-                   for method, headers in foreign]
+        answers = [
+            httpx.request(method, url + route, headers={**host, **headers}, content=b"{}" * (method == "POST"))
+            for method, headers in foreign
+        ]
         assert [(a.status_code, _cors(a)) for a in answers] == [(403, {})] * len(answers), route
 
 
@@ -185,19 +215,20 @@ def test_the_rule_and_its_settings() -> None:
     """`origin.refusal` case by case, a WebSocket refused, a wildcard CORS grant stripped, and the allowed origins
     read from SPACE_HOST and the optional variable."""
     allowed = ("https://owner-grpo-dashboard.hf.space",)
-    cases = [({b"origin": b"https://owner-grpo-dashboard.hf.space"}, "POST", "/gradio_api/queue/join", None),
-             ({b"origin": b"https://OWNER-grpo-dashboard.hf.space:443"}, "POST", "/gradio_api/queue/join", None),
-             ({b"origin": b"https://owner-grpo-dashboard.hf.space.evil.example"}, "POST", "/config", "Origin"),
-             ({b"origin": b"http://owner-grpo-dashboard.hf.space"}, "GET", "/config", "Origin"),
-             ({b"origin": b"https://other-space.hf.space", b"sec-fetch-site": b"same-site"}, "GET", "/config",
-              "Origin"),
-             ({b"sec-fetch-site": b"cross-site", b"sec-fetch-mode": b"navigate"}, "GET", "/", None),
-             ({b"sec-fetch-site": b"cross-site", b"sec-fetch-mode": b"navigate"}, "POST", "/", "cross-site"),
-             ({b"sec-fetch-site": b"cross-site", b"sec-fetch-mode": b"navigate"}, "GET", "/grpo/live", "cross-site"),
-             ({b"sec-fetch-site": b"cross-site", b"sec-fetch-mode": b"no-cors"}, "GET", "/theme.css", "cross-site"),
-             ({b"sec-fetch-site": b"same-origin"}, "GET", "/gradio_api/file=x", None),
-             ({b"sec-fetch-site": b"none", b"sec-fetch-mode": b"navigate"}, "GET", "/gradio_api/info", None),
-             ({}, "POST", "/gradio_api/call/launch", None)]
+    cases = [
+        ({b"origin": b"https://owner-grpo-dashboard.hf.space"}, "POST", "/gradio_api/queue/join", None),
+        ({b"origin": b"https://OWNER-grpo-dashboard.hf.space:443"}, "POST", "/gradio_api/queue/join", None),
+        ({b"origin": b"https://owner-grpo-dashboard.hf.space.evil.example"}, "POST", "/config", "Origin"),
+        ({b"origin": b"http://owner-grpo-dashboard.hf.space"}, "GET", "/config", "Origin"),
+        ({b"origin": b"https://other-space.hf.space", b"sec-fetch-site": b"same-site"}, "GET", "/config", "Origin"),
+        ({b"sec-fetch-site": b"cross-site", b"sec-fetch-mode": b"navigate"}, "GET", "/", None),
+        ({b"sec-fetch-site": b"cross-site", b"sec-fetch-mode": b"navigate"}, "POST", "/", "cross-site"),
+        ({b"sec-fetch-site": b"cross-site", b"sec-fetch-mode": b"navigate"}, "GET", "/grpo/live", "cross-site"),
+        ({b"sec-fetch-site": b"cross-site", b"sec-fetch-mode": b"no-cors"}, "GET", "/theme.css", "cross-site"),
+        ({b"sec-fetch-site": b"same-origin"}, "GET", "/gradio_api/file=x", None),
+        ({b"sec-fetch-site": b"none", b"sec-fetch-mode": b"navigate"}, "GET", "/gradio_api/info", None),
+        ({}, "POST", "/gradio_api/call/launch", None),
+    ]
     for headers, method, path, refused in cases:
         reason = origin.refusal(headers, method, path, allowed)
         assert (reason is None) == (refused is None) and (refused or "") in (reason or ""), (headers, path, reason)
@@ -207,13 +238,26 @@ def test_the_rule_and_its_settings() -> None:
         sent.append(message)
 
     async def star(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"access-control-allow-origin", b"*"), (b"access-control-allow-credentials", b"true"),
-                                (b"content-length", b"0")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"access-control-allow-origin", b"*"),
+                    (b"access-control-allow-credentials", b"true"),
+                    (b"content-length", b"0"),
+                ],
+            }
+        )
 
     guard = origin.SameOrigin(star, allowed)
-    asyncio.run(guard({"type": "websocket", "path": "/gradio_api/ws", "headers": [(b"origin", b"https://evil.example")]},
-                      None, send))
+    asyncio.run(
+        guard(
+            {"type": "websocket", "path": "/gradio_api/ws", "headers": [(b"origin", b"https://evil.example")]},
+            None,
+            send,
+        )
+    )
     assert sent[-1]["type"] == "websocket.close" and sent[-1]["code"] == 1008
     own = [(b"origin", allowed[0].encode())]
     asyncio.run(guard({"type": "http", "method": "GET", "path": "/config", "headers": own}, None, send))
@@ -221,8 +265,12 @@ def test_the_rule_and_its_settings() -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPACE_HOST", "owner-grpo-dashboard.hf.space, grpo.example.com")
         mp.setenv(settings.ALLOWED_ORIGINS_ENV, "https://Team.example:8443/, extra.example,,")
-        assert settings.allowed_origins() == ("https://owner-grpo-dashboard.hf.space", "https://grpo.example.com",
-                                              "https://team.example:8443", "https://extra.example")
+        assert settings.allowed_origins() == (
+            "https://owner-grpo-dashboard.hf.space",
+            "https://grpo.example.com",
+            "https://team.example:8443",
+            "https://extra.example",
+        )
         mp.setenv(settings.ALLOWED_ORIGINS_ENV, "https://grpo.example.com/app")
         with pytest.raises(ValueError, match="not an origin"):
             settings.allowed_origins()
@@ -258,8 +306,11 @@ def browser(space: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> 
     rules = ", ".join(f"MAP {name} 127.0.0.1" for name in (HOST, EVIL, EMBEDDER))
     with sync_api.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(profile), executable_path=str(CHROMIUM), ignore_https_errors=True,
-            args=[*CHROMIUM_ARGS, f"--host-resolver-rules={rules}", "--ignore-certificate-errors"])
+            str(profile),
+            executable_path=str(CHROMIUM),
+            ignore_https_errors=True,
+            args=[*CHROMIUM_ARGS, f"--host-resolver-rules={rules}", "--ignore-certificate-errors"],
+        )
         context.set_default_timeout(90_000)
         try:
             yield context
@@ -274,13 +325,19 @@ def test_a_cross_site_page_cannot_act_as_a_signed_in_visitor(space: dict[str, An
     did. Her browser does send her session cookie along (seen at the TLS front); the Space refuses it all."""
     own, page = space["origin"], browser.new_page()
     page.goto(own + "/login/huggingface")  # on to the provider, which asks who signs in (?login_as)
-    page.evaluate("u => { const a = document.createElement('a'); a.href = u; a.id = 'authorize'; "
-                  "a.textContent = 'Authorize'; document.body.append(a); }", page.url + "&login_as=alice")
+    page.evaluate(
+        "u => { const a = document.createElement('a'); a.href = u; a.id = 'authorize'; "
+        "a.textContent = 'Authorize'; document.body.append(a); }",
+        page.url + "&login_as=alice",
+    )
     page.click("#authorize")
     page.wait_for_url(lambda u: u.startswith(own + "/") and "/login/" not in u)
     page.wait_for_function("() => (document.querySelector('#who')?.innerText || '').includes('alice')")
-    mine = page.evaluate(f"async (c) => {{ {PAGE_JS}; return [await call(c.space, 'runs_table', [[], '']), "
-                         "await live(c.space, c.run)]; }", {"space": own, "run": RUN})
+    mine = page.evaluate(
+        f"async (c) => {{ {PAGE_JS}; return [await call(c.space, 'runs_table', [[], '']), "
+        "await live(c.space, c.run)]; }",
+        {"space": own, "run": RUN},
+    )
     assert RUN in mine[0].get("text", ""), mine[0]
     assert mine[1].get("event") == "snapshot", mine[1]
 

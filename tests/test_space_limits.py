@@ -38,22 +38,27 @@ def _launch(served: dict[str, Any], client: Client, name: str, plan: Plan) -> st
 @pytest.fixture(scope="module")
 def failed_run(served: dict[str, Any], clients: dict[str, Client]) -> str:
     """alice's Jobs run that saved a checkpoint, printed her token and failed quoting it."""
-    lines = [_record(type="event", event="started", max_steps=10),
-             *(_record(type="log", split="train", step=s, max_steps=10, metrics={"reward": 0.1 * s})
-               for s in range(1, 4)),
-             _record(type="event", event="checkpoint", step=2, path="/data/output/checkpoint-2"),
-             f"debug: logging in with {ALICE}",
-             _record(type="event", event="error", error_type="ValueError",
-                     message=f"push_to_hub refused the token {ALICE}")]
-    run_id = _launch(served, clients["alice"], "alice-fails",
-                     Plan(lines=lines, final="ERROR", message=f"job crashed (token {ALICE})"))
+    lines = [
+        _record(type="event", event="started", max_steps=10),
+        *(_record(type="log", split="train", step=s, max_steps=10, metrics={"reward": 0.1 * s}) for s in range(1, 4)),
+        _record(type="event", event="checkpoint", step=2, path="/data/output/checkpoint-2"),
+        f"debug: logging in with {ALICE}",
+        _record(
+            type="event", event="error", error_type="ValueError", message=f"push_to_hub refused the token {ALICE}"
+        ),
+    ]
+    run_id = _launch(
+        served,
+        clients["alice"],
+        "alice-fails",
+        Plan(lines=lines, final="ERROR", message=f"job crashed (token {ALICE})"),
+    )
     store = served["store"]
     wait_for(lambda: store.get_run(run_id).status == "failed", timeout=60)
     return run_id
 
 
-def test_a_token_a_job_prints_is_nowhere_at_rest(served: dict[str, Any], failed_run: str,
-                                                 module_data: Path) -> None:
+def test_a_token_a_job_prints_is_nowhere_at_rest(served: dict[str, Any], failed_run: str, module_data: Path) -> None:
     store = served["store"]
     run = store.get_run(failed_run)
     assert "hf_***" in (run.error or ""), run.error
@@ -64,11 +69,12 @@ def test_a_token_a_job_prints_is_nowhere_at_rest(served: dict[str, Any], failed_
     assert leaks == []
 
 
-def test_resume_obeys_the_active_run_cap(served: dict[str, Any], clients: dict[str, Client],
-                                         failed_run: str) -> None:
+def test_resume_obeys_the_active_run_cap(served: dict[str, Any], clients: dict[str, Client], failed_run: str) -> None:
     store, hub = served["store"], served["hub"]
-    lines = [_record(type="event", event="started", max_steps=10),
-             *(_record(type="log", split="train", step=s, max_steps=10, metrics={"reward": 0.1}) for s in (1, 2))]
+    lines = [
+        _record(type="event", event="started", max_steps=10),
+        *(_record(type="log", split="train", step=s, max_steps=10, metrics={"reward": 0.1}) for s in (1, 2)),
+    ]
     held = [_launch(served, clients["alice"], f"alice-held-{i}", Plan(lines=lines, hold_at=2)) for i in range(2)]
     wait_for(lambda: all(store.get_run(r).status in ("queued", "running") for r in held), timeout=60)
     jobs_before = len(hub.jobs)
@@ -82,19 +88,36 @@ def test_resume_obeys_the_active_run_cap(served: dict[str, Any], clients: dict[s
         clients["alice"].predict(run_id, api_name="/cancel_run")
 
 
-def test_live_feeds_per_run_stay_bounded_whatever_smoothing_is_asked(served: dict[str, Any],
-                                                                     module_data: Path) -> None:
+def test_live_feeds_per_run_stay_bounded_whatever_smoothing_is_asked(
+    served: dict[str, Any], module_data: Path
+) -> None:
     store, url = served["store"], served["url"]
     run_dir = module_data / "runs" / "alice-feeds"
     run_dir.mkdir(parents=True)
-    store.insert_run(Run(id="alice-feeds", name="alice-feeds", spec_yaml="name: x\n", backend="hf_jobs",
-                         status="running", created_at=time.time(), run_dir=str(run_dir), owner="alice"))
+    store.insert_run(
+        Run(
+            id="alice-feeds",
+            name="alice-feeds",
+            spec_yaml="name: x\n",
+            backend="hf_jobs",
+            status="running",
+            created_at=time.time(),
+            run_dir=str(run_dir),
+            owner="alice",
+        )
+    )
     cookie = sign_in(url, "alice")
     for i in range(12):
         with ExitStack() as stack:
             http = stack.enter_context(httpx.Client(timeout=30))
-            response = stack.enter_context(http.stream("GET", url + "grpo/live", headers={"Cookie": cookie},
-                                                       params={"run": "alice-feeds", "smoothing": f"0.{10 + i}"}))
+            response = stack.enter_context(
+                http.stream(
+                    "GET",
+                    url + "grpo/live",
+                    headers={"Cookie": cookie},
+                    params={"run": "alice-feeds", "smoothing": f"0.{10 + i}"},
+                )
+            )
             assert response.status_code == 200
             next(line for line in response.iter_lines() if line.startswith("data:"))
     hub = served["demo"].live

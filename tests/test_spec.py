@@ -30,10 +30,19 @@ def test_full_spec_round_trip_keeps_every_section() -> None:
     spec.dataset.eval_split = "test"
     spec.dataset.prompt_template = "Solve: {question}"
     spec.dataset.system_prompt = "Think step by step."
-    spec.rewards = [RewardSpec(name="fmt", builtin="think_format", weight=0.5, params={"strict": True}),
-                    RewardSpec(name="acc", builtin="math_accuracy", weight=2.0)]
-    spec.training = {"epsilon_high": 0.28, "beta": 0.0, "loss_type": "dapo", "learning_rate": 1e-6,
-                     "mask_truncated_completions": True, "eval_strategy": "steps", "eval_steps": 50}
+    spec.rewards = [
+        RewardSpec(name="fmt", builtin="think_format", weight=0.5, params={"strict": True}),
+        RewardSpec(name="acc", builtin="math_accuracy", weight=2.0),
+    ]
+    spec.training = {
+        "epsilon_high": 0.28,
+        "beta": 0.0,
+        "loss_type": "dapo",
+        "learning_rate": 1e-6,
+        "mask_truncated_completions": True,
+        "eval_strategy": "steps",
+        "eval_steps": 50,
+    }
     spec.backend.gpus = [0, 1]
     spec.backend.num_processes = 2
     spec.backend.accelerate_config = "zero2"

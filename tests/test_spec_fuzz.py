@@ -18,21 +18,55 @@ from grpo_dashboard.spec.run_spec import RunSpec
 
 from .conftest import SMOKE_SPEC
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
-                    st.text(max_size=20), st.sampled_from(["", "0", "1e-3", "-1", "nan", "inf", "../../etc/passwd",
-                                                           "dapo", "group", "a" * 300]))
-yaml_values = st.recursive(scalars, lambda kids: st.one_of(
-    st.lists(kids, max_size=4),
-    st.dictionaries(st.one_of(st.text(max_size=12), st.integers(0, 5)), kids, max_size=4)), max_leaves=12)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+    st.sampled_from(["", "0", "1e-3", "-1", "nan", "inf", "../../etc/passwd", "dapo", "group", "a" * 300]),
+)
+yaml_values = st.recursive(
+    scalars,
+    lambda kids: st.one_of(
+        st.lists(kids, max_size=4),
+        st.dictionaries(st.one_of(st.text(max_size=12), st.integers(0, 5)), kids, max_size=4),
+    ),
+    max_leaves=12,
+)
 
 SMOKE = yaml.safe_load(SMOKE_SPEC.read_text())
-PATHS = [("name",), ("model",), ("model", "name_or_path"), ("model", "dtype"), ("model", "lora"),
-         ("dataset",), ("dataset", "data_files"), ("dataset", "prompt_column"), ("dataset", "prompt_template"),
-         ("rewards",), ("rewards", 0), ("rewards", 0, "weight"), ("rewards", 0, "params"), ("rewards", 0, "name"),
-         ("training",), ("training", "num_generations"), ("training", "loss_type"), ("training", "learning_rate"),
-         ("training", "per_device_train_batch_size"), ("training", "max_steps"), ("training", "eval_strategy"),
-         ("training", "generation_batch_size"), ("training", "epsilon_high"), ("backend",), ("backend", "gpus"),
-         ("backend", "num_processes"), ("backend", "kind"), ("health",), ("output_dir",)]
+PATHS = [
+    ("name",),
+    ("model",),
+    ("model", "name_or_path"),
+    ("model", "dtype"),
+    ("model", "lora"),
+    ("dataset",),
+    ("dataset", "data_files"),
+    ("dataset", "prompt_column"),
+    ("dataset", "prompt_template"),
+    ("rewards",),
+    ("rewards", 0),
+    ("rewards", 0, "weight"),
+    ("rewards", 0, "params"),
+    ("rewards", 0, "name"),
+    ("training",),
+    ("training", "num_generations"),
+    ("training", "loss_type"),
+    ("training", "learning_rate"),
+    ("training", "per_device_train_batch_size"),
+    ("training", "max_steps"),
+    ("training", "eval_strategy"),
+    ("training", "generation_batch_size"),
+    ("training", "epsilon_high"),
+    ("backend",),
+    ("backend", "gpus"),
+    ("backend", "num_processes"),
+    ("backend", "kind"),
+    ("health",),
+    ("output_dir",),
+]
 
 
 def check_clean(errors: list[FieldError]) -> None:

@@ -22,7 +22,8 @@ from grpo_dashboard.store.db import Run, Store
 from .conftest import REPO
 
 HAVE_MOUNT_NS = (
-    shutil.which("unshare") is not None and os.geteuid() == 0
+    shutil.which("unshare") is not None
+    and os.geteuid() == 0
     and subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
 )
 needs_ns = pytest.mark.skipif(not HAVE_MOUNT_NS, reason="needs root and `unshare -m` for real mount faults")
@@ -30,22 +31,48 @@ needs_ns = pytest.mark.skipif(not HAVE_MOUNT_NS, reason="needs root and `unshare
 
 def in_namespace(setup: str, command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run `setup` (shell, mounts) then exec `command` inside a private mount namespace."""
-    script = f"set -e\n{setup}\nexec \"$@\""
-    return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *command], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=120)
+    script = f'set -e\n{setup}\nexec "$@"'
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", *command],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 def log_lines(first: int, last: int) -> str:
-    return "".join(json.dumps({"v": 1, "type": "log", "split": "train", "step": s, "time": float(s),
-                               "metrics": {f"m{k}": s + k / 100 for k in range(27)}}) + "\n"
-                   for s in range(first, last + 1))
+    return "".join(
+        json.dumps(
+            {
+                "v": 1,
+                "type": "log",
+                "split": "train",
+                "step": s,
+                "time": float(s),
+                "metrics": {f"m{k}": s + k / 100 for k in range(27)},
+            }
+        )
+        + "\n"
+        for s in range(first, last + 1)
+    )
 
 
 @needs_ns
 def test_read_only_data_dir_gives_a_clear_error_and_keeps_the_database(tmp_path: Path, data_dir: Path) -> None:
     store = Store()
-    store.insert_run(Run(id="kept", name="kept", spec_yaml="", backend="local", status="completed",
-                         created_at=time.time(), run_dir=str(tmp_path)))
+    store.insert_run(
+        Run(
+            id="kept",
+            name="kept",
+            spec_yaml="",
+            backend="local",
+            status="completed",
+            created_at=time.time(),
+            run_dir=str(tmp_path),
+        )
+    )
     store.close()
     spec = tmp_path / "spec.yaml"
     spec.write_text((REPO / "examples" / "smoke.yaml").read_text())
@@ -105,8 +132,14 @@ def test_unwritable_data_dir_path_is_a_store_error(tmp_path: Path, monkeypatch: 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("GRPO_DASHBOARD_DATA_DIR", str(blocker / "data"))
-    result = subprocess.run([sys.executable, "-m", "grpo_dashboard", "runs"], capture_output=True, text=True,
-                            cwd=REPO, env=os.environ.copy(), timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "runs"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=60,
+    )
     assert result.returncode == 5
     assert "cannot be used" in result.stderr or "is not writable" in result.stderr
     assert "Traceback" not in result.stderr

@@ -65,8 +65,9 @@ def test_the_fixture_is_a_store_of_main_before_versioning() -> None:
     assert len(FIXTURE_CONTENTS["runs"]) == 4 and FIXTURE_CONTENTS["notes"] and len(FIXTURE_CONTENTS["badges"]) == 3
 
 
-def test_v0_store_is_migrated_with_a_backup_and_everything_intact(tmp_path: Path,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
+def test_v0_store_is_migrated_with_a_backup_and_everything_intact(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = v0_copy(tmp_path)
     with caplog.at_level(logging.WARNING, logger="grpo_dashboard.store.migrations"):
         store = Store(path)
@@ -82,8 +83,18 @@ def test_v0_store_is_migrated_with_a_backup_and_everything_intact(tmp_path: Path
 
     # and it is a working store: a new run with metrics, a note, a rename, a delete
     append_log(tmp_path / "m.jsonl", range(1, 4), loss=lambda s: 1.0 / s)
-    store.insert_run(Run(id="after", name="after", spec_yaml="", backend="local", status="running",
-                         created_at=time.time(), run_dir=str(tmp_path), owner="bob"))
+    store.insert_run(
+        Run(
+            id="after",
+            name="after",
+            spec_yaml="",
+            backend="local",
+            status="running",
+            created_at=time.time(),
+            run_dir=str(tmp_path),
+            owner="bob",
+        )
+    )
     assert ingest_file(store, "after", tmp_path / "m.jsonl").records == 3
     store.set_note("after", "made after the migration")
     store.rename_run("local-smoke", "renamed")
@@ -133,8 +144,17 @@ def test_migration_versions_follow_each_other() -> None:
 def newer_store(tmp_path: Path) -> Path:
     path = tmp_path / "newer" / "dashboard.db"
     store = Store(path)
-    store.insert_run(Run(id="future", name="future", spec_yaml="", backend="local", status="completed",
-                         created_at=1.0, run_dir=str(tmp_path)))
+    store.insert_run(
+        Run(
+            id="future",
+            name="future",
+            spec_yaml="",
+            backend="local",
+            status="completed",
+            created_at=1.0,
+            run_dir=str(tmp_path),
+        )
+    )
     store.close()
     conn = raw(path)
     conn.execute("PRAGMA journal_mode=DELETE")  # a WAL switch on opening would change the file: it must not happen
@@ -160,8 +180,14 @@ def test_the_cli_reports_a_newer_store_without_a_traceback(tmp_path: Path, data_
     path = newer_store(tmp_path)
     data_dir.mkdir()
     shutil.move(path, data_dir / "dashboard.db")
-    result = subprocess.run([sys.executable, "-m", "grpo_dashboard", "runs"], capture_output=True, text=True,
-                            cwd=REPO, env=os.environ.copy(), timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "runs"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=120,
+    )
     assert result.returncode == 5, result.stdout + result.stderr
     assert f"has schema version {SCHEMA_VERSION + 1}" in result.stderr and "Traceback" not in result.stderr
 
@@ -197,8 +223,18 @@ def test_a_v0_store_one_column_behind_gets_the_column(tmp_path: Path) -> None:
     conn.execute("ALTER TABLE runs DROP COLUMN owner")  # a store of a release before runs had owners
     conn.close()
     store = Store(path)
-    store.insert_run(Run(id="new", name="new", spec_yaml="", backend="local", status="queued", created_at=2e9,
-                         run_dir=str(tmp_path), owner="carol"))
+    store.insert_run(
+        Run(
+            id="new",
+            name="new",
+            spec_yaml="",
+            backend="local",
+            status="queued",
+            created_at=2e9,
+            run_dir=str(tmp_path),
+            owner="carol",
+        )
+    )
     assert store.get_run("new").owner == "carol" and store.get_run("local-smoke").owner is None
     assert store.get_run("slurm-failed").external_id == "4242"
 
@@ -226,8 +262,10 @@ def test_a_current_store_lacking_a_column_is_refused_with_the_schema_named(tmp_p
     conn.close()
     with pytest.raises(StoreError) as info:
         Store(path)
-    assert (f"(schema version {SCHEMA_VERSION}) does not have the schema this dashboard writes: it lacks table "
-            f"forecast_cells, column runs.owner.") in str(info.value)
+    assert (
+        f"(schema version {SCHEMA_VERSION}) does not have the schema this dashboard writes: it lacks table "
+        f"forecast_cells, column runs.owner."
+    ) in str(info.value)
 
 
 def test_a_schema_error_while_running_is_not_blamed_on_the_disk(tmp_path: Path) -> None:
@@ -236,11 +274,16 @@ def test_a_schema_error_while_running_is_not_blamed_on_the_disk(tmp_path: Path) 
     other.execute("ALTER TABLE runs DROP COLUMN owner")  # changed under a running dashboard
     other.close()
     with pytest.raises(StoreError) as info:
-        store.insert_run(Run(id="x", name="x", spec_yaml="", backend="local", status="queued", created_at=1.0,
-                             run_dir=str(tmp_path)))
+        store.insert_run(
+            Run(
+                id="x", name="x", spec_yaml="", backend="local", status="queued", created_at=1.0, run_dir=str(tmp_path)
+            )
+        )
     text = str(info.value)
-    assert "does not have the schema this dashboard writes (OperationalError: table runs has no column named owner)"\
+    assert (
+        "does not have the schema this dashboard writes (OperationalError: table runs has no column named owner)"
         in text
+    )
     assert "Free disk space" not in text and "permissions" not in text
 
 
@@ -257,8 +300,16 @@ def test_two_processes_opening_an_old_store_at_once_migrate_it_once(tmp_path: Pa
     path = v0_copy(tmp_path)
     lock = raw(path)
     lock.execute("BEGIN IMMEDIATE")  # both children read version 0, then queue for the write lock behind this one
-    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, cwd=REPO) for _ in range(2)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for _ in range(2)
+    ]
     try:
         for child in children:
             assert child.stdout is not None and child.stdout.readline().strip() == "opening"

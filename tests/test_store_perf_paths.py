@@ -31,7 +31,7 @@ def reference_keep(values: np.ndarray, width: int) -> list[int]:
     """First and last; per bucket of `width`: lowest and highest finite value, first non-finite one."""
     keep: set[int] = {0, len(values) - 1}
     for lo in range(0, len(values), width):
-        chunk = values[lo:lo + width]
+        chunk = values[lo : lo + width]
         finite = np.isfinite(chunk)
         if finite.any():
             keep.add(lo + int(np.argmin(np.where(finite, chunk, np.inf))))
@@ -136,9 +136,21 @@ def test_store_downsampled_keeps_none_nan_inf_and_filters_keys(tmp_path: Path) -
     store = Store()
     path = new_run(store, tmp_path)
     odd = {1: None, 2: math.nan, 3: math.inf}
-    path.write_text("".join(
-        json.dumps({"type": "log", "split": "train", "step": s, "time": float(s),
-                    "metrics": {"entropy": odd.get(s, 1.0), "kl": 0.1}}) + "\n" for s in range(1, 6)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "type": "log",
+                    "split": "train",
+                    "step": s,
+                    "time": float(s),
+                    "metrics": {"entropy": odd.get(s, 1.0), "kl": 0.1},
+                }
+            )
+            + "\n"
+            for s in range(1, 6)
+        )
+    )
     ingest_file(store, "r1", path)
     pts = display.downsampled(store, "r1", keys=[("train", "entropy")])
     assert list(pts) == [("train", "entropy")]
@@ -187,10 +199,15 @@ def test_bulk_ingest_keeps_odd_values_per_column(tmp_path: Path) -> None:
     """One odd value in a column must not change how the other columns of the same records are stored."""
     store = Store()
     path = new_run(store, tmp_path)
-    rows = [{"a": 1.5, "b": 2, "c": None, "d": "text", "e": True, "f": 10**400},
-            {"a": 2.5, "b": 3, "c": 4.0, "d": 5.0, "e": False, "f": 1}]
-    path.write_text("".join(json.dumps({"type": "log", "step": i + 1, "time": 1.0, "metrics": m}) + "\n"
-                            for i, m in enumerate(rows)))
+    rows = [
+        {"a": 1.5, "b": 2, "c": None, "d": "text", "e": True, "f": 10**400},
+        {"a": 2.5, "b": 3, "c": 4.0, "d": 5.0, "e": False, "f": 1},
+    ]
+    path.write_text(
+        "".join(
+            json.dumps({"type": "log", "step": i + 1, "time": 1.0, "metrics": m}) + "\n" for i, m in enumerate(rows)
+        )
+    )
     result = ingest_file(store, "r1", path)
     assert result.records == 2 and result.skipped == 2  # "text" and the int beyond float range
     got = {k: [v for _, v, _ in store.series("r1", k)] for _, k in store.metric_keys("r1")}
@@ -200,8 +217,16 @@ def test_bulk_ingest_keeps_odd_values_per_column(tmp_path: Path) -> None:
 def test_records_reassemble_sparse_train_and_eval_logs_in_step_order(tmp_path: Path) -> None:
     store = Store()
     path = new_run(store, tmp_path)
-    lines = [{"type": "log", "split": "train", "step": s, "time": 1.0,
-              "metrics": {"reward": s / 10, **({"kl": None} if s % 2 else {"kl": 0.5})}} for s in range(1, 7)]
+    lines = [
+        {
+            "type": "log",
+            "split": "train",
+            "step": s,
+            "time": 1.0,
+            "metrics": {"reward": s / 10, **({"kl": None} if s % 2 else {"kl": 0.5})},
+        }
+        for s in range(1, 7)
+    ]
     lines.insert(3, {"type": "log", "split": "train", "step": 4, "time": 1.0, "metrics": {"entropy": 2.0}})
     lines.append({"type": "log", "split": "eval", "step": 4, "time": 1.0, "metrics": {"eval_reward": 0.9}})
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -221,8 +246,10 @@ def test_companion_series_rides_along_exactly_and_incrementally(tmp_path: Path) 
     store = Store()
     path = new_run(store, tmp_path)
     mean_key, std_key = ("train", "rewards/acc/mean"), ("train", "rewards/acc/std")
-    metrics = {"rewards/acc/mean": lambda s: math.sin(s / 50) + (5.0 if s == 777 else 0.0),
-               "rewards/acc/std": lambda s: 0.1 + (s % 13) / 100}
+    metrics = {
+        "rewards/acc/mean": lambda s: math.sin(s / 50) + (5.0 if s == 777 else 0.0),
+        "rewards/acc/std": lambda s: 0.1 + (s % 13) / 100,
+    }
     append_log(path, range(1, 4001), **metrics)
     ingest_file(store, "r1", path)
     display.downsampled(store, "r1", 500, 0.6, companions={mean_key: std_key})
@@ -254,8 +281,15 @@ def test_reward_band_from_the_store_equals_the_std_ema_at_the_mean_points(tmp_pa
 
     store = Store()
     path = new_run(store, tmp_path)
-    append_log(path, range(1, 6001), **{"rewards/acc/mean": lambda s: math.cos(s / 300),
-                                        "rewards/acc/std": lambda s: 0.2 + (s % 7) / 50, "reward": 0.5})
+    append_log(
+        path,
+        range(1, 6001),
+        **{
+            "rewards/acc/mean": lambda s: math.cos(s / 300),
+            "rewards/acc/std": lambda s: 0.2 + (s % 7) / 50,
+            "reward": 0.5,
+        },
+    )
     ingest_file(store, "r1", path)
     opts = charts.ChartOptions(smoothing=0.6)
     fig = charts.run_figures(store, "r1", opts)["reward"]
@@ -275,14 +309,25 @@ def test_doctor_frame_from_store_columns_equals_the_one_from_records(tmp_path: P
     path = new_run(store, tmp_path)
     lines = []
     for s in range(1, 301):
-        metrics: dict[str, Any] = {"reward": math.sin(s / 10), "entropy": None if s % 50 == 0 else 2 - s / 300,
-                                   "kl": math.nan if s == 10 else 0.01, "train/loss": 0.1}
+        metrics: dict[str, Any] = {
+            "reward": math.sin(s / 10),
+            "entropy": None if s % 50 == 0 else 2 - s / 300,
+            "kl": math.nan if s == 10 else 0.01,
+            "train/loss": 0.1,
+        }
         if s % 3:
             metrics["grad_norm"] = math.inf if s == 40 else 0.5
         lines.append({"type": "log", "split": "train", "step": s, "time": 1.0, "metrics": metrics})
         if s % 100 == 0:  # an eval record, with a name that is also a train metric
-            lines.append({"type": "log", "split": "eval", "step": s, "time": 1.0,
-                          "metrics": {"eval_reward": 0.7, "reward": 9.0}})
+            lines.append(
+                {
+                    "type": "log",
+                    "split": "eval",
+                    "step": s,
+                    "time": 1.0,
+                    "metrics": {"eval_reward": 0.7, "reward": 9.0},
+                }
+            )
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     ingest_file(store, "r1", path)
     expected = MetricFrame.from_records(store.records("r1"))
@@ -299,9 +344,18 @@ def test_plot_json_equals_plotly_own_and_is_shared_per_run_state(tmp_path: Path)
 
     store = Store()
     path = new_run(store, tmp_path)
-    append_log(path, range(1, 2501), **{"rewards/acc/mean": lambda s: s % 11 / 11, "rewards/acc/std": 0.1,
-                                        "reward": lambda s: s / 2500, "grad_norm": lambda s: math.inf if s == 9 else 1,
-                                        "completions/mean_length": 8.0, "custom/x": lambda s: s % 5})
+    append_log(
+        path,
+        range(1, 2501),
+        **{
+            "rewards/acc/mean": lambda s: s % 11 / 11,
+            "rewards/acc/std": 0.1,
+            "reward": lambda s: s / 2500,
+            "grad_norm": lambda s: math.inf if s == 9 else 1,
+            "completions/mean_length": 8.0,
+            "custom/x": lambda s: s % 5,
+        },
+    )
     ingest_file(store, "r1", path)
     for xaxis in charts.XAXES:
         opts = charts.ChartOptions(xaxis=xaxis)
@@ -314,8 +368,9 @@ def test_plot_json_equals_plotly_own_and_is_shared_per_run_state(tmp_path: Path)
         assert all(again[k] is plots[k] for k in plots)  # the same run state: shared, not rebuilt
     append_log(path, [2501], reward=0.5)
     ingest_file(store, "r1", path)
-    moved = chart_json.run_plots(store, "r1", charts.ChartOptions(xaxis="relative time"), max_completion_length=16,
-                             started_at=1000.0)
+    moved = chart_json.run_plots(
+        store, "r1", charts.ChartOptions(xaxis="relative time"), max_completion_length=16, started_at=1000.0
+    )
     assert moved["reward"] is not plots["reward"] and moved["reward"] != plots["reward"]
 
 
@@ -323,8 +378,11 @@ def test_one_display_pipeline_whole_series_equals_the_live_cache_and_compare_rea
     """Run detail (cached, incremental), Compare (cached, one key) and a whole series reduced at once agree."""
     store = Store()
     path = new_run(store, tmp_path)
-    metrics = {"rewards/acc/mean": lambda s: math.sin(s / 40) + (3.0 if s == 1999 else 0.0),
-               "rewards/acc/std": lambda s: None if s % 101 == 0 else 0.1 + (s % 9) / 100, "loss": lambda s: 1 / s}
+    metrics = {
+        "rewards/acc/mean": lambda s: math.sin(s / 40) + (3.0 if s == 1999 else 0.0),
+        "rewards/acc/std": lambda s: None if s % 101 == 0 else 0.1 + (s % 9) / 100,
+        "loss": lambda s: 1 / s,
+    }
     append_log(path, range(1, 3001), **metrics)
     ingest_file(store, "r1", path)
     display.run_series(store, "r1", 0.6, 500)

@@ -26,12 +26,19 @@ SETUP = job_module().grpo_job_setup
 T0 = 1_700_000_000.0
 
 # A Jobs metrics event as huggingface_hub yields it (two GPUs, ids in no particular order).
-JOB_SAMPLE = {"cpu_usage_pct": 37.5, "cpu_millicores": 3500, "memory_used_bytes": 8_000_000_000,
-              "memory_total_bytes": 32_000_000_000, "rx_bps": 0, "tx_bps": 0, "replica": "r1",
-              "gpus": {"f00d": {"utilization": 12, "memory_used_bytes": 6_000_000_000,
-                                "memory_total_bytes": 24_000_000_000},
-                       "a1b2": {"utilization": 91, "memory_used_bytes": 18_000_000_000,
-                                "memory_total_bytes": 24_000_000_000}}}
+JOB_SAMPLE = {
+    "cpu_usage_pct": 37.5,
+    "cpu_millicores": 3500,
+    "memory_used_bytes": 8_000_000_000,
+    "memory_total_bytes": 32_000_000_000,
+    "rx_bps": 0,
+    "tx_bps": 0,
+    "replica": "r1",
+    "gpus": {
+        "f00d": {"utilization": 12, "memory_used_bytes": 6_000_000_000, "memory_total_bytes": 24_000_000_000},
+        "a1b2": {"utilization": 91, "memory_used_bytes": 18_000_000_000, "memory_total_bytes": 24_000_000_000},
+    },
+}
 
 
 def _lines(path: Path, records: list[dict[str, Any]]) -> None:
@@ -41,8 +48,14 @@ def _lines(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def _train(step: int, reward: float) -> dict[str, Any]:
-    return {"type": "log", "split": "train", "step": step, "time": T0 + step, "max_steps": 10,
-            "metrics": {"reward": reward, "loss": 0.1}}
+    return {
+        "type": "log",
+        "split": "train",
+        "step": step,
+        "time": T0 + step,
+        "max_steps": 10,
+        "metrics": {"reward": reward, "loss": 0.1},
+    }
 
 
 def _system(t: float, metrics: dict[str, float]) -> dict[str, Any]:
@@ -93,8 +106,11 @@ def test_system_samples_are_series_but_not_training_steps(tmp_path: Path) -> Non
     records = []
     for step in range(1, 6):
         records.append(_train(step, 0.1 * step))
-        records.append(_system(T0 + step + 0.5, {"system/process/rss_gb": 1.0 + step / 10,
-                                                "system/gpu0/utilization": 80.0 + step}))
+        records.append(
+            _system(
+                T0 + step + 0.5, {"system/process/rss_gb": 1.0 + step / 10, "system/gpu0/utilization": 80.0 + step}
+            )
+        )
     _lines(path, records)
     res = ingest_file(store, "r1", path)
     run = store.get_run("r1")
@@ -123,8 +139,11 @@ def test_system_samples_are_series_but_not_training_steps(tmp_path: Path) -> Non
 def test_the_system_panel_draws_every_device_per_quantity_against_time(tmp_path: Path) -> None:
     store = Store()
     path = new_run(store, tmp_path)
-    _lines(path, [_train(s, 0.1 * s) for s in range(1, 4)]
-           + [_system(T0 + s, job_system_metrics(JOB_SAMPLE) | {"system/process/rss_gb": 0.5}) for s in range(1, 4)])
+    _lines(
+        path,
+        [_train(s, 0.1 * s) for s in range(1, 4)]
+        + [_system(T0 + s, job_system_metrics(JOB_SAMPLE) | {"system/process/rss_gb": 0.5}) for s in range(1, 4)],
+    )
     ingest_file(store, "r1", path)
     for xaxis, expected in (("step", "relative time"), ("num_tokens", None), ("wall time", "wall time")):
         data, layout = charts.run_specs(store, "r1", charts.ChartOptions(xaxis=xaxis), None, None, T0, ())["system"]
@@ -132,9 +151,14 @@ def test_the_system_panel_draws_every_device_per_quantity_against_time(tmp_path:
             assert not data and "num_tokens is not logged" in layout["annotations"][0]["text"]
             continue
         titles = [a["text"] for a in layout["annotations"]]
-        assert titles == ["GPU utilisation (%)", "GPU memory (GB)", "GPU memory (% of total)",
-                          "CPU (%: job of its cores, process of one core)", "Memory (GB: job's RAM, process's RSS)",
-                          "Memory (% of the job's RAM)"]
+        assert titles == [
+            "GPU utilisation (%)",
+            "GPU memory (GB)",
+            "GPU memory (% of total)",
+            "CPU (%: job of its cores, process of one core)",
+            "Memory (GB: job's RAM, process's RSS)",
+            "Memory (% of the job's RAM)",
+        ]
         value = {t["meta"]["s"]: t for t in data if t["meta"]["r"] == "smooth"}
         assert "system|system/gpu0/memory_total_gb" not in value  # a constant: in the store, not drawn
         gpu1 = value["system|system/gpu1/utilization"]
@@ -152,12 +176,25 @@ def test_the_system_panel_draws_every_device_per_quantity_against_time(tmp_path:
 
 def test_the_status_line_of_a_job_shows_its_newest_sample(tmp_path: Path) -> None:
     store = Store()
-    run = Run(id="j", name="j", spec_yaml="", backend="hf_jobs", status="running", created_at=time.time(),
-              run_dir=str(tmp_path), external_id="abc123")
+    run = Run(
+        id="j",
+        name="j",
+        spec_yaml="",
+        backend="hf_jobs",
+        status="running",
+        created_at=time.time(),
+        run_dir=str(tmp_path),
+        external_id="abc123",
+    )
     store.insert_run(run)
     path = tmp_path / "m.jsonl"
-    _lines(path, [_system(T0, job_system_metrics({**JOB_SAMPLE, "cpu_usage_pct": 5})),
-                  _system(T0 + 10, job_system_metrics(JOB_SAMPLE))])
+    _lines(
+        path,
+        [
+            _system(T0, job_system_metrics({**JOB_SAMPLE, "cpu_usage_pct": 5})),
+            _system(T0 + 10, job_system_metrics(JOB_SAMPLE)),
+        ],
+    )
     ingest_file(store, "j", path)
     text = remote_markdown(run, store)
     assert "GPU0 91% · 18 GB / 24 GB; GPU1 12% · 6 GB / 24 GB; CPU 37.5%" in text
@@ -172,8 +209,11 @@ def test_compare_overlays_a_system_metric_of_two_runs_against_time(tmp_path: Pat
     store = Store()
     for run_id, gb in (("r1", 1.0), ("r2", 2.0)):
         path = new_run(store, tmp_path, run_id)
-        _lines(path, [_train(s, 0.1) for s in (1, 2)] + [_system(T0 + 60 * s, {"system/process/rss_gb": gb * s})
-                                                        for s in (1, 2, 3)])
+        _lines(
+            path,
+            [_train(s, 0.1) for s in (1, 2)]
+            + [_system(T0 + 60 * s, {"system/process/rss_gb": gb * s}) for s in (1, 2, 3)],
+        )
         ingest_file(store, run_id, path)
     ctx = UiContext(store, presets.PROJECT_ROOT)
     options, fig, _ = compare(ctx, ["r1", "r2"], "system/process/rss_gb", 0.0, False, "step")

@@ -6,20 +6,49 @@ from grpo_dashboard.views import charts, trajectories
 
 
 def rows() -> list[dict]:
-    call = {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "1/0"}}}]}
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "1/0"}}}],
+    }
     fail = {"role": "tool", "name": "calculator", "content": str({"error": "division by zero"})}
-    good = [{"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+3"}}}]},
-        {"role": "tool", "name": "calculator", "content": "5"}, {"role": "assistant", "content": "5"}]
+    good = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+3"}}}
+            ],
+        },
+        {"role": "tool", "name": "calculator", "content": "5"},
+        {"role": "assistant", "content": "5"},
+    ]
     prompt = [{"role": "user", "content": "2+3"}]
     return [
-        {"step": 3, "prompt": prompt, "completion": [call, fail, call, fail, {"role": "assistant", "content": "9"}],
-         "rewards": {"answer": 0.0, "tool_success": 0.0}, "advantage": -1.0, "extra": {"environment": "calc"}},
-        {"step": 3, "prompt": prompt, "completion": good, "rewards": {"answer": 1.0, "tool_success": 1.0},
-         "advantage": 1.0, "extra": {"environment": "calc"}},
-        {"step": 3, "prompt": prompt, "completion": [{"role": "assistant", "content": "<call>calculator(1"}],
-         "rewards": {"answer": 0.0, "tool_success": None}, "advantage": 0.0, "extra": {"environment": "game"}},
+        {
+            "step": 3,
+            "prompt": prompt,
+            "completion": [call, fail, call, fail, {"role": "assistant", "content": "9"}],
+            "rewards": {"answer": 0.0, "tool_success": 0.0},
+            "advantage": -1.0,
+            "extra": {"environment": "calc"},
+        },
+        {
+            "step": 3,
+            "prompt": prompt,
+            "completion": good,
+            "rewards": {"answer": 1.0, "tool_success": 1.0},
+            "advantage": 1.0,
+            "extra": {"environment": "calc"},
+        },
+        {
+            "step": 3,
+            "prompt": prompt,
+            "completion": [{"role": "assistant", "content": "<call>calculator(1"}],
+            "rewards": {"answer": 0.0, "tool_success": None},
+            "advantage": 0.0,
+            "extra": {"environment": "game"},
+        },
     ]
 
 
@@ -44,10 +73,23 @@ def test_filter_and_sort() -> None:
 
 
 def test_agent_metrics_get_their_own_panels() -> None:
-    keys = [("train", k) for k in ("tools/call_frequency", "tools/failure_frequency", "agent/tool_calls/calculator",
-                                   "agent/turns/mean", "tasks/environment/calc/reward_mean",
-                                   "tasks/environment/calc/reward_std", "my_log_metric", "sample/staleness",
-                                   "batch/tokens", "perf/step_s", "num_tokens", "reward")]
+    keys = [
+        ("train", k)
+        for k in (
+            "tools/call_frequency",
+            "tools/failure_frequency",
+            "agent/tool_calls/calculator",
+            "agent/turns/mean",
+            "tasks/environment/calc/reward_mean",
+            "tasks/environment/calc/reward_std",
+            "my_log_metric",
+            "sample/staleness",
+            "batch/tokens",
+            "perf/step_s",
+            "num_tokens",
+            "reward",
+        )
+    ]
     groups = charts.group_metrics(keys)
     assert groups["tools"] == ["tools/call_frequency", "tools/failure_frequency"]
     assert groups["tool_calls"] == ["agent/tool_calls/calculator", "agent/turns/mean"]

@@ -36,11 +36,14 @@ def _printed_commands(stderr: str) -> dict[str, str]:
 
 
 def _folder_files(hub: FakeHub, bucket: str, folder: str) -> dict[str, bytes]:
-    return {p[len(folder) + 1:]: hub.bucket_file(bucket, p) for p in hub.buckets[bucket] if p.startswith(folder + "/")}
+    return {
+        p[len(folder) + 1 :]: hub.bucket_file(bucket, p) for p in hub.buckets[bucket] if p.startswith(folder + "/")
+    }
 
 
 def test_exported_hf_commands_upload_and_run_the_job_the_dashboard_would_submit(
-        hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec_file = hf_spec(tmp_path, secrets=[SECRET], env={"GRPO_EXPORT_NOTE": "from export"})
     spec = yaml.safe_load(spec_file.read_text())
     spec["name"] = "exported-smoke"
@@ -49,10 +52,23 @@ def test_exported_hf_commands_upload_and_run_the_job_the_dashboard_would_submit(
     # A user's own shell: not the dashboard process's HF_HUB_DISABLE_IMPLICIT_TOKEN (set once a Space-mode client has
     # run in this test process), under which the CLI would not send HF_TOKEN.
     shell = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_IMPLICIT_TOKEN"}
-    env = {**shell, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "0", SECRET: "s3cret",
-           "HF_HOME": str(tmp_path / "hf-home"), "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "export-trl", str(spec_file), "-o", str(out)],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    env = {
+        **shell,
+        "HF_ENDPOINT": hub.url,
+        "HF_TOKEN": TOKEN,
+        "HF_HUB_OFFLINE": "0",
+        SECRET: "s3cret",
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "PYTHONPATH": str(REPO),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "export-trl", str(spec_file), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     commands = _printed_commands(proc.stderr)
     assert list(commands) == ["bucket", "upload", "hf_jobs"], proc.stderr
@@ -63,8 +79,9 @@ def test_exported_hf_commands_upload_and_run_the_job_the_dashboard_would_submit(
     hf = shutil.which("hf")
     assert hf, "the huggingface_hub CLI (`hf`) is installed with huggingface_hub"
     for kind, command in commands.items():  # the printed commands, for real, with the user's shell
-        ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300, env=env,
-                             cwd=out.parent)
+        ran = subprocess.run(
+            ["bash", "-c", command], capture_output=True, text=True, timeout=300, env=env, cwd=out.parent
+        )
         assert ran.returncode == 0, (kind, command, ran.stdout[-2000:], ran.stderr[-2000:])
     exported = hub.only_job()
     wait_for(lambda: exported.stage in ("COMPLETED", "ERROR", "CANCELED"), timeout=600, interval=0.5)
@@ -88,4 +105,5 @@ def test_exported_hf_commands_upload_and_run_the_job_the_dashboard_would_submit(
     # Run detail's equivalent command is the same builder: the printed one with this run's folder and label.
     shown = hf_jobs_text.job_details(run)["equivalent_command"]
     assert shown == commands["hf_jobs"].replace("jobs-artifacts/exported-smoke:", f"jobs-artifacts/{run.id}:").replace(
-        "grpo-dashboard-run=exported-smoke", f"grpo-dashboard-run={run.id}")
+        "grpo-dashboard-run=exported-smoke", f"grpo-dashboard-run={run.id}"
+    )

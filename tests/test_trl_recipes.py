@@ -66,13 +66,17 @@ def test_every_published_recipe_imports_validates_exports_and_round_trips(recipe
     if result.spec.model.quantization is not None:  # QLoRA needs a CUDA GPU: refused here, valid on the stated T4
         quant = [e for e in report.errors if e.field == "model.quantization"]
         assert quant and "CUDA GPU" in quant[0].message
-        gpu = RunSpec.from_dict({**result.spec.to_dict(), "backend": {"kind": "hf_jobs", "flavor": "t4-small",
-                                                                       "namespace": "alice"}})
+        gpu = RunSpec.from_dict(
+            {**result.spec.to_dict(), "backend": {"kind": "hf_jobs", "flavor": "t4-small", "namespace": "alice"}}
+        )
         report = validate(gpu)
     # This CPU machine lacks what the recipes' GPU machines have: the packages they use (peft, flash-attn, deepspeed)
     # and the GPUs for a vLLM server. Those facts of the machine, and only those, are errors here.
-    machine = [e for e in report.errors if ("package" in e.message and "not installed here" in e.message)
-               or "this machine shows 0" in e.message]
+    machine = [
+        e
+        for e in report.errors
+        if ("package" in e.message and "not installed here" in e.message) or "this machine shows 0" in e.message
+    ]
     assert len(machine) == len(report.errors), [str(e) for e in report.errors if e not in machine]
     if result.spec.training.get("use_vllm") and result.spec.training.get("vllm_mode") == "server":
         assert result.spec.generation is not None and result.spec.generation.server_gpus  # the backend serves
@@ -90,7 +94,9 @@ def test_every_published_recipe_imports_validates_exports_and_round_trips(recipe
     dropped = {r.key for r in result.rows if r.action in ("dropped", "unsupported")}
     trl_known = {k for k in config if k not in dropped and k in values}
     assert {k for k in trl_known if k not in ("reward_funcs", "reward_weights", "use_peft")} <= set(flat) | {
-        "model_revision", "lora_target_modules"}
+        "model_revision",
+        "lora_target_modules",
+    }
     back = import_trl(exported)
     assert back.spec == result.spec
 
@@ -108,7 +114,10 @@ def test_open_r1_recipe_mapping_drift_and_conversions() -> None:
     assert rows["max_prompt_length"].action == "dropped" and "max_prompt_length" not in t
     assert result.spec.model.chat_template.startswith("{% if not add_generation_prompt")
     assert [(r.name, r.builtin, r.weight) for r in result.spec.rewards] == [
-        ("accuracy", "math_accuracy", 1.0), ("format", "regex", 1.0), ("tag_count", "python", 1.0)]
+        ("accuracy", "math_accuracy", 1.0),
+        ("format", "regex", 1.0),
+        ("tag_count", "python", 1.0),
+    ]
     pinned_latest = import_trl(RECIPES / "01_or1_distill15b_demo.yaml", trl_version="1.16")
     assert "beta" not in pinned_latest.spec.training
 
@@ -129,21 +138,29 @@ def test_vllm_device_becomes_server_mode_and_batches_pick_the_process_count() ->
 
 def test_unknown_key_and_unimportable_dotted_reward_are_named_and_nothing_is_written(tmp_path: Path) -> None:
     recipe = tmp_path / "bad.yaml"
-    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nlearning_rat: 1e-6\n"
-                      "reward_funcs: [accuracy_reward]\n")
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nlearning_rat: 1e-6\n"
+        "reward_funcs: [accuracy_reward]\n"
+    )
     with pytest.raises(SpecError) as exc:
         import_trl(recipe)
     text = str(exc.value)
     assert "learning_rat" in text and "'learning_rate'" in text and "nothing was written" in text
-    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\n"
-                      "reward_funcs: [my_lib.rewards.custom_reward]\n")
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nreward_funcs: [my_lib.rewards.custom_reward]\n"
+    )
     with pytest.raises(SpecError) as exc:
         import_trl(recipe)
     assert "my_lib.rewards.custom_reward" in str(exc.value) and "does not import" in str(exc.value)
     out = tmp_path / "spec.yaml"
-    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "import-trl", str(recipe), "-o", str(out)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "import-trl", str(recipe), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 1 and "does not import" in proc.stderr and not out.exists()
     (tmp_path / "my_lib").mkdir()
     (tmp_path / "my_lib" / "rewards.py").write_text("def custom_reward(completions, **kw):\n    return [0.0]\n")
@@ -153,15 +170,27 @@ def test_unknown_key_and_unimportable_dotted_reward_are_named_and_nothing_is_wri
 
 def test_validate_recognises_a_flat_trl_file_and_hints_point_at_the_right_section(tmp_path: Path) -> None:
     flat = tmp_path / "flat.yaml"
-    flat.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ntorch_dtype: bfloat16\nuse_peft: true\nlora_r: 8\n"
-                    "dataset_name: a/b\nvllm_mode: colocate\nlearning_rate: 1.0e-6\n")
-    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "validate", str(flat)], capture_output=True,
-                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
-                                                       "HF_HUB_OFFLINE": "1"})
+    flat.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ntorch_dtype: bfloat16\nuse_peft: true\nlora_r: 8\n"
+        "dataset_name: a/b\nvllm_mode: colocate\nlearning_rate: 1.0e-6\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "validate", str(flat)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 1 and "import-trl" in proc.stderr and proc.stderr.count(" - ") == 1
     with pytest.raises(SpecError) as exc:
-        RunSpec.from_dict({"name": "x", "model": {"name_or_path": "a/b", "torch_dtype": "bfloat16"}, "lora_r": 8,
-                           "vllm_mode": "server"})
+        RunSpec.from_dict(
+            {
+                "name": "x",
+                "model": {"name_or_path": "a/b", "torch_dtype": "bfloat16"},
+                "lora_r": 8,
+                "vllm_mode": "server",
+            }
+        )
     text = str(exc.value)
     assert "`model.dtype`" in text and "`model.lora.r`" in text and "training.vllm_mode" in text
     assert "Did you mean" not in text  # not torch_compile, local_rank or save_model
@@ -170,15 +199,18 @@ def test_validate_recognises_a_flat_trl_file_and_hints_point_at_the_right_sectio
 def test_everything_a_recipe_sets_is_expressible_and_round_trips(tmp_path: Path) -> None:
     spec = RunSpec(name="full", training={"model_init_kwargs": {"use_kernels": True}, "beta": 0.02, "max_steps": 5})
     spec.model.name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"
-    spec.model.lora = LoraSpec(r=8, use_rslora=True, use_dora=True, modules_to_save=["lm_head"],
-                               target_parameters=["mlp.experts.down_proj"])
+    spec.model.lora = LoraSpec(
+        r=8, use_rslora=True, use_dora=True, modules_to_save=["lm_head"], target_parameters=["mlp.experts.down_proj"]
+    )
     spec.model.quantization = QuantizationSpec(bits=4, quant_type="fp4", double_quant=True)
     spec.model.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     spec.dataset.mixture = [{"path": "a/b", "fraction": 0.7}, {"path": "c/d", "name": "x", "fraction": 0.3}]
     spec.dataset.test_split_size = 0.1
-    spec.rewards = [RewardSpec(name="rm", model="OpenAssistant/reward-model-deberta-v3-large-v2"),
-                    RewardSpec(name="accuracy_reward", builtin="trl_accuracy"),
-                    RewardSpec(name="len", builtin="target_length", params={"target": 64}, weight=0.5)]
+    spec.rewards = [
+        RewardSpec(name="rm", model="OpenAssistant/reward-model-deberta-v3-large-v2"),
+        RewardSpec(name="accuracy_reward", builtin="trl_accuracy"),
+        RewardSpec(name="len", builtin="target_length", params={"target": 64}, weight=0.5),
+    ]
     spec.backend.env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     spec.backend.secrets = ["WANDB_API_KEY"]
     spec.tags, spec.group = ["qlora", "ablation"], "sweep-1"
@@ -203,34 +235,55 @@ def test_smoke_spec_round_trips_through_trl_keys(tmp_path: Path) -> None:
     assert flat["datasets"] == [{"path": "json", "data_files": str(SMOKE_DATA)}]
     assert flat["reward_funcs"] == ["recipe_rewards.letter_fraction"]
     module = (tmp_path / "recipe_rewards.py").read_text()
-    proc = subprocess.run([sys.executable, "-c", "import recipe_rewards as m; print(m.letter_fraction(['aab']))"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import recipe_rewards as m; print(m.letter_fraction(['aab']))"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "[0.6666666666666666]", proc.stderr + module
     assert import_trl(exported).spec == spec
 
 
 def test_structural_errors_no_longer_stop_the_other_checks(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
-    spec.write_text("name: x\nmodel: {name_or_path: a/b, torch_dtype: bfloat16}\n"
-                    "dataset: {data_files: missing.jsonl}\nrewards: [{name: nope_reward}]\n"
-                    "training: {num_generations: 1}\n")
-    proc = subprocess.run([sys.executable, "-m", "grpo_dashboard", "validate", str(spec)], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"})
+    spec.write_text(
+        "name: x\nmodel: {name_or_path: a/b, torch_dtype: bfloat16}\n"
+        "dataset: {data_files: missing.jsonl}\nrewards: [{name: nope_reward}]\n"
+        "training: {num_generations: 1}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "validate", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 1
     fields = [line.split(" = ")[0] for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert fields == ["error: model.torch_dtype", "error: dataset.data_files", "error: rewards[0].name",
-                      "error: training.num_generations"], proc.stderr
+    assert fields == [
+        "error: model.torch_dtype",
+        "error: dataset.data_files",
+        "error: rewards[0].name",
+        "error: training.num_generations",
+    ], proc.stderr
 
 
 def test_reward_model_and_weights_follow_trls_order(tmp_path: Path) -> None:
     recipe = tmp_path / "rm.yaml"
-    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nreward_model_name_or_path: owner/rm\n"
-                      "reward_funcs: [accuracy_reward, cf_code, think_format_reward]\n"
-                      "reward_weights: [0.3, 1.0, 2.0, 0.5]\n")
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nreward_model_name_or_path: owner/rm\n"
+        "reward_funcs: [accuracy_reward, cf_code, think_format_reward]\n"
+        "reward_weights: [0.3, 1.0, 2.0, 0.5]\n"
+    )
     result = import_trl(recipe)
     assert [(r.name, r.weight, r.model) for r in result.spec.rewards] == [
-        ("rm", 0.3, "owner/rm"), ("accuracy_reward", 1.0, None), ("think_format_reward", 0.5, None)]
+        ("rm", 0.3, "owner/rm"),
+        ("accuracy_reward", 1.0, None),
+        ("think_format_reward", 0.5, None),
+    ]
     assert {r.key: r.action for r in result.rows if r.value == "cf_code"} == {"reward_funcs": "unsupported"}
     exported = _export_to(tmp_path / "out", result.spec) if (tmp_path / "out").mkdir() is None else None
     flat, _ = read_config(exported)

@@ -80,22 +80,32 @@ def test_extract_is_what_the_wheels_hold(extract: dict) -> None:
 
 def test_trl_014_recipe_gets_its_defaults_and_its_batch_in_completions(tmp_path: Path) -> None:
     recipe = tmp_path / "old.yaml"
-    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nnum_generations: 4\n"
-                      "per_device_train_batch_size: 2\nreward_funcs: [accuracy_reward]\n")
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nnum_generations: 4\n"
+        "per_device_train_batch_size: 2\nreward_funcs: [accuracy_reward]\n"
+    )
     result = import_trl(recipe, trl_version="0.14")
     t = result.spec.training
     assert (t["temperature"], t["beta"], t["loss_type"], t["gradient_accumulation_steps"]) == (0.9, 0.04, "grpo", 8)
     assert t["per_device_train_batch_size"] == 8  # 2 prompts × 4 completions
     assert "vllm_mode" not in t  # no vLLM in the recipe
     rows = {r.key: r for r in result.rows}
-    assert rows["(per_device_train_batch_size)"].action == "converted" and "2 × 4 = 8" in rows[
-        "(per_device_train_batch_size)"].note
+    assert (
+        rows["(per_device_train_batch_size)"].action == "converted"
+        and "2 × 4 = 8" in rows["(per_device_train_batch_size)"].note
+    )
     t16 = import_trl(recipe, trl_version="0.16").spec.training
     assert (t16["temperature"], t16["top_k"], t16["loss_type"], t16["per_device_train_batch_size"]) == (
-        0.9, 50, "bnpo", 2)
-    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nuse_liger_loss: true\n"
-                      "wandb_log_unique_prompts: true\nvllm_guided_decoding_regex: '\\d+'\n"
-                      "reward_funcs: [accuracy_reward]\n")
+        0.9,
+        50,
+        "bnpo",
+        2,
+    )
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nuse_liger_loss: true\n"
+        "wandb_log_unique_prompts: true\nvllm_guided_decoding_regex: '\\d+'\n"
+        "reward_funcs: [accuracy_reward]\n"
+    )
     result = import_trl(recipe)
     assert result.trl_version == "0.18"
     assert result.spec.training["log_unique_prompts"] is True
@@ -104,38 +114,57 @@ def test_trl_014_recipe_gets_its_defaults_and_its_batch_in_completions(tmp_path:
 
 
 def _score(spec_reward, texts: list[str], **columns) -> list[float]:
-    fn = rewards_module().build_reward(spec_reward.name, spec_reward.builtin, spec_reward.function,
-                                       dict(spec_reward.params))
+    fn = rewards_module().build_reward(
+        spec_reward.name, spec_reward.builtin, spec_reward.function, dict(spec_reward.params)
+    )
     return fn([[{"role": "assistant", "content": t}] for t in texts], **columns)
 
 
 def test_open_r1_rewards_score_as_open_r1_does(tmp_path: Path) -> None:
     recipe = tmp_path / "or1.yaml"
-    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\ncode_language: cpp\n"
-                      "reward_funcs: [format, reasoning_steps, code_format, cosine, repetition_penalty, "
-                      "soft_overlong_punishment]\nrepetition_n_grams: 2\n")
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\ncode_language: cpp\n"
+        "reward_funcs: [format, reasoning_steps, code_format, cosine, repetition_penalty, "
+        "soft_overlong_punishment]\nrepetition_n_grams: 2\n"
+    )
     result = import_trl(recipe)
     r = {x.name: x for x in result.spec.rewards}
     fmt = r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$"  # open-r1's format_reward
-    texts = ["<think>\nx\n</think>\n<answer>\n4\n</answer>", "<think>\nx\n</think>\n<answer>\n4\n</answer>\n",
-             "<think>\nx\n</think>\n<answer>\n4\n</answer>\ntrailing", "no tags", " <think>\nx\n</think>\n<answer>\n"
-             "4\n</answer>"]
-    assert _score(r["format"], texts) == [1.0 if re.match(fmt, t, re.DOTALL | re.MULTILINE) else 0.0
-                                          for t in texts] == [1.0, 1.0, 1.0, 0.0, 0.0]
+    texts = [
+        "<think>\nx\n</think>\n<answer>\n4\n</answer>",
+        "<think>\nx\n</think>\n<answer>\n4\n</answer>\n",
+        "<think>\nx\n</think>\n<answer>\n4\n</answer>\ntrailing",
+        "no tags",
+        " <think>\nx\n</think>\n<answer>\n4\n</answer>",
+    ]
+    assert (
+        _score(r["format"], texts)
+        == [1.0 if re.match(fmt, t, re.DOTALL | re.MULTILINE) else 0.0 for t in texts]
+        == [1.0, 1.0, 1.0, 0.0, 0.0]
+    )
     steps = ["Step 1: a", "First, a. Second, b. Next, c. Finally, d.", "nothing"]
     assert _score(r["reasoning_steps"], steps) == [pytest.approx(1 / 3), 1.0, 0.0]
-    code = ["<think>\nx\n</think>\n<answer>\n```cpp\nint main(){}\n```\n</answer>",
-            "<think>\nx\n</think>\n<answer>\n```python\nprint(1)\n```\n</answer>"]
+    code = [
+        "<think>\nx\n</think>\n<answer>\n```cpp\nint main(){}\n```\n</answer>",
+        "<think>\nx\n</think>\n<answer>\n```python\nprint(1)\n```\n</answer>",
+    ]
     assert _score(r["code_format"], code) == [1.0, 0.0]  # code_language reached code_format, not another reward
-    assert r["cosine"].params == {"min_value_wrong": 0.0, "max_value_wrong": -0.5, "min_value_correct": 0.5,
-                                  "max_value_correct": 1.0, "max_len": 1000, "unit": "chars"}
+    assert r["cosine"].params == {
+        "min_value_wrong": 0.0,
+        "max_value_wrong": -0.5,
+        "min_value_correct": 0.5,
+        "max_value_correct": 1.0,
+        "max_len": 1000,
+        "unit": "chars",
+    }
     wrong = _score(r["cosine"], ["\\boxed{5}" + " " * 491], solution=["$4$"])[0]
     assert wrong == pytest.approx(-0.5 + 0.5 * 0.5 * (1 + math.cos(math.pi * 500 / 1000)))  # open-r1's formula
     assert r["repetition_penalty"].params == {"ngram_size": 2, "max_penalty": -1.0, "unit": "words"}
     assert _score(r["repetition_penalty"], ["a b a b a b"]) == [pytest.approx((1 - 2 / 5) * -1.0)]
     assert r["soft_overlong_punishment"].params == {"max_completion_len": 16384, "soft_punish_cache": 4096}
-    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\ncode_language: rust\n"
-                      "reward_funcs: [code_format]\n")
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\ncode_language: rust\nreward_funcs: [code_format]\n"
+    )
     with pytest.raises(SpecError) as exc:
         import_trl(recipe)
     assert "code_language" in str(exc.value) and "'rust'" in str(exc.value) and "cpp" in str(exc.value)
@@ -143,13 +172,17 @@ def test_open_r1_rewards_score_as_open_r1_does(tmp_path: Path) -> None:
 
 def test_open_r1_dataset_mixture_becomes_trls_mixture_and_says_what_differs(tmp_path: Path) -> None:
     recipe = tmp_path / "mix.yaml"
-    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nreward_funcs: [accuracy]\ndataset_mixture:\n"
-                      "  datasets:\n    - {id: owner/math, config: hard, columns: [problem, solution], weight: 0.5}\n"
-                      "    - {id: owner/code, split: validation}\n  seed: 42\n  test_split_size: 0.1\n")
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nreward_funcs: [accuracy]\ndataset_mixture:\n"
+        "  datasets:\n    - {id: owner/math, config: hard, columns: [problem, solution], weight: 0.5}\n"
+        "    - {id: owner/code, split: validation}\n  seed: 42\n  test_split_size: 0.1\n"
+    )
     result = import_trl(recipe)
     d = result.spec.dataset
-    assert d.mixture == [{"path": "owner/math", "name": "hard", "columns": ["problem", "solution"]},
-                         {"path": "owner/code", "split": "validation"}]
+    assert d.mixture == [
+        {"path": "owner/math", "name": "hard", "columns": ["problem", "solution"]},
+        {"path": "owner/code", "split": "validation"},
+    ]
     assert d.test_split_size == 0.1 and d.path is None
     note = {r.key: r for r in result.rows}["dataset_mixture"].note
     assert "[0.5, None]" in note and "fraction" in note and "seed 42" in note
@@ -160,8 +193,9 @@ def test_open_r1_dataset_mixture_becomes_trls_mixture_and_says_what_differs(tmp_
     if export.rewards_module:
         (tmp_path / f"{export.rewards_module_name}.py").write_text(export.rewards_module)
     assert import_trl(tmp_path / "out.yaml").spec == result.spec  # TRL's own `datasets` key on the way back
-    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nreward_funcs: [accuracy]\n"
-                      "dataset_mixture: {datasets: [{config: x}]}\n")
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nreward_funcs: [accuracy]\ndataset_mixture: {datasets: [{config: x}]}\n"
+    )
     with pytest.raises(SpecError) as exc:
         import_trl(recipe)
     assert "dataset_mixture" in str(exc.value) and "`id`" in str(exc.value)
@@ -175,8 +209,11 @@ def test_trls_own_reward_names_are_the_grpo_scripts_registry() -> None:
     from grpo_dashboard.spec.trl_rewards import TRL_REWARDS
 
     source = (Path(trl.__file__).parent / "scripts" / "grpo.py").read_text()
-    registry = next(n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Assign)
-                    and any(getattr(t, "id", None) == "reward_funcs_registry" for t in n.targets))
+    registry = next(
+        n.value
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "reward_funcs_registry" for t in n.targets)
+    )
     names = {ast.literal_eval(k): v for k, v in zip(registry.keys, registry.values, strict=True)}
     assert set(names) == set(TRL_REWARDS)
     overlong = {k.arg: ast.literal_eval(k.value) for k in names["get_soft_overlong_punishment"].keywords}
@@ -185,8 +222,10 @@ def test_trls_own_reward_names_are_the_grpo_scripts_registry() -> None:
 
 def test_an_open_r1_recipe_without_a_system_prompt_still_sends_chat_prompts(tmp_path: Path) -> None:
     recipe = tmp_path / "or1.yaml"
-    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\ndataset_prompt_column: problem\n"
-                      "reward_funcs: [accuracy, format]\n")
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\ndataset_prompt_column: problem\n"
+        "reward_funcs: [accuracy, format]\n"
+    )
     result = import_trl(recipe)
     assert result.spec.dataset.conversational and result.spec.dataset.prompt_column == "problem"
     assert {r.key: r.action for r in result.rows}["(conversational)"] == "converted"

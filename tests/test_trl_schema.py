@@ -37,8 +37,10 @@ def test_the_schema_in_use_is_the_installed_trls(built: dict[str, Any]) -> None:
 def test_the_shipped_schema_is_the_pinned_trls(built: dict[str, Any]) -> None:
     shipped = json.loads(trl_schema.SHIPPED.read_text(encoding="utf-8"))
     if shipped["versions"] != built["versions"]:
-        pytest.skip(f"the shipped schema is for {shipped['versions']}, this environment has {built['versions']}; "
-                    f"the schema in use is built for it (checked above)")
+        pytest.skip(
+            f"the shipped schema is for {shipped['versions']}, this environment has {built['versions']}; "
+            f"the schema in use is built for it (checked above)"
+        )
     assert trl_schema.SHIPPED.read_text(encoding="utf-8") == trl_schema.dumps(built)
     installed = trl_schema.trl_dir()
     assert installed is not None
@@ -65,17 +67,22 @@ def test_fields_have_the_real_classes_python_types_defaults_and_choices() -> Non
         enums = [k for k in kinds if isinstance(k, type) and issubclass(k, enum.Enum)]
         if enums:
             assert [s.__members__ for s in ours.types if s.__name__ == enums[0].__name__] == [
-                {str(e.value): e.value for e in enums[0]}]
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+                {str(e.value): e.value for e in enums[0]}
+            ]
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
         assert ours.default == (default.value if isinstance(default, enum.Enum) else default), f.name
     assert fields["lr_scheduler_type"].choices[0] == "linear" and fields["loss_type"].choices[0] == "grpo"
     assert forms._widget(fields["optim"].types, fields["optim"].choices) == "choice"
     assert forms._widget(fields["max_grad_norm"].types, None) == "float"
 
 
-def test_a_schema_for_another_trl_is_built_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           built: dict[str, Any]) -> None:
+def test_a_schema_for_another_trl_is_built_once_and_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, built: dict[str, Any]
+) -> None:
     shipped = tmp_path / "shipped.json"
     other = {**built, "versions": {"trl": "0.0.1", "transformers": "0.0.1"}, "configs": {"GRPOConfig": []}}
     shipped.write_text(trl_schema.dumps(other), encoding="utf-8")
@@ -112,22 +119,38 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("auto batch size", {"auto_find_batch_size": True}, False),
     ("completions to the Hub without logging them", {"log_completions_hub_repo": "a/b"}, False),
     ("completions to the Hub, logged", {"log_completions_hub_repo": "a/b", "log_completions": True}, True),
-    ("importance-sampling clip min above max", {"vllm_importance_sampling_clip_min": 3.0,
-                                                "vllm_importance_sampling_clip_max": 2.0}, False),
-    ("importance-sampling clip min below max", {"vllm_importance_sampling_clip_min": 0.5,
-                                                "vllm_importance_sampling_clip_max": 2.0}, True),
-    ("eval batch not divisible by the group", {"eval_strategy": "steps", "eval_steps": 5,
-                                               "per_device_eval_batch_size": 3}, False),
-    ("eval batch divisible by the group", {"eval_strategy": "steps", "eval_steps": 5,
-                                           "per_device_eval_batch_size": 16}, True),
-    ("eval group of its own", {"eval_strategy": "steps", "eval_steps": 5, "per_device_eval_batch_size": 3,
-                               "num_generations_eval": 3}, True),
+    (
+        "importance-sampling clip min above max",
+        {"vllm_importance_sampling_clip_min": 3.0, "vllm_importance_sampling_clip_max": 2.0},
+        False,
+    ),
+    (
+        "importance-sampling clip min below max",
+        {"vllm_importance_sampling_clip_min": 0.5, "vllm_importance_sampling_clip_max": 2.0},
+        True,
+    ),
+    (
+        "eval batch not divisible by the group",
+        {"eval_strategy": "steps", "eval_steps": 5, "per_device_eval_batch_size": 3},
+        False,
+    ),
+    (
+        "eval batch divisible by the group",
+        {"eval_strategy": "steps", "eval_steps": 5, "per_device_eval_batch_size": 16},
+        True,
+    ),
+    (
+        "eval group of its own",
+        {"eval_strategy": "steps", "eval_steps": 5, "per_device_eval_batch_size": 3, "num_generations_eval": 3},
+        True,
+    ),
 ]
 
 
 @pytest.mark.parametrize(("what", "training", "accepted"), CASES, ids=[c[0] for c in CASES])
-def test_validation_and_the_real_grpoconfig_agree(what: str, training: dict[str, Any], accepted: bool,
-                                                  tmp_path: Path) -> None:
+def test_validation_and_the_real_grpoconfig_agree(
+    what: str, training: dict[str, Any], accepted: bool, tmp_path: Path
+) -> None:
     from trl import GRPOConfig
 
     spec_dict = smoke_dict(tmp_path / "tiny-not-built")

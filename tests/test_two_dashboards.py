@@ -62,12 +62,19 @@ def test_two_dashboards_on_one_data_dir_ingest_two_live_runs_exactly_once(tmp_pa
     for i in range(2):
         run_dir = tmp_path / f"run{i}"
         run_dir.mkdir()
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir / "metrics.jsonl"), str(go),
-                                   str(STEPS)])
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir / "metrics.jsonl"), str(go), str(STEPS)])
         writers.append(writer)
-        run = Run(id=f"run{i}", name=f"run{i}", spec_yaml="", backend="local", status="running",
-                  created_at=time.time(), run_dir=str(run_dir), pid=writer.pid,
-                  pid_start=local_process.process_start_time(writer.pid))
+        run = Run(
+            id=f"run{i}",
+            name=f"run{i}",
+            spec_yaml="",
+            backend="local",
+            status="running",
+            created_at=time.time(),
+            run_dir=str(run_dir),
+            pid=writer.pid,
+            pid_start=local_process.process_start_time(writer.pid),
+        )
         store.insert_run(run)
         runs.append(run)
     ports = [free_port(), free_port()]

@@ -20,8 +20,14 @@ from .conftest import REPO, free_port, wait_for
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = REPO / "test-artifacts"
 SMOKE = "smoke (offline CPU test)"
 
@@ -38,8 +44,9 @@ POINTS_JS = """(sel) => {
 def app_url(data_dir: Path) -> Iterator[tuple[str, Store, Any]]:
     store = Store()
     demo = build_app(store)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
-                            **launch_options())
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True, **launch_options()
+    )
     try:
         yield url, store, demo
     finally:
@@ -77,8 +84,9 @@ def launch_from_form(page: Any, max_steps: int) -> None:
     fill(page, "field-training-max-steps", str(max_steps))
     page.wait_for_function(f"() => document.querySelector('#spec-yaml').innerText.includes('max_steps: {max_steps}')")
     page.locator("#launch-btn").click()
-    page.wait_for_function("() => document.querySelector('#new-run-summary').innerText.includes('Launched')",
-                           timeout=120_000)
+    page.wait_for_function(
+        "() => document.querySelector('#new-run-summary').innerText.includes('Launched')", timeout=120_000
+    )
     page.get_by_role("tab", name="Run detail", exact=True).wait_for()
 
 
@@ -108,7 +116,8 @@ def test_launch_watch_completions_and_cancel(page: Any, app_url: tuple[str, Stor
         run = store.get_run(run_id)
         assert time.monotonic() < deadline and run.status not in TERMINAL, (
             f"run {run.status} with {run.n_records} records; monitor passes={demo.monitor.passes} "
-            f"last_error={demo.monitor.last_error}; log: {logs.tail(runs.log_path(run), 5)}")
+            f"last_error={demo.monitor.last_error}; log: {logs.tail(runs.log_path(run), 5)}"
+        )
         time.sleep(1)
     # Live curves: the reward chart gains points while we watch, without reloading the page.
     page.wait_for_function(f"() => ({POINTS_JS})('#plot-reward') >= 3", timeout=240_000)
@@ -139,8 +148,9 @@ def test_launch_watch_completions_and_cancel(page: Any, app_url: tuple[str, Stor
     page.locator("#cancel-btn").click()
     wait_for(lambda: store.get_run(second_id).status in TERMINAL, timeout=120)
     assert store.get_run(second_id).status == "canceled"
-    page.wait_for_function("() => document.querySelector('#detail-status').innerText.includes('canceled')",
-                           timeout=30_000)
+    page.wait_for_function(
+        "() => document.querySelector('#detail-status').innerText.includes('canceled')", timeout=30_000
+    )
     assert store.get_run(run_id).status in ("running", "completed")
 
     # The runs table lists both, with their states.
@@ -152,8 +162,9 @@ def test_launch_watch_completions_and_cancel(page: Any, app_url: tuple[str, Stor
 
     # Clicking a row opens that run's detail page.
     page.locator("#runs-table").get_by_text(run_id).locator("visible=true").first.click()
-    page.wait_for_function(f"() => document.querySelector('#detail-status').innerText.includes('{run_id}')",
-                           timeout=30_000)
+    page.wait_for_function(
+        f"() => document.querySelector('#detail-status').innerText.includes('{run_id}')", timeout=30_000
+    )
     assert page.locator("#detail-status").is_visible()
 
 
@@ -190,8 +201,10 @@ def test_text_pasted_into_a_field_reaches_the_yaml(page: Any, app_url: tuple[str
     box.press("Tab")
     page.wait_for_timeout(1500)
     assert page.locator("#spec-yaml").inner_text() == yaml_before
-    for elem_id, text, line in [("field-training-num-generations", "6", "num_generations: 6"),
-                                ("field-dataset-prompt-column", "question", "prompt_column: question")]:
+    for elem_id, text, line in [
+        ("field-training-num-generations", "6", "num_generations: 6"),
+        ("field-dataset-prompt-column", "question", "prompt_column: question"),
+    ]:
         box = page.locator(f"#{elem_id}").locator("input, textarea").first
         box.click()
         box.press("Control+a")

@@ -20,12 +20,34 @@ from grpo_dashboard.views import charts
 from .conftest import free_port_app, wait_for
 
 EXPECTED_ENDPOINTS = {
-    "/load_preset", "/form_to_yaml", "/yaml_to_form", "/validate", "/launch", "/runs_table", "/run_choices",
-    "/detail_poll", "/detail_render", "/detail_step", "/cancel_run", "/compare", "/open_run_by_ref",
-    "/inspect_dataset", "/check_rewards", "/estimate_hardware", "/who", "/detail_trajectories", "/detail_view",
+    "/load_preset",
+    "/form_to_yaml",
+    "/yaml_to_form",
+    "/validate",
+    "/launch",
+    "/runs_table",
+    "/run_choices",
+    "/detail_poll",
+    "/detail_render",
+    "/detail_step",
+    "/cancel_run",
+    "/compare",
+    "/open_run_by_ref",
+    "/inspect_dataset",
+    "/check_rewards",
+    "/estimate_hardware",
+    "/who",
+    "/detail_trajectories",
+    "/detail_view",
     "/page_state",
-    "/rename_run", "/note_run", "/delete_run",
-    "/import_trl", "/resume_choices", "/resume_run", "/export_metrics", "/import_run",
+    "/rename_run",
+    "/note_run",
+    "/delete_run",
+    "/import_trl",
+    "/resume_choices",
+    "/resume_run",
+    "/export_metrics",
+    "/import_run",
 }
 N_GROUPS = len(forms.GROUPS) - 1  # "Run" fields sit above the accordions
 
@@ -63,8 +85,10 @@ def served(module_data: Path) -> Iterator[tuple[Any, Client, Store]]:
 
 def form_args(demo: Any, values: dict[str, Any]) -> list[Any]:
     """Form values in the endpoint's input order (the reward table as the client's DataFrame payload)."""
-    return [{"headers": list(forms.REWARD_COLUMNS), "data": values[k]} if k == "rewards" else values[k]
-            for k in demo.form_keys]
+    return [
+        {"headers": list(forms.REWARD_COLUMNS), "data": values[k]} if k == "rewards" else values[k]
+        for k in demo.form_keys
+    ]
 
 
 def smoke_values(**training: Any) -> tuple[dict[str, Any], str]:
@@ -78,7 +102,7 @@ def smoke_values(**training: Any) -> tuple[dict[str, Any], str]:
 
 def field_outputs(demo: Any, outputs: list[Any]) -> dict[str, Any]:
     """The trailing per-field outputs of a form endpoint, keyed by field."""
-    return dict(zip(demo.form_keys, outputs[-len(demo.form_keys):], strict=True))
+    return dict(zip(demo.form_keys, outputs[-len(demo.form_keys) :], strict=True))
 
 
 def trace_len(x: Any) -> int:
@@ -95,8 +119,9 @@ def plot_traces(payload: dict[str, Any]) -> list[dict[str, Any]]:
 
 def plot_points(payload: dict[str, Any]) -> int:
     """Points of the longest logged-metric trace in a gr.Plot payload (the forecast's drawn curves excluded)."""
-    return max((trace_len(t["x"]) for t in plot_traces(payload) if "x" in t and t.get("meta") != "forecast"),
-               default=0)
+    return max(
+        (trace_len(t["x"]) for t in plot_traces(payload) if "x" in t and t.get("meta") != "forecast"), default=0
+    )
 
 
 def test_every_named_endpoint_is_covered(served: tuple[Any, Client, Store]) -> None:
@@ -109,8 +134,17 @@ def test_every_named_endpoint_is_covered(served: tuple[Any, Client, Store]) -> N
 def test_poll_handlers_do_not_serialize(served: tuple[Any, Client, Store]) -> None:
     demo, _, _ = served
     fns = {f.api_name: f for f in demo.fns.values()}
-    for name in ("runs_table", "run_choices", "detail_poll", "detail_render", "detail_step", "compare",
-                 "form_to_yaml", "yaml_to_form", "load_preset"):
+    for name in (
+        "runs_table",
+        "run_choices",
+        "detail_poll",
+        "detail_render",
+        "detail_step",
+        "compare",
+        "form_to_yaml",
+        "yaml_to_form",
+        "load_preset",
+    ):
         assert fns[name].concurrency_limit is None, name  # not Gradio's default of 1 per event
 
 
@@ -162,7 +196,7 @@ def test_validate_shows_every_error_next_to_its_field(served: tuple[Any, Client,
     assert fields["training.beta"]["info"].startswith("✖")
     assert fields["training.num_generations"]["info"].startswith("✖")
     assert not fields["training.epsilon"]["info"].startswith("✖")
-    group_boxes = " ".join(str(x.get("value", "")) for x in out[1:1 + N_GROUPS])
+    group_boxes = " ".join(str(x.get("value", "")) for x in out[1 : 1 + N_GROUPS])
     assert "training.beta" in group_boxes and "dataset.prompt_column" in group_boxes
 
     good, text = smoke_values()
@@ -227,8 +261,8 @@ def test_detail_render_then_poll_redraws_only_on_change(served: tuple[Any, Clien
     args = (finished_run, 0.6, False, "step", True, None, "total reward", True)
     out = client.predict(*args, api_name="/detail_render")
     status, findings, *rest = out  # the Cancel button's interactivity is not part of the API
-    plots = rest[:len(charts.PANELS)]
-    spec_yaml, log, step_dd, table, note = rest[len(charts.PANELS):]
+    plots = rest[: len(charts.PANELS)]
+    spec_yaml, log, step_dd, table, note = rest[len(charts.PANELS) :]
     assert "completed" in status and finished_run in status
     assert findings
     points = {p.id: plot_points(pl) for p, pl in zip(charts.PANELS, plots, strict=True)}
@@ -245,8 +279,9 @@ def test_detail_render_then_poll_redraws_only_on_change(served: tuple[Any, Clien
     assert finished_run in status
     assert all(x == {"__type__": "update"} for x in rest)
     # A control changed: charts are redrawn, the rest still skipped.
-    status, findings, *rest = client.predict(finished_run, 0.0, True, "step", True, None, "total reward", True,
-                                             api_name="/detail_poll")
+    status, findings, *rest = client.predict(
+        finished_run, 0.0, True, "step", True, None, "total reward", True, api_name="/detail_poll"
+    )
     assert plot_points(rest[0]) == 20
     assert json.loads(rest[0]["plot"])["layout"]["yaxis"]["type"] == "log"
     assert rest[len(charts.PANELS)] == {"__type__": "update"}  # spec unchanged
@@ -273,7 +308,8 @@ def test_trajectories_tab_shows_a_step_as_conversations(served: tuple[Any, Clien
 
 @pytest.mark.training
 def test_agent_preset_launched_from_the_form_shows_tool_calls_in_trajectories(
-        served: tuple[Any, Client, Store], agent_model: Path) -> None:
+    served: tuple[Any, Client, Store], agent_model: Path
+) -> None:
     demo, client, store = served
     text = presets.preset_yaml("agent: calculator tool (offline CPU, warmed tiny model)")
     values = forms.values_from_yaml(text)

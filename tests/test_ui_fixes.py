@@ -84,8 +84,20 @@ def test_eta_uses_the_recent_step_rate(tmp_path: Path) -> None:
 
     with path.open("w") as f:
         for step in range(1, 11):
-            f.write(json.dumps({"v": 1, "type": "log", "split": "train", "step": step, "max_steps": 100,
-                                "time": t0 + 60 + (step - 1), "metrics": {"loss": 0.1}}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "v": 1,
+                        "type": "log",
+                        "split": "train",
+                        "step": step,
+                        "max_steps": 100,
+                        "time": t0 + 60 + (step - 1),
+                        "metrics": {"loss": 0.1},
+                    }
+                )
+                + "\n"
+            )
     ingest.ingest_file(store, "r1", path)
     run = store.get_run("r1")
     pace = overview.recent_pace(store, run)
@@ -100,8 +112,9 @@ def _run(store: Store, tmp_path: Path, rid: str, spec: str, created: float, stat
     run_dir = tmp_path / "data" / "runs" / rid
     run_dir.mkdir(parents=True)
     (run_dir / "job.log").write_text("hello\n")
-    run = Run(id=rid, name="smoke", spec_yaml=spec, backend="local", status=status, created_at=created,
-              run_dir=str(run_dir))
+    run = Run(
+        id=rid, name="smoke", spec_yaml=spec, backend="local", status=status, created_at=created, run_dir=str(run_dir)
+    )
     store.insert_run(run)
     return run
 
@@ -139,8 +152,9 @@ def test_log_y_skips_zeros_and_fractions_get_their_own_axis() -> None:
     zero = SeriesArrays(steps, np.zeros(5), np.zeros(5, bool), np.arange(5.0))
     frac = SeriesArrays(steps, np.full(5, 0.3), np.zeros(5, bool), np.arange(5.0))
     std = SeriesArrays(steps, np.full(5, 4.0), np.zeros(5, bool), np.arange(5.0))
-    frames = display.reduce_all({("train", "kl"): zero, ("train", "frac_reward_zero_std"): frac,
-                                 ("train", "reward_std"): std})
+    frames = display.reduce_all(
+        {("train", "kl"): zero, ("train", "frac_reward_zero_std"): frac, ("train", "reward_std"): std}
+    )
     opts = charts.ChartOptions(smoothing=0.0, log_y=True)
     traces, layout = charts.panel_spec("kl", ["kl"], frames, opts)
     assert np.isnan(traces[0]["y"]).all()
@@ -162,8 +176,17 @@ def test_scores_rounded_and_steps_snap() -> None:
 
 # 10. cancel state shown until the run ends
 def test_cancel_requested_stays_in_the_status() -> None:
-    run = Run(id="r", name="r", spec_yaml="", backend="local", status="running", created_at=1.0, run_dir="/x",
-              started_at=1.0, cancel_requested_at=time.time())
+    run = Run(
+        id="r",
+        name="r",
+        spec_yaml="",
+        backend="local",
+        status="running",
+        created_at=1.0,
+        run_dir="/x",
+        started_at=1.0,
+        cancel_requested_at=time.time(),
+    )
     assert "Cancel requested" in overview.status_markdown(run)
 
 
@@ -199,4 +222,3 @@ def test_initial_view_follows_the_url(tmp_path: Path) -> None:
     assert ui_app.initial_view(ctx, user, {"run": "smoke-1"})[1:] == ("smoke-1", "detail")
     assert ui_app.initial_view(ctx, user, {"run": "smoke-1", "tab": "compare"})[1:] == ("smoke-1", "compare")
     assert ui_app.initial_view(ctx, user, {"tab": "bogus"})[2] == "new"
-

@@ -57,12 +57,27 @@ def start_writer(store: Store, data: Path, run_id: str, interval: float = 0.3, n
     """A running local run fed by a synthetic writer; the caller stops it."""
     run_dir = data / "runs" / run_id
     run_dir.mkdir(parents=True)
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir), str(interval), str(n)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(run_dir), str(interval), str(n)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     spec = presets.preset_yaml(presets.DEFAULT_PRESET).replace("name: smoke", f"name: {run_id}", 1)
-    store.insert_run(Run(id=run_id, name=run_id, spec_yaml=spec, backend="local", status="running",
-                         created_at=time.time(), started_at=time.time(), run_dir=str(run_dir), pid=proc.pid,
-                         pid_start=process_start_time(proc.pid)))
+    store.insert_run(
+        Run(
+            id=run_id,
+            name=run_id,
+            spec_yaml=spec,
+            backend="local",
+            status="running",
+            created_at=time.time(),
+            started_at=time.time(),
+            run_dir=str(run_dir),
+            pid=proc.pid,
+            pid_start=process_start_time(proc.pid),
+        )
+    )
     return proc
 
 
@@ -74,8 +89,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         store = Store()
         writers = [start_writer(store, data, "older-run", n=5), start_writer(store, data, "live-run")]
         demo = build_app(store)
-        _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
-                                quiet=True, **launch_options())
+        _, url, _ = demo.launch(
+            prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True, **launch_options()
+        )
         try:
             yield {"url": url, "store": store, "demo": demo, "data": data, "writers": writers}
         finally:
@@ -115,9 +131,11 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 POINTS = "() => Number(document.body.dataset.grpoPoints || 0)"
-SYSTEM_X = ("() => { const gd = document.querySelector('#plot-system .js-plotly-plot'); const t = gd && gd.data && "
-            "gd.data.find(t => t.meta && t.meta.s === 'system|system/gpu0/utilization' && t.meta.r === 'value'); "
-            "return t ? Array.from(t.x) : []; }")
+SYSTEM_X = (
+    "() => { const gd = document.querySelector('#plot-system .js-plotly-plot'); const t = gd && gd.data && "
+    "gd.data.find(t => t.meta && t.meta.s === 'system|system/gpu0/utilization' && t.meta.r === 'value'); "
+    "return t ? Array.from(t.x) : []; }"
+)
 
 
 def has_text(selector: str, text: str) -> str:
@@ -129,8 +147,14 @@ def test_pushed_charts_grow_without_gradio_polls_and_reload_keeps_run_and_tab(pa
     url = served["url"]
     joins: list[str] = []
     streams: list[str] = []
-    page.on("request", lambda r: joins.append(r.url) if "/queue/join" in r.url else (
-        streams.append(r.url) if "/grpo/live" in r.url else None))
+    page.on(
+        "request",
+        lambda r: (
+            joins.append(r.url)
+            if "/queue/join" in r.url
+            else (streams.append(r.url) if "/grpo/live" in r.url else None)
+        ),
+    )
     page.goto(url + "?run=live-run&tab=detail")
     page.wait_for_function(f"() => ({POINTS})() >= 3")
     assert page.get_by_role("tab", name="Run detail", exact=True).get_attribute("aria-selected") == "true"
@@ -144,7 +168,7 @@ def test_pushed_charts_grow_without_gradio_polls_and_reload_keeps_run_and_tab(pa
     first_x = page.evaluate(SYSTEM_X)
     page.wait_for_function(f"() => ({SYSTEM_X})().length >= {len(first_x) + 3}", timeout=30_000)
     grown = page.evaluate(SYSTEM_X)
-    assert grown[:len(first_x)] == first_x and all(0 <= x < 60 for x in grown), grown[-5:]
+    assert grown[: len(first_x)] == first_x and all(0 <= x < 60 for x in grown), grown[-5:]
     assert sorted(grown) == grown
     assert "live-run" in page.locator("#live-status").inner_text()
 
@@ -275,8 +299,9 @@ def test_a_page_past_the_stream_cap_says_why_and_gets_in_once_a_place_frees(brow
         first.goto(served["url"] + "?run=live-run&tab=detail")
         first.wait_for_function(f"() => ({POINTS})() >= 1")
         second.goto(served["url"] + "?run=live-run&tab=detail")
-        second.wait_for_function("() => (document.querySelector('#live-status')||{}).textContent?"
-                                 ".includes('too many live streams')")
+        second.wait_for_function(
+            "() => (document.querySelector('#live-status')||{}).textContent?.includes('too many live streams')"
+        )
         assert "GRPO_DASHBOARD_MAX_STREAMS=1" in second.locator("#live-status").inner_text()
         first.close()
         second.wait_for_function(f"() => ({POINTS})() >= 1", timeout=60_000)  # its retry gets the freed place

@@ -52,8 +52,9 @@ def test_smoke_spec_is_valid(tiny_model: Path) -> None:
         ("multi_objective_aggregation", "mean", "'sum_then_normalize', 'normalize_then_sum'"),
     ],
 )
-def test_enum_fields_trl_checks_only_in_the_first_step(tiny_model: Path, data_dir: Path, field: str, value: str,
-                                                       allowed: str) -> None:
+def test_enum_fields_trl_checks_only_in_the_first_step(
+    tiny_model: Path, data_dir: Path, field: str, value: str, allowed: str
+) -> None:
     errors = rejected(smoke_dict(tiny_model, **{field: value}), data_dir)
     assert_names(errors[f"training.{field}"], value, "must be one of", allowed)
 
@@ -62,8 +63,9 @@ def test_prompt_column_missing(tiny_model: Path, data_dir: Path) -> None:
     spec = smoke_dict(tiny_model)
     spec["dataset"]["prompt_column"] = "question"
     errors = rejected(spec, data_dir)
-    assert_names(errors["dataset.prompt_column"], "question", "not a column", "['prompt']",
-                 "Set `dataset.prompt_column`")
+    assert_names(
+        errors["dataset.prompt_column"], "question", "not a column", "['prompt']", "Set `dataset.prompt_column`"
+    )
 
 
 def test_prompt_template_with_unknown_column(tiny_model: Path, data_dir: Path) -> None:
@@ -115,8 +117,11 @@ def test_reward_reads_a_column_the_dataset_lacks(tiny_model: Path, data_dir: Pat
 
 def test_unknown_reward_and_duplicate_names(tiny_model: Path, data_dir: Path) -> None:
     spec = smoke_dict(tiny_model)
-    spec["rewards"] = [{"name": "leter_fraction"}, {"name": "x", "builtin": "constant"},
-                       {"name": "x", "builtin": "constant"}]
+    spec["rewards"] = [
+        {"name": "leter_fraction"},
+        {"name": "x", "builtin": "constant"},
+        {"name": "x", "builtin": "constant"},
+    ]
     errors = rejected(spec, data_dir)
     assert "Did you mean 'letter_fraction'" in errors["rewards[0].name"].message
     assert "used twice" in errors["rewards[2].name"].message
@@ -142,8 +147,9 @@ def test_conversational_prompts_need_a_chat_template(tiny_model: Path, data_dir:
     cfg.write_text(json.dumps(data))
     (no_template / "chat_template.jinja").unlink(missing_ok=True)
     rows = tmp_path / "chat.jsonl"
-    rows.write_text("\n".join(json.dumps({"prompt": [{"role": "user", "content": f"say a {i}"}]})
-                              for i in range(4)) + "\n")
+    rows.write_text(
+        "\n".join(json.dumps({"prompt": [{"role": "user", "content": f"say a {i}"}]}) for i in range(4)) + "\n"
+    )
     spec = smoke_dict(no_template)
     spec["dataset"]["data_files"] = str(rows)
     errors = rejected(spec, data_dir)
@@ -182,8 +188,17 @@ def test_numeric_strings_are_accepted_for_numbers(tiny_model: Path) -> None:
 
 
 def test_ranges_and_cross_field_rules(tiny_model: Path, data_dir: Path) -> None:
-    errors = rejected(smoke_dict(tiny_model, learning_rate=-1.0, temperature=0, auto_find_batch_size=True,
-                                 sync_ref_model=True, log_completions_hub_repo="me/x"), data_dir)
+    errors = rejected(
+        smoke_dict(
+            tiny_model,
+            learning_rate=-1.0,
+            temperature=0,
+            auto_find_batch_size=True,
+            sync_ref_model=True,
+            log_completions_hub_repo="me/x",
+        ),
+        data_dir,
+    )
     assert "must be > 0" in errors["training.learning_rate"].message
     assert "must be > 0" in errors["training.temperature"].message
     assert "not supported by GRPO" in errors["training.auto_find_batch_size"].message
@@ -197,8 +212,10 @@ def test_eval_needs_eval_data_and_divisible_eval_batch(tiny_model: Path, data_di
     spec = smoke_dict(tiny_model, eval_strategy="steps", eval_steps=5, per_device_eval_batch_size=6)
     spec["dataset"]["eval_data_files"] = spec["dataset"]["data_files"]
     errors = rejected(spec, data_dir)
-    assert "not divisible by num_generations_eval/num_generations (8)" in \
-        errors["training.per_device_eval_batch_size"].message
+    assert (
+        "not divisible by num_generations_eval/num_generations (8)"
+        in errors["training.per_device_eval_batch_size"].message
+    )
 
 
 def test_dataset_and_model_paths(tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
@@ -238,5 +255,9 @@ def test_every_error_is_reported_at_once(tiny_model: Path, data_dir: Path) -> No
     spec = smoke_dict(tiny_model, loss_type="foo", scale_rewards="x", num_generations=3)
     spec["dataset"]["prompt_column"] = "nope"
     errors = rejected(spec, data_dir)
-    assert {"training.loss_type", "training.scale_rewards", "training.per_device_train_batch_size",
-            "dataset.prompt_column"} <= set(errors)
+    assert {
+        "training.loss_type",
+        "training.scale_rewards",
+        "training.per_device_train_batch_size",
+        "dataset.prompt_column",
+    } <= set(errors)

@@ -25,9 +25,26 @@ MEMORY_BOUND_MB = 60.0  # steady-state growth allowed over the last three quarte
 @pytest.mark.slow
 def test_viewers_polling_live_runs_get_answers_without_errors_and_memory_levels_off() -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    proc = subprocess.run([sys.executable, "benchmarks/viewers.py", "--clients", str(CLIENTS), "--runs", str(RUNS),
-                           "--duration", str(DURATION_S), "--history", "5000", "--json"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/viewers.py",
+            "--clients",
+            str(CLIENTS),
+            "--runs",
+            str(RUNS),
+            "--duration",
+            str(DURATION_S),
+            "--history",
+            "5000",
+            "--json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert figures["errors"] == 0, proc.stdout[-3000:]

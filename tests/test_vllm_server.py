@@ -27,20 +27,31 @@ from .conftest import SMOKE_DATA, free_port, processes_with, smoke_dict, wait_fo
 STANDIN = Path(__file__).with_name("vllm_standin.py")
 
 
-def plan_for(tmp_path: Path, *server_args: str, train_s: float = 1.0, train_code: int = 0,
-             health_timeout_s: float = 20.0) -> tuple[Path, vllm_server.Plan, int]:
+def plan_for(
+    tmp_path: Path, *server_args: str, train_s: float = 1.0, train_code: int = 0, health_timeout_s: float = 20.0
+) -> tuple[Path, vllm_server.Plan, int]:
     """A plan: the stand-in server on a free port, and a training that reads its served config and sleeps."""
     port = free_port()
     (tmp_path / "run.yaml").write_text(yaml.safe_dump({"name": "x", "training": {"learning_rate": 0.1}}))
-    train = [sys.executable, "-c",
-             "import sys, time, yaml; t = yaml.safe_load(open(sys.argv[1]))['training']; "
-             "print('train: server', t['vllm_server_host'], t['vllm_server_port'], t['vllm_mode'], flush=True); "
-             f"time.sleep({train_s}); print('train: done', flush=True); sys.exit({train_code})",
-             str(tmp_path / vllm_server.SERVED_CONFIG), f"--tag={tmp_path}"]
-    plan = vllm_server.Plan([sys.executable, str(STANDIN), "--port", str(port), f"--tag={tmp_path}", *server_args],
-                            train, port, health_timeout_s, str(tmp_path / vllm_server.SERVER_LOG),
-                            str(tmp_path / "run.yaml"), str(tmp_path / vllm_server.SERVED_CONFIG),
-                            str(tmp_path / "metrics.jsonl"))
+    train = [
+        sys.executable,
+        "-c",
+        "import sys, time, yaml; t = yaml.safe_load(open(sys.argv[1]))['training']; "
+        "print('train: server', t['vllm_server_host'], t['vllm_server_port'], t['vllm_mode'], flush=True); "
+        f"time.sleep({train_s}); print('train: done', flush=True); sys.exit({train_code})",
+        str(tmp_path / vllm_server.SERVED_CONFIG),
+        f"--tag={tmp_path}",
+    ]
+    plan = vllm_server.Plan(
+        [sys.executable, str(STANDIN), "--port", str(port), f"--tag={tmp_path}", *server_args],
+        train,
+        port,
+        health_timeout_s,
+        str(tmp_path / vllm_server.SERVER_LOG),
+        str(tmp_path / "run.yaml"),
+        str(tmp_path / vllm_server.SERVED_CONFIG),
+        str(tmp_path / "metrics.jsonl"),
+    )
     path = tmp_path / vllm_server.PLAN
     plan.write(path)
     return path, plan, port
@@ -134,9 +145,22 @@ def test_local_plan_splits_the_gpus_and_runs_trl_vllm_serve(tmp_path: Path) -> N
     spec = server_spec(gpus=[0, 1], server_gpus=[2, 3], tensor_parallel_size=2)
     plan = vllm_server.local_plan(spec, tmp_path, ["train"], tmp_path / "metrics.jsonl", visible=4)
     assert plan.server_env == {"CUDA_VISIBLE_DEVICES": "2,3"} and plan.train_env == {"CUDA_VISIBLE_DEVICES": "0,1"}
-    assert plan.server == [vllm_server.trl_command(), "vllm-serve", "--model", "Qwen/Qwen2.5-0.5B",
-                           "--tensor_parallel_size", "2", "--data_parallel_size", "1",
-                           "--gpu_memory_utilization", "0.9", "--host", "0.0.0.0", "--port", "8000"]
+    assert plan.server == [
+        vllm_server.trl_command(),
+        "vllm-serve",
+        "--model",
+        "Qwen/Qwen2.5-0.5B",
+        "--tensor_parallel_size",
+        "2",
+        "--data_parallel_size",
+        "1",
+        "--gpu_memory_utilization",
+        "0.9",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+    ]
     unlisted = server_spec(gpus=None, server_gpus=[0], num_processes=3)
     assert vllm_server.training_gpus(unlisted, visible=4) == [1, 2, 3]
 
@@ -162,8 +186,9 @@ def test_server_gpus_overlapping_training_gpus(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_tensor_parallel_size_not_dividing_the_server_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    msg = errors(server_spec(gpus=[0], server_gpus=[1, 2, 3], tensor_parallel_size=2),
-                 monkeypatch)["generation.tensor_parallel_size"]
+    msg = errors(server_spec(gpus=[0], server_gpus=[1, 2, 3], tensor_parallel_size=2), monkeypatch)[
+        "generation.tensor_parallel_size"
+    ]
     assert "does not divide the 3 server GPU(s)" in msg and "[1, 3]" in msg
 
 
@@ -192,8 +217,9 @@ def test_server_gpus_beyond_the_machine(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.skipif(cluster_checks._importable("deepspeed"), reason="deepspeed is installed here")
-def test_a_deepspeed_preset_without_deepspeed_is_an_error_locally_and_on_slurm(monkeypatch: pytest.MonkeyPatch
-                                                                               ) -> None:
+def test_a_deepspeed_preset_without_deepspeed_is_an_error_locally_and_on_slurm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     spec = server_spec(gpus=[0, 1], num_processes=2)
     spec.generation = None
     spec.backend.accelerate_config = "zero3"
@@ -233,8 +259,15 @@ def test_a_local_server_mode_run_starts_trl_vllm_serve_and_fails_with_its_reason
     run_dir.mkdir(parents=True)
     resolved = runs.resolve_paths(spec, SMOKE_DATA.parent.parent, run_dir)
     (run_dir / "run.yaml").write_text(resolved.to_job_yaml())
-    run = Run(id="served-1", name="served", spec_yaml=resolved.to_yaml(), backend="local", status="queued",
-              created_at=time.time(), run_dir=str(run_dir))
+    run = Run(
+        id="served-1",
+        name="served",
+        spec_yaml=resolved.to_yaml(),
+        backend="local",
+        status="queued",
+        created_at=time.time(),
+        run_dir=str(run_dir),
+    )
     store.insert_run(run)
     final = runs.wait(store, backends.shared().local.submit(store, run, resolved, None), poll_s=0.3)
     assert final.status == "failed"

@@ -26,7 +26,7 @@ LOADERS = sorted({safe_yaml.Loader, safe_yaml.PySafeLoader}, key=lambda c: c.__n
 def billion_laughs(levels: int = 9) -> str:
     """The classic bomb: each level is a list of nine aliases of the one before (9**9 "lol"s from ~400 bytes)."""
     names = "abcdefghijklmnopqrstuvwxyz"[:levels]
-    lines = [f'{names[0]}: &{names[0]} [{",".join(["lol"] * 9)}]']
+    lines = [f"{names[0]}: &{names[0]} [{','.join(['lol'] * 9)}]"]
     for prev, name in zip(names[:-1], names[1:], strict=True):
         lines.append(f"{name}: &{name} [{','.join([f'*{prev}'] * 9)}]")
     return "\n".join(lines) + "\n"
@@ -155,8 +155,13 @@ def test_a_huge_training_value_is_reported_shortly_by_validation() -> None:
 
 
 def test_field_error_shortens_any_value() -> None:
-    for value in ["x" * 1_000_000, list(range(1_000_000)), {str(i): i for i in range(100_000)},
-                  [[[[[[[[[[1]]]]]]]]]], 10**5000]:
+    for value in [
+        "x" * 1_000_000,
+        list(range(1_000_000)),
+        {str(i): i for i in range(100_000)},
+        [[[[[[[[[[1]]]]]]]]]],
+        10**5000,
+    ]:
         err = FieldError("training." + "k" * 10_000, value, "is wrong.")
         assert len(str(err)) < 400, str(err)[:500]
         assert len(err.to_dict()["value"]) <= 200 and len(err.to_dict()["field"]) <= 120
@@ -176,11 +181,16 @@ def test_many_unknown_keys_give_a_bounded_message() -> None:
     assert len(info.value.errors) == 5000 and len(str(info.value)) < 10_000
 
 
-@pytest.mark.parametrize("text, fragment", [("name: 2001-13-45\n", "cannot convert"),
-                                            ("name: " + "9" * 5000 + "\n", "cannot convert"),
-                                            ("name: !!python/object:os.system x\n", "not valid YAML"),
-                                            ("a: 1\n---\nb: 2\n", "not valid YAML")],
-                         ids=["bad-date", "huge-int", "python-tag", "two-documents"])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("name: 2001-13-45\n", "cannot convert"),
+        ("name: " + "9" * 5000 + "\n", "cannot convert"),
+        ("name: !!python/object:os.system x\n", "not valid YAML"),
+        ("a: 1\n---\nb: 2\n", "not valid YAML"),
+    ],
+    ids=["bad-date", "huge-int", "python-tag", "two-documents"],
+)
 def test_values_yaml_cannot_build_are_spec_errors(text: str, fragment: str) -> None:
     with pytest.raises(SpecError, match=fragment):
         RunSpec.from_yaml(text)
@@ -230,8 +240,12 @@ def test_served_app_refuses_bombs_briefly_and_keeps_answering(served: Client) ->
     good = presets.preset_yaml(presets.DEFAULT_PRESET)
     assert "YAML applied" in answer(served, good, api_name="/yaml_to_form")  # warm up before measuring
     before = rss_bytes()
-    for text, fragment in [(BOMB, "not supported"), (ALIAS_ONLY, "not supported"),
-                           (DEEP_SEQ, "nests deeper than"), (DEEP_MAP, "nests deeper than")]:
+    for text, fragment in [
+        (BOMB, "not supported"),
+        (ALIAS_ONLY, "not supported"),
+        (DEEP_SEQ, "nests deeper than"),
+        (DEEP_MAP, "nests deeper than"),
+    ]:
         shown = answer(served, text, api_name="/yaml_to_form")
         assert fragment in shown and len(shown) < SHORT, shown[:SHORT]
         shown = answer(served, text, api_name="/estimate_hardware")

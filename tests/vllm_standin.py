@@ -35,6 +35,7 @@ def main() -> int:
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     print(f"standin: serving on {args.port}", flush=True)
     if args.die_after is not None:
+
         def die() -> None:
             time.sleep(args.die_after)
             print("standin: dying", flush=True)

@@ -26,8 +26,13 @@ NOW = 1_800_000_000.0
 
 
 def _logs(dirs: list[Path]) -> list[Path]:
-    return sorted(p for d in dirs if d.is_dir() for p in d.iterdir() if p.suffix in (".jsonl", ".json")
-                  and p.name != "expect.json")
+    return sorted(
+        p
+        for d in dirs
+        if d.is_dir()
+        for p in d.iterdir()
+        if p.suffix in (".jsonl", ".json") and p.name != "expect.json"
+    )
 
 
 def snapshot(dirs: list[Path]) -> str:
@@ -57,8 +62,17 @@ def snapshot(dirs: list[Path]) -> str:
         run_dir.mkdir(parents=True)
         shutil.copy(ROOT / "tests/fixtures/health/real_smoke/metrics.jsonl", run_dir / "metrics.jsonl")
         spec = RunSpec.from_file(spec_path)
-        store.insert_run(Run(id=run_id, name=spec.name, spec_yaml=spec.to_yaml(), backend=spec.backend.kind,
-                             status=RunStatus.QUEUED.value, created_at=NOW, run_dir=str(run_dir)))
+        store.insert_run(
+            Run(
+                id=run_id,
+                name=spec.name,
+                spec_yaml=spec.to_yaml(),
+                backend=spec.backend.kind,
+                status=RunStatus.QUEUED.value,
+                created_at=NOW,
+                run_dir=str(run_dir),
+            )
+        )
         ingest_file(store, run_id, run_dir / "metrics.jsonl")
         names[run_id] = run_id
     conn = sqlite3.connect(store.path)  # creation time is the import's clock; pin it so the table is stable
@@ -74,8 +88,9 @@ def snapshot(dirs: list[Path]) -> str:
         key = names[run.id]
         run = store.get_run(run.id)
         found = overview.findings(store, run)
-        plots = {label: chart_json.run_plots(store, run.id, opts, findings=found)
-                 for label, opts in option_sets.items()}
+        plots = {
+            label: chart_json.run_plots(store, run.id, opts, findings=found) for label, opts in option_sets.items()
+        }
         records = store.records(run.id)
         runs[key] = {
             "plots": plots,
@@ -103,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dirs", nargs="*", type=Path)
     ap.add_argument("-o", "--output", type=Path, required=True)
     args = ap.parse_args(argv)
-    shared = next((p / "shared/realdata/grpo_logs" for p in ROOT.parents if (p / "shared/realdata").is_dir()),
-                  ROOT.parent / "shared/realdata/grpo_logs")  # beside the checkout, or above a worktree of it
+    shared = next(
+        (p / "shared/realdata/grpo_logs" for p in ROOT.parents if (p / "shared/realdata").is_dir()),
+        ROOT.parent / "shared/realdata/grpo_logs",
+    )  # beside the checkout, or above a worktree of it
     dirs = args.dirs or [ROOT / "tests/fixtures/real_logs", shared]
     os.environ["TZ"] = "UTC"
     with tempfile.TemporaryDirectory() as tmp:

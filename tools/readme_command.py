@@ -23,8 +23,10 @@ def readme_test_command(text: str) -> str:
     lines = [line.strip() for line in block.group(1).splitlines()]
     found = [line for line in lines if line and not line.startswith("#") and "pytest" in line]
     if len(found) != 1:
-        raise ValueError(f"README.md's first ```bash block has {len(found)} lines that run pytest; it must have "
-                         "exactly one (the set-up and test command that CI runs)")
+        raise ValueError(
+            f"README.md's first ```bash block has {len(found)} lines that run pytest; it must have "
+            "exactly one (the set-up and test command that CI runs)"
+        )
     return found[0]
 
 

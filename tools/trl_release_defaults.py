@@ -28,21 +28,26 @@ from typing import Any
 
 # Old values that mean the same as 1.16's under another spelling: (field, old) -> 1.16 value.
 SAME_MEANING: dict[tuple[str, Any], Any] = {
-    ("scale_rewards", True): "group", ("scale_rewards", False): "none",
+    ("scale_rewards", True): "group",
+    ("scale_rewards", False): "none",
     ("top_k", None): 0,  # both switch top-k filtering off
 }
 # Changed defaults that are deliberately not pinned, with the reason.
 NOT_PINNED: dict[str, str] = {
     "vllm_gpu_memory_utilization": "1.16 reads it in colocate mode only; the old releases ran vLLM on its own GPU "
-                                   "(server mode), where the server's own flag sets it",
+    "(server mode), where the server's own flag sets it",
     "vllm_server_timeout": "how long the trainer waits for a vLLM server to come up, not training behaviour",
 }
 # Fields that only matter when the recipe generates with vLLM.
 VLLM_ONLY = ("vllm_mode",)
 # The loss normalisations of releases without `loss_type`, as TRL 1.16 names them.
 LOSS_FORMS = (
-    (re.compile(r"\(\(per_token_loss \* completion_mask\)\.sum\(dim=1\) / completion_mask\.sum\(dim=1\)\)\.mean\(\)"),
-     "grpo"),
+    (
+        re.compile(
+            r"\(\(per_token_loss \* completion_mask\)\.sum\(dim=1\) / completion_mask\.sum\(dim=1\)\)\.mean\(\)"
+        ),
+        "grpo",
+    ),
     (re.compile(r"loss = \(per_token_loss \* completion_mask\)\.sum\(\) / completion_mask\.sum\(\)"), "bnpo"),
 )
 
@@ -89,11 +94,16 @@ def trainer_behaviour(source: str, fields: dict[str, Any]) -> dict[str, dict[str
                 break
     if "vllm_mode" not in fields and "use_vllm" in fields:
         if "VLLMClient" in source:
-            out["vllm_mode"] = {"value": "server", "evidence": "grpo_trainer.py generates through VLLMClient "
-                                                               "(a `trl vllm-serve` server)"}
+            out["vllm_mode"] = {
+                "value": "server",
+                "evidence": "grpo_trainer.py generates through VLLMClient (a `trl vllm-serve` server)",
+            }
         elif "vllm_device" in fields and re.search(r"\bLLM\(", source):
-            out["vllm_mode"] = {"value": "server", "evidence": "grpo_trainer.py starts vllm.LLM on its own GPU "
-                                                               "(vllm_device): a separate GPU, as 1.16's server mode"}
+            out["vllm_mode"] = {
+                "value": "server",
+                "evidence": "grpo_trainer.py starts vllm.LLM on its own GPU "
+                "(vllm_device): a separate GPU, as 1.16's server mode",
+            }
     return out
 
 
@@ -106,8 +116,13 @@ def read_wheel(path: Path) -> dict[str, Any]:
         meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         version = re.search(r"^Version: (\S+)$", zf.read(meta).decode("utf-8"), re.M).group(1)
     fields = grpo_config_defaults(config)
-    return {"version": version, "wheel": path.name, "sha256": hashlib.sha256(data).hexdigest(),
-            "grpo_config": fields, "behaviour": trainer_behaviour(trainer, fields)}
+    return {
+        "version": version,
+        "wheel": path.name,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "grpo_config": fields,
+        "behaviour": trainer_behaviour(trainer, fields),
+    }
 
 
 def current_defaults() -> dict[str, Any]:
@@ -158,8 +173,9 @@ def short(version: str) -> str:
 def _download(versions: list[str], into: Path) -> list[Path]:
     wheels = []
     for v in versions:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"trl=={v}", "-d", str(into)],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"trl=={v}", "-d", str(into)], check=True
+        )
         wheels.append(next(into.glob(f"trl-{v}-*.whl")))
     return wheels
 
@@ -178,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     import trl
 
     for entry in extract.values():
-        print(f"== TRL {entry['version']} ({entry['wheel']}, sha256 {entry['sha256']}) vs installed TRL "
-              f"{trl.__version__}")
+        print(
+            f"== TRL {entry['version']} ({entry['wheel']}, sha256 {entry['sha256']}) vs installed TRL "
+            f"{trl.__version__}"
+        )
         for name, old in entry["grpo_config"].items():
             if name not in current:
                 print(f"  removed   {name} = {old!r}")
@@ -191,8 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  pins: {pins(entry, current)}")
     print(f"markers: {markers(extract, current)}")
     if args.write:
-        Path(args.write).write_text(json.dumps({
-            "generated_by": "tools/trl_release_defaults.py", "releases": extract}, indent=1, sort_keys=True) + "\n")
+        Path(args.write).write_text(
+            json.dumps(
+                {"generated_by": "tools/trl_release_defaults.py", "releases": extract}, indent=1, sort_keys=True
+            )
+            + "\n"
+        )
         print(f"wrote {args.write}")
     return 0
 

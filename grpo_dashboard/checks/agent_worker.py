@@ -33,8 +33,10 @@ def schema_problem(fn: Any) -> str | None:
     try:
         get_json_schema(fn)
     except Exception as exc:  # DocstringParsingException, TypeHintParsingException, ...
-        return (f"{exc}. TRL builds the tool's JSON schema from its type hints and Google-style docstring: give every "
-                "argument a type hint and document it under `Args:` (a one-line description first).")
+        return (
+            f"{exc}. TRL builds the tool's JSON schema from its type hints and Google-style docstring: give every "
+            "argument a type hint and document it under `Args:` (a one-line description first)."
+        )
     return None
 
 
@@ -55,14 +57,19 @@ def _picklable(obj: Any) -> str | None:
     res = subprocess.run([sys.executable, "-c", _UNPICKLE], input=data, capture_output=True, timeout=60, env=env)
     if res.returncode:
         last = (res.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
-        return (f"a fresh process cannot load it ({last[:300]}): a file.py target is imported under a private "
-                "module name; use an importable `package.module:name`")
+        return (
+            f"a fresh process cannot load it ({last[:300]}): a file.py target is imported under a private "
+            "module name; use an importable `package.module:name`"
+        )
     return None
 
 
 def _public_methods(instance: Any) -> list[Any]:
-    return [getattr(instance, n) for n, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
-            if n not in ("reset", "get_reward") and not n.startswith("_")]
+    return [
+        getattr(instance, n)
+        for n, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
+        if n not in ("reset", "get_reward") and not n.startswith("_")
+    ]
 
 
 def check_template(tokenizer: Any, tools: list[Any], kwargs: dict[str, Any]) -> list[str]:
@@ -71,16 +78,20 @@ def check_template(tokenizer: Any, tools: list[Any], kwargs: dict[str, Any]) -> 
     from trl.chat_template_utils import add_response_schema, parse_response, supports_tool_calling
 
     if not supports_tool_calling(tokenizer):
-        return ["its chat template cannot render a tool-calling conversation (user -> assistant with tool_calls -> "
-                "tool): TRL refuses it. Use a model whose chat template supports tools (Qwen2.5/Qwen3, Llama 3.1+, "
-                "...), or set a tool-capable chat_template on its tokenizer."]
+        return [
+            "its chat template cannot render a tool-calling conversation (user -> assistant with tool_calls -> "
+            "tool): TRL refuses it. Use a model whose chat template supports tools (Qwen2.5/Qwen3, Llama 3.1+, "
+            "...), or set a tool-capable chat_template on its tokenizer."
+        ]
     if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
         try:
             add_response_schema(tokenizer)
         except ValueError as exc:
-            return [f"its tokenizer cannot parse a tool call back ({str(exc)[:200]}). TRL knows the response format "
-                    "of Qwen, Llama 3, GLM, GPT-OSS, Gemma 4 and a few more; otherwise set `response_template` on the "
-                    "tokenizer."]
+            return [
+                f"its tokenizer cannot parse a tool call back ({str(exc)[:200]}). TRL knows the response format "
+                "of Qwen, Llama 3, GLM, GPT-OSS, Gemma 4 and a few more; otherwise set `response_template` on the "
+                "tokenizer."
+            ]
     if not tools:
         return []
     tool = tools[0]
@@ -88,21 +99,29 @@ def check_template(tokenizer: Any, tools: list[Any], kwargs: dict[str, Any]) -> 
     args = {k: SAMPLE_ARGS.get(str(v.get("type")), "7") for k, v in params.items()}
     name = getattr(tool, "__name__", "tool")
     user = [{"role": "user", "content": "hi"}]
-    call = {"role": "assistant", "content": "",
-            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}]}
-    prefix = tokenizer.apply_chat_template(user, tools=tools, add_generation_prompt=True, tokenize=True,
-                                           return_dict=False, **kwargs)
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}],
+    }
+    prefix = tokenizer.apply_chat_template(
+        user, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False, **kwargs
+    )
     full = tokenizer.apply_chat_template([*user, call], tools=tools, tokenize=True, return_dict=False, **kwargs)
-    if list(full[:len(prefix)]) != list(prefix):
-        return ["its chat template does not render the prompt as a prefix of the conversation; TRL swaps in a "
-                "training template only for known model families."]
-    parsed = parse_response(tokenizer, list(full[len(prefix):]), prefix=list(prefix), tools=tools)
+    if list(full[: len(prefix)]) != list(prefix):
+        return [
+            "its chat template does not render the prompt as a prefix of the conversation; TRL swaps in a "
+            "training template only for known model families."
+        ]
+    parsed = parse_response(tokenizer, list(full[len(prefix) :]), prefix=list(prefix), tools=tools)
     got = [tc.get("function", {}).get("name") for tc in parsed.get("tool_calls") or []]
     if name not in got:
-        return [f"its tokenizer did not parse a rendered call of {name!r} back into a tool call (got "
-                f"{parsed!r:.200}); "
-                "TRL would see plain text and never run a tool. Set a matching `response_template` on the "
-                "tokenizer."]
+        return [
+            f"its tokenizer did not parse a rendered call of {name!r} back into a tool call (got "
+            f"{parsed!r:.200}); "
+            "TRL would see plain text and never run a tool. Set a matching `response_template` on the "
+            "tokenizer."
+        ]
     return []
 
 
@@ -134,8 +153,12 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         else:
             tools.append(fn)
         if is_async and (err := _picklable(fn)):
-            problem(where, target, f"is not picklable ({err}); async GRPO sends tools to its rollout process. Define "
-                    "it at the top level of a module (no lambda, no closure).")
+            problem(
+                where,
+                target,
+                f"is not picklable ({err}); async GRPO sends tools to its rollout process. Define "
+                "it at the top level of a module (no lambda, no closure).",
+            )
     env = agent.get("environment_factory")
     named = env.items() if isinstance(env, dict) else ([(None, env)] if env else [])
     for name, target in named:
@@ -148,13 +171,22 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             continue
         methods = dict(inspect.getmembers(type(instance), predicate=inspect.isfunction))
         if "reset" not in methods:
-            problem(where, target, "defines no `reset` method; TRL calls `reset(**row)` on each environment before "
-                    "every rollout (it returns the text appended to the prompt, or None). Add `def reset(self, "
-                    "**kwargs) -> str | None`.")
+            problem(
+                where,
+                target,
+                "defines no `reset` method; TRL calls `reset(**row)` on each environment before "
+                "every rollout (it returns the text appended to the prompt, or None). Add `def reset(self, "
+                "**kwargs) -> str | None`.",
+            )
         env_tools = _public_methods(instance)
         if not env_tools:
-            problem(where, target, "has no public methods, so the model gets no tools from it; public methods "
-                    "(names not starting with _) become tools.", "warning")
+            problem(
+                where,
+                target,
+                "has no public methods, so the model gets no tools from it; public methods "
+                "(names not starting with _) become tools.",
+                "warning",
+            )
         for method in env_tools:
             why = schema_problem(method)
             if why:
@@ -165,36 +197,53 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         if is_async:
             for what, obj in (("factory", factory), ("instance", instance)):
                 if err := _picklable(obj):
-                    problem(where, target, f"{what} is not picklable ({err}); async GRPO sends environments to its "
-                            "rollout process. Define the class at the top level of a module.")
+                    problem(
+                        where,
+                        target,
+                        f"{what} is not picklable ({err}); async GRPO sends environments to its "
+                        "rollout process. Define the class at the top level of a module.",
+                    )
     if agent.get("rollout_func"):
         try:
             fn = agents.load_tool(str(agent["rollout_func"]), base)
             if len(inspect.signature(fn).parameters) < 2:
-                problem("agent.rollout_func", agent["rollout_func"], "must accept (prompts, trainer) and return a "
-                        "dict with prompt_ids, completion_ids and logprobs.")
+                problem(
+                    "agent.rollout_func",
+                    agent["rollout_func"],
+                    "must accept (prompts, trainer) and return a dict with prompt_ids, completion_ids and logprobs.",
+                )
         except BaseException as exc:
             problem("agent.rollout_func", agent["rollout_func"], f"cannot be imported: {_short(exc)}.")
     if is_async:
         registry = rewards_module()
         for i, r in enumerate(request.get("rewards") or []):
             try:
-                fn = registry.build_reward(r["name"], r.get("builtin"), r.get("function"),
-                                           dict(r.get("params") or {}), base)
+                fn = registry.build_reward(
+                    r["name"], r.get("builtin"), r.get("function"), dict(r.get("params") or {}), base
+                )
             except BaseException as exc:
                 problem(f"rewards[{i}]", r["name"], f"cannot be built: {_short(exc)}.")
                 continue
             if err := _picklable(fn):
-                problem(f"rewards[{i}]", r["name"], f"is not picklable ({err}); async GRPO sends reward functions to "
-                        "its rollout process: use a top-level function in a file (`function: file.py:name`), no "
-                        "lambda or closure.")
+                problem(
+                    f"rewards[{i}]",
+                    r["name"],
+                    f"is not picklable ({err}); async GRPO sends reward functions to "
+                    "its rollout process: use a top-level function in a file (`function: file.py:name`), no "
+                    "lambda or closure.",
+                )
     template, model = request.get("template"), request.get("model")
     if template and (tools or agent.get("environment_factory")):
         try:
             tokenizer = _tokenizer(template, model, agents)
         except BaseException as exc:
-            problem("model.name_or_path", model, f"its tokenizer could not be loaded here to check tool calling "
-                    f"({_short(exc)}); the job checks it when it starts.", "warning")
+            problem(
+                "model.name_or_path",
+                model,
+                f"its tokenizer could not be loaded here to check tool calling "
+                f"({_short(exc)}); the job checks it when it starts.",
+                "warning",
+            )
             tokenizer = None
         if tokenizer is not None:
             for message in check_template(tokenizer, tools, dict(agent.get("chat_template_kwargs") or {})):
@@ -228,8 +277,17 @@ def main() -> int:
     try:
         result = run(request)
     except BaseException as exc:
-        result = {"problems": [{"field": "agent", "value": None, "message": f"could not be checked: {_short(exc)}",
-                                "severity": "error"}], "environments": {}}
+        result = {
+            "problems": [
+                {
+                    "field": "agent",
+                    "value": None,
+                    "message": f"could not be checked: {_short(exc)}",
+                    "severity": "error",
+                }
+            ],
+            "environments": {},
+        }
     out.write(json.dumps(result, default=repr) + "\n")
     out.flush()
     return 0

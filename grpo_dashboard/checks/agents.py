@@ -54,14 +54,16 @@ def _older(version: str | None, minimum: str) -> bool:
     return Version(version) < Version(minimum)
 
 
-def check_agent(spec: RunSpec, base: Path, sample: DatasetSample | None, err: Any, warn: Any,
-                run_code: bool = True) -> None:
+def check_agent(
+    spec: RunSpec, base: Path, sample: DatasetSample | None, err: Any, warn: Any, run_code: bool = True
+) -> None:
     """Append every problem of the agent section to `err` / `warn` (FieldError each); nothing when no agent.
 
     `run_code=False` skips the sandboxed worker (tools' signatures, the template's tool round trip, environments).
     """
-    inp = CheckInput(spec, base, {RUN_CODE: run_code} if sample is None else {RUN_CODE: run_code,
-                                                                              DATASET_SAMPLE: sample})
+    inp = CheckInput(
+        spec, base, {RUN_CODE: run_code} if sample is None else {RUN_CODE: run_code, DATASET_SAMPLE: sample}
+    )
     errors, warnings = run_checks(CHECKS, inp)
     for e in errors:
         err(e)
@@ -92,8 +94,11 @@ def _tools_transformers(inp: CheckInput) -> Iterator[FieldError]:
 def _environments_transformers(inp: CheckInput) -> Iterator[FieldError]:
     a, tf = _agent(inp), _version("transformers")
     if a is not None and a.environment_factory and _older(tf, ENVIRONMENTS_MIN):
-        yield FieldError("agent.environment_factory", a.environment_factory,
-                         f"needs transformers ≥ {ENVIRONMENTS_MIN} (installed {tf}); upgrade it.")
+        yield FieldError(
+            "agent.environment_factory",
+            a.environment_factory,
+            f"needs transformers ≥ {ENVIRONMENTS_MIN} (installed {tf}); upgrade it.",
+        )
 
 
 def _targets(inp: CheckInput) -> list[FieldError]:
@@ -105,21 +110,29 @@ def _targets(inp: CheckInput) -> list[FieldError]:
     def body(err: Any, _: Any) -> None:
         for where, target in a.code_targets():
             _check_target(where, target, inp.base, agents, err)
+
     return collected(body)
 
 
 def _iterations(inp: CheckInput) -> Iterator[FieldError]:
     a = _agent(inp)
     if a is not None and a.max_tool_calling_iterations is not None and a.max_tool_calling_iterations < 1:
-        yield FieldError("agent.max_tool_calling_iterations", a.max_tool_calling_iterations,
-                         "must be ≥ 1 (tool-call rounds per rollout), or null for no limit.")
+        yield FieldError(
+            "agent.max_tool_calling_iterations",
+            a.max_tool_calling_iterations,
+            "must be ≥ 1 (tool-call rounds per rollout), or null for no limit.",
+        )
 
 
 def _not_in_training(name: str) -> Check:
     def run(inp: CheckInput) -> Iterator[FieldError]:
         if _agent(inp) is not None and name in inp.spec.training:
-            yield FieldError(f"training.{name}", inp.spec.training[name], f"is set in the agent section; remove "
-                             f"it from training (keep agent.{name}).")
+            yield FieldError(
+                f"training.{name}",
+                inp.spec.training[name],
+                f"is set in the agent section; remove it from training (keep agent.{name}).",
+            )
+
     return Check(f"agent.{name}.not_in_training", (f"training.{name}", f"agent.{name}"), run)
 
 
@@ -131,9 +144,12 @@ def _uses_tools(inp: CheckInput) -> bool:
 def _conversational_prompts(inp: CheckInput) -> Iterator[FieldError]:
     spec = inp.spec
     if _uses_tools(inp) and not _conversational(spec, sample_of(inp)) and not owns_prompts(spec):
-        yield FieldError("dataset.conversational", spec.dataset.conversational,
-                         "must be true (or the prompts message lists) for tools: TRL renders tools only through the "
-                         "chat template. Set `dataset.conversational: true`.")
+        yield FieldError(
+            "dataset.conversational",
+            spec.dataset.conversational,
+            "must be true (or the prompts message lists) for tools: TRL renders tools only through the "
+            "chat template. Set `dataset.conversational: true`.",
+        )
 
 
 def _tiny_warmup(inp: CheckInput) -> Iterator[FieldError]:
@@ -141,13 +157,15 @@ def _tiny_warmup(inp: CheckInput) -> Iterator[FieldError]:
     if a is None:
         return
     if tiny and _uses_tools(inp) and not a.tiny_warmup:
-        yield FieldError("agent.tiny_warmup", False, "must be true to use tools with the tiny model: its plain chat "
-                         "template cannot render tools and a random model never emits a tool call. Set "
-                         "`agent.tiny_warmup: true`.")
+        yield FieldError(
+            "agent.tiny_warmup",
+            False,
+            "must be true to use tools with the tiny model: its plain chat "
+            "template cannot render tools and a random model never emits a tool call. Set "
+            "`agent.tiny_warmup: true`.",
+        )
     if a.tiny_warmup and not tiny:
         yield FieldError("agent.tiny_warmup", True, "only applies with `model.build_tiny: true`; remove it.")
-
-
 
 
 def _worker(inp: CheckInput) -> list[FieldError]:
@@ -156,6 +174,7 @@ def _worker(inp: CheckInput) -> list[FieldError]:
 
     def body(err: Any, warn: Any) -> None:
         inp.facts[ENVIRONMENTS] = _run_worker(inp.spec, inp.base, err, warn)
+
     return collected(body)
 
 
@@ -167,9 +186,13 @@ def _reward_source(inp: CheckInput) -> Iterator[FieldError]:
     owns = [k for k, v in envs.items() if v.get("get_reward")]
     builtin = [t for t in a.environments.values() if t in agents_module().BUILTIN_ENVIRONMENTS]
     if not owns and not builtin and (inp.facts.get(RUN_CODE, True) or not a.environment_factory):
-        yield FieldError("rewards", [], "is empty and no environment defines `get_reward`: TRL needs a reward "
-                         "source. Add a reward function, or a `get_reward(self) -> float` method to the "
-                         "environment.")
+        yield FieldError(
+            "rewards",
+            [],
+            "is empty and no environment defines `get_reward`: TRL needs a reward "
+            "source. Add a reward function, or a `get_reward(self) -> float` method to the "
+            "environment.",
+        )
 
 
 def _conversational(spec: RunSpec, sample: DatasetSample | None) -> bool:
@@ -181,8 +204,11 @@ def _conversational(spec: RunSpec, sample: DatasetSample | None) -> bool:
 
 
 def _check_target(where: str, target: str, base: Path, agents: Any, err: Any) -> None:
-    builtins = agents.BUILTIN_TOOLS if where.startswith("agent.tools") else (
-        agents.BUILTIN_ENVIRONMENTS if where.startswith("agent.environment") else {})
+    builtins = (
+        agents.BUILTIN_TOOLS
+        if where.startswith("agent.tools")
+        else (agents.BUILTIN_ENVIRONMENTS if where.startswith("agent.environment") else {})
+    )
     if target in builtins:
         return
     if is_file_target(target):
@@ -193,8 +219,14 @@ def _check_target(where: str, target: str, base: Path, agents: Any, err: Any) ->
     if ":" not in target and "." not in target:
         close = difflib.get_close_matches(target, list(builtins), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        err(FieldError(where, target, f"is not a built-in ({', '.join(builtins) or 'none'}) and does not look like "
-                       f"'file.py:name' or 'package.module:name'.{hint}"))
+        err(
+            FieldError(
+                where,
+                target,
+                f"is not a built-in ({', '.join(builtins) or 'none'}) and does not look like "
+                f"'file.py:name' or 'package.module:name'.{hint}",
+            )
+        )
 
 
 def _mapping(inp: CheckInput) -> dict[str, Any] | None:
@@ -205,9 +237,13 @@ def _mapping(inp: CheckInput) -> dict[str, Any] | None:
 def _one_environment(inp: CheckInput) -> Iterator[FieldError]:
     mapping = _mapping(inp)
     if mapping and owns_prompts(inp.spec):
-        yield FieldError("agent.environment_factory", mapping, "is a mapping, which needs a dataset with an "
-                         "`environment` column to route each row; add dataset.data_files (or path), or give one "
-                         "environment.")
+        yield FieldError(
+            "agent.environment_factory",
+            mapping,
+            "is a mapping, which needs a dataset with an "
+            "`environment` column to route each row; add dataset.data_files (or path), or give one "
+            "environment.",
+        )
 
 
 def _owned_prompts_steps(inp: CheckInput) -> Iterator[FieldError]:
@@ -215,8 +251,12 @@ def _owned_prompts_steps(inp: CheckInput) -> Iterator[FieldError]:
         return
     steps = inp.spec.training.get("max_steps")
     if not isinstance(steps, int) or steps <= 0:
-        yield FieldError("training.max_steps", steps, "must be a positive number of steps: without a dataset the "
-                         "environment owns the prompts and TRL needs max_steps to know the run's length.")
+        yield FieldError(
+            "training.max_steps",
+            steps,
+            "must be a positive number of steps: without a dataset the "
+            "environment owns the prompts and TRL needs max_steps to know the run's length.",
+        )
 
 
 def _log_columns(inp: CheckInput) -> Iterator[FieldError]:
@@ -225,8 +265,11 @@ def _log_columns(inp: CheckInput) -> Iterator[FieldError]:
         return
     missing = [c for c in a.log_columns if c not in sample.columns]
     if missing:
-        yield FieldError("agent.log_columns", a.log_columns, f"names column(s) {missing} the dataset lacks "
-                         f"(columns: {sample.columns}).")
+        yield FieldError(
+            "agent.log_columns",
+            a.log_columns,
+            f"names column(s) {missing} the dataset lacks (columns: {sample.columns}).",
+        )
 
 
 def _environment_column(inp: CheckInput) -> Iterator[FieldError]:
@@ -234,16 +277,23 @@ def _environment_column(inp: CheckInput) -> Iterator[FieldError]:
     if not mapping or owns_prompts(spec) or sample is None:
         return
     if "environment" not in sample.columns:
-        yield FieldError("dataset", spec.dataset.data_files or spec.dataset.path,
-                         f"has no `environment` column, which the environment mapping ({sorted(mapping)}) needs to "
-                         f"choose each row's environment; columns are {sample.columns}.")
+        yield FieldError(
+            "dataset",
+            spec.dataset.data_files or spec.dataset.path,
+            f"has no `environment` column, which the environment mapping ({sorted(mapping)}) needs to "
+            f"choose each row's environment; columns are {sample.columns}.",
+        )
         return
     names = _column_values(spec, inp.base, sample, "environment")
     unknown = sorted({str(n) for n in names} - set(mapping))
     if unknown:
-        yield FieldError("agent.environment_factory", mapping, f"has no class for the `environment` value(s) "
-                         f"{unknown} found in the dataset; names are {sorted(mapping)}. Add them to the mapping or "
-                         "fix the rows.")
+        yield FieldError(
+            "agent.environment_factory",
+            mapping,
+            f"has no class for the `environment` value(s) "
+            f"{unknown} found in the dataset; names are {sorted(mapping)}. Add them to the mapping or "
+            "fix the rows.",
+        )
 
 
 def _column_values(spec: RunSpec, base: Path, sample: DatasetSample, column: str) -> list[Any]:
@@ -273,8 +323,11 @@ def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any) -> dict[str, Any
     assert a is not None
     template, model = _template_mode(spec, base)
     is_async = a.trainer == "async_grpo"
-    custom = [t for _, t in a.code_targets() if t not in agents_module().BUILTIN_TOOLS
-              and t not in agents_module().BUILTIN_ENVIRONMENTS]
+    custom = [
+        t
+        for _, t in a.code_targets()
+        if t not in agents_module().BUILTIN_TOOLS and t not in agents_module().BUILTIN_ENVIRONMENTS
+    ]
     if not custom and not template and not is_async and not a.environment_factory:
         return {}
     # What the worker sees of the host: each file.py target alone, a package.module target's package under base.
@@ -283,17 +336,36 @@ def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any) -> dict[str, Any
         visible.append(model)
     if is_async:
         visible += [p for r in spec.rewards for p in reward_paths(r.function, base)]
-    request = {"agent": dataclasses.asdict(a), "base_dir": str(base), "model": model, "template": template,
-               "async": is_async, "rewards": [dataclasses.asdict(r) for r in spec.rewards]}
-    res = run_module("grpo_dashboard.checks.agent_worker", json.dumps(request, default=str),
-                     # transformers and trl load native libraries (ctypes.dlopen), which the default policy refuses
-                     timeout_s=WORKER_TIMEOUT_S, allow_subprocess=True, extra_path=[str(base)],
-                     read_only=[p for p in visible if Path(p).exists()], report=True)
+    request = {
+        "agent": dataclasses.asdict(a),
+        "base_dir": str(base),
+        "model": model,
+        "template": template,
+        "async": is_async,
+        "rewards": [dataclasses.asdict(r) for r in spec.rewards],
+    }
+    res = run_module(
+        "grpo_dashboard.checks.agent_worker",
+        json.dumps(request, default=str),
+        # transformers and trl load native libraries (ctypes.dlopen), which the default policy refuses
+        timeout_s=WORKER_TIMEOUT_S,
+        allow_subprocess=True,
+        extra_path=[str(base)],
+        read_only=[p for p in visible if Path(p).exists()],
+        report=True,
+    )
     lines = [line for line in (res.report or "").splitlines() if line.strip()]
     if not lines:
         why = "timed out" if res.timed_out else f"exited with status {res.returncode}"
-        warn(FieldError("agent", None, f"could not be checked: the sandboxed worker {why} "
-                        f"({res.stderr.strip()[-300:]}); the job checks it when it starts.", "warning"))
+        warn(
+            FieldError(
+                "agent",
+                None,
+                f"could not be checked: the sandboxed worker {why} "
+                f"({res.stderr.strip()[-300:]}); the job checks it when it starts.",
+                "warning",
+            )
+        )
         return {}
     result = json.loads(lines[-1])
     for p in result.get("problems", []):
@@ -310,11 +382,15 @@ CHECKS = [
     Check("agent.max_tool_calling_iterations", ("agent.max_tool_calling_iterations",), _iterations),
     _not_in_training("max_tool_calling_iterations"),
     _not_in_training("chat_template_kwargs"),
-    Check("agent.conversational_prompts", ("dataset.conversational", "agent.tools", "agent.environment_factory"),
-          _conversational_prompts),
+    Check(
+        "agent.conversational_prompts",
+        ("dataset.conversational", "agent.tools", "agent.environment_factory"),
+        _conversational_prompts,
+    ),
     Check("agent.tiny_warmup", ("agent.tiny_warmup", "model.build_tiny"), _tiny_warmup),
-    Check("agent.owned_prompts.one_environment", ("agent.environment_factory", "dataset.data_files"),
-          _one_environment),
+    Check(
+        "agent.owned_prompts.one_environment", ("agent.environment_factory", "dataset.data_files"), _one_environment
+    ),
     Check("agent.owned_prompts.max_steps", ("training.max_steps",), _owned_prompts_steps),
     Check("agent.log_columns", ("agent.log_columns",), _log_columns),
     Check("agent.environment_column", ("agent.environment_factory", "dataset.data_files"), _environment_column),

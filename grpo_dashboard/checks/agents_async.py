@@ -57,8 +57,9 @@ def _available(inp: CheckInput) -> Iterator[FieldError]:
     try:
         async_fields()
     except ImportError as exc:
-        yield FieldError("agent.trainer", a.trainer, f"needs trl.experimental.async_grpo, which this TRL lacks "
-                         f"({exc}).")
+        yield FieldError(
+            "agent.trainer", a.trainer, f"needs trl.experimental.async_grpo, which this TRL lacks ({exc})."
+        )
 
 
 def _training_fields(inp: CheckInput) -> Iterator[FieldError]:
@@ -67,8 +68,11 @@ def _training_fields(inp: CheckInput) -> Iterator[FieldError]:
         return
     for key in inp.spec.training:
         if key not in fields and key not in trl_fields.RESERVED:
-            yield FieldError(f"training.{key}", inp.spec.training[key], "is not a field of AsyncGRPOConfig, which "
-                             "async_grpo trains with; remove it.")
+            yield FieldError(
+                f"training.{key}",
+                inp.spec.training[key],
+                "is not a field of AsyncGRPOConfig, which async_grpo trains with; remove it.",
+            )
 
 
 def _async_config(inp: CheckInput) -> Iterator[FieldError]:
@@ -82,8 +86,11 @@ def _async_config(inp: CheckInput) -> Iterator[FieldError]:
             hint = f" Did you mean {close[0]!r}?" if close else ""
             yield FieldError(f"agent.async_config.{key}", value, f"is not an AsyncGRPOConfig field.{hint}")
         elif key in grpo:
-            yield FieldError(f"agent.async_config.{key}", value, f"is a field GRPOConfig shares; set it under "
-                             f"training.{key} instead.")
+            yield FieldError(
+                f"agent.async_config.{key}",
+                value,
+                f"is a field GRPOConfig shares; set it under training.{key} instead.",
+            )
 
 
 def _merged(inp: CheckInput) -> dict[str, Any]:
@@ -97,8 +104,12 @@ def _server_url(inp: CheckInput) -> Iterator[FieldError]:
     default = fields["vllm_server_base_url"].default if "vllm_server_base_url" in fields else None
     url = _merged(inp).get("vllm_server_base_url", default)
     if not isinstance(url, str) or not re.match(r"^https?://[\w.-]+(:\d+)?(/\S*)?$", url):
-        yield FieldError("training.vllm_server_base_url", url, "must be the http(s):// URL of the vLLM server async "
-                         "GRPO streams rollouts from (`trl vllm-serve`), e.g. http://localhost:8000.")
+        yield FieldError(
+            "training.vllm_server_base_url",
+            url,
+            "must be the http(s):// URL of the vLLM server async "
+            "GRPO streams rollouts from (`trl vllm-serve`), e.g. http://localhost:8000.",
+        )
 
 
 def _staleness(inp: CheckInput) -> Iterator[FieldError]:
@@ -114,47 +125,74 @@ def _staleness(inp: CheckInput) -> Iterator[FieldError]:
 def _accelerate(inp: CheckInput) -> Iterator[FieldError]:
     acc = inp.spec.backend.accelerate_config
     if _fields(inp) is not None and acc not in ASYNC_ACCELERATE:
-        yield FieldError("backend.accelerate_config", acc, "must be fsdp2 (or unset for one process): async GRPO "
-                         "supports FSDP2 only, not DeepSpeed or FSDP1.")
+        yield FieldError(
+            "backend.accelerate_config",
+            acc,
+            "must be fsdp2 (or unset for one process): async GRPO supports FSDP2 only, not DeepSpeed or FSDP1.",
+        )
 
 
 def _weights(inp: CheckInput) -> Iterator[FieldError]:
     rewards = inp.spec.rewards
     if _fields(inp) is not None and any(r.weight != 1.0 for r in rewards):
-        yield FieldError("rewards", [r.weight for r in rewards], "must all weigh 1.0 with async_grpo: "
-                         "AsyncGRPOConfig has no reward_weights (rewards are summed). Scale inside the functions.")
+        yield FieldError(
+            "rewards",
+            [r.weight for r in rewards],
+            "must all weigh 1.0 with async_grpo: "
+            "AsyncGRPOConfig has no reward_weights (rewards are summed). Scale inside the functions.",
+        )
 
 
 def _eval(inp: CheckInput) -> Iterator[FieldError]:
     d = inp.spec.dataset
     if _fields(inp) is not None and (d.eval_split or d.eval_data_files):
-        yield FieldError("dataset.eval_split", d.eval_split or d.eval_data_files,
-                         "is not supported by AsyncGRPOTrainer (no eval_dataset); remove the eval data.")
+        yield FieldError(
+            "dataset.eval_split",
+            d.eval_split or d.eval_data_files,
+            "is not supported by AsyncGRPOTrainer (no eval_dataset); remove the eval data.",
+        )
 
 
 def _rollout_func(inp: CheckInput) -> Iterator[FieldError]:
     if _fields(inp) is not None and _agent(inp).rollout_func:
-        yield FieldError("agent.rollout_func", _agent(inp).rollout_func, "is not supported by AsyncGRPOTrainer "
-                         "(it streams rollouts from vLLM); remove it or use trainer: grpo.")
+        yield FieldError(
+            "agent.rollout_func",
+            _agent(inp).rollout_func,
+            "is not supported by AsyncGRPOTrainer (it streams rollouts from vLLM); remove it or use trainer: grpo.",
+        )
 
 
 def _gpu(inp: CheckInput) -> Iterator[FieldError]:
     if _fields(inp) is not None and inp.spec.training.get("use_cpu"):
-        yield FieldError("training.use_cpu", True, "cannot be used with async_grpo: it needs a GPU (weights go to "
-                         "the vLLM server over NCCL). Remove use_cpu and run on a GPU machine.")
+        yield FieldError(
+            "training.use_cpu",
+            True,
+            "cannot be used with async_grpo: it needs a GPU (weights go to "
+            "the vLLM server over NCCL). Remove use_cpu and run on a GPU machine.",
+        )
 
 
 def _vllm_here(inp: CheckInput) -> Iterator[FieldError]:
     if _fields(inp) is not None and _vllm_version() is None and inp.spec.backend.kind == LOCAL:
-        yield FieldError("agent.trainer", _agent(inp).trainer, "vllm is not installed here; async GRPO needs a "
-                         "running vLLM server (vllm ≥ 0.22) reachable at vllm_server_base_url.", "warning")
+        yield FieldError(
+            "agent.trainer",
+            _agent(inp).trainer,
+            "vllm is not installed here; async GRPO needs a "
+            "running vLLM server (vllm ≥ 0.22) reachable at vllm_server_base_url.",
+            "warning",
+        )
 
 
 def _lora_server(inp: CheckInput) -> Iterator[FieldError]:
     lora = inp.spec.model.lora
     if _fields(inp) is not None and lora is not None:
-        yield FieldError("model.lora", dataclasses.asdict(lora), "with async GRPO the vLLM server must be started "
-                         "with LoRA enabled (TRL checks its rank and slots at startup).", "warning")
+        yield FieldError(
+            "model.lora",
+            dataclasses.asdict(lora),
+            "with async GRPO the vLLM server must be started "
+            "with LoRA enabled (TRL checks its rank and slots at startup).",
+            "warning",
+        )
 
 
 ASYNC_CHECKS = [

@@ -47,9 +47,19 @@ def cluster_flavor(spec: RunSpec, nodes: int | None = None) -> Flavor | None:
     if b.kind != SLURM or not b.gpus_per_node:
         return None
     constraint = (b.constraint or "").upper()
-    gpu = next((g for g in sorted(GPUS, key=len, reverse=True) if g.replace(" ", "") in constraint.replace(" ", "")),
-               "H100")
+    gpu = next(
+        (g for g in sorted(GPUS, key=len, reverse=True) if g.replace(" ", "") in constraint.replace(" ", "")), "H100"
+    )
     mem, tflops, bandwidth, bf16 = GPUS[gpu]
     n = nodes or b.nodes
-    return Flavor(f"slurm {n}×{b.gpus_per_node} {gpu}", gpu, n * b.gpus_per_node, mem, 0.0, tflops, bandwidth, bf16,
-                  CLUSTER_SOURCE)
+    return Flavor(
+        f"slurm {n}×{b.gpus_per_node} {gpu}",
+        gpu,
+        n * b.gpus_per_node,
+        mem,
+        0.0,
+        tflops,
+        bandwidth,
+        bf16,
+        CLUSTER_SOURCE,
+    )

@@ -55,8 +55,9 @@ def _read_one(path: Path, limit: int) -> DatasetSample:
             f"{str(path)!r} has extension {suffix or '(none)'!r}; supported: {', '.join(SUPPORTED)}. Convert the file."
         )
     if not path.is_file():
-        raise DatasetFileError(f"{str(path)!r} does not exist. Check the path (relative paths are from the "
-                               f"directory you launch from).")
+        raise DatasetFileError(
+            f"{str(path)!r} does not exist. Check the path (relative paths are from the directory you launch from)."
+        )
     try:
         if suffix == ".parquet":
             return _read_parquet(path, limit)
@@ -66,8 +67,9 @@ def _read_one(path: Path, limit: int) -> DatasetSample:
     except DatasetFileError:
         raise
     except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
-        raise DatasetFileError(f"{str(path)!r} cannot be read as {suffix[1:]}: {exc}. Fix or re-export the file.") \
-            from exc
+        raise DatasetFileError(
+            f"{str(path)!r} cannot be read as {suffix[1:]}: {exc}. Fix or re-export the file."
+        ) from exc
 
 
 def _read_parquet(path: Path, limit: int) -> DatasetSample:
@@ -92,8 +94,10 @@ def _read_csv(path: Path, limit: int) -> DatasetSample:
         count = 0
         for row in reader:
             if None in row:
-                raise DatasetFileError(f"{str(path)!r} line {reader.line_num} has more fields than the header's "
-                                       f"{len(columns)} columns. Quote fields that contain commas, or fix the row.")
+                raise DatasetFileError(
+                    f"{str(path)!r} line {reader.line_num} has more fields than the header's "
+                    f"{len(columns)} columns. Quote fields that contain commas, or fix the row."
+                )
             if count < limit:
                 rows.append(dict(row))
             count += 1
@@ -121,8 +125,10 @@ def _read_json(path: Path, limit: int) -> DatasetSample:
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise DatasetFileError(f"{str(path)!r} line {lineno} is not valid JSON ({exc.msg}). "
-                                           f"Each line must be one JSON object.") from exc
+                    raise DatasetFileError(
+                        f"{str(path)!r} line {lineno} is not valid JSON ({exc.msg}). "
+                        f"Each line must be one JSON object."
+                    ) from exc
                 if not isinstance(obj, dict):
                     raise DatasetFileError(f"{str(path)!r} line {lineno} is a {type(obj).__name__}, not an object.")
                 rows.append(obj)

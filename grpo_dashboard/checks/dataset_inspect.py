@@ -24,8 +24,18 @@ from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import DatasetSpec, RunSpec, load_spec
 
 DEFAULT_MAX_PROMPT_TOKENS = 512
-PROMPT_NAMES = ("prompt", "question", "problem", "query", "instruction", "input", "messages", "conversations",
-                "text", "content")
+PROMPT_NAMES = (
+    "prompt",
+    "question",
+    "problem",
+    "query",
+    "instruction",
+    "input",
+    "messages",
+    "conversations",
+    "text",
+    "content",
+)
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
@@ -88,8 +98,10 @@ class DatasetReport:
             if self.prompt_tokens:
                 t = self.prompt_tokens
                 approx = " (approximate: ~4 characters per token)" if t.get("approximate") else ""
-                lines.append(f"prompt tokens  max {t['max']}, mean {t['mean']:.0f} over {t['rows_measured']} rows, "
-                             f"{t['over']} over {t['threshold']}{approx}")
+                lines.append(
+                    f"prompt tokens  max {t['max']}, mean {t['mean']:.0f} over {t['rows_measured']} rows, "
+                    f"{t['over']} over {t['threshold']}{approx}"
+                )
             for i, row in enumerate(self.samples[:3]):
                 lines.append(f"row {i}  " + _short(row, 300))
         lines += [f"  - {p}" for p in self.problems] or ["  no problems found"]
@@ -107,8 +119,9 @@ def _resolve(base: Path, value: str) -> Path:
     return p if p.is_absolute() else base / p
 
 
-def load_rows(dataset: DatasetSpec, base: Path, limit: int, token: str | bool | None = None
-              ) -> tuple[list[str], list[dict[str, Any]], int | None, dict[str, str]]:
+def load_rows(
+    dataset: DatasetSpec, base: Path, limit: int, token: str | bool | None = None
+) -> tuple[list[str], list[dict[str, Any]], int | None, dict[str, str]]:
     """Columns, the first `limit` rows, the row count (None if unknown) and declared types of the spec's dataset.
 
     `token` is the Hub token for a Hub dataset (False: none at all; None: the saved login).
@@ -120,24 +133,28 @@ def load_rows(dataset: DatasetSpec, base: Path, limit: int, token: str | bool | 
         sample = read_sample([str(_resolve(base, f)) for f in files], limit=limit)
         return sample.columns, sample.rows, sample.num_rows, {}
     if not dataset.path:
-        raise DatasetFileError("the spec names no dataset; set `dataset.data_files` (local files) or `dataset.path` "
-                               "(a Hub dataset id).")
+        raise DatasetFileError(
+            "the spec names no dataset; set `dataset.data_files` (local files) or `dataset.path` (a Hub dataset id)."
+        )
     try:
         import itertools
 
         from datasets import load_dataset
 
         path = str(_resolve(base, dataset.path)) if _resolve(base, dataset.path).exists() else dataset.path
-        ds = load_dataset(path, dataset.config, split=dataset.split, revision=dataset.revision, streaming=True,
-                          token=token)
+        ds = load_dataset(
+            path, dataset.config, split=dataset.split, revision=dataset.revision, streaming=True, token=token
+        )
         rows = [dict(r) for r in itertools.islice(iter(ds), limit)]
         features = ds.features or {}
         splits = getattr(ds.info, "splits", None) or {}
         total = splits[dataset.split].num_examples if dataset.split in splits else None
     except Exception as exc:  # any loader failure becomes one clear message
-        raise RuntimeError(f"the Hub dataset {dataset.path!r} (config {dataset.config!r}, split {dataset.split!r}) "
-                           f"cannot be loaded: {type(exc).__name__}: {str(exc)[:300]}. Check the id, config and "
-                           f"split on the Hub, log in for private datasets, or go online.") from exc
+        raise RuntimeError(
+            f"the Hub dataset {dataset.path!r} (config {dataset.config!r}, split {dataset.split!r}) "
+            f"cannot be loaded: {type(exc).__name__}: {str(exc)[:300]}. Check the id, config and "
+            f"split on the Hub, log in for private datasets, or go online."
+        ) from exc
     columns = list(features) if features else list(dict.fromkeys(k for r in rows for k in r))
     types = {k: _feature_type(v) for k, v in features.items()} if features else {}
     return columns, rows, total, types
@@ -188,6 +205,7 @@ def render_prompt(row: dict[str, Any], dataset: DatasetSpec) -> str | list[dict[
 
 def detect_prompt_column(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
     """Columns that could hold the prompts, best first: conversational or known names, then the longest text."""
+
     def score(c: str) -> tuple[int, int, float]:
         values = [r.get(c) for r in rows]
         chat = any(is_conversational(v) for v in values)
@@ -231,13 +249,15 @@ def load_tokenizer(spec: RunSpec, base: Path) -> Any:
             return AutoTokenizer.from_pretrained(str(local), trust_remote_code=False)
         from huggingface_hub import try_to_load_from_cache
 
-        if not isinstance(try_to_load_from_cache(spec.model.name_or_path, "tokenizer_config.json",
-                                                 revision=spec.model.revision), str):
+        if not isinstance(
+            try_to_load_from_cache(spec.model.name_or_path, "tokenizer_config.json", revision=spec.model.revision), str
+        ):
             return None
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(spec.model.name_or_path, revision=spec.model.revision,
-                                             local_files_only=True, trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(
+            spec.model.name_or_path, revision=spec.model.revision, local_files_only=True, trust_remote_code=False
+        )
     except Exception:  # a tokenizer that cannot load only makes the token counts approximate
         return None
 
@@ -258,10 +278,16 @@ def count_tokens(prompt: str | list[dict[str, Any]], tokenizer: Any) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def inspect_dataset(source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | None = None,
-                    n_samples: int = 5, n_measure: int = 200, max_prompt_tokens: int | None = None,
-                    tokenizer: Any = None, token: str | bool | None = None, load_tokenizers: bool = True
-                    ) -> DatasetReport:
+def inspect_dataset(
+    source: str | Path | dict[str, Any] | RunSpec,
+    base_dir: str | Path | None = None,
+    n_samples: int = 5,
+    n_measure: int = 200,
+    max_prompt_tokens: int | None = None,
+    tokenizer: Any = None,
+    token: str | bool | None = None,
+    load_tokenizers: bool = True,
+) -> DatasetReport:
     """Inspect the spec's dataset as the trainer will see it; never raises for a bad dataset (see `problems`).
 
     Args:
@@ -293,29 +319,47 @@ def inspect_dataset(source: str | Path | dict[str, Any] | RunSpec, base_dir: str
         add("error", where, "holds no rows. Point the spec at a file or split with data.")
         return report
     report.prompt_candidates = detect_prompt_column(columns, rows)
-    mapping: dict[str, Any] = {"prompt_column": d.prompt_column, "prompt_template": d.prompt_template,
-                               "system_prompt": d.system_prompt, "conversational": d.conversational}
+    mapping: dict[str, Any] = {
+        "prompt_column": d.prompt_column,
+        "prompt_template": d.prompt_template,
+        "system_prompt": d.system_prompt,
+        "conversational": d.conversational,
+    }
     if d.prompt_template:
         try:
             names = {f[1] for f in string.Formatter().parse(d.prompt_template) if f[1]}
         except ValueError as exc:
-            add("error", "dataset.prompt_template", f"is not a valid format string ({exc}). Use {{column}} "
-                "placeholders and double literal braces ({{{{ }}}}).")
+            add(
+                "error",
+                "dataset.prompt_template",
+                f"is not a valid format string ({exc}). Use {{column}} "
+                "placeholders and double literal braces ({{{{ }}}}).",
+            )
             names = None
         missing = sorted(n for n in names or () if n not in columns)
         if missing:
-            add("error", "dataset.prompt_template", f"uses column(s) {missing} that the dataset lacks (columns: "
-                f"{columns}). Fix the placeholders.")
+            add(
+                "error",
+                "dataset.prompt_template",
+                f"uses column(s) {missing} that the dataset lacks (columns: {columns}). Fix the placeholders.",
+            )
         if names is None or missing:
             report.mapping = mapping
             return report
     elif d.prompt_column not in columns:
         best = report.prompt_candidates[0] if report.prompt_candidates else None
-        fix = (f"Set `dataset.prompt_column: {best}` (it looks like the prompts), or write a "
-               f"`dataset.prompt_template` such as '{{{best}}}'." if best else
-               "Add a prompt column, or write a `dataset.prompt_template` from the existing columns.")
-        add("error", "dataset.prompt_column", f"{d.prompt_column!r} is not a column (columns: {columns}); the "
-            f"trainer would fail at the first step with KeyError: 'prompt'. {fix}")
+        fix = (
+            f"Set `dataset.prompt_column: {best}` (it looks like the prompts), or write a "
+            f"`dataset.prompt_template` such as '{{{best}}}'."
+            if best
+            else "Add a prompt column, or write a `dataset.prompt_template` from the existing columns."
+        )
+        add(
+            "error",
+            "dataset.prompt_column",
+            f"{d.prompt_column!r} is not a column (columns: {columns}); the "
+            f"trainer would fail at the first step with KeyError: 'prompt'. {fix}",
+        )
         if best is None:
             report.mapping = mapping
             return report
@@ -325,15 +369,26 @@ def inspect_dataset(source: str | Path | dict[str, Any] | RunSpec, base_dir: str
         _check_prompt_values(report.prompt_column, [r.get(report.prompt_column) for r in rows], add)
     for col in ("completion", "completion_ids"):
         if col in columns:
-            add("warning", "dataset", f"has a {col!r} column; TRL reserves that name and does not pass it to reward "
-                f"functions. Rename it (e.g. 'reference_{col}') if a reward needs it.")
+            add(
+                "warning",
+                "dataset",
+                f"has a {col!r} column; TRL reserves that name and does not pass it to reward "
+                f"functions. Rename it (e.g. 'reference_{col}') if a reward needs it.",
+            )
     mapped = dataclasses.replace(d, **mapping)
     try:
-        rendered = [render_prompt(r, mapped) for r in rows if r.get(report.prompt_column or "") not in (None, "")
-                    or report.prompt_column is None]
+        rendered = [
+            render_prompt(r, mapped)
+            for r in rows
+            if r.get(report.prompt_column or "") not in (None, "") or report.prompt_column is None
+        ]
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
-        add("error", "dataset.prompt_template", f"cannot be filled from a row ({type(exc).__name__}: {exc}). Use "
-            f"{{column}} placeholders that exist in every row.")
+        add(
+            "error",
+            "dataset.prompt_template",
+            f"cannot be filled from a row ({type(exc).__name__}: {exc}). Use "
+            f"{{column}} placeholders that exist in every row.",
+        )
         rendered = []
     report.mapping = mapping
     if not rendered:
@@ -342,21 +397,38 @@ def inspect_dataset(source: str | Path | dict[str, Any] | RunSpec, base_dir: str
     report.conversational = any(isinstance(p, list) for p in rendered)
     report.chat_template = chat_template_state(spec, base)
     if report.conversational and report.chat_template is False:
-        add("error", "model.name_or_path", f"{spec.model.name_or_path!r} has no chat template, but the prompts are "
+        add(
+            "error",
+            "model.name_or_path",
+            f"{spec.model.name_or_path!r} has no chat template, but the prompts are "
             f"conversational; the trainer fails with 'Cannot use chat template functions'. Use an instruct/chat "
             f"model, add a chat_template to its tokenizer, or use plain-text prompts (no system_prompt, "
-            f"conversational: false, a text prompt column).")
+            f"conversational: false, a text prompt column).",
+        )
     elif report.conversational and report.chat_template is None:
-        add("warning", "model.name_or_path", f"could not check {spec.model.name_or_path!r} for a chat template "
-            f"offline; conversational prompts need one. Check the model card or go online.")
+        add(
+            "warning",
+            "model.name_or_path",
+            f"could not check {spec.model.name_or_path!r} for a chat template "
+            f"offline; conversational prompts need one. Check the model card or go online.",
+        )
     elif not report.conversational and report.chat_template:
-        add("info", "dataset.conversational", "prompts are plain text but the model has a chat template; instruct "
-            "models usually do better with chat prompts: set `dataset.conversational: true` (or a system_prompt).")
+        add(
+            "info",
+            "dataset.conversational",
+            "prompts are plain text but the model has a chat template; instruct "
+            "models usually do better with chat prompts: set `dataset.conversational: true` (or a system_prompt).",
+        )
     if tokenizer is None and not load_tokenizers:
-        add("info", "model.name_or_path", "token counts are approximate (~4 characters per token): tokenizers are not "
-            "loaded on this Space. Run `python -m grpo_dashboard inspect-dataset SPEC` locally for exact counts.")
-    _measure(report, rendered, spec, base, max_prompt_tokens or DEFAULT_MAX_PROMPT_TOKENS, tokenizer, add,
-             load_tokenizers)
+        add(
+            "info",
+            "model.name_or_path",
+            "token counts are approximate (~4 characters per token): tokenizers are not "
+            "loaded on this Space. Run `python -m grpo_dashboard inspect-dataset SPEC` locally for exact counts.",
+        )
+    _measure(
+        report, rendered, spec, base, max_prompt_tokens or DEFAULT_MAX_PROMPT_TOKENS, tokenizer, add, load_tokenizers
+    )
     return report
 
 
@@ -369,50 +441,90 @@ def _clip(value: Any, n: int = 500) -> Any:
 def _check_prompt_values(column: str, values: list[Any], add: Any) -> None:
     empty = sum(v is None or v == "" or v == [] for v in values)
     if empty:
-        add("warning", "dataset.prompt_column", f"{empty} of {len(values)} sampled rows have an empty {column!r}; "
-            f"filter them out before training (an empty prompt still costs a generation group).")
+        add(
+            "warning",
+            "dataset.prompt_column",
+            f"{empty} of {len(values)} sampled rows have an empty {column!r}; "
+            f"filter them out before training (an empty prompt still costs a generation group).",
+        )
     bad = [v for v in values if v not in (None, "", []) and not isinstance(v, str) and not is_conversational(v)]
     if bad:
-        add("error", "dataset.prompt_column", f"{column!r} holds {value_type(bad[0])} values such as "
+        add(
+            "error",
+            "dataset.prompt_column",
+            f"{column!r} holds {value_type(bad[0])} values such as "
             f"{_short(bad[0], 80)}; prompts must be text or a list of {{role, content}} messages. Choose another "
-            f"column or build the text with `dataset.prompt_template`.")
+            f"column or build the text with `dataset.prompt_template`.",
+        )
     chats = [v for v in values if is_conversational(v)]
     roles = sorted({str(m.get("role")) for v in chats for m in v} - set(ROLES))
     if roles:
-        add("error", "dataset.prompt_column", f"{column!r} has messages with unknown role(s) {roles}; use "
-            f"{list(ROLES)} (convert e.g. ShareGPT 'from: human/gpt' to 'role: user/assistant').")
+        add(
+            "error",
+            "dataset.prompt_column",
+            f"{column!r} has messages with unknown role(s) {roles}; use "
+            f"{list(ROLES)} (convert e.g. ShareGPT 'from: human/gpt' to 'role: user/assistant').",
+        )
     ends = sum(1 for v in chats if v[-1].get("role") == "assistant")
     if ends:
-        add("warning", "dataset.prompt_column", f"{ends} of {len(chats)} sampled conversations end with an "
+        add(
+            "warning",
+            "dataset.prompt_column",
+            f"{ends} of {len(chats)} sampled conversations end with an "
             f"assistant message; GRPO generates after the prompt, so the answer would be in the prompt. Drop the "
-            f"final assistant turn from the prompt and keep it in a separate column for the reward.")
+            f"final assistant turn from the prompt and keep it in a separate column for the reward.",
+        )
 
 
-def _measure(report: DatasetReport, rendered: list[Any], spec: RunSpec, base: Path, threshold: int, tokenizer: Any,
-             add: Any, load_tokenizers: bool = True) -> None:
+def _measure(
+    report: DatasetReport,
+    rendered: list[Any],
+    spec: RunSpec,
+    base: Path,
+    threshold: int,
+    tokenizer: Any,
+    add: Any,
+    load_tokenizers: bool = True,
+) -> None:
     tok = tokenizer if tokenizer is not None else load_tokenizer(spec, base) if load_tokenizers else None
     lengths = [count_tokens(p, tok) for p in rendered]
     over = [n for n in lengths if n > threshold]
-    report.prompt_tokens = {"max": max(lengths), "mean": sum(lengths) / len(lengths), "over": len(over),
-                            "threshold": threshold, "rows_measured": len(lengths), "approximate": tok is None}
+    report.prompt_tokens = {
+        "max": max(lengths),
+        "mean": sum(lengths) / len(lengths),
+        "over": len(over),
+        "threshold": threshold,
+        "rows_measured": len(lengths),
+        "approximate": tok is None,
+    }
     if over:
-        add("warning", "dataset", f"{len(over)} of {len(lengths)} sampled prompts are longer than {threshold} tokens "
+        add(
+            "warning",
+            "dataset",
+            f"{len(over)} of {len(lengths)} sampled prompts are longer than {threshold} tokens "
             f"(longest {max(lengths)}{', approximate' if tok is None else ''}). TRL does not truncate prompts, so "
             f"they slow generation and use memory (and vLLM rejects prompts over its max_model_len). Filter or "
-            f"shorten them, shorten the system prompt/template, or raise the threshold.")
+            f"shorten them, shorten the system prompt/template, or raise the threshold.",
+        )
 
 
 def inspect_main(argv: list[str] | None = None) -> int:
     """`inspect-dataset SPEC [--json]`: exit 0 when usable, 1 with problems, 2 when the spec or data is unreadable."""
     from grpo_dashboard.errors import SpecError
 
-    p = argparse.ArgumentParser(prog="python -m grpo_dashboard inspect-dataset",
-                                description="Inspect a run spec's dataset: columns, prompts, chat template, lengths.")
+    p = argparse.ArgumentParser(
+        prog="python -m grpo_dashboard inspect-dataset",
+        description="Inspect a run spec's dataset: columns, prompts, chat template, lengths.",
+    )
     p.add_argument("spec", help="Run spec YAML file.")
     p.add_argument("--json", action="store_true", help="Print the report as JSON.")
     p.add_argument("--rows", type=int, default=5, help="Sample rows to show (default 5).")
-    p.add_argument("--max-prompt-tokens", type=int, default=DEFAULT_MAX_PROMPT_TOKENS,
-                   help=f"Warn about prompts longer than this (default {DEFAULT_MAX_PROMPT_TOKENS}).")
+    p.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=DEFAULT_MAX_PROMPT_TOKENS,
+        help=f"Warn about prompts longer than this (default {DEFAULT_MAX_PROMPT_TOKENS}).",
+    )
     args = p.parse_args(argv)
     if not Path(args.spec).is_file():
         print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)

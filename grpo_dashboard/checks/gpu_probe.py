@@ -117,8 +117,13 @@ def distributed_available() -> bool:
     except (ImportError, ValueError):
         return False
     try:
-        done = subprocess.run([sys.executable, "-c", "import torch.distributed as d; print(d.is_available())"],
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", "import torch.distributed as d; print(d.is_available())"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.stdout.strip().endswith("True")

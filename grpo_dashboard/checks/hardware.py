@@ -63,7 +63,7 @@ from grpo_dashboard.spec.flavors import (  # noqa: F401 - re-exported: the estim
 from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import HF_JOBS, SLURM, RunSpec, server_nodes, training_nodes, world_size
 
-GIB = 2 ** 30
+GIB = 2**30
 CONTEXT_GIB = 1.0
 FRAGMENTATION = 0.10
 MFU = 0.30
@@ -101,8 +101,9 @@ class Workload:
     nodes: int = 1
 
 
-def workload(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None = None, num_rows: int | None = None
-             ) -> Workload:
+def workload(
+    spec: RunSpec, shape: ModelShape, prompt_tokens: int | None = None, num_rows: int | None = None
+) -> Workload:
     """Read the spec's training settings (TRL defaults where unset)."""
     from grpo_dashboard.spec import trl_fields
 
@@ -144,10 +145,27 @@ def workload(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None = None,
         else:
             steps = None
             notes.append("number of steps unknown (max_steps not set and the dataset size is unknown)")
-    return Workload(batch, ga, gen_batch, gens, int(eff("max_completion_length") or 512), int(prompt_tokens),
-                    iterations, float(eff("beta") or 0.0), bool(eff("gradient_checkpointing")),
-                    spec.model.lora.r if spec.model.lora else None, mode, share, procs, zero if procs > 1 else 0,
-                    DTYPE_BYTES.get(dtype, 2), steps, notes, served, training_nodes(spec))
+    return Workload(
+        batch,
+        ga,
+        gen_batch,
+        gens,
+        int(eff("max_completion_length") or 512),
+        int(prompt_tokens),
+        iterations,
+        float(eff("beta") or 0.0),
+        bool(eff("gradient_checkpointing")),
+        spec.model.lora.r if spec.model.lora else None,
+        mode,
+        share,
+        procs,
+        zero if procs > 1 else 0,
+        DTYPE_BYTES.get(dtype, 2),
+        steps,
+        notes,
+        served,
+        training_nodes(spec),
+    )
 
 
 def lora_params(shape: ModelShape, r: int) -> int:
@@ -189,8 +207,11 @@ class MemoryEstimate:
         if self.enough_gpus(flavor):
             return ""
         server = f"+{self.extra_gpus}" if self.extra_gpus else ""
-        why = (f" ({self.processes} training + {self.extra_gpus} for the vLLM server)" if self.extra_gpus
-               else " (one per training process)")
+        why = (
+            f" ({self.processes} training + {self.extra_gpus} for the vLLM server)"
+            if self.extra_gpus
+            else " (one per training process)"
+        )
         return f"needs {self.processes}{server} GPUs{why}; {flavor.name} has {flavor.gpus}"
 
     def card_needed(self) -> float:
@@ -314,26 +335,38 @@ class HardwareReport:
             lines.append("Model size unknown: no memory estimate. Use a Hub id or a local directory with config.json.")
         else:
             m = self.model
-            lines.append(f"Model: {m.billions:.2f}B parameters, {m.layers} layers, hidden {m.hidden}, dtype {m.dtype} "
-                         f"(from {m.source}).")
+            lines.append(
+                f"Model: {m.billions:.2f}B parameters, {m.layers} layers, hidden {m.hidden}, dtype {m.dtype} "
+                f"(from {m.source})."
+            )
         if self.memory is not None and self.workload is not None:
             w = self.workload
             how = f"LoRA r={w.lora_r}" if w.lora_r else "full fine-tuning"
             zero = f", ZeRO-{w.zero} over {w.processes} processes" if w.zero else ""
-            lines.append(f"Memory per GPU ({how}{zero}, batch {w.batch}, {w.prompt}+{w.completion} tokens): "
-                         f"~{self.memory.total:.1f} GiB")
+            lines.append(
+                f"Memory per GPU ({how}{zero}, batch {w.batch}, {w.prompt}+{w.completion} tokens): "
+                f"~{self.memory.total:.1f} GiB"
+            )
             lines += [f"  - {k}: {v:.2f} GiB" for k, v in self.memory.parts.items() if v >= 0.005]
             if self.memory.vllm_share:
-                lines.append(f"  - vLLM colocate reserves {self.memory.vllm_share:.0%} of each card: needs a "
-                             f"{self.memory.card_needed():.1f} GiB card")
+                lines.append(
+                    f"  - vLLM colocate reserves {self.memory.vllm_share:.0%} of each card: needs a "
+                    f"{self.memory.card_needed():.1f} GiB card"
+                )
         for label, fit in (("Chosen", self.chosen), ("Recommended", self.recommended)):
             if fit is not None:
                 verdict = "fits" if fit.fits else (fit.note if fit.note.startswith("needs") else "does NOT fit")
-                cost = (f", ~{format_duration(fit.hours * 3600)} ≈ ${fit.cost_usd:.2f}" if fit.hours is not None
-                        and fit.cost_usd is not None else "")
+                cost = (
+                    f", ~{format_duration(fit.hours * 3600)} ≈ ${fit.cost_usd:.2f}"
+                    if fit.hours is not None and fit.cost_usd is not None
+                    else ""
+                )
                 price = f"${fit.price_per_hour:.2f}/h, " if fit.price_per_hour else ""
-                duration = (f", ~{format_duration(fit.hours * 3600)}" if fit.hours is not None and fit.cost_usd is None
-                            else cost)
+                duration = (
+                    f", ~{format_duration(fit.hours * 3600)}"
+                    if fit.hours is not None and fit.cost_usd is None
+                    else cost
+                )
                 lines.append(f"{label}: {fit.name} ({price}{fit.memory_gib:.0f} GiB per device) {verdict}{duration}")
         fit = self.chosen or self.recommended
         if fit is not None and fit.step_s is not None:
@@ -347,13 +380,21 @@ class HardwareReport:
         return "\n".join(lines)
 
 
-def estimate(spec: RunSpec, base_dir: str | None = None, prompt_tokens: int | None = None,
-             num_rows: int | None = None, token: str | bool | None = None, endpoint: str | None = None,
-             live_prices: bool = False, shape: ModelShape | None = None) -> HardwareReport:
+def estimate(
+    spec: RunSpec,
+    base_dir: str | None = None,
+    prompt_tokens: int | None = None,
+    num_rows: int | None = None,
+    token: str | bool | None = None,
+    endpoint: str | None = None,
+    live_prices: bool = False,
+    shape: ModelShape | None = None,
+) -> HardwareReport:
     """Estimate memory, time and cost of a spec on every flavor; recommend the cheapest that fits, with the reason."""
     table = flavors(token, endpoint, live_prices)
-    shape = shape or model_shape(spec.model.name_or_path, spec.model.revision, base_dir, spec.model.build_tiny,
-                                 token, endpoint)
+    shape = shape or model_shape(
+        spec.model.name_or_path, spec.model.revision, base_dir, spec.model.build_tiny, token, endpoint
+    )
     chosen_name = spec.backend.flavor
     cluster = cluster_flavor(spec)
     if cluster is not None:
@@ -368,44 +409,72 @@ def estimate(spec: RunSpec, base_dir: str | None = None, prompt_tokens: int | No
     fits = [_fit(shape, w, memory, f) for f in table.values()]
     bf16 = spec.training.get("bf16") is not False
     ok = [f for f in fits if f.fits and _eligible(table[f.name], shape, bf16)]
-    recommended = min(ok, key=lambda f: (f.cost_usd if f.cost_usd is not None else f.price_per_hour,
-                                         f.price_per_hour)) if ok else None
+    recommended = (
+        min(ok, key=lambda f: (f.cost_usd if f.cost_usd is not None else f.price_per_hour, f.price_per_hour))
+        if ok
+        else None
+    )
     reason = ""
     if recommended is not None:
         basis = "estimated total cost" if recommended.cost_usd is not None else "price per hour"
-        reason = (f"{recommended.name} needs ~{recommended.need_gib:.1f} of {recommended.memory_gib:.0f} GiB per "
-                  f"device; cheapest by {basis} of the {len(ok)} flavor(s) that fit")
+        reason = (
+            f"{recommended.name} needs ~{recommended.need_gib:.1f} of {recommended.memory_gib:.0f} GiB per "
+            f"device; cheapest by {basis} of the {len(ok)} flavor(s) that fit"
+        )
     chosen = next((f for f in fits if f.name == chosen_name), None)
     warnings = list(w.notes)
     if chosen is not None and not chosen.fits:
         shortfall = memory.gpu_shortfall(table[chosen.name])
         if shortfall and memory.fits_memory(table[chosen.name]):
-            warnings.append(f"{chosen.name} lacks GPUs: the run {shortfall} (~{memory.card_needed():.1f} GiB per "
-                            f"device fits its {chosen.memory_gib:.0f} GiB)" + (f"; {recommended.name} has enough"
-                                                                              if recommended else ""))
+            warnings.append(
+                f"{chosen.name} lacks GPUs: the run {shortfall} (~{memory.card_needed():.1f} GiB per "
+                f"device fits its {chosen.memory_gib:.0f} GiB)"
+                + (f"; {recommended.name} has enough" if recommended else "")
+            )
         else:
-            warnings.append(f"{chosen.name} does not fit: ~{memory.card_needed():.1f} GiB needed per device, "
-                            f"{chosen.memory_gib:.0f} GiB available" + (f"; {recommended.name} fits" if recommended
-                                                                         else ""))
+            warnings.append(
+                f"{chosen.name} does not fit: ~{memory.card_needed():.1f} GiB needed per device, "
+                f"{chosen.memory_gib:.0f} GiB available" + (f"; {recommended.name} fits" if recommended else "")
+            )
     if chosen is not None and table[chosen.name].gpu == "T4" and bf16:
         warnings.append("T4 GPUs do not support bf16; set training.bf16: false and fp16: true, or choose l4x1")
     if cluster is not None:
         recommended = _nodes_that_fit(spec, shape, prompt_tokens, num_rows, cluster)
         served = server_nodes(spec)
-        reason = (f"{recommended.name}: the fewest nodes on which the run fits"
-                  + (f" ({served} of them serving vLLM)" if served else "") if recommended is not None
-                  else "no node count up to 16 fits; see the options")
-        warnings.append(f"Slurm nodes assumed to hold {cluster.gpu} GPUs ({cluster.memory_gib:.0f} GiB each); name "
-                        f"the GPU in backend.constraint (e.g. h100, a100) to estimate for another")
+        reason = (
+            f"{recommended.name}: the fewest nodes on which the run fits"
+            + (f" ({served} of them serving vLLM)" if served else "")
+            if recommended is not None
+            else "no node count up to 16 fits; see the options"
+        )
+        warnings.append(
+            f"Slurm nodes assumed to hold {cluster.gpu} GPUs ({cluster.memory_gib:.0f} GiB each); name "
+            f"the GPU in backend.constraint (e.g. h100, a100) to estimate for another"
+        )
     timeout, timeout_reason = _timeout(spec, chosen or recommended, warnings)
-    suggestions = _suggestions(spec, shape, w, memory, table, prompt_tokens, num_rows) if (
-        chosen is not None and not chosen.fits) or recommended is None else []
-    return HardwareReport(shape, memory, w, sorted(fits, key=lambda f: f.price_per_hour), chosen, recommended,
-                          reason, timeout, timeout_reason, warnings, suggestions)
+    suggestions = (
+        _suggestions(spec, shape, w, memory, table, prompt_tokens, num_rows)
+        if (chosen is not None and not chosen.fits) or recommended is None
+        else []
+    )
+    return HardwareReport(
+        shape,
+        memory,
+        w,
+        sorted(fits, key=lambda f: f.price_per_hour),
+        chosen,
+        recommended,
+        reason,
+        timeout,
+        timeout_reason,
+        warnings,
+        suggestions,
+    )
 
 
-def _nodes_that_fit(spec: RunSpec, shape: ModelShape, prompt_tokens: int | None, num_rows: int | None,
-                    cluster: Flavor) -> FlavorFit | None:
+def _nodes_that_fit(
+    spec: RunSpec, shape: ModelShape, prompt_tokens: int | None, num_rows: int | None, cluster: Flavor
+) -> FlavorFit | None:
     """The fewest Slurm nodes (same per-node GPUs and sharding) on which the run fits, or None up to 16."""
     for n in range(1, 17):
         trial = copy.deepcopy(spec)
@@ -436,8 +505,18 @@ def _fit(shape: ModelShape, w: Workload, memory: MemoryEstimate, flavor: Flavor)
         note = memory.gpu_shortfall(flavor)
     priced = hours is not None and flavor.source != CLUSTER_SOURCE  # a cluster's own nodes have no price here
     cost = hours * flavor.price_per_hour if priced and hours is not None else None
-    return FlavorFit(flavor.name, flavor.price_per_hour, fits, memory.card_needed(), flavor.memory_gib,
-                     hours, cost, note, t.step_s, t.parts)
+    return FlavorFit(
+        flavor.name,
+        flavor.price_per_hour,
+        fits,
+        memory.card_needed(),
+        flavor.memory_gib,
+        hours,
+        cost,
+        note,
+        t.step_s,
+        t.parts,
+    )
 
 
 def _timeout(spec: RunSpec, fit: FlavorFit | None, warnings: list[str]) -> tuple[int, str]:
@@ -454,8 +533,10 @@ def _timeout(spec: RunSpec, fit: FlavorFit | None, warnings: list[str]) -> tuple
     where = fit.name if fit is not None else ""  # known whenever `expected` is
     if given is not None:
         if expected is not None and given < expected:
-            warnings.append(f"timeout {format_duration(given)} is shorter than the estimated run time "
-                            f"{format_duration(expected)} on {where}: the job would be killed")
+            warnings.append(
+                f"timeout {format_duration(given)} is shorter than the estimated run time "
+                f"{format_duration(expected)} on {where}: the job would be killed"
+            )
         return given, "set in the spec"
     if expected is None:
         return UNKNOWN_TIMEOUT_S, "run time unknown: default 2h; set training.max_steps or backend.timeout"
@@ -464,8 +545,15 @@ def _timeout(spec: RunSpec, fit: FlavorFit | None, warnings: list[str]) -> tuple
     return timeout, f"estimated {format_duration(expected)} on {where} × {TIMEOUT_BUFFER} buffer"
 
 
-def _suggestions(spec: RunSpec, shape: ModelShape, w: Workload, memory: MemoryEstimate, table: dict[str, Flavor],
-                 prompt_tokens: int | None, num_rows: int | None) -> list[str]:
+def _suggestions(
+    spec: RunSpec,
+    shape: ModelShape,
+    w: Workload,
+    memory: MemoryEstimate,
+    table: dict[str, Flavor],
+    prompt_tokens: int | None,
+    num_rows: int | None,
+) -> list[str]:
     out: list[str] = []
     if not w.lora_r:
         lora = copy.deepcopy(spec)
@@ -482,8 +570,10 @@ def _suggestions(spec: RunSpec, shape: ModelShape, w: Workload, memory: MemoryEs
         m = estimate_memory(shape, workload(z, shape, prompt_tokens, num_rows))
         best = _cheapest(m, table)
         if best:
-            out.append(f"ZeRO-3 over {n} GPUs (backend.accelerate_config: zero3, num_processes: {n}) needs "
-                       f"~{m.card_needed():.1f} GiB per GPU: fits {best}")
+            out.append(
+                f"ZeRO-3 over {n} GPUs (backend.accelerate_config: zero3, num_processes: {n}) needs "
+                f"~{m.card_needed():.1f} GiB per GPU: fits {best}"
+            )
             break
     if w.batch > 1:
         out.append("a smaller per_device_train_batch_size (with more gradient_accumulation_steps) lowers activations")
@@ -504,8 +594,10 @@ def hardware_main(argv: list[str]) -> int:
     from grpo_dashboard.errors import SpecError
     from grpo_dashboard.spec.run_spec import load_spec
 
-    parser = argparse.ArgumentParser(prog="python -m grpo_dashboard hardware",
-                                     description="Estimate GPU memory, time and cost of a run spec on HF Jobs.")
+    parser = argparse.ArgumentParser(
+        prog="python -m grpo_dashboard hardware",
+        description="Estimate GPU memory, time and cost of a run spec on HF Jobs.",
+    )
     parser.add_argument("spec", help="Run spec YAML file.")
     parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
     parser.add_argument("--live", action="store_true", help="Fetch live prices from the Hub's hardware list.")
@@ -526,13 +618,20 @@ def hardware_main(argv: list[str]) -> int:
         for f in report.fits:
             t = format_duration(f.hours * 3600) if f.hours is not None else "?"
             c = f"${f.cost_usd:.2f}" if f.cost_usd is not None else "?"
-            print(f"{f.name:<16} {f.price_per_hour:>6.2f} {'yes' if f.fits else 'no':>5} {f.memory_gib:>6.0f} "
-                  f"{t:>8} {c:>8}")
+            print(
+                f"{f.name:<16} {f.price_per_hour:>6.2f} {'yes' if f.fits else 'no':>5} {f.memory_gib:>6.0f} "
+                f"{t:>8} {c:>8}"
+            )
     return 0
 
 
-def estimate_for_spec(spec: RunSpec, base_dir: Any = None, token: str | bool | None = None,
-                      endpoint: str | None = None, live_prices: bool = False) -> HardwareReport:
+def estimate_for_spec(
+    spec: RunSpec,
+    base_dir: Any = None,
+    token: str | bool | None = None,
+    endpoint: str | None = None,
+    live_prices: bool = False,
+) -> HardwareReport:
     """`estimate` with the prompt length and row count measured from local dataset files when the spec has them."""
     prompt_tokens, rows = None, None
     d = spec.dataset

@@ -44,15 +44,45 @@ class ModelShape:
         return self.params / 1e9
 
 
-def _shape(hidden: int, inter: int, layers: int, heads: int, kv: int, vocab: int, tied: bool,
-           head_dim: int | None = None, bias: bool = False, qk_norm: bool = False) -> ModelShape:
+def _shape(
+    hidden: int,
+    inter: int,
+    layers: int,
+    heads: int,
+    kv: int,
+    vocab: int,
+    tied: bool,
+    head_dim: int | None = None,
+    bias: bool = False,
+    qk_norm: bool = False,
+) -> ModelShape:
     hd = head_dim or hidden // heads
-    return ModelShape(count_params(hidden, inter, layers, heads, kv, hd, vocab, tied, bias, qk_norm),
-                      hidden, inter, layers, heads, kv, hd, vocab, tied)
+    return ModelShape(
+        count_params(hidden, inter, layers, heads, kv, hd, vocab, tied, bias, qk_norm),
+        hidden,
+        inter,
+        layers,
+        heads,
+        kv,
+        hd,
+        vocab,
+        tied,
+    )
 
 
-def count_params(hidden: int, inter: int, layers: int, heads: int, kv: int, head_dim: int, vocab: int, tied: bool,
-                 bias: bool = False, qk_norm: bool = False, experts: int = 1) -> int:
+def count_params(
+    hidden: int,
+    inter: int,
+    layers: int,
+    heads: int,
+    kv: int,
+    head_dim: int,
+    vocab: int,
+    tied: bool,
+    bias: bool = False,
+    qk_norm: bool = False,
+    experts: int = 1,
+) -> int:
     """Parameters of a Llama/Qwen-style decoder: attention, gated MLP (x experts), norms, embeddings, lm_head."""
     attn = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2
     if bias:
@@ -85,9 +115,14 @@ KNOWN: dict[str, ModelShape] = {
 TINY = replace(_shape(64, 128, 2, 4, 2, 90, True), dtype="float32", source="the tiny offline test model")
 
 
-def model_shape(name_or_path: str, revision: str | None = None, base_dir: str | Path | None = None,
-                build_tiny: bool = False, token: str | bool | None = None, endpoint: str | None = None
-                ) -> ModelShape | None:
+def model_shape(
+    name_or_path: str,
+    revision: str | None = None,
+    base_dir: str | Path | None = None,
+    build_tiny: bool = False,
+    token: str | bool | None = None,
+    endpoint: str | None = None,
+) -> ModelShape | None:
     """The shape of a model from the best available source; None when nothing is known about it."""
     local = user_path(name_or_path)
     if not local.is_absolute() and base_dir is not None:
@@ -96,8 +131,9 @@ def model_shape(name_or_path: str, revision: str | None = None, base_dir: str | 
         return from_directory(local)
     if build_tiny:
         return TINY
-    return _from_hub(name_or_path, revision, token if token is False else token or None, endpoint) \
-        or from_name(name_or_path)
+    return _from_hub(name_or_path, revision, token if token is False else token or None, endpoint) or from_name(
+        name_or_path
+    )
 
 
 def from_directory(path: Path) -> ModelShape | None:
@@ -125,8 +161,9 @@ def from_config(config: dict[str, Any], source: str) -> ModelShape | None:
     kv = int(cfg.get("num_key_value_heads") or heads)
     hd = int(cfg.get("head_dim") or hidden // heads)
     experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 1)
-    inter = int((cfg.get("moe_intermediate_size") if experts > 1 else None) or cfg.get("intermediate_size")
-                or 4 * hidden)
+    inter = int(
+        (cfg.get("moe_intermediate_size") if experts > 1 else None) or cfg.get("intermediate_size") or 4 * hidden
+    )
     tied = bool(config.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False)))
     bias = bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2"))
     params = count_params(hidden, inter, layers, heads, kv, hd, vocab, tied, bias, experts=experts)
@@ -136,8 +173,20 @@ def from_config(config: dict[str, Any], source: str) -> ModelShape | None:
         dense = count_params(hidden, inter, layers, heads, kv, hd, vocab, tied, bias, experts=top_k)
         active = dense / params
     dtype = str(cfg.get("dtype") or cfg.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")
-    return ModelShape(params, hidden, inter, layers, heads, kv, hd, vocab, tied,
-                      dtype if dtype in DTYPE_BYTES else "bfloat16", active, source)
+    return ModelShape(
+        params,
+        hidden,
+        inter,
+        layers,
+        heads,
+        kv,
+        hd,
+        vocab,
+        tied,
+        dtype if dtype in DTYPE_BYTES else "bfloat16",
+        active,
+        source,
+    )
 
 
 def _count_local_safetensors(path: Path) -> int | None:
@@ -159,8 +208,7 @@ def _count_local_safetensors(path: Path) -> int | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _from_hub(repo_id: str, revision: str | None, token: str | bool | None, endpoint: str | None
-              ) -> ModelShape | None:
+def _from_hub(repo_id: str, revision: str | None, token: str | bool | None, endpoint: str | None) -> ModelShape | None:
     # A cached config.json first (instant, works offline); then one metadata request without retries, so that an
     # unreachable Hub costs one failed connection, not hf_hub_download's retry loop.
     if not re.match(r"^[\w.-]+/[\w.-]+$", repo_id):
@@ -169,8 +217,9 @@ def _from_hub(repo_id: str, revision: str | None, token: str | bool | None, endp
 
     def config(local_only: bool) -> ModelShape | None:
         try:
-            path = hf_hub_download(repo_id, "config.json", revision=revision, token=token, endpoint=endpoint,
-                                   local_files_only=local_only)
+            path = hf_hub_download(
+                repo_id, "config.json", revision=revision, token=token, endpoint=endpoint, local_files_only=local_only
+            )
             return from_config(json.loads(Path(path).read_text(encoding="utf-8")), f"config.json of {repo_id}")
         except Exception:  # absent, private or offline
             return None
@@ -179,15 +228,19 @@ def _from_hub(repo_id: str, revision: str | None, token: str | bool | None, endp
     if constants.HF_HUB_OFFLINE:
         return shape
     try:
-        info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision, expand=["safetensors"],
-                                                                  timeout=5)
+        info = HfApi(endpoint=endpoint, token=token).model_info(
+            repo_id, revision=revision, expand=["safetensors"], timeout=5
+        )
     except Exception:  # offline, private or absent: the cached config (or the table) is all we have
         return shape
     shape = shape or config(False) or from_name(repo_id)
     total = info.safetensors.total if info.safetensors else None
     if shape is not None and total:
-        shape = replace(shape, params=int(total), source=f"{repo_id} on the Hub ({shape.source.split(' (')[0]} "
-                        f"shape, safetensors parameter count)")
+        shape = replace(
+            shape,
+            params=int(total),
+            source=f"{repo_id} on the Hub ({shape.source.split(' (')[0]} shape, safetensors parameter count)",
+        )
     return shape
 
 
@@ -204,6 +257,10 @@ def from_name(name: str) -> ModelShape | None:
     params = float(match.group(1)) * (1e9 if match.group(2) == "b" else 1e6)
     nearest = min(KNOWN.values(), key=lambda s: abs(s.params - params))
     scale = params / nearest.params
-    return replace(nearest, params=int(params), hidden=max(64, int(nearest.hidden * scale ** 0.5)),
-                   intermediate=max(128, int(nearest.intermediate * scale ** 0.5)),
-                   source=f"rough: size {match.group(0).upper()} read from the name, shaped like a known model")
+    return replace(
+        nearest,
+        params=int(params),
+        hidden=max(64, int(nearest.hidden * scale**0.5)),
+        intermediate=max(128, int(nearest.intermediate * scale**0.5)),
+        source=f"rough: size {match.group(0).upper()} read from the name, shaped like a known model",
+    )

@@ -127,8 +127,11 @@ class CheckReport:
     def to_text(self) -> str:
         """Human-readable report."""
         fmt = "conversational" if self.conversational else "standard"
-        ref = f"reference answers from column {self.reference_column!r}" if self.reference_column else \
-            "no reference answer column (ideal and wrong-format cases skipped)"
+        ref = (
+            f"reference answers from column {self.reference_column!r}"
+            if self.reference_column
+            else "no reference answer column (ideal and wrong-format cases skipped)"
+        )
         lines = [f"Reward contract check on {self.rows} rows ({fmt} prompts); {ref}; sandbox: {self.isolation}."]
         for case, texts in self.completions.items():
             lines.append(f"  {case:<13} e.g. {_short(texts[0] if texts else '', 90)}")
@@ -143,8 +146,10 @@ class CheckReport:
                     lines.append(f"  {case:<13} {_fmt_values(vals)}" + (f"  ({nones} None)" if nones else ""))
             lines += [f"  {f}" for f in r.flags] or ["  ✓ no problems"]
         flags = self.flags
-        lines.append(f"\n{'OK' if not flags else f'{len(flags)} problem(s)'}: "
-                     f"{'every reward passed' if not flags else ', '.join(sorted({f.reward for f in flags}))}")
+        lines.append(
+            f"\n{'OK' if not flags else f'{len(flags)} problem(s)'}: "
+            f"{'every reward passed' if not flags else ', '.join(sorted({f.reward for f in flags}))}"
+        )
         return "\n".join(lines)
 
 
@@ -172,8 +177,11 @@ def _is_json(text: str) -> bool:
 def pick_reference_column(spec: RunSpec, columns: list[str], rows: list[dict[str, Any]]) -> str | None:
     """The column holding reference answers: one an accuracy/code reward reads, else a conventional name."""
     rewards = rewards_module()
-    code = any(rewards.REWARDS.get(r.builtin or r.name) and rewards.REWARDS[r.builtin or r.name].kind == "code"
-               for r in spec.rewards if not r.function)
+    code = any(
+        rewards.REWARDS.get(r.builtin or r.name) and rewards.REWARDS[r.builtin or r.name].kind == "code"
+        for r in spec.rewards
+        if not r.function
+    )
     if code:
         for c in CODE_NAMES:
             if c in columns and any(_looks_like_code(str(r.get(c) or "")) for r in rows):
@@ -187,8 +195,9 @@ def pick_reference_column(spec: RunSpec, columns: list[str], rows: list[dict[str
     return next((c for c in REFERENCE_NAMES if c in columns), None)
 
 
-def render_cases(rows: list[dict[str, Any]], reference_column: str | None,
-                 ideal_template: str = IDEAL_TEMPLATE) -> dict[str, list[str]]:
+def render_cases(
+    rows: list[dict[str, Any]], reference_column: str | None, ideal_template: str = IDEAL_TEMPLATE
+) -> dict[str, list[str]]:
     """The completion texts for every case, one per row."""
     rewards = rewards_module()
     cases: dict[str, list[str]] = {"ideal": [], "wrong_format": []}
@@ -213,12 +222,20 @@ def render_cases(rows: list[dict[str, Any]], reference_column: str | None,
     return cases
 
 
-def _run_reward(r: RewardSpec, kind: str, batches: list[dict[str, Any]], base: Path, timeout_s: float,
-                memory_mb: int) -> tuple[list[dict[str, Any]], bool, str]:
+def _run_reward(
+    r: RewardSpec, kind: str, batches: list[dict[str, Any]], base: Path, timeout_s: float, memory_mb: int
+) -> tuple[list[dict[str, Any]], bool, str]:
     request = {"reward": asdict(r), "base_dir": str(base), "batches": batches}
-    res = run_module("grpo_dashboard.checks.reward_worker", json.dumps(request, default=str), timeout_s=timeout_s,
-                     memory_mb=memory_mb, allow_subprocess=kind == "code", extra_path=[str(base)],
-                     read_only=reward_paths(r.function, base), report=True)
+    res = run_module(
+        "grpo_dashboard.checks.reward_worker",
+        json.dumps(request, default=str),
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        allow_subprocess=kind == "code",
+        extra_path=[str(base)],
+        read_only=reward_paths(r.function, base),
+        report=True,
+    )
     records = _report_records(res.report)
     if not records and not res.timed_out and not res.ok:
         why = "ran out of memory" if res.memory_exceeded else f"exited with status {res.returncode}"
@@ -239,10 +256,17 @@ def _report_records(text: str) -> list[dict[str, Any]]:
     return records
 
 
-def check_rewards(source: str | Path | dict[str, Any] | RunSpec, n_rows: int = 8, budget_ms: float | None = None,
-                  base_dir: str | Path | None = None, timeout_s: float = 120.0, memory_mb: int = 4096,
-                  reference_column: str | None = None, ideal_template: str = IDEAL_TEMPLATE,
-                  token: str | bool | None = None) -> CheckReport:
+def check_rewards(
+    source: str | Path | dict[str, Any] | RunSpec,
+    n_rows: int = 8,
+    budget_ms: float | None = None,
+    base_dir: str | Path | None = None,
+    timeout_s: float = 120.0,
+    memory_mb: int = 4096,
+    reference_column: str | None = None,
+    ideal_template: str = IDEAL_TEMPLATE,
+    token: str | bool | None = None,
+) -> CheckReport:
     """Run the contract check on the first `n_rows` rows of the spec's dataset.
 
     Args:
@@ -275,9 +299,17 @@ def check_rewards(source: str | Path | dict[str, Any] | RunSpec, n_rows: int = 8
     ref = reference_column or pick_reference_column(spec, columns, rows)
     texts = render_cases(rows, ref, ideal_template)
     reward_columns = {c: [row.get(c) for row in rows] for c in columns if c != "prompt"}
-    batches = [{"case": case, "format": fmt, "prompts": prompts, "columns": reward_columns,
-                "completions": ts if fmt == "standard" else [[{"role": "assistant", "content": t}] for t in ts]}
-               for case, ts in texts.items() for fmt in FORMATS]
+    batches = [
+        {
+            "case": case,
+            "format": fmt,
+            "prompts": prompts,
+            "columns": reward_columns,
+            "completions": ts if fmt == "standard" else [[{"role": "assistant", "content": t}] for t in ts],
+        }
+        for case, ts in texts.items()
+        for fmt in FORMATS
+    ]
     registry = rewards_module()
     reports: list[RewardReport] = []
     jobs: list[tuple[RewardReport, RewardSpec]] = []
@@ -288,16 +320,27 @@ def check_rewards(source: str | Path | dict[str, Any] | RunSpec, n_rows: int = 8
         rep = RewardReport(r.name, kind, r.function or f"builtin {key}")
         reports.append(rep)
         if rdef is None and not r.function:
-            rep.flags.append(Flag(r.name, "unknown", f"{key!r} is not a built-in reward; choose one of "
-                                  f"{sorted(registry.REWARDS)} or set `function`."))
+            rep.flags.append(
+                Flag(
+                    r.name,
+                    "unknown",
+                    f"{key!r} is not a built-in reward; choose one of {sorted(registry.REWARDS)} or set `function`.",
+                )
+            )
             continue
         if rdef is not None and all(p in rdef.params for p in r.params):
             rep.columns = registry.required_columns(key, r.params)
             missing = [c for c in rep.columns if c not in columns]
             if missing:
-                rep.flags.append(Flag(r.name, "missing_column", f"reads column(s) {missing}, which the dataset "
-                                      f"lacks (columns: {columns}). Add the column, or set the reward's *_column "
-                                      f"parameter to an existing one."))
+                rep.flags.append(
+                    Flag(
+                        r.name,
+                        "missing_column",
+                        f"reads column(s) {missing}, which the dataset "
+                        f"lacks (columns: {columns}). Add the column, or set the reward's *_column "
+                        f"parameter to an existing one.",
+                    )
+                )
                 continue
         jobs.append((rep, r))
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, len(jobs)))) as pool:
@@ -309,47 +352,77 @@ def check_rewards(source: str | Path | dict[str, Any] | RunSpec, n_rows: int = 8
     return CheckReport(len(rows), columns, conversational, ref, texts, reports, budget_ms, isolation())
 
 
-def _analyse(rep: RewardReport, records: list[dict[str, Any]], conversational: bool, columns: list[str],
-             budget_ms: float | None, timeout_s: float, ref: str | None) -> None:
+def _analyse(
+    rep: RewardReport,
+    records: list[dict[str, Any]],
+    conversational: bool,
+    columns: list[str],
+    budget_ms: float | None,
+    timeout_s: float,
+    ref: str | None,
+) -> None:
     add = lambda code, msg, sev="error": rep.flags.append(Flag(rep.name, code, msg, sev))  # noqa: E731
     build = next((r["build_error"] for r in records if "build_error" in r), None)
     if build:
         add("error", f"cannot be built or loaded: {build}. Fix the reward's code or params.")
         return
-    rep.results = [CaseResult(r["case"], r["format"], r["values"], r["error"], r["missing_column"], r["seconds"])
-                   for r in records]
+    rep.results = [
+        CaseResult(r["case"], r["format"], r["values"], r["error"], r["missing_column"], r["seconds"]) for r in records
+    ]
     train, other = ("conversational", "standard") if conversational else ("standard", "conversational")
     if rep.timed_out:
-        add("slow", f"did not finish the check within {timeout_s:.0f} s and was killed; a reward this slow stalls "
-            f"every training step. Make it faster or lower its own time limits.")
+        add(
+            "slow",
+            f"did not finish the check within {timeout_s:.0f} s and was killed; a reward this slow stalls "
+            f"every training step. Make it faster or lower its own time limits.",
+        )
     missing = sorted({r.missing_column for r in rep.results if r.missing_column})
     if missing:
-        add("missing_column", f"reads column(s) {missing}, which the dataset lacks (columns: {columns}). Add the "
-            f"column, or change which column the reward reads.")
+        add(
+            "missing_column",
+            f"reads column(s) {missing}, which the dataset lacks (columns: {columns}). Add the "
+            f"column, or change which column the reward reads.",
+        )
     errs = [r for r in rep.results if r.error and not r.missing_column]
     in_train = [r for r in errs if r.format == train]
     if in_train:
         cases = sorted({r.case for r in in_train})
-        add("error", f"raises on the {', '.join(cases)} completion(s): {in_train[0].error}. A reward must return a "
-            f"float or None per completion and never raise (return None when it cannot judge one).")
+        add(
+            "error",
+            f"raises on the {', '.join(cases)} completion(s): {in_train[0].error}. A reward must return a "
+            f"float or None per completion and never raise (return None when it cannot judge one).",
+        )
     elif errs:
-        add("format_crash", f"works on {train} completions but raises on {other} ones ({errs[0].error}). Read the "
-            f"text with `c if isinstance(c, str) else c[-1]['content']` so it works for both.", "note")
+        add(
+            "format_crash",
+            f"works on {train} completions but raises on {other} ones ({errs[0].error}). Read the "
+            f"text with `c if isinstance(c, str) else c[-1]['content']` so it works for both.",
+            "note",
+        )
     values = [r.values for r in rep.results if r.format == train and r.values is not None]
     flat = [v for vs in values for v in vs]
     real = [v for v in flat if v is not None]
     if flat and not real:
-        add("all_none", "returned None for every completion, so TRL ignores it (NaN) on every sample. Check the "
-            "column it compares with (None usually means an unparseable or empty reference).")
+        add(
+            "all_none",
+            "returned None for every completion, so TRL ignores it (NaN) on every sample. Check the "
+            "column it compares with (None usually means an unparseable or empty reference).",
+        )
     if len(real) >= 2 and len(set(real)) == 1:
-        add("constant", f"returned {real[0]:g} for every completion (ideal, wrong-format, empty and garbage): it "
+        add(
+            "constant",
+            f"returned {real[0]:g} for every completion (ideal, wrong-format, empty and garbage): it "
             f"gives no learning signal. Check that it reads the completion and the right column.",
-            "note" if rep.kind == "length" else "error")
+            "note" if rep.kind == "length" else "error",
+        )
     budget = budget_ms if budget_ms is not None else DEFAULT_BUDGET_MS.get(rep.kind, DEFAULT_BUDGET)
     ms = rep.ms_per_completion
     if ms is not None and ms > budget and not rep.timed_out:
-        add("slow", f"takes {ms:.0f} ms per completion (budget {budget:.0f} ms): at 256 completions per step that "
-            f"is {ms * 256 / 1000:.0f} s of reward time per step. Cache, vectorise or batch the work.")
+        add(
+            "slow",
+            f"takes {ms:.0f} ms per completion (budget {budget:.0f} ms): at 256 completions per step that "
+            f"is {ms * 256 / 1000:.0f} s of reward time per step. Cache, vectorise or batch the work.",
+        )
     if ref and rep.kind != "length" and real and len(set(real)) > 1:
         _expectations(rep, train, ref, "error" if rep.kind in EXPECTING_KINDS else "note")
 
@@ -373,16 +446,30 @@ def _expectations(rep: RewardReport, fmt: str, ref: str, severity: str) -> None:
                 bucket.append((i, row[case], bottom))
     if ideal_low:
         i, v, case, w = ideal_low[0]
-        rep.flags.append(Flag(rep.name, "ideal_not_max", f"the ideal completion (reference answer from {ref!r}) "
-                              f"scores {v:g} on {len(ideal_low)} row(s) (first: row {i}), below the {case} "
-                              f"completion's {w:g}. Check how it extracts the answer and which column it compares "
-                              f"with (or pass --ideal-template if your format differs).", severity))
+        rep.flags.append(
+            Flag(
+                rep.name,
+                "ideal_not_max",
+                f"the ideal completion (reference answer from {ref!r}) "
+                f"scores {v:g} on {len(ideal_low)} row(s) (first: row {i}), below the {case} "
+                f"completion's {w:g}. Check how it extracts the answer and which column it compares "
+                f"with (or pass --ideal-template if your format differs).",
+                severity,
+            )
+        )
     for case, bucket in (("empty", empty_high), ("garbage", garbage_high)):
         if bucket:
             i, v, low = bucket[0]
-            rep.flags.append(Flag(rep.name, f"{case}_not_min", f"the {case} completion scores {v:g} on "
-                                  f"{len(bucket)} row(s) (first: row {i}), above the minimum {low:g}: it pays for "
-                                  f"a useless completion.", severity))
+            rep.flags.append(
+                Flag(
+                    rep.name,
+                    f"{case}_not_min",
+                    f"the {case} completion scores {v:g} on "
+                    f"{len(bucket)} row(s) (first: row {i}), above the minimum {low:g}: it pays for "
+                    f"a useless completion.",
+                    severity,
+                )
+            )
 
 
 def _cross_check(reports: list[RewardReport], fmt: str) -> None:
@@ -396,27 +483,46 @@ def _cross_check(reports: list[RewardReport], fmt: str) -> None:
         if not pairs:
             continue
         if r.kind == "format" and all(b >= a for a, b in pairs):
-            r.flags.append(Flag(r.name, "format_blind", f"scores a correct answer without the expected format "
-                                f"({pairs[0][1]:g}) as high as the ideal completion ({pairs[0][0]:g}): it does not "
-                                f"check the format, so it cannot disagree with the accuracy reward."))
+            r.flags.append(
+                Flag(
+                    r.name,
+                    "format_blind",
+                    f"scores a correct answer without the expected format "
+                    f"({pairs[0][1]:g}) as high as the ideal completion ({pairs[0][0]:g}): it does not "
+                    f"check the format, so it cannot disagree with the accuracy reward.",
+                )
+            )
         elif r.kind == "accuracy" and fmt_rewards and all(b < a for a, b in pairs):
-            r.flags.append(Flag(r.name, "needs_format", f"also requires the format (a correct bare answer scores "
-                                f"{pairs[0][1]:g}, the ideal {pairs[0][0]:g}), so the format is rewarded twice "
-                                f"(here and in {fmt_rewards[0].name}). Fine if intended.", "note"))
+            r.flags.append(
+                Flag(
+                    r.name,
+                    "needs_format",
+                    f"also requires the format (a correct bare answer scores "
+                    f"{pairs[0][1]:g}, the ideal {pairs[0][0]:g}), so the format is rewarded twice "
+                    f"(here and in {fmt_rewards[0].name}). Fine if intended.",
+                    "note",
+                )
+            )
 
 
 def check_rewards_main(argv: list[str] | None = None) -> int:
     """`check-rewards SPEC [--rows N] [--json]`: exit 0 all good, 1 a reward is flagged, 2 unreadable input."""
     from grpo_dashboard.errors import SpecError
 
-    p = argparse.ArgumentParser(prog="python -m grpo_dashboard check-rewards",
-                                description="Run every reward of a spec on real rows: ideal, wrong-format, empty and "
-                                            "garbage completions, in a sandbox.")
+    p = argparse.ArgumentParser(
+        prog="python -m grpo_dashboard check-rewards",
+        description="Run every reward of a spec on real rows: ideal, wrong-format, empty and "
+        "garbage completions, in a sandbox.",
+    )
     p.add_argument("spec", help="Run spec YAML file.")
     p.add_argument("--rows", type=int, default=8, help="Dataset rows to use (default 8).")
     p.add_argument("--json", action="store_true", help="Print the report as JSON.")
-    p.add_argument("--budget-ms", type=float, default=None,
-                   help=f"Time budget per completion (default {DEFAULT_BUDGET:g} ms; code rewards 2000 ms).")
+    p.add_argument(
+        "--budget-ms",
+        type=float,
+        default=None,
+        help=f"Time budget per completion (default {DEFAULT_BUDGET:g} ms; code rewards 2000 ms).",
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="Seconds allowed per reward (default 120).")
     p.add_argument("--reference-column", default=None, help="Column with the reference answers.")
     p.add_argument("--ideal-template", default=IDEAL_TEMPLATE, help="Ideal completion; {answer} is replaced.")
@@ -425,8 +531,14 @@ def check_rewards_main(argv: list[str] | None = None) -> int:
         print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)
         return 2
     try:
-        report = check_rewards(args.spec, n_rows=args.rows, budget_ms=args.budget_ms, timeout_s=args.timeout,
-                               reference_column=args.reference_column, ideal_template=args.ideal_template)
+        report = check_rewards(
+            args.spec,
+            n_rows=args.rows,
+            budget_ms=args.budget_ms,
+            timeout_s=args.timeout,
+            reference_column=args.reference_column,
+            ideal_template=args.ideal_template,
+        )
     except SpecError as exc:
         print(str(exc), file=sys.stderr)
         return 2

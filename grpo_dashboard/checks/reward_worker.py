@@ -75,11 +75,22 @@ def run_batch(fn: Any, batch: dict[str, Any]) -> dict[str, Any]:
     """Call the reward once on one batch, TRL-style (keywords only), and describe the outcome."""
     completions = batch["completions"]
     columns = batch.get("columns") or {}
-    kwargs = {**columns, "prompts": batch["prompts"], "completions": completions,
-              "completion_ids": approx_completion_ids([_text(c) for c in completions]), "trainer_state": None,
-              "log_extra": lambda *a, **k: None, "log_metric": lambda *a, **k: None}
-    result: dict[str, Any] = {"case": batch["case"], "format": batch["format"], "values": None, "error": None,
-                              "missing_column": None}
+    kwargs = {
+        **columns,
+        "prompts": batch["prompts"],
+        "completions": completions,
+        "completion_ids": approx_completion_ids([_text(c) for c in completions]),
+        "trainer_state": None,
+        "log_extra": lambda *a, **k: None,
+        "log_metric": lambda *a, **k: None,
+    }
+    result: dict[str, Any] = {
+        "case": batch["case"],
+        "format": batch["format"],
+        "values": None,
+        "error": None,
+        "missing_column": None,
+    }
     start = time.perf_counter()
     try:
         out = fn(**kwargs)
@@ -113,16 +124,24 @@ def main() -> int:
 
     r = request["reward"]
     try:
-        fn = rewards_module().build_reward(r["name"], r.get("builtin"), r.get("function"), dict(r.get("params") or {}),
-                                           request.get("base_dir"))
+        fn = rewards_module().build_reward(
+            r["name"], r.get("builtin"), r.get("function"), dict(r.get("params") or {}), request.get("base_dir")
+        )
     except BaseException as exc:
         emit({"build_error": _error(exc)})
         return 0
     batches = request["batches"]
     if batches and request.get("warmup", True):
         first = batches[0]
-        run_batch(fn, {**first, "completions": first["completions"][:1], "prompts": first["prompts"][:1],
-                       "columns": {k: v[:1] for k, v in (first.get("columns") or {}).items()}})
+        run_batch(
+            fn,
+            {
+                **first,
+                "completions": first["completions"][:1],
+                "prompts": first["prompts"][:1],
+                "columns": {k: v[:1] for k, v in (first.get("columns") or {}).items()},
+            },
+        )
     for batch in batches:
         emit(run_batch(fn, batch))
     return 0

@@ -31,9 +31,17 @@ def run_sandboxed(code: str, **kwargs: Any) -> Any:
     return sandbox_module().run_sandboxed(code, **kwargs)
 
 
-def run_module(module: str, stdin: str = "", *, timeout_s: float = 60.0, memory_mb: int | None = 4096,
-               allow_subprocess: bool = False, extra_path: list[str] | None = None,
-               read_only: list[str] | None = None, report: bool = False) -> Any:
+def run_module(
+    module: str,
+    stdin: str = "",
+    *,
+    timeout_s: float = 60.0,
+    memory_mb: int | None = 4096,
+    allow_subprocess: bool = False,
+    extra_path: list[str] | None = None,
+    read_only: list[str] | None = None,
+    report: bool = False,
+) -> Any:
     """Run `python -m module` in the sandbox with this package and `jobs/` (and `extra_path`) on sys.path.
 
     Of this repository the sandbox sees only `grpo_dashboard/` and `jobs/`, read-only at their own paths. Beside
@@ -43,9 +51,16 @@ def run_module(module: str, stdin: str = "", *, timeout_s: float = 60.0, memory_
     code = f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
     extra = list(extra_path or [])
     visible = [str(PACKAGE_DIR), str(JOBS_DIR), *(extra if read_only is None else read_only)]
-    return run_sandboxed(code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb,
-                         allow_subprocess=allow_subprocess, sys_path=[str(REPO_ROOT), *extra], read_only=visible,
-                         report=report)
+    return run_sandboxed(
+        code,
+        stdin=stdin,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        allow_subprocess=allow_subprocess,
+        sys_path=[str(REPO_ROOT), *extra],
+        read_only=visible,
+        report=report,
+    )
 
 
 def report_channel(worker: str) -> Any:
@@ -54,8 +69,10 @@ def report_channel(worker: str) -> Any:
     name = sandbox_module().REPORT_FD_ENV
     fd = os.environ.pop(name, "")
     if not fd.isdigit():
-        raise SystemExit(f"{worker}: no report channel ({name} is not set); it runs only through "
-                         f"grpo_dashboard.checks.sandbox.run_module(..., report=True).")
+        raise SystemExit(
+            f"{worker}: no report channel ({name} is not set); it runs only through "
+            f"grpo_dashboard.checks.sandbox.run_module(..., report=True)."
+        )
     os.set_inheritable(int(fd), False)
     return open(int(fd), "w", encoding="utf-8", buffering=1)  # the worker's channel for its life
 

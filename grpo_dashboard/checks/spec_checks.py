@@ -34,24 +34,36 @@ def _name(inp: CheckInput) -> Iterator[FieldError]:
 def _model_source(inp: CheckInput) -> Iterator[FieldError]:
     m = inp.spec.model
     if not m.name_or_path:
-        yield FieldError("model.name_or_path", m.name_or_path, "is required: a Hub model id (e.g. "
-                         "Qwen/Qwen2.5-0.5B-Instruct) or a local directory.")
+        yield FieldError(
+            "model.name_or_path",
+            m.name_or_path,
+            "is required: a Hub model id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or a local directory.",
+        )
         return
     local = resolve(inp.base, m.name_or_path)
     if m.build_tiny and not local.exists():
         return  # the job builds it there on first use
     if local.exists():
         if not (local / "config.json").is_file():
-            yield FieldError("model.name_or_path", m.name_or_path,
-                             f"is a local path ({local}) without config.json; point it at a directory written by "
-                             f"save_pretrained, or use a Hub id.")
+            yield FieldError(
+                "model.name_or_path",
+                m.name_or_path,
+                f"is a local path ({local}) without config.json; point it at a directory written by "
+                f"save_pretrained, or use a Hub id.",
+            )
     elif looks_like_path(m.name_or_path):
-        yield FieldError("model.name_or_path", m.name_or_path,
-                         f"looks like a local path but {local} does not exist. Fix the path, or set "
-                         f"`model.build_tiny: true` to build the tiny offline test model there.")
+        yield FieldError(
+            "model.name_or_path",
+            m.name_or_path,
+            f"looks like a local path but {local} does not exist. Fix the path, or set "
+            f"`model.build_tiny: true` to build the tiny offline test model there.",
+        )
     elif not HUB_ID.match(m.name_or_path):
-        yield FieldError("model.name_or_path", m.name_or_path,
-                         "is neither an existing directory nor a valid Hub id like `owner/model`.")
+        yield FieldError(
+            "model.name_or_path",
+            m.name_or_path,
+            "is neither an existing directory nor a valid Hub id like `owner/model`.",
+        )
 
 
 def _dtype(inp: CheckInput) -> Iterator[FieldError]:
@@ -80,16 +92,22 @@ def _one_source(inp: CheckInput) -> bool:
 def _source(inp: CheckInput) -> Iterator[FieldError]:
     d = inp.spec.dataset
     if not owns_prompts(inp.spec) and d.mixture is None and bool(d.path) == bool(d.data_files):
-        yield FieldError("dataset", {"path": d.path, "data_files": d.data_files},
-                         "needs exactly one source: `path` (a Hub dataset id) or `data_files` (local .json/.jsonl/"
-                         ".csv/.parquet files).")
+        yield FieldError(
+            "dataset",
+            {"path": d.path, "data_files": d.data_files},
+            "needs exactly one source: `path` (a Hub dataset id) or `data_files` (local .json/.jsonl/"
+            ".csv/.parquet files).",
+        )
 
 
 def _eval_files_local(inp: CheckInput) -> Iterator[FieldError]:
     d = inp.spec.dataset
     if _one_source(inp) and d.eval_data_files and d.path:
-        yield FieldError("dataset.eval_data_files", d.eval_data_files,
-                         "can only be used with local `data_files`; for a Hub dataset set `eval_split`.")
+        yield FieldError(
+            "dataset.eval_data_files",
+            d.eval_data_files,
+            "can only be used with local `data_files`; for a Hub dataset set `eval_split`.",
+        )
 
 
 def _files(value: str | list[str], inp: CheckInput) -> list[str]:
@@ -129,8 +147,13 @@ def _hub_sample(inp: CheckInput) -> Iterator[FieldError]:
             raise ValueError("no features in the dataset card")
         inp.facts[DATASET_SAMPLE] = DatasetSample(list(features), [], None)
     except Exception as exc:  # offline or private: checked again by the job, so only a warning here
-        yield FieldError("dataset.path", d.path, f"could not be inspected here ({type(exc).__name__}: "
-                         f"{str(exc)[:200]}); its columns will only be checked when the job loads it.", "warning")
+        yield FieldError(
+            "dataset.path",
+            d.path,
+            f"could not be inspected here ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); its columns will only be checked when the job loads it.",
+            "warning",
+        )
 
 
 def _template_columns(template: str) -> set[str] | ValueError:
@@ -147,13 +170,19 @@ def _prompt_template(inp: CheckInput) -> Iterator[FieldError]:
         return
     names = _template_columns(d.prompt_template)
     if isinstance(names, ValueError):
-        yield FieldError("dataset.prompt_template", d.prompt_template,
-                         f"is not a valid format string ({names}); use {{column}} placeholders.")
+        yield FieldError(
+            "dataset.prompt_template",
+            d.prompt_template,
+            f"is not a valid format string ({names}); use {{column}} placeholders.",
+        )
         return
     missing = sorted(n for n in names if n not in sample.columns)
     if missing:
-        yield FieldError("dataset.prompt_template", d.prompt_template,
-                         f"uses column(s) {missing} that the dataset lacks; columns are {sample.columns}.")
+        yield FieldError(
+            "dataset.prompt_template",
+            d.prompt_template,
+            f"uses column(s) {missing} that the dataset lacks; columns are {sample.columns}.",
+        )
 
 
 def _prompt_column(inp: CheckInput) -> Iterator[FieldError]:
@@ -162,9 +191,12 @@ def _prompt_column(inp: CheckInput) -> Iterator[FieldError]:
         return
     close = difflib.get_close_matches(d.prompt_column, sample.columns, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    yield FieldError("dataset.prompt_column", d.prompt_column,
-                     f"is not a column of the dataset; columns are {sample.columns}. Set `dataset.prompt_column` to "
-                     f"the column holding the prompts, or `dataset.prompt_template`.{hint}")
+    yield FieldError(
+        "dataset.prompt_column",
+        d.prompt_column,
+        f"is not a column of the dataset; columns are {sample.columns}. Set `dataset.prompt_column` to "
+        f"the column holding the prompts, or `dataset.prompt_template`.{hint}",
+    )
 
 
 def _rows(inp: CheckInput) -> Iterator[FieldError]:
@@ -177,8 +209,9 @@ def _rows(inp: CheckInput) -> Iterator[FieldError]:
 
 def _rewards_present(inp: CheckInput) -> Iterator[FieldError]:
     if not inp.spec.rewards and inp.spec.agent is None:  # an environment's get_reward may be the source (agents)
-        yield FieldError("rewards", [], f"needs at least one reward function; built-ins: "
-                         f"{sorted(rewards_module().REWARDS)}.")
+        yield FieldError(
+            "rewards", [], f"needs at least one reward function; built-ins: {sorted(rewards_module().REWARDS)}."
+        )
 
 
 def _reward_function(where: str, r: Any, inp: CheckInput) -> Iterator[FieldError]:
@@ -186,8 +219,11 @@ def _reward_function(where: str, r: Any, inp: CheckInput) -> Iterator[FieldError
         yield FieldError(f"{where}.builtin", r.builtin, "cannot be combined with `function`; keep one.")
     target = r.function.rsplit(":", 1)[0] if ":" in r.function else ""
     if target.endswith(".py") and not resolve(inp.base, target).is_file():
-        yield FieldError(f"{where}.function", r.function, f"points at {resolve(inp.base, target)}, which does not "
-                         f"exist. Give 'path/to/file.py:func'.")
+        yield FieldError(
+            f"{where}.function",
+            r.function,
+            f"points at {resolve(inp.base, target)}, which does not exist. Give 'path/to/file.py:func'.",
+        )
     elif not target and "." not in r.function:
         yield FieldError(f"{where}.function", r.function, "must look like 'file.py:func' or 'package.module:func'.")
 
@@ -198,15 +234,21 @@ def _reward_builtin(where: str, r: Any, inp: CheckInput) -> Iterator[FieldError]
     if key not in rewards.REWARDS:
         close = difflib.get_close_matches(key, list(rewards.REWARDS), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        yield FieldError(f"{where}.{'builtin' if r.builtin else 'name'}", key,
-                         f"is not a built-in reward; choose one of {sorted(rewards.REWARDS)}, or set `function` to "
-                         f"your own 'file.py:func'.{hint}")
+        yield FieldError(
+            f"{where}.{'builtin' if r.builtin else 'name'}",
+            key,
+            f"is not a built-in reward; choose one of {sorted(rewards.REWARDS)}, or set `function` to "
+            f"your own 'file.py:func'.{hint}",
+        )
         return
     rdef = rewards.REWARDS[key]
     unknown = [p for p in r.params if p not in rdef.params]
     for p in unknown:
-        yield FieldError(f"{where}.params.{p}", r.params[p],
-                         f"is not a parameter of {key}; allowed: {sorted(rdef.params) or 'none'}.")
+        yield FieldError(
+            f"{where}.params.{p}",
+            r.params[p],
+            f"is not a parameter of {key}; allowed: {sorted(rdef.params) or 'none'}.",
+        )
     if unknown:
         return
     try:
@@ -218,8 +260,12 @@ def _reward_builtin(where: str, r: Any, inp: CheckInput) -> Iterator[FieldError]
         return
     for col in rewards.required_columns(key, r.params):
         if col not in sample.columns:
-            yield FieldError(f"{where}", r.name, f"reward {key!r} reads dataset column {col!r}, which the dataset "
-                             f"lacks (columns: {sample.columns}). Add the column or choose another reward.")
+            yield FieldError(
+                f"{where}",
+                r.name,
+                f"reward {key!r} reads dataset column {col!r}, which the dataset "
+                f"lacks (columns: {sample.columns}). Add the column or choose another reward.",
+            )
 
 
 def _reward_entries(inp: CheckInput) -> Iterator[FieldError]:
@@ -227,11 +273,18 @@ def _reward_entries(inp: CheckInput) -> Iterator[FieldError]:
     for i, r in enumerate(inp.spec.rewards):
         where = f"rewards[{i}]"
         if not r.name or not REWARD_NAME.match(r.name):
-            yield FieldError(f"{where}.name", r.name, "must be a name of letters, digits, _ . - (it becomes the "
-                             "metric key rewards/<name>/mean).")
+            yield FieldError(
+                f"{where}.name",
+                r.name,
+                "must be a name of letters, digits, _ . - (it becomes the metric key rewards/<name>/mean).",
+            )
         elif r.name in seen:
-            yield FieldError(f"{where}.name", r.name, "is used twice; TRL logs rewards by name, so give each a "
-                             "unique `name` (use `builtin:` to reuse one built-in with other params).")
+            yield FieldError(
+                f"{where}.name",
+                r.name,
+                "is used twice; TRL logs rewards by name, so give each a "
+                "unique `name` (use `builtin:` to reuse one built-in with other params).",
+            )
         seen.add(r.name)
         if not isinstance(r.weight, float) or not math.isfinite(r.weight):
             yield FieldError(f"{where}.weight", r.weight, "must be a finite number, e.g. 1.0.")
@@ -252,15 +305,20 @@ def _health_thresholds(inp: CheckInput) -> Iterator[FieldError]:
 
 def _guard_persist(inp: CheckInput) -> Iterator[FieldError]:
     if inp.spec.health.guard_persist < 1:
-        yield FieldError("health.guard_persist", inp.spec.health.guard_persist,
-                         "must be at least 1 (logged steps); e.g. 3.")
+        yield FieldError(
+            "health.guard_persist", inp.spec.health.guard_persist, "must be at least 1 (logged steps); e.g. 3."
+        )
 
 
 def _webhook(inp: CheckInput) -> Iterator[FieldError]:
     url = inp.spec.health.webhook_url
     if url is not None and not re.match(r"^(https?://\S+|\$\{?[A-Za-z_]\w*\}?)$", url):
-        yield FieldError("health.webhook_url", url, "must be an http(s):// URL or $NAME (read from that environment "
-                         "variable in the job), e.g. https://hooks.slack.com/services/...")
+        yield FieldError(
+            "health.webhook_url",
+            url,
+            "must be an http(s):// URL or $NAME (read from that environment "
+            "variable in the job), e.g. https://hooks.slack.com/services/...",
+        )
 
 
 def _chat_template(inp: CheckInput) -> Iterator[FieldError]:
@@ -274,14 +332,20 @@ def _chat_template(inp: CheckInput) -> Iterator[FieldError]:
         return  # the tiny model is built with a chat template
     template = model_chat_template(spec, inp.base)
     if template is False:
-        yield FieldError("model.name_or_path", spec.model.name_or_path,
-                         "has no chat template, but the prompts are conversational (message lists, or a "
-                         "system_prompt is set). Use an instruct/chat model, add a chat_template to its tokenizer, "
-                         "or use plain-text prompts.")
+        yield FieldError(
+            "model.name_or_path",
+            spec.model.name_or_path,
+            "has no chat template, but the prompts are conversational (message lists, or a "
+            "system_prompt is set). Use an instruct/chat model, add a chat_template to its tokenizer, "
+            "or use plain-text prompts.",
+        )
     elif template is None:
-        yield FieldError("model.name_or_path", spec.model.name_or_path,
-                         "could not be checked for a chat template (not available offline); conversational prompts "
-                         "need one.", "warning")
+        yield FieldError(
+            "model.name_or_path",
+            spec.model.name_or_path,
+            "could not be checked for a chat template (not available offline); conversational prompts need one.",
+            "warning",
+        )
 
 
 NAME = [Check("name.valid", ("name",), _name)]
@@ -310,5 +374,10 @@ HEALTH = [
     Check("health.guard_persist", ("health.guard_persist",), _guard_persist),
     Check("health.webhook_url", ("health.webhook_url",), _webhook),
 ]
-CHAT_TEMPLATE = [Check("model.chat_template.present", ("model.name_or_path", "dataset.conversational",
-                                                      "dataset.system_prompt"), _chat_template)]
+CHAT_TEMPLATE = [
+    Check(
+        "model.chat_template.present",
+        ("model.name_or_path", "dataset.conversational", "dataset.system_prompt"),
+        _chat_template,
+    )
+]

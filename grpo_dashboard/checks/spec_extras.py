@@ -34,10 +34,14 @@ def _packages(inp: CheckInput) -> Iterator[FieldError]:
     where = "here (and on the cluster's nodes)" if spec.backend.kind == SLURM else "here"
     for dep in missing_locally(spec):
         # vLLM stays a warning: a server-mode run gets its generation from a server started elsewhere.
-        yield FieldError(dep.field, _shown(spec, dep.field), f"needs the {dep.pip!r} package ({dep.reason}), "
-                         f"which is not installed here, so the job would fail at start: `pip install {dep.pip}` "
-                         f"{where}, or run it on hf_jobs (a Jobs container gets it installed).",
-                         "warning" if dep.module == "vllm" else "error")
+        yield FieldError(
+            dep.field,
+            _shown(spec, dep.field),
+            f"needs the {dep.pip!r} package ({dep.reason}), "
+            f"which is not installed here, so the job would fail at start: `pip install {dep.pip}` "
+            f"{where}, or run it on hf_jobs (a Jobs container gets it installed).",
+            "warning" if dep.module == "vllm" else "error",
+        )
 
 
 def _shown(spec: RunSpec, field: str) -> Any:
@@ -53,8 +57,9 @@ def _shown(spec: RunSpec, field: str) -> Any:
 def _lora_task(inp: CheckInput) -> Iterator[FieldError]:
     lora = inp.spec.model.lora
     if lora is not None and lora.task_type not in LORA_TASKS:
-        yield FieldError("model.lora.task_type", lora.task_type, f"must be one of {', '.join(LORA_TASKS)}; GRPO "
-                         "trains a CAUSAL_LM.")
+        yield FieldError(
+            "model.lora.task_type", lora.task_type, f"must be one of {', '.join(LORA_TASKS)}; GRPO trains a CAUSAL_LM."
+        )
 
 
 def _lora_bias(inp: CheckInput) -> Iterator[FieldError]:
@@ -76,9 +81,13 @@ def _quant_values(inp: CheckInput) -> Iterator[FieldError]:
 def _quant_lora(inp: CheckInput) -> Iterator[FieldError]:
     q = inp.spec.model.quantization
     if q is not None and inp.spec.model.lora is None:
-        yield FieldError("model.quantization", f"{q.bits}-bit", "needs model.lora: a quantized base model is "
-                         "frozen, so only LoRA adapters can train (QLoRA). Add `model.lora: {}` or remove "
-                         "quantization.")
+        yield FieldError(
+            "model.quantization",
+            f"{q.bits}-bit",
+            "needs model.lora: a quantized base model is "
+            "frozen, so only LoRA adapters can train (QLoRA). Add `model.lora: {}` or remove "
+            "quantization.",
+        )
 
 
 def _quant_gpu(inp: CheckInput) -> Iterator[FieldError]:
@@ -86,12 +95,17 @@ def _quant_gpu(inp: CheckInput) -> Iterator[FieldError]:
     if q is None:
         return
     if b.kind == LOCAL and not _cuda():
-        yield FieldError("model.quantization", f"{q.bits}-bit", "loads the base model through bitsandbytes, which "
-                         "needs a CUDA GPU, and this machine has none. Remove model.quantization to train in "
-                         "bf16/fp32 here, or run it on a GPU (backend.kind: hf_jobs with a GPU flavor).")
+        yield FieldError(
+            "model.quantization",
+            f"{q.bits}-bit",
+            "loads the base model through bitsandbytes, which "
+            "needs a CUDA GPU, and this machine has none. Remove model.quantization to train in "
+            "bf16/fp32 here, or run it on a GPU (backend.kind: hf_jobs with a GPU flavor).",
+        )
     if b.kind == HF_JOBS and b.flavor and b.flavor.startswith("cpu"):
-        yield FieldError("model.quantization", f"{q.bits}-bit", f"needs a CUDA GPU; {b.flavor} has none. "
-                         "Choose a GPU flavor.")
+        yield FieldError(
+            "model.quantization", f"{q.bits}-bit", f"needs a CUDA GPU; {b.flavor} has none. Choose a GPU flavor."
+        )
 
 
 def _chat_template(inp: CheckInput) -> Iterator[FieldError]:
@@ -105,9 +119,12 @@ def _chat_template(inp: CheckInput) -> Iterator[FieldError]:
     except ImportError:
         return
     except Exception as exc:  # any template syntax error
-        yield FieldError("model.chat_template", template[:80] + ("..." if len(template) > 80 else ""),
-                         f"is not a valid Jinja template ({type(exc).__name__}: {exc}). Fix it, or remove it to use "
-                         "the tokenizer's own template.")
+        yield FieldError(
+            "model.chat_template",
+            template[:80] + ("..." if len(template) > 80 else ""),
+            f"is not a valid Jinja template ({type(exc).__name__}: {exc}). Fix it, or remove it to use "
+            "the tokenizer's own template.",
+        )
 
 
 def _reward_models(inp: CheckInput) -> Iterator[FieldError]:
@@ -116,17 +133,29 @@ def _reward_models(inp: CheckInput) -> Iterator[FieldError]:
             continue
         where = f"rewards[{i}].model"
         if r.builtin or r.function or r.params:
-            yield FieldError(where, r.model, "is a reward model: it cannot be combined with builtin, function or "
-                             "params. Keep the model, or make this entry a reward function.")
+            yield FieldError(
+                where,
+                r.model,
+                "is a reward model: it cannot be combined with builtin, function or "
+                "params. Keep the model, or make this entry a reward function.",
+            )
         local = resolve(inp.base, r.model)
         if local.exists():
             if not (local / "config.json").is_file():
-                yield FieldError(where, r.model, f"is a local path ({local}) without config.json; give a "
-                                 "directory written by save_pretrained (a sequence-classification model), or a Hub "
-                                 "id.")
+                yield FieldError(
+                    where,
+                    r.model,
+                    f"is a local path ({local}) without config.json; give a "
+                    "directory written by save_pretrained (a sequence-classification model), or a Hub "
+                    "id.",
+                )
         elif r.model.startswith((".", "/", "~")) or not HUB_ID.match(r.model):
-            yield FieldError(where, r.model, "is neither an existing directory nor a Hub id like "
-                             "`owner/reward-model` (TRL loads it with AutoModelForSequenceClassification).")
+            yield FieldError(
+                where,
+                r.model,
+                "is neither an existing directory nor a Hub id like "
+                "`owner/reward-model` (TRL loads it with AutoModelForSequenceClassification).",
+            )
 
 
 def _mixture(inp: CheckInput) -> Iterator[FieldError]:
@@ -134,23 +163,36 @@ def _mixture(inp: CheckInput) -> Iterator[FieldError]:
     if d.mixture is None:
         return
     if d.path or d.data_files:
-        yield FieldError("dataset.mixture", "(set)", "cannot be combined with dataset.path or dataset.data_files: the "
-                         "mixture lists every dataset. Remove one of them.")
+        yield FieldError(
+            "dataset.mixture",
+            "(set)",
+            "cannot be combined with dataset.path or dataset.data_files: the "
+            "mixture lists every dataset. Remove one of them.",
+        )
     if not d.mixture:
         yield FieldError("dataset.mixture", [], "needs at least one dataset, e.g. [{path: owner/data}].")
     fractions = [e.get("fraction") for e in d.mixture if isinstance(e, dict)]
     for j, e in enumerate(d.mixture):
         if not isinstance(e, dict) or not e.get("path"):
-            yield FieldError(f"dataset.mixture[{j}]", e, "must be a mapping with at least `path` (TRL's "
-                             f"DatasetConfig: {', '.join(MIXTURE_KEYS)}).")
+            yield FieldError(
+                f"dataset.mixture[{j}]",
+                e,
+                f"must be a mapping with at least `path` (TRL's DatasetConfig: {', '.join(MIXTURE_KEYS)}).",
+            )
             continue
         bad = [k for k in e if k not in MIXTURE_KEYS]
         if bad:
-            yield FieldError(f"dataset.mixture[{j}].{bad[0]}", e[bad[0]], f"is not a DatasetConfig field; allowed: "
-                             f"{', '.join(MIXTURE_KEYS)}.")
+            yield FieldError(
+                f"dataset.mixture[{j}].{bad[0]}",
+                e[bad[0]],
+                f"is not a DatasetConfig field; allowed: {', '.join(MIXTURE_KEYS)}.",
+            )
     if any(f is not None for f in fractions) and any(f is None for f in fractions):
-        yield FieldError("dataset.mixture", fractions, "sets `fraction` for some datasets only; TRL needs it for all "
-                         "of them or none.")
+        yield FieldError(
+            "dataset.mixture",
+            fractions,
+            "sets `fraction` for some datasets only; TRL needs it for all of them or none.",
+        )
     if d.streaming and any(f is not None for f in fractions):
         yield FieldError("dataset.mixture", fractions, "fractions are not supported for streamed datasets.")
 
@@ -158,8 +200,11 @@ def _mixture(inp: CheckInput) -> Iterator[FieldError]:
 def _test_split(inp: CheckInput) -> Iterator[FieldError]:
     d = inp.spec.dataset
     if d.mixture is None and d.test_split_size is not None:
-        yield FieldError("dataset.test_split_size", d.test_split_size, "only applies to dataset.mixture; for one "
-                         "dataset set dataset.eval_split.")
+        yield FieldError(
+            "dataset.test_split_size",
+            d.test_split_size,
+            "only applies to dataset.mixture; for one dataset set dataset.eval_split.",
+        )
 
 
 def _streaming(inp: CheckInput) -> Iterator[FieldError]:
@@ -167,8 +212,12 @@ def _streaming(inp: CheckInput) -> Iterator[FieldError]:
         return
     steps = inp.spec.training.get("max_steps", -1)
     if not isinstance(steps, int) or steps <= 0:
-        yield FieldError("dataset.streaming", True, "needs training.max_steps > 0: a streamed dataset has no "
-                         "length, so the trainer cannot count epochs. Set max_steps.")
+        yield FieldError(
+            "dataset.streaming",
+            True,
+            "needs training.max_steps > 0: a streamed dataset has no "
+            "length, so the trainer cannot count epochs. Set max_steps.",
+        )
 
 
 def _env(inp: CheckInput) -> Iterator[FieldError]:
@@ -176,24 +225,32 @@ def _env(inp: CheckInput) -> Iterator[FieldError]:
         if not ENV_NAME.match(str(name)):
             yield FieldError(f"backend.env.{name}", value, "is not a valid environment variable name.")
         elif SECRET_LIKE.search(str(name)):
-            yield FieldError(f"backend.env.{name}", "***", "looks like a secret, and env values are stored with the "
-                             f"run. List the name in backend.secrets instead ({name}): its value is read from your "
-                             "environment at launch and never stored.")
+            yield FieldError(
+                f"backend.env.{name}",
+                "***",
+                "looks like a secret, and env values are stored with the "
+                f"run. List the name in backend.secrets instead ({name}): its value is read from your "
+                "environment at launch and never stored.",
+            )
 
 
 def _secrets(inp: CheckInput) -> Iterator[FieldError]:
     b = inp.spec.backend
     for i, name in enumerate(b.secrets):
         if not isinstance(name, str) or not ENV_NAME.match(name):
-            yield FieldError(f"backend.secrets[{i}]", name, "must be an environment variable name, e.g. "
-                             "WANDB_API_KEY.")
+            yield FieldError(
+                f"backend.secrets[{i}]", name, "must be an environment variable name, e.g. WANDB_API_KEY."
+            )
         elif name == "HF_TOKEN":
             yield FieldError(f"backend.secrets[{i}]", name, "is always sent (your login token); remove it.")
         elif name not in os.environ:
             # an error for Jobs: its job starts without it and fails later
-            yield FieldError(f"backend.secrets[{i}]", name, f"is not set in this environment, so the job would not "
-                             f"get it. `export {name}=...` before launching.",
-                             "error" if b.kind == HF_JOBS else "warning")
+            yield FieldError(
+                f"backend.secrets[{i}]",
+                name,
+                f"is not set in this environment, so the job would not get it. `export {name}=...` before launching.",
+                "error" if b.kind == HF_JOBS else "warning",
+            )
 
 
 def _cuda() -> bool:
@@ -208,8 +265,7 @@ CHECKS = [
     Check("model.quantization.needs_gpu", ("model.quantization", "backend.kind", "backend.flavor"), _quant_gpu),
     Check("model.chat_template.jinja", ("model.chat_template",), _chat_template),
     Check("rewards.models", ("rewards",), _reward_models),
-    Check("dataset.mixture", ("dataset.mixture", "dataset.path", "dataset.data_files", "dataset.streaming"),
-          _mixture),
+    Check("dataset.mixture", ("dataset.mixture", "dataset.path", "dataset.data_files", "dataset.streaming"), _mixture),
     Check("dataset.test_split_size", ("dataset.test_split_size",), _test_split),
     Check("dataset.streaming.max_steps", ("dataset.streaming", "training.max_steps"), _streaming),
     Check("backend.env", ("backend.env",), _env),

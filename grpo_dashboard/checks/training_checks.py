@@ -21,8 +21,16 @@ from grpo_dashboard.spec.run_spec import LOCAL, RunSpec, world_size
 
 BAD = object()  # a value that is not of any type the field accepts
 CLEAN = "training.clean"  # facts key: the well-typed values of known, allowed fields (the cross-field rules use them)
-POSITIVE = ("learning_rate", "epsilon", "temperature", "max_completion_length", "per_device_train_batch_size",
-            "gradient_accumulation_steps", "num_iterations", "logging_steps")
+POSITIVE = (
+    "learning_rate",
+    "epsilon",
+    "temperature",
+    "max_completion_length",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "num_iterations",
+    "logging_steps",
+)
 
 
 def coerce_trl(f: trl_fields.TrlField, value: Any) -> Any:
@@ -86,8 +94,9 @@ def normalise_training(spec: RunSpec) -> None:
     spec.training.update(typed_training(spec.training))
 
 
-def _field_problem(key: Any, value: Any, fields: dict[str, trl_fields.TrlField],
-                   trl_version: Callable[[], str]) -> tuple[FieldError | None, Any]:
+def _field_problem(
+    key: Any, value: Any, fields: dict[str, trl_fields.TrlField], trl_version: Callable[[], str]
+) -> tuple[FieldError | None, Any]:
     """(the problem of one training entry or None, its typed value or BAD)."""
     where = f"training.{key}"
     if not isinstance(key, str):
@@ -132,6 +141,7 @@ def _field_values(trl_version: Callable[[], str]) -> Callable[[CheckInput], Iter
             problem, _ = _field_problem(key, value, fields, trl_version)
             if problem is not None:
                 yield problem
+
     return run
 
 
@@ -144,14 +154,19 @@ def _in_range(name: str, allow_zero: bool = False, upper: float | None = None) -
         if bad:
             rng = f"{'≥' if allow_zero else '>'} 0" + (f" and ≤ {upper}" if upper is not None else "")
             yield FieldError(f"training.{name}", v, f"must be {rng}.")
+
     return Check(f"training.{name}.range", (f"training.{name}",), run)
 
 
 def _epsilon_high(inp: CheckInput) -> Iterator[FieldError]:
     high, low = _eff(inp, "epsilon_high"), _eff(inp, "epsilon")
     if high is not None and high < low:
-        yield FieldError("training.epsilon_high", high, f"is below epsilon ({low}); DAPO's clip-higher uses "
-                         f"epsilon_high ≥ epsilon (e.g. 0.28).", "warning")
+        yield FieldError(
+            "training.epsilon_high",
+            high,
+            f"is below epsilon ({low}); DAPO's clip-higher uses epsilon_high ≥ epsilon (e.g. 0.28).",
+            "warning",
+        )
 
 
 def _max_steps(inp: CheckInput) -> Iterator[FieldError]:
@@ -162,21 +177,29 @@ def _max_steps(inp: CheckInput) -> Iterator[FieldError]:
 def _num_generations(inp: CheckInput) -> Iterator[FieldError]:
     g = _eff(inp, "num_generations")
     if isinstance(g, int) and g < 2:
-        yield FieldError("training.num_generations", g, "must be ≥ 2: GRPO compares completions within a group of "
-                         "num_generations to compute advantages. Use 4, 8 or 16.")
+        yield FieldError(
+            "training.num_generations",
+            g,
+            "must be ≥ 2: GRPO compares completions within a group of "
+            "num_generations to compute advantages. Use 4, 8 or 16.",
+        )
 
 
 def _generation_batch_exclusive(inp: CheckInput) -> Iterator[FieldError]:
     spg = _eff(inp, "steps_per_generation")
     if _eff(inp, "generation_batch_size") is not None and spg is not None:
-        yield FieldError("training.steps_per_generation", spg,
-                         "cannot be set together with generation_batch_size; remove one of them.")
+        yield FieldError(
+            "training.steps_per_generation",
+            spg,
+            "cannot be set together with generation_batch_size; remove one of them.",
+        )
 
 
 def _groups(inp: CheckInput) -> tuple[int, int, int] | None:
     """(num_generations, per-device batch, accumulation) when they are sound enough to divide, else None."""
-    g, bs, ga = (_eff(inp, n) for n in ("num_generations", "per_device_train_batch_size",
-                                        "gradient_accumulation_steps"))
+    g, bs, ga = (
+        _eff(inp, n) for n in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps")
+    )
     if isinstance(g, int) and g >= 2 and all(isinstance(v, int) and v > 0 for v in (bs, ga)):
         return g, bs, ga
     return None
@@ -184,9 +207,13 @@ def _groups(inp: CheckInput) -> tuple[int, int, int] | None:
 
 def _not_divisible(field: str, shown: Any, how: str, gbs: int, g: int) -> FieldError:
     ok = [m for m in range(2, min(gbs, 64) + 1) if gbs % m == 0]
-    return FieldError(field, shown, f"gives a generation batch of {how} completions, which is not divisible by "
-                      f"num_generations ({g}); each prompt needs a full group. Make the batch a multiple of {g}, or "
-                      f"use num_generations in {ok}.")
+    return FieldError(
+        field,
+        shown,
+        f"gives a generation batch of {how} completions, which is not divisible by "
+        f"num_generations ({g}); each prompt needs a full group. Make the batch a multiple of {g}, or "
+        f"use num_generations in {ok}.",
+    )
 
 
 def _generation_batch_divisible(inp: CheckInput) -> Iterator[FieldError]:
@@ -196,8 +223,11 @@ def _generation_batch_divisible(inp: CheckInput) -> Iterator[FieldError]:
     g, bs, _ = groups
     global_bs = bs * world_size(inp.spec)
     if gbs % global_bs:
-        yield FieldError("training.generation_batch_size", gbs, f"must be divisible by the global batch size "
-                         f"per_device_train_batch_size × processes = {global_bs}.")
+        yield FieldError(
+            "training.generation_batch_size",
+            gbs,
+            f"must be divisible by the global batch size per_device_train_batch_size × processes = {global_bs}.",
+        )
     if gbs % g:
         yield _not_divisible("training.generation_batch_size", gbs, f"generation_batch_size = {gbs}", gbs, g)
 
@@ -210,35 +240,50 @@ def _batch_divisible(inp: CheckInput) -> Iterator[FieldError]:
     spg = _eff(inp, "steps_per_generation")
     gbs = bs * world_size(inp.spec) * (spg if isinstance(spg, int) and spg > 0 else ga)
     if gbs % g:
-        how = (f"per_device_train_batch_size ({bs}) × processes ({world_note(inp.spec)}) × steps_per_generation "
-               f"({spg if spg else ga}) = {gbs}")
+        how = (
+            f"per_device_train_batch_size ({bs}) × processes ({world_note(inp.spec)}) × steps_per_generation "
+            f"({spg if spg else ga}) = {gbs}"
+        )
         yield _not_divisible("training.per_device_train_batch_size", bs, how, gbs, g)
 
 
 def _auto_batch(inp: CheckInput) -> Iterator[FieldError]:
     if _eff(inp, "auto_find_batch_size"):
-        yield FieldError("training.auto_find_batch_size", True, "is not supported by GRPO (it breaks prompt "
-                         "groups); set it to false and lower per_device_train_batch_size instead.")
+        yield FieldError(
+            "training.auto_find_batch_size",
+            True,
+            "is not supported by GRPO (it breaks prompt "
+            "groups); set it to false and lower per_device_train_batch_size instead.",
+        )
 
 
 def _completions_repo(inp: CheckInput) -> Iterator[FieldError]:
     repo = _eff(inp, "log_completions_hub_repo")
     if repo and not _eff(inp, "log_completions"):
-        yield FieldError("training.log_completions_hub_repo", repo,
-                         "needs log_completions: true; enable it or remove log_completions_hub_repo.")
+        yield FieldError(
+            "training.log_completions_hub_repo",
+            repo,
+            "needs log_completions: true; enable it or remove log_completions_hub_repo.",
+        )
 
 
 def _sync_ref(inp: CheckInput) -> Iterator[FieldError]:
     if _eff(inp, "sync_ref_model") and not _eff(inp, "beta"):
-        yield FieldError("training.sync_ref_model", True, "needs beta > 0 (no reference model exists at beta=0); "
-                         "set beta (e.g. 0.04) or remove sync_ref_model.")
+        yield FieldError(
+            "training.sync_ref_model",
+            True,
+            "needs beta > 0 (no reference model exists at beta=0); set beta (e.g. 0.04) or remove sync_ref_model.",
+        )
 
 
 def _clip_bounds(inp: CheckInput) -> Iterator[FieldError]:
     lo, hi = _eff(inp, "vllm_importance_sampling_clip_min"), _eff(inp, "vllm_importance_sampling_clip_max")
     if lo is not None and hi is not None and lo >= hi:
-        yield FieldError("training.vllm_importance_sampling_clip_min", lo, f"must be less than "
-                         f"vllm_importance_sampling_clip_max ({hi}).")
+        yield FieldError(
+            "training.vllm_importance_sampling_clip_min",
+            lo,
+            f"must be less than vllm_importance_sampling_clip_max ({hi}).",
+        )
 
 
 def _evaluates(inp: CheckInput) -> tuple[bool, bool]:
@@ -250,11 +295,19 @@ def _evaluates(inp: CheckInput) -> tuple[bool, bool]:
 def _eval_data(inp: CheckInput) -> Iterator[FieldError]:
     evals, has_eval = _evaluates(inp)
     if evals and not has_eval:
-        yield FieldError("training.eval_strategy", _eff(inp, "eval_strategy"), "needs eval data: set dataset."
-                         "eval_split (Hub) or dataset.eval_data_files (local), or set eval_strategy: 'no'.")
+        yield FieldError(
+            "training.eval_strategy",
+            _eff(inp, "eval_strategy"),
+            "needs eval data: set dataset."
+            "eval_split (Hub) or dataset.eval_data_files (local), or set eval_strategy: 'no'.",
+        )
     if has_eval and not evals:
-        yield FieldError("training.eval_strategy", _eff(inp, "eval_strategy"), "is 'no', so the eval data is never "
-                         "used; set eval_strategy: steps and eval_steps to evaluate.", "warning")
+        yield FieldError(
+            "training.eval_strategy",
+            _eff(inp, "eval_strategy"),
+            "is 'no', so the eval data is never used; set eval_strategy: steps and eval_steps to evaluate.",
+            "warning",
+        )
 
 
 def _eval_batch(inp: CheckInput) -> Iterator[FieldError]:
@@ -264,24 +317,38 @@ def _eval_batch(inp: CheckInput) -> Iterator[FieldError]:
     eg = _eff(inp, "num_generations_eval") or _eff(inp, "num_generations")
     ebs = _eff(inp, "per_device_eval_batch_size")
     if isinstance(eg, int) and isinstance(ebs, int) and (ebs * world) % eg:
-        yield FieldError("training.per_device_eval_batch_size", ebs,
-                         f"× processes ({world}) = {ebs * world} is not divisible by num_generations_eval/"
-                         f"num_generations ({eg}); make it a multiple of {eg}.")
+        yield FieldError(
+            "training.per_device_eval_batch_size",
+            ebs,
+            f"× processes ({world}) = {ebs * world} is not divisible by num_generations_eval/"
+            f"num_generations ({eg}); make it a multiple of {eg}.",
+        )
 
 
 def _vllm_installed(has_module: Callable[[str], bool]) -> Callable[[CheckInput], Iterator[FieldError]]:
     def run(inp: CheckInput) -> Iterator[FieldError]:
         if _eff(inp, "use_vllm") and inp.spec.backend.kind == LOCAL and not has_module("vllm"):
-            yield FieldError("training.use_vllm", True, "vllm is not installed in this environment; the job will "
-                             "fail to start unless it runs where vllm is installed.", "warning")
+            yield FieldError(
+                "training.use_vllm",
+                True,
+                "vllm is not installed in this environment; the job will "
+                "fail to start unless it runs where vllm is installed.",
+                "warning",
+            )
+
     return run
 
 
 def training_checks(trl_version: Callable[[], str], has_module: Callable[[str], bool]) -> list[Check]:
     """The training checks in report order; `trl_version` names the installed TRL, `has_module` finds a package."""
     t = "training."
-    batch = (f"{t}per_device_train_batch_size", f"{t}gradient_accumulation_steps", f"{t}steps_per_generation",
-             f"{t}num_generations", "backend.num_processes")
+    batch = (
+        f"{t}per_device_train_batch_size",
+        f"{t}gradient_accumulation_steps",
+        f"{t}steps_per_generation",
+        f"{t}num_generations",
+        "backend.num_processes",
+    )
     return [
         Check("training.fields", ("training",), _field_values(trl_version)),
         *(_in_range(name) for name in POSITIVE),
@@ -291,21 +358,48 @@ def training_checks(trl_version: Callable[[], str], has_module: Callable[[str], 
         Check("training.epsilon_high.not_below_epsilon", (f"{t}epsilon_high", f"{t}epsilon"), _epsilon_high),
         Check("training.max_steps.nonzero", (f"{t}max_steps",), _max_steps),
         Check("training.num_generations.group", (f"{t}num_generations",), _num_generations),
-        Check("training.generation_batch.one_way", (f"{t}steps_per_generation", f"{t}generation_batch_size"),
-              _generation_batch_exclusive),
-        Check("training.generation_batch.divisible", (f"{t}generation_batch_size", f"{t}per_device_train_batch_size",
-                                                      f"{t}num_generations", "backend.num_processes"),
-              _generation_batch_divisible),
+        Check(
+            "training.generation_batch.one_way",
+            (f"{t}steps_per_generation", f"{t}generation_batch_size"),
+            _generation_batch_exclusive,
+        ),
+        Check(
+            "training.generation_batch.divisible",
+            (
+                f"{t}generation_batch_size",
+                f"{t}per_device_train_batch_size",
+                f"{t}num_generations",
+                "backend.num_processes",
+            ),
+            _generation_batch_divisible,
+        ),
         Check("training.batch_divisible", batch, _batch_divisible),
         Check("training.auto_find_batch_size", (f"{t}auto_find_batch_size",), _auto_batch),
-        Check("training.log_completions_hub_repo", (f"{t}log_completions_hub_repo", f"{t}log_completions"),
-              _completions_repo),
+        Check(
+            "training.log_completions_hub_repo",
+            (f"{t}log_completions_hub_repo", f"{t}log_completions"),
+            _completions_repo,
+        ),
         Check("training.sync_ref_model.needs_beta", (f"{t}sync_ref_model", f"{t}beta"), _sync_ref),
-        Check("training.vllm_importance_sampling_clip", (f"{t}vllm_importance_sampling_clip_min",
-                                                         f"{t}vllm_importance_sampling_clip_max"), _clip_bounds),
-        Check("training.eval_strategy.eval_data", (f"{t}eval_strategy", "dataset.eval_split",
-                                                   "dataset.eval_data_files"), _eval_data),
-        Check("training.eval_batch_divisible", (f"{t}per_device_eval_batch_size", f"{t}num_generations_eval",
-                                                f"{t}num_generations", "backend.num_processes"), _eval_batch),
+        Check(
+            "training.vllm_importance_sampling_clip",
+            (f"{t}vllm_importance_sampling_clip_min", f"{t}vllm_importance_sampling_clip_max"),
+            _clip_bounds,
+        ),
+        Check(
+            "training.eval_strategy.eval_data",
+            (f"{t}eval_strategy", "dataset.eval_split", "dataset.eval_data_files"),
+            _eval_data,
+        ),
+        Check(
+            "training.eval_batch_divisible",
+            (
+                f"{t}per_device_eval_batch_size",
+                f"{t}num_generations_eval",
+                f"{t}num_generations",
+                "backend.num_processes",
+            ),
+            _eval_batch,
+        ),
         Check("training.use_vllm.installed", (f"{t}use_vllm",), _vllm_installed(has_module)),
     ]

@@ -43,22 +43,28 @@ def _run_plain(request: str, limit: float) -> Any:
 
     from grpo_dashboard.checks.sandbox import REPO_ROOT
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH"))
-                                                       if p)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
     try:
-        done = subprocess.run([sys.executable, "-m", "grpo_dashboard.spec.trl_isolated"], input=request,
-                              capture_output=True, text=True, timeout=limit, env=env, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "grpo_dashboard.spec.trl_isolated"],
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=limit,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return SimpleNamespace(timed_out=True)
-    return SimpleNamespace(timed_out=False, ok=done.returncode == 0, stdout=done.stdout, stderr=done.stderr,
-                           memory_exceeded=False)
+    return SimpleNamespace(
+        timed_out=False, ok=done.returncode == 0, stdout=done.stdout, stderr=done.stderr, memory_exceeded=False
+    )
 
 
 def _parse(config: dict[str, Any], check_overrides: dict[str, Any] | None, sandboxed: bool) -> TrlParse:
     from grpo_dashboard.checks import sandbox
 
-    request = json.dumps({"config": config, "check_overrides": check_overrides or {}}, sort_keys=True,
-                         default=str)
+    request = json.dumps({"config": config, "check_overrides": check_overrides or {}}, sort_keys=True, default=str)
     key = f"{sandboxed}:{request}"
     with _lock:
         hit = _cache.get(key)
@@ -68,24 +74,32 @@ def _parse(config: dict[str, Any], check_overrides: dict[str, Any] | None, sandb
         limit = timeout_s()
         # torch loads its libraries with ctypes, which the sandbox counts with process spawning: allowed here, the
         # boundary (namespaces, no network, limits) stays.
-        result = sandbox.run_module("grpo_dashboard.spec.trl_isolated", stdin=request, timeout_s=limit,
-                                    memory_mb=MEMORY_MB, allow_subprocess=True) if sandboxed else \
-            _run_plain(request, limit)
+        result = (
+            sandbox.run_module(
+                "grpo_dashboard.spec.trl_isolated",
+                stdin=request,
+                timeout_s=limit,
+                memory_mb=MEMORY_MB,
+                allow_subprocess=True,
+            )
+            if sandboxed
+            else _run_plain(request, limit)
+        )
         if result.timed_out:
-            raise refusal(f"took longer than {limit:g} s and was stopped (it runs in a limited subprocess). Try "
-                           f"again, or import the recipe with `python -m grpo_dashboard import-trl`; the dashboard's "
-                           f"owner can raise the limit with {TIMEOUT_ENV}.")
+            raise refusal(
+                f"took longer than {limit:g} s and was stopped (it runs in a limited subprocess). Try "
+                f"again, or import the recipe with `python -m grpo_dashboard import-trl`; the dashboard's "
+                f"owner can raise the limit with {TIMEOUT_ENV}."
+            )
         line = next((x for x in reversed(result.stdout.splitlines()) if x.startswith(MARK)), None)
         if not result.ok or line is None:
             if result.memory_exceeded:
                 raise refusal(f"needed more than {MEMORY_MB} MB and was stopped. Check the recipe's values.")
             last = next((x for x in reversed(result.stderr.strip().splitlines()) if x.strip()), "no output")
             raise refusal(f"failed: {shorten(last.strip(), 300)}. Fix the recipe's values.")
-        hit = line[len(MARK):]
+        hit = line[len(MARK) :]
         with _lock:
             _cache[key] = hit
             while len(_cache) > _CACHE_SIZE:
                 _cache.popitem(last=False)
     return parsed(hit)
-
-

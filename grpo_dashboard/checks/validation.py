@@ -41,8 +41,9 @@ class ValidationReport:
             raise SpecError(self.errors)
 
 
-def validate(spec: RunSpec, base_dir: str | Path | None = None, backend_checks: Sequence[Check] = ()
-             ) -> ValidationReport:
+def validate(
+    spec: RunSpec, base_dir: str | Path | None = None, backend_checks: Sequence[Check] = ()
+) -> ValidationReport:
     """Check a parsed spec completely; relative paths are resolved against `base_dir` (default: cwd).
 
     `backend_checks`: the checks of the spec's backend (its package's `CHECKS`; `launch.runs.check` passes them,
@@ -90,8 +91,11 @@ HEAD: list[Check] = [
     *spec_checks.REWARDS,
     *agents.CHECKS,
     *training_checks(lambda: _trl_version(), lambda name: _has_module(name)),
-    Check("backend.settings", ("backend.kind", "backend.stall_timeout_s", "backend.num_processes",
-                               "backend.accelerate_config"), backend_settings),
+    Check(
+        "backend.settings",
+        ("backend.kind", "backend.stall_timeout_s", "backend.num_processes", "backend.accelerate_config"),
+        backend_settings,
+    ),
     Check("generation.server_needed", ("training.use_vllm", "training.vllm_mode", "generation"), server_needed),
 ]
 TAIL: list[Check] = [*spec_checks.HEALTH, *spec_extras.CHECKS]

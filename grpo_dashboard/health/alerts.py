@@ -44,9 +44,14 @@ def address_problem(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | 
             ip = ip.ipv4_mapped
         elif ip in _NAT64:
             ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    for kind, flag in (("a loopback", ip.is_loopback), ("a link-local (cloud metadata range)", ip.is_link_local),
-                       ("an unspecified", ip.is_unspecified), ("a multicast", ip.is_multicast),
-                       ("a private", ip.is_private), ("a non-public", not ip.is_global)):
+    for kind, flag in (
+        ("a loopback", ip.is_loopback),
+        ("a link-local (cloud metadata range)", ip.is_link_local),
+        ("an unspecified", ip.is_unspecified),
+        ("a multicast", ip.is_multicast),
+        ("a private", ip.is_private),
+        ("a non-public", not ip.is_global),
+    ):
         if flag:
             return f"{ip} is {kind} address"
     return None
@@ -100,8 +105,9 @@ def block_private() -> bool:
     return os.environ.get(BLOCK_PRIVATE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _connect_public(address: tuple[str, int], timeout: Any = None, source_address: Any = None, *args: Any
-                    ) -> socket.socket:
+def _connect_public(
+    address: tuple[str, int], timeout: Any = None, source_address: Any = None, *args: Any
+) -> socket.socket:
     """``socket.create_connection`` that only connects to public addresses (the very address checked is used)."""
     host, port = address
     error: OSError | None = None
@@ -148,14 +154,16 @@ class _PublicHTTPSHandler(urllib.request.HTTPSHandler):
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
-        raise urllib.error.HTTPError(req.full_url, code, f"{msg}; redirects are refused (private addresses are "
-                                     "blocked)", headers, fp)
+        raise urllib.error.HTTPError(
+            req.full_url, code, f"{msg}; redirects are refused (private addresses are blocked)", headers, fp
+        )
 
 
 def _public_opener() -> urllib.request.OpenerDirector:
     # No proxy: the address checked must be the one connected to. No redirect: a public URL must not bounce there.
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect(), _PublicHTTPHandler(),
-                                       _PublicHTTPSHandler())
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), _NoRedirect(), _PublicHTTPHandler(), _PublicHTTPSHandler()
+    )
 
 
 def alert_text(finding: Finding, run_name: str | None = None, stopped: bool = False) -> str:
@@ -196,8 +204,9 @@ def alert_payload(finding: Finding, run_name: str | None = None, stopped: bool =
     }
 
 
-def post_json(url: str, payload: Mapping[str, Any], timeout: float = TIMEOUT_S, block: bool | None = None
-              ) -> str | None:
+def post_json(
+    url: str, payload: Mapping[str, Any], timeout: float = TIMEOUT_S, block: bool | None = None
+) -> str | None:
     """POST ``payload`` as JSON; returns None on a 2xx answer, else a one-line reason (never raises).
 
     ``block`` (default: ``block_private()``): refuse non-public addresses (``webhook_url_problem``, then the

@@ -40,24 +40,38 @@ def check_tool_failures(ctx: Context) -> list[Finding]:
     for level, severity in ((ctx.t("tool_failures.error"), ERROR), (ctx.t("tool_failures.warn"), WARNING)):
         mask = sm >= level
         if trailing_streak(mask) >= need:
-            return [make_finding(
-                "tool_failures", severity, _onset(s, mask),
-                f"{fmt(float(sm[-1]) * 100)}% of tool calls fail (tools/failure_frequency, smoothed) for the last "
-                f"{trailing_streak(mask)} logs.",
-                "read the failing calls in the trajectory view (the exception text is the tool result): fix the "
-                "tool or its docstring so the model learns valid arguments, catch expected errors inside the tool "
-                "and return a helpful message, or add the repeated_failure_penalty / tool_success process rewards",
-                "tools/failure_frequency", value=float(sm[-1]), threshold=float(level))]
+            return [
+                make_finding(
+                    "tool_failures",
+                    severity,
+                    _onset(s, mask),
+                    f"{fmt(float(sm[-1]) * 100)}% of tool calls fail (tools/failure_frequency, smoothed) for the last "
+                    f"{trailing_streak(mask)} logs.",
+                    "read the failing calls in the trajectory view (the exception text is the tool result): fix the "
+                    "tool or its docstring so the model learns valid arguments, catch expected errors inside the tool "
+                    "and return a helpful message, or add the repeated_failure_penalty / tool_success process rewards",
+                    "tools/failure_frequency",
+                    value=float(sm[-1]),
+                    threshold=float(level),
+                )
+            ]
     n = len(s)
     if n >= 2 * persist:
-        head, tail = float(np.mean(s.values[: n // 3])), float(np.mean(s.values[-(n // 3):]))
+        head, tail = float(np.mean(s.values[: n // 3])), float(np.mean(s.values[-(n // 3) :]))
         if tail - head >= ctx.t("tool_failures.rise"):
-            return [make_finding(
-                "tool_failures", WARNING, int(s.steps[n // 3]),
-                f"tool failures are rising: {fmt(head * 100)}% early, {fmt(tail * 100)}% lately.",
-                "read the latest failing calls in the trajectory view; a policy drifting into invalid arguments "
-                "needs a lower learning_rate or a process reward for successful calls (tool_success)",
-                "tools/failure_frequency", early=head, late=tail)]
+            return [
+                make_finding(
+                    "tool_failures",
+                    WARNING,
+                    int(s.steps[n // 3]),
+                    f"tool failures are rising: {fmt(head * 100)}% early, {fmt(tail * 100)}% lately.",
+                    "read the latest failing calls in the trajectory view; a policy drifting into invalid arguments "
+                    "needs a lower learning_rate or a process reward for successful calls (tool_success)",
+                    "tools/failure_frequency",
+                    early=head,
+                    late=tail,
+                )
+            ]
     return []
 
 
@@ -75,13 +89,20 @@ def check_tool_use_collapse(ctx: Context) -> list[Finding]:
     streak = trailing_streak(low)
     if streak < int(ctx.t("tool_use_collapse.persist")) or len(s) - streak <= peak_i - 1:
         return []
-    return [make_finding(
-        "tool_use_collapse", ERROR, _onset(s, low),
-        f"the agent stopped calling tools: tools/call_frequency fell from {fmt(peak)} calls per episode to "
-        f"{fmt(float(s.values[-1]))} for the last {streak} logs.",
-        "check whether tool calls were punished (failures, length penalties, a reward reachable without tools): "
-        "reward successful calls (tool_success), lower learning_rate, and read the trajectories before the drop",
-        "tools/call_frequency", peak=peak, last=float(s.values[-1]))]
+    return [
+        make_finding(
+            "tool_use_collapse",
+            ERROR,
+            _onset(s, low),
+            f"the agent stopped calling tools: tools/call_frequency fell from {fmt(peak)} calls per episode to "
+            f"{fmt(float(s.values[-1]))} for the last {streak} logs.",
+            "check whether tool calls were punished (failures, length penalties, a reward reachable without tools): "
+            "reward successful calls (tool_success), lower learning_rate, and read the trajectories before the drop",
+            "tools/call_frequency",
+            peak=peak,
+            last=float(s.values[-1]),
+        )
+    ]
 
 
 def check_turn_limit(ctx: Context) -> list[Finding]:
@@ -95,13 +116,19 @@ def check_turn_limit(ctx: Context) -> list[Finding]:
     if trailing_streak(mask) < need:
         return []
     limit = ctx.config.now("max_tool_calling_iterations")
-    return [make_finding(
-        "turn_limit", WARNING, _onset(s, mask),
-        f"{fmt(float(sm[-1]) * 100)}% of episodes used every tool-calling round and were cut off "
-        f"(max_tool_calling_iterations{limit}).",
-        "raise max_tool_calling_iterations (and max_completion_length, which bounds the whole trajectory), or "
-        "reward finishing with an answer; check the trajectories for loops calling the same tool",
-        "agent/turn_limit_ratio", value=float(sm[-1]))]
+    return [
+        make_finding(
+            "turn_limit",
+            WARNING,
+            _onset(s, mask),
+            f"{fmt(float(sm[-1]) * 100)}% of episodes used every tool-calling round and were cut off "
+            f"(max_tool_calling_iterations{limit}).",
+            "raise max_tool_calling_iterations (and max_completion_length, which bounds the whole trajectory), or "
+            "reward finishing with an answer; check the trajectories for loops calling the same tool",
+            "agent/turn_limit_ratio",
+            value=float(sm[-1]),
+        )
+    ]
 
 
 def check_malformed_tool_calls(ctx: Context) -> list[Finding]:
@@ -114,12 +141,18 @@ def check_malformed_tool_calls(ctx: Context) -> list[Finding]:
     need = min(int(ctx.t("malformed_tool_calls.persist")), max(1, len(s) // 2))
     if trailing_streak(mask) < need:
         return []
-    return [make_finding(
-        "malformed_tool_calls", WARNING, _onset(s, mask),
-        f"{fmt(float(sm[-1]) * 100)}% of episodes hold a tool call that could not be parsed.",
-        "check that the tokenizer's response_template matches the chat template's tool-call format, warm the "
-        "model on tool-calling examples (SFT), or reward well-formed calls",
-        "agent/malformed_ratio", value=float(sm[-1]))]
+    return [
+        make_finding(
+            "malformed_tool_calls",
+            WARNING,
+            _onset(s, mask),
+            f"{fmt(float(sm[-1]) * 100)}% of episodes hold a tool call that could not be parsed.",
+            "check that the tokenizer's response_template matches the chat template's tool-call format, warm the "
+            "model on tool-calling examples (SFT), or reward well-formed calls",
+            "agent/malformed_ratio",
+            value=float(sm[-1]),
+        )
+    ]
 
 
 def _task_series(ctx: Context, suffix: str) -> dict[str, Series]:
@@ -128,7 +161,7 @@ def _task_series(ctx: Context, suffix: str) -> dict[str, Series]:
         if key.startswith("tasks/") and key.endswith(suffix):
             s = _series(ctx, key)
             if s is not None and len(s) >= 2:
-                out[key[len("tasks/"):-len(suffix)]] = s
+                out[key[len("tasks/") : -len(suffix)]] = s
     return out
 
 
@@ -138,7 +171,7 @@ def check_task_regression(ctx: Context) -> list[Finding]:
     if len(means) < 2:
         return []
     k_of = lambda s: max(2, len(s) // 3)  # noqa: E731
-    gains = {t: float(np.mean(s.values[-k_of(s):]) - np.mean(s.values[:k_of(s)])) for t, s in means.items()}
+    gains = {t: float(np.mean(s.values[-k_of(s) :]) - np.mean(s.values[: k_of(s)])) for t, s in means.items()}
     scale = max(1e-9, max(float(np.ptp(s.values)) for s in means.values()))
     drop = ctx.t("task_regression.min_drop") * scale
     out: list[Finding] = []
@@ -146,25 +179,40 @@ def check_task_regression(ctx: Context) -> list[Finding]:
         others = [g for t, g in gains.items() if t != task]
         if gain <= -drop and all(g >= 0 for g in others) and max(others) > drop:
             s = means[task]
-            out.append(make_finding(
-                "task_regression", WARNING, int(s.steps[len(s) // 3]),
-                f"task {task} regresses (reward {fmt(gain)}) while the others improve (best {fmt(max(others))}).",
-                "rebalance the task mix (more rows of the regressing task, or a per-task reward weight), and read "
-                "its trajectories in the trajectory view (filter by the task column)",
-                f"tasks/{task}/reward_mean", gain=gain))
+            out.append(
+                make_finding(
+                    "task_regression",
+                    WARNING,
+                    int(s.steps[len(s) // 3]),
+                    f"task {task} regresses (reward {fmt(gain)}) while the others improve (best {fmt(max(others))}).",
+                    "rebalance the task mix (more rows of the regressing task, or a per-task reward weight), and read "
+                    "its trajectories in the trajectory view (filter by the task column)",
+                    f"tasks/{task}/reward_mean",
+                    gain=gain,
+                )
+            )
     stds = _task_series(ctx, "/reward_std")
     persist = int(ctx.t("task_regression.persist"))
     for task, s in stds.items():
         flat = s.values <= 1e-9
         other_stds = [o for t, o in stds.items() if t != task]
-        if trailing_streak(flat) >= min(persist, len(s)) and other_stds \
-                and all(float(o.values[-1]) > 1e-9 for o in other_stds) and gains.get(task, 0.0) <= 0:
-            out.append(make_finding(
-                "task_regression", WARNING, _onset(s, flat),
-                f"task {task} lost all reward variance (reward_std 0 for {trailing_streak(flat)} logs): its groups "
-                "give no gradient while the other tasks still learn.",
-                "make the task harder or easier (its rewards are all equal), raise temperature or num_generations",
-                f"tasks/{task}/reward_std"))
+        if (
+            trailing_streak(flat) >= min(persist, len(s))
+            and other_stds
+            and all(float(o.values[-1]) > 1e-9 for o in other_stds)
+            and gains.get(task, 0.0) <= 0
+        ):
+            out.append(
+                make_finding(
+                    "task_regression",
+                    WARNING,
+                    _onset(s, flat),
+                    f"task {task} lost all reward variance (reward_std 0 for {trailing_streak(flat)} logs): "
+                    "its groups give no gradient while the other tasks still learn.",
+                    "make the task harder or easier (its rewards are all equal), raise temperature or num_generations",
+                    f"tasks/{task}/reward_std",
+                )
+            )
     return out
 
 
@@ -175,33 +223,54 @@ def check_async_staleness(ctx: Context) -> list[Finding]:
     limit = ctx.config.number("max_staleness")
     dropped = _series(ctx, "sample/dropped_stale_total")
     if dropped is not None and len(dropped) >= 2 and dropped.values[-1] > dropped.values[0]:
-        out.append(make_finding(
-            "async_staleness", WARNING, int(dropped.steps[int(np.argmax(dropped.values > dropped.values[0]))]),
-            f"{fmt(float(dropped.values[-1] - dropped.values[0]))} rollouts were dropped for being older than "
-            f"max_staleness{ctx.config.now('max_staleness')}: generation outruns training and is wasted.",
-            "raise max_staleness, lower max_inflight_tasks or queue_maxsize, or speed up training (weight_sync_steps)",
-            "sample/dropped_stale_total"))
+        out.append(
+            make_finding(
+                "async_staleness",
+                WARNING,
+                int(dropped.steps[int(np.argmax(dropped.values > dropped.values[0]))]),
+                f"{fmt(float(dropped.values[-1] - dropped.values[0]))} rollouts were dropped for being older than "
+                f"max_staleness{ctx.config.now('max_staleness')}: generation outruns training and is wasted.",
+                "raise max_staleness, lower max_inflight_tasks or queue_maxsize, or speed up training "
+                "(weight_sync_steps)",
+                "sample/dropped_stale_total",
+            )
+        )
     stale = _series(ctx, "sample/staleness_mean")
     if stale is not None and limit is not None and limit > 0:
         mask = _smoothed(ctx, stale) >= ctx.t("async_staleness.near") * limit
         if trailing_streak(mask) >= min(int(ctx.t("async_staleness.persist")), len(stale)):
-            out.append(make_finding(
-                "async_staleness", WARNING, _onset(stale, mask),
-                f"rollouts are {fmt(float(stale.values[-1]))} policy versions old on average, close to max_staleness "
-                f"({fmt(limit)}): the updates are computed on stale samples.",
-                "sync weights more often (weight_sync_steps) or add generation capacity", "sample/staleness_mean"))
+            out.append(
+                make_finding(
+                    "async_staleness",
+                    WARNING,
+                    _onset(stale, mask),
+                    f"rollouts are {fmt(float(stale.values[-1]))} policy versions old on average, close to "
+                    f"max_staleness ({fmt(limit)}): the updates are computed on stale samples.",
+                    "sync weights more often (weight_sync_steps) or add generation capacity",
+                    "sample/staleness_mean",
+                )
+            )
     queue = _series(ctx, "sample/rollout_queue_size")
     wait, step = _series(ctx, "perf/rollout_wait_s"), _series(ctx, "perf/step_s")
     if queue is not None and len(queue) >= 3:
         empty = queue.values <= 0
         streak = trailing_streak(empty)
-        share = (float(np.mean(wait.values[-streak:])) / max(1e-9, float(np.mean(step.values[-streak:])))
-                 if wait is not None and step is not None and streak else None)
+        share = (
+            float(np.mean(wait.values[-streak:])) / max(1e-9, float(np.mean(step.values[-streak:])))
+            if wait is not None and step is not None and streak
+            else None
+        )
         if streak >= min(int(ctx.t("async_staleness.persist")), len(queue)) and (share is None or share >= 0.3):
             waiting = f" (waiting {fmt(share * 100)}% of each step)" if share is not None else ""
-            out.append(make_finding(
-                "async_staleness", WARNING, _onset(queue, empty),
-                f"the rollout queue has been empty for {streak} logs{waiting}: training waits for the vLLM server.",
-                "add generation capacity (vLLM replicas, tensor parallelism) or raise max_inflight_tasks",
-                "sample/rollout_queue_size"))
+            out.append(
+                make_finding(
+                    "async_staleness",
+                    WARNING,
+                    _onset(queue, empty),
+                    f"the rollout queue has been empty for {streak} logs{waiting}: training waits for the vLLM "
+                    "server.",
+                    "add generation capacity (vLLM replicas, tensor parallelism) or raise max_inflight_tasks",
+                    "sample/rollout_queue_size",
+                )
+            )
     return out

@@ -78,7 +78,7 @@ def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
         rmse = float(np.sqrt(np.mean((y - mean) ** 2)))
         return Curve("const", mean, mean, x0, (), (mean, 0.0), rmse, math.nan)
     if model == "level":
-        recent = y[-level_window(y.size):]
+        recent = y[-level_window(y.size) :]
         level = float(np.mean(recent))
         rmse = float(np.sqrt(np.mean((recent - level) ** 2)))
         return Curve("level", level, level, x0, (), (level, 0.0), rmse, math.nan)

@@ -111,8 +111,11 @@ def _round(x: float | None, digits: int = 6) -> float | None:
 
 def _band(value: float, low: float, high: float, digits: int = 6) -> dict[str, Any]:
     lo, hi = min(low, high), max(low, high)
-    return {"value": _round(value, digits), "low": _round(min(lo, value), digits),
-            "high": _round(max(hi, value), digits)}
+    return {
+        "value": _round(value, digits),
+        "low": _round(min(lo, value), digits),
+        "high": _round(max(hi, value), digits),
+    }
 
 
 def entropy_law(entropy: Series | None, reward: Series | None) -> tuple[dict[str, Any] | None, str | None]:
@@ -263,8 +266,10 @@ def forecast(
         first = int(x[0]) if curve.model == "const" else int(bx[-level_window(bx.size)])
         out.plateau_step = {"value": first, "low": first, "high": first}
         out.reasons["plateau_step"] = (
-            "the reward is flat: the best model is a constant, the plateau is already here" if curve.model == "const"
-            else "the reward has levelled off: its recent mean, held flat, predicted best; the plateau is here")
+            "the reward is flat: the best model is a constant, the plateau is already here"
+            if curve.model == "const"
+            else "the reward has levelled off: its recent mean, held flat, predicted best; the plateau is here"
+        )
     else:
         s95 = curve.gain_step(0.95)
         steps95 = draws[:, plateau_idx + 1] if draws.size else np.array([s95])

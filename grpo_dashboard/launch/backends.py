@@ -26,8 +26,10 @@ from grpo_dashboard.launch.slurm.runner import SlurmBackend
 BACKEND_TYPES: tuple[type[Backend], ...] = (LocalBackend, HfJobsBackend, SlurmBackend)
 KINDS: tuple[str, ...] = tuple(t.KIND for t in BACKEND_TYPES)
 if KINDS != kinds.KINDS:
-    raise ImportError(f"launch/backends.py runs the kinds {KINDS}, launch/kinds.py lists {kinds.KINDS}: list each "
-                      f"backend in both tables, in the same order.")
+    raise ImportError(
+        f"launch/backends.py runs the kinds {KINDS}, launch/kinds.py lists {kinds.KINDS}: list each "
+        f"backend in both tables, in the same order."
+    )
 # The kinds whose jobs run elsewhere and that `reattach` can find again after a restart (the CLI's choices).
 REMOTE_KINDS: tuple[str, ...] = tuple(t.KIND for t in BACKEND_TYPES if t is not LocalBackend)
 
@@ -51,8 +53,10 @@ def checks_for(kind: str) -> tuple[Check, ...]:
 def unknown_kind(kind: str) -> BackendError:
     """The error for a kind this dashboard does not run, naming the ones it does."""
     known = ", ".join(repr(k) for k in KINDS)
-    return BackendError(f"Unknown backend {kind!r} (backend.kind): this dashboard runs {known} runs. A run of "
-                        f"another backend was made by another version of the dashboard; open it there.")
+    return BackendError(
+        f"Unknown backend {kind!r} (backend.kind): this dashboard runs {known} runs. A run of "
+        f"another backend was made by another version of the dashboard; open it there."
+    )
 
 
 class Backends:

@@ -38,8 +38,10 @@ def require_token(token: str | None = None) -> str:
         return token
     found = saved_token()
     if not found:
-        raise BackendError("Not logged in to Hugging Face: run `hf auth login` (or set HF_TOKEN) for the command "
-                           "line, or sign in with Hugging Face in the dashboard, then launch again.")
+        raise BackendError(
+            "Not logged in to Hugging Face: run `hf auth login` (or set HF_TOKEN) for the command "
+            "line, or sign in with Hugging Face in the dashboard, then launch again."
+        )
     return found
 
 
@@ -98,8 +100,9 @@ def _ensure_client_timeout() -> None:
         _timeout_installed = seconds
 
 
-def describe_error(exc: BaseException, action: str, namespace: str | None = None, flavor: str | None = None,
-                   attempts: int = 1) -> str:
+def describe_error(
+    exc: BaseException, action: str, namespace: str | None = None, flavor: str | None = None, attempts: int = 1
+) -> str:
     """A clear, token-free message for a failed Hub call: what happened, and what to do."""
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
@@ -107,31 +110,43 @@ def describe_error(exc: BaseException, action: str, namespace: str | None = None
     if isinstance(exc, OfflineModeIsEnabled):
         return f"Cannot {action}: HF_HUB_OFFLINE is set. Unset it to use Hugging Face Jobs."
     if not isinstance(exc, HfHubHTTPError) and is_timeout(exc):
-        return (f"The Hugging Face Hub did not answer within {hub_timeout():g} s while trying to {action}{tries}. "
-                f"It may be overloaded: try again later (GRPO_DASHBOARD_HF_TIMEOUT_S sets the wait).")
+        return (
+            f"The Hugging Face Hub did not answer within {hub_timeout():g} s while trying to {action}{tries}. "
+            f"It may be overloaded: try again later (GRPO_DASHBOARD_HF_TIMEOUT_S sets the wait)."
+        )
     if not isinstance(exc, HfHubHTTPError):
-        return redact(f"Could not reach the Hugging Face Hub to {action} ({type(exc).__name__}: {exc}). Check the "
-                      f"network connection and try again.")
+        return redact(
+            f"Could not reach the Hugging Face Hub to {action} ({type(exc).__name__}: {exc}). Check the "
+            f"network connection and try again."
+        )
     status = exc.response.status_code if exc.response is not None else None
     server = redact(getattr(exc, "server_message", None) or "").strip().rstrip(".")
     detail = f" The Hub said: {server}." if server else ""
     ns = f" {namespace!r}" if namespace else ""
     if status == 401:
-        text = (f"Hugging Face rejected the token (401 Unauthorized) while trying to {action}. Log in again: "
-                f"`hf auth login` on the command line, or sign in again in the dashboard. The token needs the "
-                f"`jobs` permission (and write access to push the model).")
+        text = (
+            f"Hugging Face rejected the token (401 Unauthorized) while trying to {action}. Log in again: "
+            f"`hf auth login` on the command line, or sign in again in the dashboard. The token needs the "
+            f"`jobs` permission (and write access to push the model)."
+        )
     elif status == 402:
-        text = (f"Hugging Face Jobs refused to {action}: no credits (402 Payment Required) on namespace{ns}. Jobs "
-                f"need a positive credit balance: add credits at https://huggingface.co/settings/billing (or the "
-                f"organization's billing page), then launch again.")
+        text = (
+            f"Hugging Face Jobs refused to {action}: no credits (402 Payment Required) on namespace{ns}. Jobs "
+            f"need a positive credit balance: add credits at https://huggingface.co/settings/billing (or the "
+            f"organization's billing page), then launch again."
+        )
     elif status == 403:
-        text = (f"Not allowed to {action} in namespace{ns} (403 Forbidden). Use your own username or an "
-                f"organization where you may run jobs; a fine-grained token needs the `jobs` permission.")
+        text = (
+            f"Not allowed to {action} in namespace{ns} (403 Forbidden). Use your own username or an "
+            f"organization where you may run jobs; a fine-grained token needs the `jobs` permission."
+        )
     elif status == 404 and action.startswith(("submit", "upload", "create")):
         text = f"Namespace{ns} was not found on the Hub (404) while trying to {action}. Check backend.namespace."
     elif status in (400, 422) and flavor and "flavor" in server.lower():
-        text = (f"The Hub rejected flavor {flavor!r} while trying to {action}. Choose another backend.flavor "
-                f"(`python -m grpo_dashboard hardware SPEC` lists them with prices).")
+        text = (
+            f"The Hub rejected flavor {flavor!r} while trying to {action}. Choose another backend.flavor "
+            f"(`python -m grpo_dashboard hardware SPEC` lists them with prices)."
+        )
     elif status == 429:
         text = f"Rate-limited by the Hub (429) while trying to {action}{tries}; wait a minute and try again."
     else:

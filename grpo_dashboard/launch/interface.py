@@ -91,8 +91,9 @@ class Backend(Protocol):
         """After a terminal status: wait a moment for the job to exit."""
         ...
 
-    def cancel(self, store: Store, run: Run, wait: bool = False, token: str | None = None,
-               grace_s: float | None = None) -> Run:
+    def cancel(
+        self, store: Store, run: Run, wait: bool = False, token: str | None = None, grace_s: float | None = None
+    ) -> Run:
         """Ask the job to stop; with `wait`, return once settled or after `grace_s` seconds."""
         ...
 
@@ -100,8 +101,9 @@ class Backend(Protocol):
         """Follow an active run again after a restart; True when following started now."""
         ...
 
-    def reattach(self, store: Store, token: str | None = None, namespace: str | None = None,
-                 owner: str | None = None) -> list[Run]:
+    def reattach(
+        self, store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None
+    ) -> list[Run]:
         """Find this dashboard's runs on the backend after a restart and follow them again."""
         ...
 

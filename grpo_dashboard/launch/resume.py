@@ -46,14 +46,17 @@ def checkpoint_before(store: Store, run: Run, step: int, backends: Backends | No
     return before[-1] if before else None
 
 
-def choose(store: Store, run: Run, checkpoint: int | str | None = None, backends: Backends | None = None
-           ) -> tuple[int, str]:
+def choose(
+    store: Store, run: Run, checkpoint: int | str | None = None, backends: Backends | None = None
+) -> tuple[int, str]:
     """The (step, path) to resume from: the latest checkpoint, a step number, or a checkpoint path of this run."""
     found = checkpoints(store, run, backends)
     listed = ", ".join(str(s) for s in found) or "none"
     if not found:
-        raise ResumeError(f"Run {run.id} has no checkpoint to resume from (its job saved none). Set "
-                          "training.save_strategy: steps and save_steps in the spec, and launch it again.")
+        raise ResumeError(
+            f"Run {run.id} has no checkpoint to resume from (its job saved none). Set "
+            "training.save_strategy: steps and save_steps in the spec, and launch it again."
+        )
     if checkpoint is None:
         step = max(found)
         return step, found[step]
@@ -61,8 +64,10 @@ def choose(store: Store, run: Run, checkpoint: int | str | None = None, backends
     if text.isdigit():
         step = int(text)
         if step not in found:
-            raise ResumeError(f"Run {run.id} has no checkpoint at step {step}; its checkpoints are at steps {listed}. "
-                              f"Pass one of them with --checkpoint, or leave it out for the latest.")
+            raise ResumeError(
+                f"Run {run.id} has no checkpoint at step {step}; its checkpoints are at steps {listed}. "
+                f"Pass one of them with --checkpoint, or leave it out for the latest."
+            )
         return step, found[step]
     path = Path(text).expanduser().resolve()
     for step, p in found.items():
@@ -70,10 +75,14 @@ def choose(store: Store, run: Run, checkpoint: int | str | None = None, backends
             return step, p
     owner = _owner(store, path)
     if owner is not None and owner.id != run.id:
-        raise ResumeError(f"Checkpoint {text} belongs to run {owner.id}, not to {run.id}: a run resumes only from its "
-                          f"own checkpoints (steps {listed}). Resume {owner.id} instead, or pick one of these.")
-    raise ResumeError(f"{text} is not a checkpoint of run {run.id} (its checkpoints are at steps {listed}). Pass a "
-                      "step number with --checkpoint, or leave it out for the latest.")
+        raise ResumeError(
+            f"Checkpoint {text} belongs to run {owner.id}, not to {run.id}: a run resumes only from its "
+            f"own checkpoints (steps {listed}). Resume {owner.id} instead, or pick one of these."
+        )
+    raise ResumeError(
+        f"{text} is not a checkpoint of run {run.id} (its checkpoints are at steps {listed}). Pass a "
+        "step number with --checkpoint, or leave it out for the latest."
+    )
 
 
 def _owner(store: Store, path: Path) -> Run | None:
@@ -85,22 +94,30 @@ def _owner(store: Store, path: Path) -> Run | None:
     return None
 
 
-def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, token: str | None = None,
-               backends: Backends | None = None) -> Run:
+def resume_run(
+    store: Store,
+    run: Run,
+    checkpoint: int | str | None = None,
+    token: str | None = None,
+    backends: Backends | None = None,
+) -> Run:
     """Start the run again from a checkpoint (see the module docstring); ResumeError, nothing changed, if it cannot.
     `backends`: the app's (default: the process's, `backends.shared()`)."""
     table = backends or shared()
     if run.status in ACTIVE:
-        raise ResumeError(f"Run {run.id} is still {run.status}; cancel it first (`python -m grpo_dashboard cancel "
-                          f"{run.id}`), then resume it.")
+        raise ResumeError(
+            f"Run {run.id} is still {run.status}; cancel it first (`python -m grpo_dashboard cancel "
+            f"{run.id}`), then resume it."
+        )
     if run.backend not in KINDS or not table.get(run.backend).RESUMABLE:
         can = " and ".join(t.KIND for t in BACKEND_TYPES if t.RESUMABLE)
         raise ResumeError(f"Run {run.id} ({run.backend}) cannot be resumed here: only {can} runs can.")
     try:
         spec = RunSpec.from_yaml(run.spec_yaml)
     except SpecError as exc:
-        raise ResumeError(f"Run {run.id} has no readable spec (imported or recovered run), so it cannot be "
-                          f"resumed: {exc}") from exc
+        raise ResumeError(
+            f"Run {run.id} has no readable spec (imported or recovered run), so it cannot be resumed: {exc}"
+        ) from exc
     step, path = choose(store, run, checkpoint, table)
     backend = table.get(run.backend)
     token = backend.launch_token(token)
@@ -112,8 +129,16 @@ def resume_run(store: Store, run: Run, checkpoint: int | str | None = None, toke
     tmp.write_text(resumed.to_job_yaml(), encoding="utf-8")
     tmp.replace(run_dir / "run.yaml")
     store.truncate_after(run.id, step)
-    fields: dict[str, Any] = dict(status=RunStatus.QUEUED.value, ended_at=None, error=None, exit_code=None,
-                                  cancel_requested_at=None, pid=None, pid_start=None, last_step=step)
+    fields: dict[str, Any] = dict(
+        status=RunStatus.QUEUED.value,
+        ended_at=None,
+        error=None,
+        exit_code=None,
+        cancel_requested_at=None,
+        pid=None,
+        pid_start=None,
+        last_step=step,
+    )
     fields.update(backend.resubmit_fields(store, run))
     store.update_run(run.id, **fields)
     with open(run_dir / "job.log", "a", encoding="utf-8") as f:
@@ -125,8 +150,11 @@ def resume_main(argv: list[str]) -> int:
     """resume RUN [--checkpoint N|PATH] [--wait]: continue a run from its latest or a chosen checkpoint."""
     from grpo_dashboard.launch.runs import wait
 
-    p = argparse.ArgumentParser(prog="resume", description="Continue a canceled, failed or stopped run from its "
-                                "latest (or a chosen) checkpoint; its curves carry on.")
+    p = argparse.ArgumentParser(
+        prog="resume",
+        description="Continue a canceled, failed or stopped run from its "
+        "latest (or a chosen) checkpoint; its curves carry on.",
+    )
     p.add_argument("run", help="Run id, unique id prefix, or name.")
     p.add_argument("--checkpoint", help="Checkpoint step (or path) to resume from (default: the latest).")
     p.add_argument("--wait", action="store_true", help="Follow the run until it ends; exit code reflects the result.")
@@ -143,7 +171,8 @@ def resume_main(argv: list[str]) -> int:
     print(f"resumed {run.id} from step {run.last_step} ({run.status})")
     if not args.wait:
         return 0 if run.status != RunStatus.FAILED.value else 1
-    run = wait(store, run, on_update=lambda r: print(f"  {r.status} step {r.last_step or 0}/{r.max_steps or '?'}",
-                                                     flush=True))
+    run = wait(
+        store, run, on_update=lambda r: print(f"  {r.status} step {r.last_step or 0}/{r.max_steps or '?'}", flush=True)
+    )
     print(f"{run.id}: {run.status}" + (f" — {run.error}" if run.error else ""))
     return {RunStatus.COMPLETED.value: 0, RunStatus.CANCELED.value: 4}.get(run.status, 1)

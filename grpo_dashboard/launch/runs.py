@@ -50,8 +50,11 @@ def resolve_paths(spec: RunSpec, base: Path, run_dir: Path) -> RunSpec:
     if d.data_files:
         d.data_files = absolute(d.data_files) if isinstance(d.data_files, str) else [absolute(f) for f in d.data_files]
     if d.eval_data_files:
-        d.eval_data_files = (absolute(d.eval_data_files) if isinstance(d.eval_data_files, str)
-                             else [absolute(f) for f in d.eval_data_files])
+        d.eval_data_files = (
+            absolute(d.eval_data_files)
+            if isinstance(d.eval_data_files, str)
+            else [absolute(f) for f in d.eval_data_files]
+        )
     for r in s.rewards:
         if r.function and ":" in r.function and r.function.rsplit(":", 1)[0].endswith(".py"):
             target, attr = r.function.rsplit(":", 1)
@@ -71,8 +74,9 @@ def prepare(spec: RunSpec, base: Path) -> tuple[RunSpec, ValidationReport]:
     return resolve_paths(checked, base, base / "output"), report
 
 
-def check(source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | None = None
-          ) -> tuple[RunSpec, ValidationReport]:
+def check(
+    source: str | Path | dict[str, Any] | RunSpec, base_dir: str | Path | None = None
+) -> tuple[RunSpec, ValidationReport]:
     """Parse and validate; raises SpecError for structural problems, returns the report otherwise.
 
     The returned spec holds its training values as TRL types them ("1e-6" as 1e-06), which is what a job gets.
@@ -89,9 +93,14 @@ def validate(spec: RunSpec, base_dir: str | Path | None = None) -> ValidationRep
     return validate_generic(spec, base_dir, checks_for(spec.backend.kind))
 
 
-def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = None,
-           base_dir: str | Path | None = None, owner: str | None = None, token: str | None = None,
-           backends: Backends | None = None) -> Run:
+def launch(
+    source: str | Path | dict[str, Any] | RunSpec,
+    store: Store | None = None,
+    base_dir: str | Path | None = None,
+    owner: str | None = None,
+    token: str | None = None,
+    backends: Backends | None = None,
+) -> Run:
     """Validate the spec and start it on its backend; raises SpecError (and writes nothing) if invalid.
 
     `token`: the launching user's Hugging Face token (default: the saved login, never on a Space). An hf_jobs run
@@ -118,9 +127,17 @@ def launch(source: str | Path | dict[str, Any] | RunSpec, store: Store | None = 
     tmp.replace(config_path)
     if spec.health.in_job:
         ship_health(run_dir)  # the job imports it as grpo_health from beside run.yaml (guard, alerts)
-    run = Run(id=run_id, name=spec.name, spec_yaml=resolved.to_yaml(), backend=spec.backend.kind,
-              status=RunStatus.QUEUED.value, created_at=time.time(), run_dir=str(run_dir),
-              output_dir=resolved.output_dir, owner=owner)
+    run = Run(
+        id=run_id,
+        name=spec.name,
+        spec_yaml=resolved.to_yaml(),
+        backend=spec.backend.kind,
+        status=RunStatus.QUEUED.value,
+        created_at=time.time(),
+        run_dir=str(run_dir),
+        output_dir=resolved.output_dir,
+        owner=owner,
+    )
     store.insert_run(run)
     return backend.submit(store, run, resolved, token, base)
 
@@ -141,8 +158,14 @@ def refresh_active(store: Store, backends: Backends | None = None) -> list[Run]:
     return [refresh(store, r, backends) for r in store.list_runs(status=list(ACTIVE)) if r.backend in backends]
 
 
-def cancel(store: Store, run: Run, wait: bool = False, grace_s: float | None = None, token: str | None = None,
-           backends: Backends | None = None) -> Run:
+def cancel(
+    store: Store,
+    run: Run,
+    wait: bool = False,
+    grace_s: float | None = None,
+    token: str | None = None,
+    backends: Backends | None = None,
+) -> Run:
     """Ask a run to stop on its backend: locally SIGTERM to its process group, SIGKILL after the grace period; on
     Hugging Face Jobs the job is canceled, with `token` (the user's own) when given; on Slurm `scancel`.
 
@@ -158,16 +181,24 @@ def resume(store: Store, run: Run, token: str | None, backends: Backends | None 
     return (backends or shared()).get(run.backend).resume(store, run, token)
 
 
-def reattach(store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None,
-             backends: Backends | None = None) -> list[Run]:
+def reattach(
+    store: Store,
+    token: str | None = None,
+    namespace: str | None = None,
+    owner: str | None = None,
+    backends: Backends | None = None,
+) -> list[Run]:
     """After a dashboard restart: find this dashboard's runs on every backend and follow them again.
 
     Local runs need nothing (refresh finds their processes again); Hugging Face Jobs are listed in `namespace`;
     Slurm jobs are found by their run label (`squeue --me`).
     Raises BackendError when not logged in.
     """
-    return [run for backend in (backends or shared())
-            for run in backend.reattach(store, token=token, namespace=namespace, owner=owner)]
+    return [
+        run
+        for backend in (backends or shared())
+        for run in backend.reattach(store, token=token, namespace=namespace, owner=owner)
+    ]
 
 
 def delete(store: Store, run: Run) -> list[str]:
@@ -218,8 +249,13 @@ class Monitor:
     so the runs table of a fresh dashboard reads it instead of diagnosing the run again).
     """
 
-    def __init__(self, store: Store, interval_s: float = 0.5,
-                 on_end: Callable[[Store, Run], object] | None = None, backends: Backends | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        interval_s: float = 0.5,
+        on_end: Callable[[Store, Run], object] | None = None,
+        backends: Backends | None = None,
+    ) -> None:
         self.store = store
         self.backends = backends or shared()
         self.on_end = on_end

@@ -80,9 +80,22 @@ def serve_command(spec: RunSpec) -> list[str]:
     else:  # Slurm: the server node's GPUs
         count = max(1, spec.backend.gpus_per_node or 1) * (g.server_nodes or 1)
     dp = g.data_parallel_size or max(1, count // tp)
-    cmd = [trl_command(), "vllm-serve", "--model", g.model or spec.model.name_or_path,
-           "--tensor_parallel_size", str(tp), "--data_parallel_size", str(dp),
-           "--gpu_memory_utilization", str(g.gpu_memory_utilization), "--host", "0.0.0.0", "--port", str(g.port)]
+    cmd = [
+        trl_command(),
+        "vllm-serve",
+        "--model",
+        g.model or spec.model.name_or_path,
+        "--tensor_parallel_size",
+        str(tp),
+        "--data_parallel_size",
+        str(dp),
+        "--gpu_memory_utilization",
+        str(g.gpu_memory_utilization),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(g.port),
+    ]
     if spec.model.revision and not g.model:
         cmd += ["--revision", spec.model.revision]
     if spec.model.dtype != "auto":
@@ -103,9 +116,12 @@ def training_gpus(spec: RunSpec, visible: int | None) -> list[int] | None:
     if spec.backend.gpus:
         return list(spec.backend.gpus)
     served = set(spec.generation.server_gpus or []) if spec.generation else set()
-    pool = [i for i in range(visible if visible is not None else spec.backend.num_processes + len(served))
-            if i not in served]
-    return pool[:spec.backend.num_processes]
+    pool = [
+        i
+        for i in range(visible if visible is not None else spec.backend.num_processes + len(served))
+        if i not in served
+    ]
+    return pool[: spec.backend.num_processes]
 
 
 def local_plan(spec: RunSpec, run_dir: Path, train: list[str], metrics: Path, visible: int | None) -> Plan:
@@ -113,14 +129,23 @@ def local_plan(spec: RunSpec, run_dir: Path, train: list[str], metrics: Path, vi
     g = spec.generation
     assert g is not None and g.server_gpus
     gpus = training_gpus(spec, visible) or []
-    return Plan(serve_command(spec), train, g.port, g.health_timeout_s, str(run_dir / SERVER_LOG),
-                str(run_dir / "run.yaml"), str(run_dir / SERVED_CONFIG), str(metrics),
-                {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in g.server_gpus)},
-                {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpus)})
+    return Plan(
+        serve_command(spec),
+        train,
+        g.port,
+        g.health_timeout_s,
+        str(run_dir / SERVER_LOG),
+        str(run_dir / "run.yaml"),
+        str(run_dir / SERVED_CONFIG),
+        str(metrics),
+        {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in g.server_gpus)},
+        {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpus)},
+    )
 
 
-def supervisor_command(plan_path: Path, host: str = "127.0.0.1", server_nodes: str | None = None,
-                       train_nodes: str | None = None) -> list[str]:
+def supervisor_command(
+    plan_path: Path, host: str = "127.0.0.1", server_nodes: str | None = None, train_nodes: str | None = None
+) -> list[str]:
     """The job's leader command line: this file, run by path with the dashboard's Python."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--plan", str(plan_path), "--host", host]
     if server_nodes is not None:
@@ -153,8 +178,14 @@ def healthy(host: str, port: int, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def wait_healthy(host: str, port: int, timeout_s: float, server: subprocess.Popen, interval_s: float = 0.5,
-                 stopped: Callable[[], bool] = lambda: False) -> str | None:
+def wait_healthy(
+    host: str,
+    port: int,
+    timeout_s: float,
+    server: subprocess.Popen,
+    interval_s: float = 0.5,
+    stopped: Callable[[], bool] = lambda: False,
+) -> str | None:
     """Wait until the server is healthy; the reason it never became so (exited, timed out, or the job was asked to
     stop: `stopped()`), or None."""
     deadline = time.monotonic() + timeout_s
@@ -167,8 +198,10 @@ def wait_healthy(host: str, port: int, timeout_s: float, server: subprocess.Pope
         if code is not None:
             return f"the vLLM server exited with code {code} before answering {HEALTH_PATH}"
         time.sleep(interval_s)
-    return (f"the vLLM server did not answer http://{host}:{port}{HEALTH_PATH} within {timeout_s:g} s "
-            f"(generation.health_timeout_s)")
+    return (
+        f"the vLLM server did not answer http://{host}:{port}{HEALTH_PATH} within {timeout_s:g} s "
+        f"(generation.health_timeout_s)"
+    )
 
 
 def stop(proc: subprocess.Popen | None, grace_s: float = STOP_GRACE_S) -> int | None:
@@ -198,8 +231,9 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
 
 def _last_line(path: Path) -> str:
     try:
-        lines = [ln.strip() for ln in path.read_text(encoding="utf-8", errors="replace")[-8192:].splitlines()
-                 if ln.strip()]
+        lines = [
+            ln.strip() for ln in path.read_text(encoding="utf-8", errors="replace")[-8192:].splitlines() if ln.strip()
+        ]
     except OSError:
         return ""
     return lines[-1][:300] if lines else ""
@@ -211,8 +245,14 @@ def _report_failure(plan: Plan, message: str) -> None:
     if not plan.metrics:
         return
     path = Path(plan.metrics)
-    record = {"v": 1, "type": "event", "event": "failed", "time": time.time(), "error_type": "VLLMServerError",
-              "message": message}
+    record = {
+        "v": 1,
+        "type": "event",
+        "event": "failed",
+        "time": time.time(),
+        "error_type": "VLLMServerError",
+        "message": message,
+    }
     with open(path, "ab") as f:
         if f.tell() > 0:
             with open(path, "rb") as r:
@@ -224,6 +264,7 @@ def _report_failure(plan: Plan, message: str) -> None:
 
 def supervise(plan: Plan, host: str, values: dict[str, str]) -> int:
     """Start the server, wait for its health, train, and stop both together; the job's exit code."""
+
     def fill(args: list[str]) -> list[str]:
         out = []
         for a in args:
@@ -245,10 +286,17 @@ def supervise(plan: Plan, host: str, values: dict[str, str]) -> int:
     signal.signal(signal.SIGINT, on_term)
     log = open(plan.server_log, "ab")  # handed to the server, closed when it is stopped
     try:
-        print(f"grpo-dashboard: starting the vLLM server: {' '.join(fill(plan.server))} (log {plan.server_log})",
-              flush=True)
-        server = subprocess.Popen(fill(plan.server), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  env={**os.environ, **plan.server_env})
+        print(
+            f"grpo-dashboard: starting the vLLM server: {' '.join(fill(plan.server))} (log {plan.server_log})",
+            flush=True,
+        )
+        server = subprocess.Popen(
+            fill(plan.server),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **plan.server_env},
+        )
         problem = wait_healthy(host, plan.port, plan.health_timeout_s, server, stopped=lambda: stopping["asked"])
         if stopping["asked"]:
             stop(server)
@@ -271,8 +319,11 @@ def supervise(plan: Plan, host: str, values: dict[str, str]) -> int:
             if server_code is not None:
                 stop(train, grace_s=0.0)  # killed, not asked: a training asked to stop would report `canceled`
                 tail = _last_line(Path(plan.server_log))
-                _report_failure(plan, f"the vLLM server exited with code {server_code} during training; training "
-                                      f"was stopped" + (f"; last line of {SERVER_LOG}: {tail}" if tail else ""))
+                _report_failure(
+                    plan,
+                    f"the vLLM server exited with code {server_code} during training; training "
+                    f"was stopped" + (f"; last line of {SERVER_LOG}: {tail}" if tail else ""),
+                )
                 return EXIT_SERVER_FAILED
             time.sleep(0.2)
     finally:

@@ -40,8 +40,10 @@ from grpo_dashboard.store.db import ACTIVE, Run, Store, data_dir
 
 WHOAMI_TTL_S = 300.0
 HUB_DATASET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
-SIGN_IN = ("Sign in with Hugging Face (the button at the top of the page) to launch runs: on this Space every run "
-           "goes to Hugging Face Jobs on your own account, billed to you, and only you can see it.")
+SIGN_IN = (
+    "Sign in with Hugging Face (the button at the top of the page) to launch runs: on this Space every run "
+    "goes to Hugging Face Jobs on your own account, billed to you, and only you can see it."
+)
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,14 @@ def redact(text: Any, *secrets: str | None) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _server_roots(data: str) -> list[tuple[str, str]]:
-    roots = [(data, "<data dir>"), (str(PROJECT_ROOT), "<app>"), (tempfile.gettempdir(), "<tmp>"),
-             (sys.prefix, "<python>"), (sys.base_prefix, "<python>"), (str(Path.home()), "~")]
+    roots = [
+        (data, "<data dir>"),
+        (str(PROJECT_ROOT), "<app>"),
+        (tempfile.gettempdir(), "<tmp>"),
+        (sys.prefix, "<python>"),
+        (sys.base_prefix, "<python>"),
+        (str(Path.home()), "~"),
+    ]
     out: list[tuple[str, str]] = []
     for root, name in roots:
         for form in dict.fromkeys((root, os.path.realpath(root))):
@@ -200,8 +208,9 @@ def can_see(run: Run, user: User, settings: Settings | None = None) -> bool:
     return not settings.on_space or (user.username is not None and run.owner == user.username)
 
 
-def visible_runs(store: Store, user: User, status: str | list[str] | None = None,
-                 settings: Settings | None = None) -> list[Run]:
+def visible_runs(
+    store: Store, user: User, status: str | list[str] | None = None, settings: Settings | None = None
+) -> list[Run]:
     """The runs this user may see, newest first (none for an anonymous visitor of a Space)."""
     settings = settings or Settings.from_env()
     if not settings.on_space:
@@ -213,8 +222,10 @@ def visible_runs(store: Store, user: User, status: str | list[str] | None = None
 
 def _denied(ref: str, user: User) -> AccessDenied:
     who = f"signed in as {user.username}" if user.username else "not signed in"
-    return AccessDenied(f"No run {ref!r} among your runs ({who}): on this Space you can only see and control the "
-                        f"runs you launched yourself.")
+    return AccessDenied(
+        f"No run {ref!r} among your runs ({who}): on this Space you can only see and control the "
+        f"runs you launched yourself."
+    )
 
 
 def authorize(run: Run, user: User, settings: Settings | None = None) -> Run:
@@ -283,8 +294,9 @@ def local_paths(spec: RunSpec) -> list[tuple[str, str]]:
     return out
 
 
-def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settings: Settings | None = None,
-                       for_launch: bool = True) -> list[FieldError]:
+def spec_policy_errors(
+    spec: RunSpec, base_dir: str | Path | None = None, settings: Settings | None = None, for_launch: bool = True
+) -> list[FieldError]:
     """What this Space does not allow in a spec (nothing locally). Checked before validation reads any file.
 
     `for_launch=False` (pre-flight checks that start nothing): only the rules on code and files.
@@ -298,37 +310,74 @@ def spec_policy_errors(spec: RunSpec, base_dir: str | Path | None = None, settin
     policy = space_policy(kind)
     if for_launch and policy.on_dashboard_host and not settings.allow_local_backend:
         allowed = " or ".join(repr(k) for k in space_kinds())
-        errors.append(FieldError("backend.kind", kind, "is disabled on this Space: runs go to Hugging Face Jobs on "
-                                 f"your own account. Set backend.kind to {allowed} (the Space owner can enable the "
-                                 "local backend with GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND=1)."))
+        errors.append(
+            FieldError(
+                "backend.kind",
+                kind,
+                "is disabled on this Space: runs go to Hugging Face Jobs on "
+                f"your own account. Set backend.kind to {allowed} (the Space owner can enable the "
+                "local backend with GRPO_DASHBOARD_ALLOW_LOCAL_BACKEND=1).",
+            )
+        )
     if not settings.allow_custom_code:
         for i, r in enumerate(spec.rewards):
             key = r.builtin or r.name
             if r.function or key == "python":
                 part = "function" if r.function else "builtin" if r.builtin else "name"
                 where = f"rewards[{i}].{part}"
-                errors.append(FieldError(where, r.function or key, "runs your own Python code, which is disabled on "
-                                         "this Space; use a built-in reward, or run the dashboard on your machine "
-                                         "(the Space owner can enable it with GRPO_DASHBOARD_ALLOW_CUSTOM_CODE=1)."))
+                errors.append(
+                    FieldError(
+                        where,
+                        r.function or key,
+                        "runs your own Python code, which is disabled on "
+                        "this Space; use a built-in reward, or run the dashboard on your machine "
+                        "(the Space owner can enable it with GRPO_DASHBOARD_ALLOW_CUSTOM_CODE=1).",
+                    )
+                )
         if spec.agent is not None:  # custom tools, environments, rollout functions (built-ins are ours)
             builtin = set(jobfiles.agents_module().BUILTIN_TOOLS) | set(jobfiles.agents_module().BUILTIN_ENVIRONMENTS)
-            errors += [FieldError(where, target, "runs your own Python code, which is disabled on this Space; use "
-                                  "the built-in tools and environments, or run the dashboard on your machine.")
-                       for where, target in spec.agent.code_targets() if target not in builtin]
+            errors += [
+                FieldError(
+                    where,
+                    target,
+                    "runs your own Python code, which is disabled on this Space; use "
+                    "the built-in tools and environments, or run the dashboard on your machine.",
+                )
+                for where, target in spec.agent.code_targets()
+                if target not in builtin
+            ]
     for key, value in local_paths(spec):
         if not _inside_examples(_resolve(base, value)):
-            errors.append(FieldError(key, value, "is a file on the Space's disk; only the dashboard's own examples/ "
-                                     "files may be used here. Use a Hub dataset (dataset.path) instead."))
+            errors.append(
+                FieldError(
+                    key,
+                    value,
+                    "is a file on the Space's disk; only the dashboard's own examples/ "
+                    "files may be used here. Use a Hub dataset (dataset.path) instead.",
+                )
+            )
     errors += _model_path_errors(spec, base)
     errors += _dataset_path_errors(spec, base)
     if spec.health.webhook_url and policy.on_dashboard_host:
         allowed = " or ".join(repr(k) for k in space_kinds())
-        errors.append(FieldError("health.webhook_url", "(set)", "would be posted from the Space's own machine by a "
-                                 "local job; on this Space alerts are posted only by jobs running on Hugging Face "
-                                 f"Jobs. Remove health.webhook_url, or use backend.kind {allowed}."))
+        errors.append(
+            FieldError(
+                "health.webhook_url",
+                "(set)",
+                "would be posted from the Space's own machine by a "
+                "local job; on this Space alerts are posted only by jobs running on Hugging Face "
+                f"Jobs. Remove health.webhook_url, or use backend.kind {allowed}.",
+            )
+        )
     if for_launch and spec.output_dir:
-        errors.append(FieldError("output_dir", spec.output_dir, "cannot be chosen on this Space: the model is "
-                                 "written to the run's own bucket folder. Remove output_dir."))
+        errors.append(
+            FieldError(
+                "output_dir",
+                spec.output_dir,
+                "cannot be chosen on this Space: the model is "
+                "written to the run's own bucket folder. Remove output_dir.",
+            )
+        )
     return errors
 
 
@@ -342,13 +391,24 @@ def _model_path_errors(spec: RunSpec, base: Path) -> list[FieldError]:
         raw = Path(model)
         tiny_root = (PROJECT_ROOT / ".cache").resolve()
         if raw.is_absolute() or model.startswith("~") or ".." in raw.parts or tiny_root not in where.parents:
-            return [FieldError("model.name_or_path", model, "with build_tiny names where the tiny test model is "
-                               "built; on this Space it must be a relative path under .cache/, such as "
-                               "'.cache/tiny-qwen2-char'.")]
+            return [
+                FieldError(
+                    "model.name_or_path",
+                    model,
+                    "with build_tiny names where the tiny test model is "
+                    "built; on this Space it must be a relative path under .cache/, such as "
+                    "'.cache/tiny-qwen2-char'.",
+                )
+            ]
         return []
     if where.exists() and not _inside_examples(where):
-        return [FieldError("model.name_or_path", model, "is a path on the Space's disk; give a Hub model id such as "
-                           "'Qwen/Qwen2.5-0.5B-Instruct'.")]
+        return [
+            FieldError(
+                "model.name_or_path",
+                model,
+                "is a path on the Space's disk; give a Hub model id such as 'Qwen/Qwen2.5-0.5B-Instruct'.",
+            )
+        ]
     return []
 
 
@@ -358,8 +418,14 @@ def _dataset_path_errors(spec: RunSpec, base: Path) -> list[FieldError]:
     if not path:
         return []
     if not HUB_DATASET_ID.match(path) or ".." in path or Path(path).exists() or (base / path).exists():
-        return [FieldError("dataset.path", path, "must be a Hub dataset id 'owner/name' (letters, digits, '-', '_', "
-                           "'.'), such as 'openai/gsm8k'; paths and names on the Space's disk cannot be read here.")]
+        return [
+            FieldError(
+                "dataset.path",
+                path,
+                "must be a Hub dataset id 'owner/name' (letters, digits, '-', '_', "
+                "'.'), such as 'openai/gsm8k'; paths and names on the Space's disk cannot be read here.",
+            )
+        ]
     return []
 
 
@@ -378,14 +444,18 @@ def custom_code_refusal(settings: Settings | None = None) -> str | None:
     settings = settings or Settings.from_env()
     if not settings.on_space or sandbox.boundary() is not None:
         return None
-    why = sandbox.no_boundary_reason() or ("neither bubblewrap with user namespaces nor Landlock is available or "
-                                           "permitted")
-    return (f"custom code cannot run on this Space: no sandbox boundary can be created on its machine ({why}), and "
-            f"code is never run without one here.")
+    why = sandbox.no_boundary_reason() or (
+        "neither bubblewrap with user namespaces nor Landlock is available or permitted"
+    )
+    return (
+        f"custom code cannot run on this Space: no sandbox boundary can be created on its machine ({why}), and "
+        f"code is never run without one here."
+    )
 
 
-def check_may_run_rewards(spec: RunSpec, user: User, base_dir: str | Path | None = None,
-                          settings: Settings | None = None) -> None:
+def check_may_run_rewards(
+    spec: RunSpec, user: User, base_dir: str | Path | None = None, settings: Settings | None = None
+) -> None:
     """NotAllowed when the reward contract check (reward code run on this machine, sandboxed) may not run here.
 
     On a Space: signed-in users only, the spec's code and file rules hold, and `code_tests` (which executes program
@@ -395,18 +465,29 @@ def check_may_run_rewards(spec: RunSpec, user: User, base_dir: str | Path | None
     if not settings.on_space:
         return
     if not user.signed_in:
-        raise NotAllowed("Sign in with Hugging Face to run the reward check on this Space (it runs the rewards on "
-                         "the Space's machine); or run `python -m grpo_dashboard check-rewards SPEC` locally.")
+        raise NotAllowed(
+            "Sign in with Hugging Face to run the reward check on this Space (it runs the rewards on "
+            "the Space's machine); or run `python -m grpo_dashboard check-rewards SPEC` locally."
+        )
     problems = spec_policy_errors(spec, base_dir, settings, for_launch=False)
     refusal = custom_code_refusal(settings)
     if refusal:
-        problems += [FieldError(f"rewards[{i}]", r.function or r.builtin or r.name, refusal)
-                     for i, r in enumerate(spec.rewards)
-                     if r.function or (r.builtin or r.name) in ("python", "code_tests")]
+        problems += [
+            FieldError(f"rewards[{i}]", r.function or r.builtin or r.name, refusal)
+            for i, r in enumerate(spec.rewards)
+            if r.function or (r.builtin or r.name) in ("python", "code_tests")
+        ]
     if not settings.allow_custom_code:
-        problems += [FieldError(f"rewards[{i}]", r.builtin or r.name, "runs program text from the data on this "
-                                "machine; the reward check cannot run it on this Space (run it locally).")
-                     for i, r in enumerate(spec.rewards) if (r.builtin or r.name) == "code_tests"]
+        problems += [
+            FieldError(
+                f"rewards[{i}]",
+                r.builtin or r.name,
+                "runs program text from the data on this "
+                "machine; the reward check cannot run it on this Space (run it locally).",
+            )
+            for i, r in enumerate(spec.rewards)
+            if (r.builtin or r.name) == "code_tests"
+        ]
     if problems:
         raise NotAllowed("Not on this Space: " + " ".join(str(e) for e in problems))
 
@@ -414,8 +495,12 @@ def check_may_run_rewards(spec: RunSpec, user: User, base_dir: str | Path | None
 def with_user_defaults(spec: RunSpec, user: User, settings: Settings | None = None) -> RunSpec:
     """A copy of the spec whose Jobs namespace defaults to the user's own username (on a Space)."""
     settings = settings or Settings.from_env()
-    if settings.on_space and user.username and space_policy(spec.backend.kind).namespace_is_user \
-            and not spec.backend.namespace:
+    if (
+        settings.on_space
+        and user.username
+        and space_policy(spec.backend.kind).namespace_is_user
+        and not spec.backend.namespace
+    ):
         return replace(spec, backend=replace(spec.backend, namespace=user.username))
     return spec
 
@@ -438,8 +523,10 @@ class LaunchLimiter:
                 times.popleft()
             if len(times) >= limit:
                 wait = max(1, math.ceil(times[0] + window_s - now))
-                raise NotAllowed(f"Too many launches: at most {limit} per {window_s:g} s per user on this Space. "
-                                 f"Try again in {wait} s.")
+                raise NotAllowed(
+                    f"Too many launches: at most {limit} per {window_s:g} s per user on this Space. "
+                    f"Try again in {wait} s."
+                )
             times.append(now)
 
     def reset(self) -> None:
@@ -473,13 +560,21 @@ def check_user_may_launch(store: Store, user: User, settings: Settings | None = 
         active = visible_runs(store, user, status=list(ACTIVE), settings=settings)
         if len(active) >= settings.max_active_runs:
             names = ", ".join(r.id for r in active[:5])
-            raise NotAllowed(f"You already have {len(active)} queued or running runs ({names}); this Space allows "
-                             f"{settings.max_active_runs} at a time per user. Wait for one to end or cancel one, "
-                             f"then launch again.")
+            raise NotAllowed(
+                f"You already have {len(active)} queued or running runs ({names}); this Space allows "
+                f"{settings.max_active_runs} at a time per user. Wait for one to end or cancel one, "
+                f"then launch again."
+            )
 
 
-def launch(spec: RunSpec, store: Store, user: User, base_dir: str | Path | None = None,
-           settings: Settings | None = None, backends: Backends | None = None) -> Run:
+def launch(
+    spec: RunSpec,
+    store: Store,
+    user: User,
+    base_dir: str | Path | None = None,
+    settings: Settings | None = None,
+    backends: Backends | None = None,
+) -> Run:
     """Launch on the user's behalf: sign-in, spec policy, cap and rate checks, then `runs.launch` with their token
     on `backends` (the app's; default: the process's).
 
@@ -492,20 +587,26 @@ def launch(spec: RunSpec, store: Store, user: User, base_dir: str | Path | None 
     if problems:
         raise SpecError(problems)
     if not settings.on_space:
-        return runs.launch(spec, store, base_dir=base_dir, owner=user.username, token=user.token,
-                               backends=backends)
+        return runs.launch(spec, store, base_dir=base_dir, owner=user.username, token=user.token, backends=backends)
     with _user_lock(str(user.username)):
         check_user_may_launch(store, user, settings)  # again, now that this user's other launches are done
         LIMITER.acquire(str(user.username), settings.launch_limit, settings.launch_window_s)
         try:
-            return runs.launch(spec, store, base_dir=base_dir, owner=user.username, token=user.token,
-                               backends=backends)
+            return runs.launch(
+                spec, store, base_dir=base_dir, owner=user.username, token=user.token, backends=backends
+            )
         except BackendError as exc:
             raise BackendError(redact(str(exc), user.token)) from None
 
 
-def resume(store: Store, run_id: str, user: User, checkpoint: int | str | None = None,
-           settings: Settings | None = None, backends: Backends | None = None) -> Run:
+def resume(
+    store: Store,
+    run_id: str,
+    user: User,
+    checkpoint: int | str | None = None,
+    settings: Settings | None = None,
+    backends: Backends | None = None,
+) -> Run:
     """Resume one of the user's runs (launch/resume.py) under the same rules as a launch: sign-in, the active-run
     cap and the launch rate, one launch of a user at a time. Raises NotAllowed, RunNotFound or BackendError."""
     from grpo_dashboard.launch.resume import resume_run
@@ -519,14 +620,16 @@ def resume(store: Store, run_id: str, user: User, checkpoint: int | str | None =
         check_user_may_launch(store, user, settings)
         LIMITER.acquire(str(user.username), settings.launch_limit, settings.launch_window_s)
         try:
-            return resume_run(store, get_run(store, run_id, user, settings), checkpoint, token=user.token,
-                              backends=backends)
+            return resume_run(
+                store, get_run(store, run_id, user, settings), checkpoint, token=user.token, backends=backends
+            )
         except BackendError as exc:
             raise BackendError(redact(str(exc), user.token)) from None
 
 
-def cancel(store: Store, run_id: str, user: User, settings: Settings | None = None,
-           backends: Backends | None = None) -> Run:
+def cancel(
+    store: Store, run_id: str, user: User, settings: Settings | None = None, backends: Backends | None = None
+) -> Run:
     """Cancel one of the user's runs; a Jobs run is canceled with the user's own token."""
     settings = settings or Settings.from_env()
     run = get_run(store, run_id, user, settings)
@@ -547,8 +650,9 @@ def manage(store: Store, run_id: str, user: User, settings: Settings | None = No
     return run
 
 
-def resume_following(store: Store, user: User, settings: Settings | None = None,
-                     backends: Backends | None = None) -> int:
+def resume_following(
+    store: Store, user: User, settings: Settings | None = None, backends: Backends | None = None
+) -> int:
     """After a restart, follow the user's active Jobs runs again with their token; returns how many were started.
 
     Cheap and non-blocking (the followers run in background threads), so list polls may call it every time.

@@ -35,8 +35,9 @@ class TimedOut(RuntimeError):
 class FairPool:
     """`workers` threads; at most `per_user` of them busy for one user."""
 
-    def __init__(self, name: str, workers: int, per_user: int, busy_s: float | None = None,
-                 window_s: float = 20.0) -> None:
+    def __init__(
+        self, name: str, workers: int, per_user: int, busy_s: float | None = None, window_s: float = 20.0
+    ) -> None:
         self.name, self.workers, self.per_user = name, workers, per_user
         self.busy_s, self.window_s = busy_s, window_s
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"grpo-{name}")
@@ -68,17 +69,23 @@ class FairPool:
     def _take(self, user: str, what: str) -> None:
         with self._lock:
             if self._busy[user] >= self.per_user:
-                raise Busy(f"Your previous {what} is still running (at most {self.per_user} at a time per user on "
-                           f"this dashboard); wait for it to finish, then try again.")
+                raise Busy(
+                    f"Your previous {what} is still running (at most {self.per_user} at a time per user on "
+                    f"this dashboard); wait for it to finish, then try again."
+                )
             if self.busy_s is not None:
                 used = self._used(user, time.monotonic())
                 if used >= self.busy_s:
-                    raise Busy(f"You have kept the {self.name} workers busy for {used:.1f} s in the last "
-                               f"{self.window_s:g} s (at most {self.busy_s:g} s per user, so others get their "
-                               f"turn); try again in a few seconds.")
+                    raise Busy(
+                        f"You have kept the {self.name} workers busy for {used:.1f} s in the last "
+                        f"{self.window_s:g} s (at most {self.busy_s:g} s per user, so others get their "
+                        f"turn); try again in a few seconds."
+                    )
             if sum(self._busy.values()) >= self.workers:
-                raise Busy(f"All {self.workers} workers for {self.name} work are busy with other users' requests "
-                           f"right now; try again in a few seconds.")
+                raise Busy(
+                    f"All {self.workers} workers for {self.name} work are busy with other users' requests "
+                    f"right now; try again in a few seconds."
+                )
             self._busy[user] += 1
 
     def _give(self, user: str, started: float, fair: bool) -> None:
@@ -139,8 +146,10 @@ class RateBudget:
                 times.popleft()
             if len(times) >= self.calls:
                 wait = max(1, math.ceil(times[0] + self.window_s - now))
-                raise Busy(f"Too many {what}s: at most {self.calls} per {self.window_s:g} s per user on this "
-                           f"dashboard. Try again in {wait} s.")
+                raise Busy(
+                    f"Too many {what}s: at most {self.calls} per {self.window_s:g} s per user on this "
+                    f"dashboard. Try again in {wait} s."
+                )
             times.append(now)
             if len(self._times) > 10_000:  # forget keys whose window has passed
                 for stale in [k for k, v in self._times.items() if not v or now - v[-1] >= self.window_s]:
@@ -155,8 +164,9 @@ UPLOAD_WINDOW_S = 600.0
 class UploadQuota:
     """Uploads per user in a sliding window: at most `files` requests and `nbytes` bytes."""
 
-    def __init__(self, files: int = UPLOAD_FILES, nbytes: int = UPLOAD_BYTES,
-                 window_s: float = UPLOAD_WINDOW_S) -> None:
+    def __init__(
+        self, files: int = UPLOAD_FILES, nbytes: int = UPLOAD_BYTES, window_s: float = UPLOAD_WINDOW_S
+    ) -> None:
         self.files, self.nbytes, self.window_s = files, nbytes, window_s
         self._seen: dict[str, deque[tuple[float, int]]] = {}
         self._lock = threading.Lock()
@@ -171,9 +181,11 @@ class UploadQuota:
             used = sum(n for _, n in seen)
             if len(seen) >= self.files or used + size > self.nbytes:
                 wait = max(1, int(seen[0][0] + self.window_s - now) + 1) if seen else 1
-                return (f"upload quota reached: at most {self.files} uploads and {self.nbytes // 2**20} MB per "
-                        f"{self.window_s:g} s per user on this Space (used: {len(seen)} uploads, "
-                        f"{used / 2**20:.1f} MB). Try again in {wait} s.")
+                return (
+                    f"upload quota reached: at most {self.files} uploads and {self.nbytes // 2**20} MB per "
+                    f"{self.window_s:g} s per user on this Space (used: {len(seen)} uploads, "
+                    f"{used / 2**20:.1f} MB). Try again in {wait} s."
+                )
             seen.append((now, size))
             return None
 
@@ -195,7 +207,6 @@ class Budgets:
                 budget = self._rates[endpoint] = RateBudget(calls, window_s)
             return budget
 
-    def run(self, pool: str, user: str, call: Callable[[], Any], limit_s: float, what: str,
-            fair: bool = True) -> Any:
+    def run(self, pool: str, user: str, call: Callable[[], Any], limit_s: float, what: str, fair: bool = True) -> Any:
         """`call()` in the named pool (see FairPool.run)."""
         return self.pools[pool].run(user, call, limit_s, what, fair)

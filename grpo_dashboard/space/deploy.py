@@ -26,8 +26,17 @@ OAUTH_SCOPES = ["jobs", "write-repos"]
 OAUTH_EXPIRATION_MIN = 10080  # 7 days: a run's job and its log follower use the token for the whole run
 DATA_MOUNT = "/data"
 DATA_DIR_ON_SPACE = "/data/grpo-dashboard"
-DEPLOY_FILES = ["app.py", "README.md", "requirements.txt", "pyproject.toml", "LICENSE*", "grpo_dashboard/**",
-                "jobs/**", "examples/**", "docs/**"]
+DEPLOY_FILES = [
+    "app.py",
+    "README.md",
+    "requirements.txt",
+    "pyproject.toml",
+    "LICENSE*",
+    "grpo_dashboard/**",
+    "jobs/**",
+    "examples/**",
+    "docs/**",
+]
 DEPLOY_IGNORE = ["**/__pycache__/**", "*.pyc", "**/.*", ".*", "**/*.sqlite*", "**/*.db"]
 FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)
 
@@ -99,7 +108,7 @@ def front_matter_problems(meta: dict[str, Any], requirements: str) -> list[str]:
     if len(str(meta.get("short_description", ""))) > 60:
         problems.append("short_description is longer than the 60 characters a Space allows.")
     if not isinstance(meta.get("python_version"), str):
-        problems.append("python_version must be a quoted string such as \"3.11\" (YAML reads 3.10 as 3.1).")
+        problems.append('python_version must be a quoted string such as "3.11" (YAML reads 3.10 as 3.1).')
     spec = requirement_spec(requirements)
     try:
         version = Version(str(meta.get("sdk_version")))
@@ -130,8 +139,14 @@ def deploy_files(folder: Path = PROJECT_ROOT) -> list[str]:
     return sorted(filter_repo_objects(paths, allow_patterns=DEPLOY_FILES, ignore_patterns=DEPLOY_IGNORE))
 
 
-def deploy_space(repo_id: str, private: bool = False, bucket: str | None = None, token: str | None = None,
-                 endpoint: str | None = None, folder: Path = PROJECT_ROOT) -> str:
+def deploy_space(
+    repo_id: str,
+    private: bool = False,
+    bucket: str | None = None,
+    token: str | None = None,
+    endpoint: str | None = None,
+    folder: Path = PROJECT_ROOT,
+) -> str:
     """Create (or update) the Space `repo_id` and upload the app; returns the Space's URL.
 
     Args:
@@ -150,18 +165,28 @@ def deploy_space(repo_id: str, private: bool = False, bucket: str | None = None,
     extra: dict[str, Any] = {}
     if bucket:
         api.create_bucket(bucket, private=True, exist_ok=True)
-        extra = {"space_volumes": [Volume(type="bucket", source=bucket, mount_path=DATA_MOUNT, read_only=False)],
-                 "space_variables": [{"key": "GRPO_DASHBOARD_DATA_DIR", "value": DATA_DIR_ON_SPACE}]}
+        extra = {
+            "space_volumes": [Volume(type="bucket", source=bucket, mount_path=DATA_MOUNT, read_only=False)],
+            "space_variables": [{"key": "GRPO_DASHBOARD_DATA_DIR", "value": DATA_DIR_ON_SPACE}],
+        }
     url = api.create_repo(repo_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True, **extra)
-    api.upload_folder(repo_id=repo_id, repo_type="space", folder_path=str(folder), allow_patterns=DEPLOY_FILES,
-                      ignore_patterns=DEPLOY_IGNORE, commit_message="Deploy GRPO Dashboard")
+    api.upload_folder(
+        repo_id=repo_id,
+        repo_type="space",
+        folder_path=str(folder),
+        allow_patterns=DEPLOY_FILES,
+        ignore_patterns=DEPLOY_IGNORE,
+        commit_message="Deploy GRPO Dashboard",
+    )
     return str(url)
 
 
 def deploy_main(argv: list[str] | None = None) -> int:
     """`python -m grpo_dashboard deploy-space OWNER/NAME [--private] [--bucket OWNER/NAME] [--dry-run]`."""
-    p = argparse.ArgumentParser(prog="python -m grpo_dashboard deploy-space",
-                                description="Create or update a Hugging Face Space running this dashboard.")
+    p = argparse.ArgumentParser(
+        prog="python -m grpo_dashboard deploy-space",
+        description="Create or update a Hugging Face Space running this dashboard.",
+    )
     p.add_argument("repo_id", help="OWNER/NAME of the Space.")
     p.add_argument("--private", action="store_true", help="Create the Space private.")
     p.add_argument("--bucket", help="OWNER/NAME of a Storage Bucket to mount at /data for the store (new Space).")

@@ -87,10 +87,10 @@ ENDPOINTS: dict[str, Policy] = {
     "import_trl": Policy(SIGNED_IN, "import a TRL recipe", "import", 120.0, rate=(20, 600.0)),
     # Pre-flight
     "inspect_dataset": Policy(SIGNED_IN, "inspect the spec's dataset", "check", 120.0, rate=(30, 600.0)),
-    "check_rewards": Policy(SIGNED_IN, "run the rewards on dataset rows (sandboxed)", "check", 300.0,
-                            rate=(20, 600.0)),
-    "estimate_hardware": Policy(SIGNED_IN, "memory, flavor, time and cost estimate", "check", 60.0,
-                                rate=(60, 600.0)),
+    "check_rewards": Policy(
+        SIGNED_IN, "run the rewards on dataset rows (sandboxed)", "check", 300.0, rate=(20, 600.0)
+    ),
+    "estimate_hardware": Policy(SIGNED_IN, "memory, flavor, time and cost estimate", "check", 60.0, rate=(60, 600.0)),
     # Runs
     "runs_table": Policy(ANYONE, "the user's runs (an anonymous visitor's: none); " + _CHEAP),
     "import_run": Policy(SIGNED_IN, "import a run made elsewhere from an upload", "import", 60.0, rate=(20, 600.0)),
@@ -99,8 +99,9 @@ ENDPOINTS: dict[str, Policy] = {
     "run_choices": Policy(ANYONE, "the run pickers' choices (the user's own runs); " + _CHEAP),
     "page_state": Policy(ANYONE, "the page's run and tab from its URL", max_text=2000),
     "who": Policy(ANYONE, "the sign-in line"),
-    "_check_login_status": Policy(ANYONE, "gradio's sign-in button: whether the session is signed in",
-                                  gradio_own=True),
+    "_check_login_status": Policy(
+        ANYONE, "gradio's sign-in button: whether the session is signed in", gradio_own=True
+    ),
     "tab_timer": Policy(ANYONE, "start or stop the runs table's timer with its tab (private)"),
     # Run detail
     "detail_poll": Policy(ANYONE, "the run page's timer (the user's own runs only); " + _CHEAP),
@@ -168,8 +169,9 @@ ROUTES: dict[str, Route] = {
     "/gradio_api/call/v2/{api_name}/": Route(ANYONE, _EVENT, ("POST",)),
     "/gradio_api/call/v2/{api_name}/{event_id}": Route(ANYONE, "the caller's own event result"),
     "/gradio_api/startup-events": Route(ANYONE, "the page's load events (each applies its own policy)"),
-    "/gradio_api/upload": Route(SIGNED_IN, "upload a file (size capped, per-user quota, deleted after its lifetime)",
-                                ("POST",)),
+    "/gradio_api/upload": Route(
+        SIGNED_IN, "upload a file (size capped, per-user quota, deleted after its lifetime)", ("POST",)
+    ),
     "/gradio_api/upload_progress": Route(SIGNED_IN, "the progress of the visitor's own upload"),
     "/gradio_api/file={path_or_url:path}": Route(SIGNED_IN, "a file gradio serves from its cache (exports)"),
     "/gradio_api/file/{path:path}": Route(SIGNED_IN, "a file gradio serves from its cache (exports)"),
@@ -188,7 +190,8 @@ ROUTES: dict[str, Route] = {
     "/gradio_api/run-history/buckets": Route(DENIED, "gradio's run history (not used)"),
     "/gradio_api/run-history/records": Route(DENIED, "gradio's run history (not used)"),
     "/gradio_api/run-history/records/{endpoint}/{record_id}/assets/{asset_id}": Route(
-        DENIED, "gradio's run history (not used)"),
+        DENIED, "gradio's run history (not used)"
+    ),
     "/gradio_api/custom_component/{id}/{environment}/{type}/{file_name}": Route(DENIED, "custom components (none)"),
     "/gradio_api/proxy={url_path:path}": Route(DENIED, "proxying other Spaces (not used)"),
     "/gradio_api/stream/{event_id}": Route(DENIED, "media streaming (not used)", ("POST",)),
@@ -216,7 +219,7 @@ ROUTES: dict[str, Route] = {
 def _pattern(path: str) -> re.Pattern[str]:
     out, pos = [], 0
     for match in re.finditer(r"\{([a-z_]+)(:path)?\}", path):
-        out.append(re.escape(path[pos:match.start()]))
+        out.append(re.escape(path[pos : match.start()]))
         out.append(".*" if match.group(2) else "[^/]+")
         pos = match.end()
     out.append(re.escape(path[pos:]))
@@ -241,9 +244,11 @@ def route_for(path: str, method: str) -> tuple[str, Route] | None:
 
 def markdown_table() -> str:
     """SECURITY.md's tables of every endpoint and route with its policy (kept in step by a test)."""
-    lines = ["| endpoint | who (on a Space) | pool (workers, per user[, work per user]) | time limit | text cap "
-             "| per-user rate | what |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| endpoint | who (on a Space) | pool (workers, per user[, work per user]) | time limit | text cap "
+        "| per-user rate | what |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, p in ENDPOINTS.items():
         pool = "inline"
         if p.pool:

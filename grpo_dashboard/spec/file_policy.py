@@ -41,12 +41,22 @@ def recipe_file_errors(config: dict[str, Any], on_space: bool) -> list[FieldErro
     """What a recipe names on the server's disk, as refusals (none locally). Decided from the text alone."""
     if not on_space:
         return []
-    errors = [FieldError(key, config[key], f"is a file path; {_ON_SPACE}. Give the JSON inline instead "
-                         f"({key}: '{{\"...\": ...}}' or a YAML mapping) or remove the key.")
-              for key in FILE_KEYS if names_file(config.get(key))]
+    errors = [
+        FieldError(
+            key,
+            config[key],
+            f"is a file path; {_ON_SPACE}. Give the JSON inline instead "
+            f"({key}: '{{\"...\": ...}}' or a YAML mapping) or remove the key.",
+        )
+        for key in FILE_KEYS
+        if names_file(config.get(key))
+    ]
     hub = "must be a Hub id 'owner/name' (letters, digits, '-', '_', '.')"
-    for key, what in (("model_name_or_path", "model"), ("reward_model_name_or_path", "reward model"),
-                      ("dataset_name", "dataset")):
+    for key, what in (
+        ("model_name_or_path", "model"),
+        ("reward_model_name_or_path", "reward model"),
+        ("dataset_name", "dataset"),
+    ):
         value = config.get(key)
         if value is not None and not _hub_id(value):
             errors.append(FieldError(key, value, f"{hub}: {_ON_SPACE}. Upload the {what} to the Hub and name it."))
@@ -58,15 +68,25 @@ def recipe_file_errors(config: dict[str, Any], on_space: bool) -> list[FieldErro
             errors.append(FieldError(f"datasets[{i}].path", path, f"{hub}: {_ON_SPACE}."))
         for key in ("data_files", "data_dir"):
             if entry.get(key):
-                errors.append(FieldError(f"datasets[{i}].{key}", entry[key], f"names local files; {_ON_SPACE}. "
-                                         "Use a Hub dataset (path: owner/name) instead."))
+                errors.append(
+                    FieldError(
+                        f"datasets[{i}].{key}",
+                        entry[key],
+                        f"names local files; {_ON_SPACE}. Use a Hub dataset (path: owner/name) instead.",
+                    )
+                )
     mixture = config.get("dataset_mixture")
     for i, entry in enumerate(mixture.get("datasets") or [] if isinstance(mixture, dict) else []):
         if isinstance(entry, dict) and entry.get("id") is not None and not _hub_id(entry["id"]):
             errors.append(FieldError(f"dataset_mixture.datasets[{i}].id", entry["id"], f"{hub}: {_ON_SPACE}."))
     if config.get("chat_template_path"):
-        errors.append(FieldError("chat_template_path", config["chat_template_path"], f"names a file; {_ON_SPACE}. "
-                                 "Put the template in the model's tokenizer on the Hub, or remove the key."))
+        errors.append(
+            FieldError(
+                "chat_template_path",
+                config["chat_template_path"],
+                f"names a file; {_ON_SPACE}. Put the template in the model's tokenizer on the Hub, or remove the key.",
+            )
+        )
     return errors
 
 
@@ -82,8 +102,11 @@ def read_bounded(path: str | Path, max_bytes: int, field: str, label: str | None
     if not stat.S_ISREG(info.st_mode):
         raise _error(field, shown, "is not a regular file (a device, FIFO or folder). Give a file.")
     if info.st_size > max_bytes:
-        raise _error(field, shown, f"is {info.st_size:,} bytes, over the limit of {max_bytes:,} bytes for this "
-                     "file. Give a smaller file.")
+        raise _error(
+            field,
+            shown,
+            f"is {info.st_size:,} bytes, over the limit of {max_bytes:,} bytes for this file. Give a smaller file.",
+        )
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:

@@ -35,25 +35,50 @@ class Flavor:
 
 # GPU model: usable GiB (what the card reports), peak dense bf16 TFLOP/s, memory bandwidth GB/s, bf16 support.
 GPUS: dict[str, tuple[float, float, float, bool]] = {
-    "T4": (15.0, 65, 320, False), "L4": (22.0, 121, 300, True), "L40S": (44.4, 362, 864, True),
-    "A10G": (21.3, 70, 600, True), "A100": (79.1, 312, 2039, True), "H100": (79.1, 989, 3350, True),
-    "H200": (139.8, 989, 4800, True), "RTX PRO 6000": (94.9, 500, 1792, True),
+    "T4": (15.0, 65, 320, False),
+    "L4": (22.0, 121, 300, True),
+    "L40S": (44.4, 362, 864, True),
+    "A10G": (21.3, 70, 600, True),
+    "A100": (79.1, 312, 2039, True),
+    "H100": (79.1, 989, 3350, True),
+    "H200": (139.8, 989, 4800, True),
+    "RTX PRO 6000": (94.9, 500, 1792, True),
 }
 # Prices in $/h as Hugging Face publishes them for Jobs; the live hardware list replaces them when reachable.
 _TABLE: list[tuple[str, str | None, int, float]] = [
-    ("cpu-basic", None, 0, 0.01), ("cpu-upgrade", None, 0, 0.03), ("cpu-xl", None, 0, 1.00),
-    ("cpu-performance", None, 0, 1.90), ("t4-small", "T4", 1, 0.40), ("t4-medium", "T4", 1, 0.60),
-    ("l4x1", "L4", 1, 0.80), ("l4x4", "L4", 4, 3.80), ("l40sx1", "L40S", 1, 1.80), ("l40sx4", "L40S", 4, 8.30),
-    ("l40sx8", "L40S", 8, 23.50), ("a10g-small", "A10G", 1, 1.00), ("a10g-large", "A10G", 1, 1.50),
-    ("a10g-largex2", "A10G", 2, 3.00), ("a10g-largex4", "A10G", 4, 5.00), ("a100-large", "A100", 1, 2.50),
-    ("a100x4", "A100", 4, 10.00), ("a100x8", "A100", 8, 20.00), ("h200", "H200", 1, 5.00),
-    ("h200x2", "H200", 2, 10.00), ("h200x4", "H200", 4, 20.00), ("h200x8", "H200", 8, 40.00),
-    ("rtx-pro-6000", "RTX PRO 6000", 1, 2.75), ("rtx-pro-6000x2", "RTX PRO 6000", 2, 5.50),
-    ("rtx-pro-6000x4", "RTX PRO 6000", 4, 11.00), ("rtx-pro-6000x8", "RTX PRO 6000", 8, 22.00),
+    ("cpu-basic", None, 0, 0.01),
+    ("cpu-upgrade", None, 0, 0.03),
+    ("cpu-xl", None, 0, 1.00),
+    ("cpu-performance", None, 0, 1.90),
+    ("t4-small", "T4", 1, 0.40),
+    ("t4-medium", "T4", 1, 0.60),
+    ("l4x1", "L4", 1, 0.80),
+    ("l4x4", "L4", 4, 3.80),
+    ("l40sx1", "L40S", 1, 1.80),
+    ("l40sx4", "L40S", 4, 8.30),
+    ("l40sx8", "L40S", 8, 23.50),
+    ("a10g-small", "A10G", 1, 1.00),
+    ("a10g-large", "A10G", 1, 1.50),
+    ("a10g-largex2", "A10G", 2, 3.00),
+    ("a10g-largex4", "A10G", 4, 5.00),
+    ("a100-large", "A100", 1, 2.50),
+    ("a100x4", "A100", 4, 10.00),
+    ("a100x8", "A100", 8, 20.00),
+    ("h200", "H200", 1, 5.00),
+    ("h200x2", "H200", 2, 10.00),
+    ("h200x4", "H200", 4, 20.00),
+    ("h200x8", "H200", 8, 40.00),
+    ("rtx-pro-6000", "RTX PRO 6000", 1, 2.75),
+    ("rtx-pro-6000x2", "RTX PRO 6000", 2, 5.50),
+    ("rtx-pro-6000x4", "RTX PRO 6000", 4, 11.00),
+    ("rtx-pro-6000x8", "RTX PRO 6000", 8, 22.00),
 ]
 _CPU: dict[str, tuple[float, float, float]] = {
-    "cpu-basic": (15.0, 0.1, 20), "cpu-upgrade": (30.0, 0.4, 40), "cpu-xl": (115.0, 0.8, 60),
-    "cpu-performance": (238.0, 1.6, 100)}
+    "cpu-basic": (15.0, 0.1, 20),
+    "cpu-upgrade": (30.0, 0.4, 40),
+    "cpu-xl": (115.0, 0.8, 60),
+    "cpu-performance": (238.0, 1.6, 100),
+}
 
 
 def _flavor(name: str, gpu: str | None, count: int, price: float, source: str = "built-in") -> Flavor:

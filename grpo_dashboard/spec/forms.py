@@ -32,11 +32,19 @@ from grpo_dashboard.spec.form_layout import (
 )
 from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec
 
-GROUPS = ("Run", "Model", "Data", "Rewards", "Agent", "GRPO core", "Generation / vLLM", "Logging & eval",
-          "Backend & hardware")
+GROUPS = (
+    "Run",
+    "Model",
+    "Data",
+    "Rewards",
+    "Agent",
+    "GRPO core",
+    "Generation / vLLM",
+    "Logging & eval",
+    "Backend & hardware",
+)
 UNSET = "unset"  # the choice that leaves an optional value to its default
 REWARD_COLUMNS = ("name", "weight", "builtin", "function", "params")
-
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,7 @@ def _widget(kinds: tuple[Any, ...], choices: tuple[Any, ...] | None) -> str:
 
 
 def _item_type(annotation: Any) -> type | None:
-    for arg in (typing.get_args(annotation) if typing.get_origin(annotation) is not list else (annotation,)):
+    for arg in typing.get_args(annotation) if typing.get_origin(annotation) is not list else (annotation,):
         if typing.get_origin(arg) is list:
             (item,) = typing.get_args(arg)
             return item
@@ -106,7 +114,7 @@ def short_help(text: str, limit: int = 240) -> str:
     if len(text) <= limit:
         return text
     cut = text.rfind(". ", 0, limit)
-    return text[:cut + 1] if cut > 40 else text[:limit].rsplit(" ", 1)[0] + "…"
+    return text[: cut + 1] if cut > 40 else text[:limit].rsplit(" ", 1)[0] + "…"
 
 
 def _spec_fields(group: str, prefix: str, cls: type) -> list[FormField]:
@@ -116,8 +124,11 @@ def _spec_fields(group: str, prefix: str, cls: type) -> list[FormField]:
         key = f"{prefix}.{f.name}" if prefix else f.name
         kinds = _flat(hints[f.name])
         nested = [k for k in kinds if isinstance(k, type) and dataclasses.is_dataclass(k)]
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
         if nested:
             out.append(FormField(key, group, f"use {f.name}", "toggle", default is not None, SPEC_HELP.get(key, "")))
             out.extend(_spec_fields(group, key, nested[0]))
@@ -127,8 +138,21 @@ def _spec_fields(group: str, prefix: str, cls: type) -> list[FormField]:
         if widget == "json" or key in YAML_ONLY:
             continue
         help_text = str(f.metadata.get("help") or SPEC_HELP.get(key, ""))
-        out.append(FormField(key, group, f.name, widget, default, help_text, choices,
-                             type(None) in kinds, key in CUSTOM_ALLOWED, _item_type(hints[f.name]), kinds))
+        out.append(
+            FormField(
+                key,
+                group,
+                f.name,
+                widget,
+                default,
+                help_text,
+                choices,
+                type(None) in kinds,
+                key in CUSTOM_ALLOWED,
+                _item_type(hints[f.name]),
+                kinds,
+            )
+        )
     return out
 
 
@@ -142,22 +166,51 @@ def form_fields() -> list[FormField]:
         for name in TOP_LEVEL.get(group, ()):
             f = top[name]
             kinds = _flat(hints[name])
-            out.append(FormField(name, group, name, _widget(kinds, None), f.default, SPEC_HELP.get(name, ""),
-                                 nullable=type(None) in kinds))
+            out.append(
+                FormField(
+                    name,
+                    group,
+                    name,
+                    _widget(kinds, None),
+                    f.default,
+                    SPEC_HELP.get(name, ""),
+                    nullable=type(None) in kinds,
+                )
+            )
         for prefix, cls in SPEC_GROUPS.get(group, ()):
             if prefix in TOGGLED_SECTIONS:
                 out.append(FormField(prefix, group, f"use {prefix}", "toggle", False, SPEC_HELP.get(prefix, "")))
             out.extend(_spec_fields(group, prefix, cls))
         if group == "Rewards":
-            out.append(FormField("rewards", group, "reward functions", "rewards", [], "One row per reward function: "
-                                 "a built-in `name` (or `builtin` + a unique name, or `function` = file.py:func), "
-                                 "its `weight`, and `params` as JSON."))
+            out.append(
+                FormField(
+                    "rewards",
+                    group,
+                    "reward functions",
+                    "rewards",
+                    [],
+                    "One row per reward function: "
+                    "a built-in `name` (or `builtin` + a unique name, or `function` = file.py:func), "
+                    "its `weight`, and `params` as JSON.",
+                )
+            )
         for name in TRAINING_GROUPS.get(group, ()):
             if name not in trl or name in trl_fields.RESERVED:
                 continue
             tf = trl[name]
-            out.append(FormField(f"training.{name}", group, name, _widget(tf.types, tf.choices), tf.default,
-                                 short_help(tf.help), tf.choices, type(None) in tf.types, types=tf.types))
+            out.append(
+                FormField(
+                    f"training.{name}",
+                    group,
+                    name,
+                    _widget(tf.types, tf.choices),
+                    tf.default,
+                    short_help(tf.help),
+                    tf.choices,
+                    type(None) in tf.types,
+                    types=tf.types,
+                )
+            )
     return out
 
 
@@ -221,8 +274,10 @@ def _number_text(value: Any) -> str:
 
 def reward_rows(rewards: list[RewardSpec]) -> list[list[Any]]:
     """The reward table rows for a list of rewards (params as JSON)."""
-    return [[r.name, r.weight, r.builtin or "", r.function or "", json.dumps(r.params) if r.params else ""]
-            for r in rewards]
+    return [
+        [r.name, r.weight, r.builtin or "", r.function or "", json.dumps(r.params) if r.params else ""]
+        for r in rewards
+    ]
 
 
 _ABSENT = object()
@@ -245,7 +300,7 @@ def values_from_spec(spec: RunSpec) -> dict[str, Any]:
         if f.widget == "rewards":
             out[f.key] = reward_rows(spec.rewards)
         elif f.is_training:
-            out[f.key] = _to_widget(f, trl_fields.effective(spec.training, f.key[len("training."):]))
+            out[f.key] = _to_widget(f, trl_fields.effective(spec.training, f.key[len("training.") :]))
         elif f.widget == "toggle":
             out[f.key] = _get(spec, f.key) is not None
         else:
@@ -261,13 +316,19 @@ def unshowable(text: str) -> list[FieldError]:
     out = []
     for f in form_fields():
         if f.widget in ("int", "float") and f.is_training:
-            value = spec.training.get(f.key[len("training."):])
+            value = spec.training.get(f.key[len("training.") :])
             if isinstance(value, str):
                 try:
                     float(value)
                 except ValueError:
-                    out.append(FieldError(f.key, value, f"is not a number; write a {f.widget} such as "
-                                          f"{f.default if f.default is not None else 1}, or delete the line."))
+                    out.append(
+                        FieldError(
+                            f.key,
+                            value,
+                            f"is not a number; write a {f.widget} such as "
+                            f"{f.default if f.default is not None else 1}, or delete the line.",
+                        )
+                    )
     return out
 
 
@@ -337,7 +398,7 @@ def rewards_from_rows(rows: Any) -> list[RewardSpec]:
     errors: list[FieldError] = []
     for i, row in enumerate(rows or []):
         cells = [_cell(c) for c in list(row) + [None] * (len(REWARD_COLUMNS) - len(row))]
-        name, weight, builtin, function, params = cells[:len(REWARD_COLUMNS)]
+        name, weight, builtin, function, params = cells[: len(REWARD_COLUMNS)]
         if not any(c not in (None, "") for c in cells):
             continue
         try:
@@ -353,11 +414,19 @@ def rewards_from_rows(rows: Any) -> list[RewardSpec]:
             except SpecError as exc:
                 parsed, why = None, f" It {exc.errors[0].message}"
             if not isinstance(parsed, dict):
-                errors.append(FieldError(f"rewards[{i}].params", params,
-                                         f'must be a JSON object like {{"letter": "a"}}.{why}'))
+                errors.append(
+                    FieldError(f"rewards[{i}].params", params, f'must be a JSON object like {{"letter": "a"}}.{why}')
+                )
                 parsed = {}
-        out.append(RewardSpec(name=str(name or ""), weight=w, builtin=str(builtin) if builtin else None,
-                              function=str(function) if function else None, params=parsed))
+        out.append(
+            RewardSpec(
+                name=str(name or ""),
+                weight=w,
+                builtin=str(builtin) if builtin else None,
+                function=str(function) if function else None,
+                params=parsed,
+            )
+        )
     if errors:
         raise SpecError(errors)
     return out
@@ -390,8 +459,11 @@ def spec_from_values(values: dict[str, Any], base: RunSpec | None = None) -> Run
         parent_key, _, name = toggle.key.rpartition(".")
         parent = _get(spec, parent_key) if parent_key else spec
         if values[toggle.key] and getattr(parent, name) is None:
-            cls = next(k for k in _flat(typing.get_type_hints(type(parent))[name])
-                       if isinstance(k, type) and dataclasses.is_dataclass(k))
+            cls = next(
+                k
+                for k in _flat(typing.get_type_hints(type(parent))[name])
+                if isinstance(k, type) and dataclasses.is_dataclass(k)
+            )
             setattr(parent, name, cls())
         elif not values[toggle.key]:
             setattr(parent, name, None)
@@ -422,7 +494,7 @@ def spec_from_values(values: dict[str, Any], base: RunSpec | None = None) -> Run
 
 
 def _set_training(training: dict[str, Any], field: FormField, value: Any) -> None:
-    name = field.key[len("training."):]
+    name = field.key[len("training.") :]
     default = trl_fields.default(name)
     if name in training:
         if value is None and default is None:

@@ -15,9 +15,14 @@ from typing import Any
 from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import RunSpec
 
-TRACKERS = {"trackio": ("trackio", "trackio"), "wandb": ("wandb", "wandb"),
-            "tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow"),
-            "comet_ml": ("comet_ml", "comet-ml"), "clearml": ("clearml", "clearml")}
+TRACKERS = {
+    "trackio": ("trackio", "trackio"),
+    "wandb": ("wandb", "wandb"),
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "mlflow": ("mlflow", "mlflow"),
+    "comet_ml": ("comet_ml", "comet-ml"),
+    "clearml": ("clearml", "clearml"),
+}
 
 
 @dataclass(frozen=True)
@@ -76,10 +81,18 @@ def job_deps(spec: RunSpec) -> list[Dep]:
         deps.append(Dep("flash-attn-3", "flash_attn_interface", "model.attn_implementation", "flash-attention 3"))
     init = t.get("model_init_kwargs") or {}
     if "/" in attn or (isinstance(init, dict) and init.get("use_kernels")):
-        deps.append(Dep("kernels", "kernels", "model.attn_implementation" if "/" in attn
-                        else "training.model_init_kwargs.use_kernels", "Hub kernels"))
-    if any((r.builtin or r.name) == "json_valid" and (r.params.get("schema") or r.params.get("schema_column"))
-           for r in spec.rewards):
+        deps.append(
+            Dep(
+                "kernels",
+                "kernels",
+                "model.attn_implementation" if "/" in attn else "training.model_init_kwargs.use_kernels",
+                "Hub kernels",
+            )
+        )
+    if any(
+        (r.builtin or r.name) == "json_valid" and (r.params.get("schema") or r.params.get("schema_column"))
+        for r in spec.rewards
+    ):
         deps.append(Dep("jsonschema", "jsonschema", "rewards", "JSON-schema rewards"))
     unique: dict[str, Dep] = {}  # the first of each pip name, in order
     for d in deps:

@@ -110,10 +110,24 @@ _COMMON_HEAD: list[tuple[str, Any, Any]] = [
     ("kind", str, field(default=LOCAL, metadata={"help": "Where the run executes."})),
 ]
 _COMMON_TAIL: list[tuple[str, Any, Any]] = [
-    ("env", dict[str, str], field(default_factory=dict, metadata={
-        "help": "Plain environment variables of the job (no secrets: values are stored with the run)."})),
-    ("secrets", list[str], field(default_factory=list, metadata={
-        "help": "Names of environment variables (e.g. WANDB_API_KEY) sent to the job from yours; never stored."})),
+    (
+        "env",
+        dict[str, str],
+        field(
+            default_factory=dict,
+            metadata={"help": "Plain environment variables of the job (no secrets: values are stored with the run)."},
+        ),
+    ),
+    (
+        "secrets",
+        list[str],
+        field(
+            default_factory=list,
+            metadata={
+                "help": "Names of environment variables (e.g. WANDB_API_KEY) sent to the job from yours; never stored."
+            },
+        ),
+    ),
 ]
 
 
@@ -132,9 +146,11 @@ def backend_fields(options: dict[str, type] | None = None) -> list[tuple[str, An
                 same = first_t == t and (first_f.default, first_f.default_factory) == (f.default, f.default_factory)
                 if not same:
                     name, first_name = getattr(t, "__name__", str(t)), getattr(first_t, "__name__", str(first_t))
-                    raise TypeError(f"backend.{f.name}: {kind}'s Options declares it as {name} = {f.default!r}, "
-                                    f"{first}'s as {first_name} = {first_f.default!r}; a field two backends share "
-                                    f"needs one type and default: give them the same, or rename one.")
+                    raise TypeError(
+                        f"backend.{f.name}: {kind}'s Options declares it as {name} = {f.default!r}, "
+                        f"{first}'s as {first_name} = {first_f.default!r}; a field two backends share "
+                        f"needs one type and default: give them the same, or rename one."
+                    )
                 continue
             owner[f.name] = (kind, t, f)
             out.append((f.name, t, field(default=f.default, default_factory=f.default_factory, metadata=f.metadata)))
@@ -144,9 +160,11 @@ def backend_fields(options: dict[str, type] | None = None) -> list[tuple[str, An
 def backend_doc(options: dict[str, type] | None = None) -> str:
     """`BackendSpec`'s docstring: each kind's `Options` docstring, then every field with its help."""
     classes = (_kinds.OPTIONS if options is None else options).values()
-    lines = ["Where the run executes (`kind`), with the fields of every kind; each kind reads its own. `env` and "
-             "`secrets` are every kind's: `secrets` values are read from the launching environment at launch and "
-             "handed to the job (a local job's environment; a Jobs secret), never stored."]
+    lines = [
+        "Where the run executes (`kind`), with the fields of every kind; each kind reads its own. `env` and "
+        "`secrets` are every kind's: `secrets` values are read from the launching environment at launch and "
+        "handed to the job (a local job's environment; a Jobs secret), never stored."
+    ]
     lines += [" ".join((cls.__doc__ or "").split()) for cls in classes]
     lines += [f"`{name}`: {f.metadata.get('help', '')}" for name, _, f in backend_fields(options)]
     return "\n".join(lines)
@@ -260,11 +278,18 @@ class RunSpec:
             flat = _flat_trl_keys(data)
             if flat:
                 shown = ", ".join(flat[:4]) + (", ..." if len(flat) > 4 else "")
-                raise SpecError([FieldError("(file)", f"{len(flat)} TRL keys ({shown})",
-                                            "is a flat TRL config (`trl grpo --config` style), not a run spec. Import "
-                                            "it with `python -m grpo_dashboard import-trl FILE -o spec.yaml`: it maps "
-                                            "every key to the spec and prints what was mapped, converted or "
-                                            "dropped.")])
+                raise SpecError(
+                    [
+                        FieldError(
+                            "(file)",
+                            f"{len(flat)} TRL keys ({shown})",
+                            "is a flat TRL config (`trl grpo --config` style), not a run spec. Import "
+                            "it with `python -m grpo_dashboard import-trl FILE -o spec.yaml`: it maps "
+                            "every key to the spec and prints what was mapped, converted or "
+                            "dropped.",
+                        )
+                    ]
+                )
             raise SpecError(errors)
         return spec
 
@@ -310,8 +335,11 @@ def _to_dict(obj: Any, keep_defaults: bool = False) -> Any:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            default = f.default if f.default is not dataclasses.MISSING else (
-                f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+            default = (
+                f.default
+                if f.default is not dataclasses.MISSING
+                else (f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+            )
             if not keep_defaults and value == default and f.name not in ("name",):
                 continue
             out[f.name] = _to_dict(value, keep_defaults)
@@ -396,8 +424,11 @@ def _from_dict(cls: Any, data: Any, prefix: str, errors: list[FieldError]) -> An
         if key not in names:
             trl_hint = _trl_hint(str(key))
             close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" {trl_hint[0].upper()}{trl_hint[1:]}." if trl_hint else (
-                f" Did you mean {close[0]!r}?" if close else "")
+            hint = (
+                f" {trl_hint[0].upper()}{trl_hint[1:]}."
+                if trl_hint
+                else (f" Did you mean {close[0]!r}?" if close else "")
+            )
             errors.append(FieldError(path, value, f"is not a field of {where}; allowed: {', '.join(names)}.{hint}"))
             continue
         kwargs[key] = _coerce(value, hints[key], path, errors)

@@ -80,9 +80,12 @@ class _Guard:
             name = shorten(str(event.anchor), 40)
             raise self._refuse(f"&{name}", f"defines the anchor `&{name}`{_line(event)}; {no_refs}")
         if self._depth >= MAX_DEPTH:
-            raise self._refuse(self.head, f"nests deeper than {MAX_DEPTH} levels{_line(event)}; at most "
-                                f"{MAX_DEPTH} levels are allowed in {self.what} (a normal spec uses 3 or 4). "
-                                "Flatten the structure.")
+            raise self._refuse(
+                self.head,
+                f"nests deeper than {MAX_DEPTH} levels{_line(event)}; at most "
+                f"{MAX_DEPTH} levels are allowed in {self.what} (a normal spec uses 3 or 4). "
+                "Flatten the structure.",
+            )
         self._depth += 1
         try:
             return Composer.compose_node(self, parent, index)
@@ -143,8 +146,10 @@ def load(text: str, *, what: str = "the run spec", field: str = "(yaml)", loader
     if size <= MAX_BYTES:  # a character is at least one byte: only short texts need encoding to be measured
         size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_BYTES:
-        raise refuse(f"is {_size(size)} of YAML; {what} may be at most {_size(MAX_BYTES)} ({MAX_BYTES} bytes). "
-                     "A spec is normally a few KiB: shorten it (long prompts or data belong in files the spec names).")
+        raise refuse(
+            f"is {_size(size)} of YAML; {what} may be at most {_size(MAX_BYTES)} ({MAX_BYTES} bytes). "
+            "A spec is normally a few KiB: shorten it (long prompts or data belong in files the spec names)."
+        )
     ldr: Any = None
     try:
         ldr = (loader or Loader)(text)
@@ -153,16 +158,20 @@ def load(text: str, *, what: str = "the run spec", field: str = "(yaml)", loader
     except SpecError:
         raise
     except RecursionError:
-        raise refuse(f"nests too deeply to parse; at most {MAX_DEPTH} levels are allowed in {what}. "
-                     "Flatten the structure.") from None
+        raise refuse(
+            f"nests too deeply to parse; at most {MAX_DEPTH} levels are allowed in {what}. Flatten the structure."
+        ) from None
     except yaml.YAMLError as exc:
         if "maximum nesting depth" in str(exc):  # libyaml's own cap (PyYAML >= 6.0.4) ran before the composer's
-            raise refuse(f"nests deeper than {MAX_DEPTH} levels; at most {MAX_DEPTH} levels are allowed in {what} "
-                         "(a normal spec uses 3 or 4). Flatten the structure.") from None
+            raise refuse(
+                f"nests deeper than {MAX_DEPTH} levels; at most {MAX_DEPTH} levels are allowed in {what} "
+                "(a normal spec uses 3 or 4). Flatten the structure."
+            ) from None
         raise refuse(yaml_problem(exc)) from exc
     except (ValueError, OverflowError) as exc:  # e.g. `2001-13-45` as a date, an int past Python's digit limit
-        raise refuse(f"holds a value YAML cannot convert: {shorten(str(exc), 200)}. "
-                     "Quote it to keep it as text, or fix it.") from None
+        raise refuse(
+            f"holds a value YAML cannot convert: {shorten(str(exc), 200)}. Quote it to keep it as text, or fix it."
+        ) from None
     finally:
         if ldr is not None:
             ldr.dispose()

@@ -23,8 +23,9 @@ def time_seconds(value: str | int | None) -> int | None:
         return None
     m = TIME.match(text)
     if not m:
-        raise ValueError(f"{text!r} is not a Slurm time: use minutes (30), MM:SS, HH:MM:SS (2:00:00) or D-HH:MM:SS "
-                         f"(1-00:00:00)")
+        raise ValueError(
+            f"{text!r} is not a Slurm time: use minutes (30), MM:SS, HH:MM:SS (2:00:00) or D-HH:MM:SS (1-00:00:00)"
+        )
     g = m.groups()
     if g[0] is not None:
         return int(g[0]) * 60
@@ -39,8 +40,14 @@ def sbatch_options(spec: RunSpec, run_id: str | None = None) -> list[str]:
     """The job's sbatch options: resources from `backend`, plus its name and the run label when `run_id` is given."""
     b = spec.backend
     opts = [f"--nodes={b.nodes}", "--ntasks-per-node=1"]
-    for name, value in (("partition", b.partition), ("account", b.account), ("qos", b.qos), ("time", b.time),
-                        ("cpus-per-task", b.cpus_per_task), ("constraint", b.constraint)):
+    for name, value in (
+        ("partition", b.partition),
+        ("account", b.account),
+        ("qos", b.qos),
+        ("time", b.time),
+        ("cpus-per-task", b.cpus_per_task),
+        ("constraint", b.constraint),
+    ):
         if value is not None and str(value) != "":
             opts.append(f"--{name}={value}")
     if b.gpus_per_node:

@@ -20,17 +20,27 @@ def import_trl_main(argv: list[str]) -> int:
     from grpo_dashboard.spec.trl_import import import_trl
     from grpo_dashboard.spec.trl_versions import TRL_DEFAULTS
 
-    p = argparse.ArgumentParser(prog="import-trl", description="Map a flat TRL config (trl grpo --config, open-r1, "
-                                "Unsloth, paper recipes) to a run spec, parsing it with TRL's own parser.")
+    p = argparse.ArgumentParser(
+        prog="import-trl",
+        description="Map a flat TRL config (trl grpo --config, open-r1, "
+        "Unsloth, paper recipes) to a run spec, parsing it with TRL's own parser.",
+    )
     p.add_argument("recipe", help="The TRL YAML config.")
     p.add_argument("-o", "--output", help="Where to write the spec (default: print it).")
-    p.add_argument("--trl-version", choices=list(TRL_DEFAULTS), help="The TRL release the recipe was written for: "
-                   "its defaults that 1.16 changed are written out (default: inferred from the keys).")
+    p.add_argument(
+        "--trl-version",
+        choices=list(TRL_DEFAULTS),
+        help="The TRL release the recipe was written for: "
+        "its defaults that 1.16 changed are written out (default: inferred from the keys).",
+    )
     p.add_argument("--name", help="Run name (default: the file name).")
     p.add_argument("--model", help="Model for a recipe that names none (papers, scripts with a hard-coded one).")
     p.add_argument("--dataset", help="Hub dataset for a recipe that names none.")
-    p.add_argument("--reward", action="append", help="A reward to add (TRL name, open-r1 name, built-in or dotted "
-                   "path); repeatable.")
+    p.add_argument(
+        "--reward",
+        action="append",
+        help="A reward to add (TRL name, open-r1 name, built-in or dotted path); repeatable.",
+    )
     p.add_argument("--json", action="store_true", help="Print the mapping table and the spec as JSON.")
     args = p.parse_args(argv)
     if not Path(args.recipe).is_file():
@@ -44,9 +54,19 @@ def import_trl_main(argv: list[str]) -> int:
         return 1
     text = result.spec.to_yaml()
     if args.json:
-        print(json.dumps({"trl_version": result.trl_version, "version_reason": result.version_reason,
-                          "trl_check": result.trl_check, "rows": [r.to_dict() for r in result.rows],
-                          "spec": result.spec.to_dict()}, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    "trl_version": result.trl_version,
+                    "version_reason": result.version_reason,
+                    "trl_check": result.trl_check,
+                    "rows": [r.to_dict() for r in result.rows],
+                    "spec": result.spec.to_dict(),
+                },
+                indent=2,
+                default=str,
+            )
+        )
     else:
         print(result.table(), file=sys.stderr)
         print(f"\nTRL defaults: {result.trl_version} ({result.version_reason}).", file=sys.stderr)
@@ -55,8 +75,9 @@ def import_trl_main(argv: list[str]) -> int:
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text, encoding="utf-8")
-        print(f"wrote {args.output}; check it with `python -m grpo_dashboard validate {args.output}`.",
-              file=sys.stderr)
+        print(
+            f"wrote {args.output}; check it with `python -m grpo_dashboard validate {args.output}`.", file=sys.stderr
+        )
     elif not args.json:
         print(text)
     return 0
@@ -71,8 +92,11 @@ def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = Non
     from grpo_dashboard.spec.run_spec import RunSpec
     from grpo_dashboard.spec.trl_export import export_trl
 
-    p = argparse.ArgumentParser(prog="export-trl", description="Write a run spec as a flat YAML that `trl grpo "
-                                "--config` accepts, plus the equivalent trl / accelerate / hf jobs command lines.")
+    p = argparse.ArgumentParser(
+        prog="export-trl",
+        description="Write a run spec as a flat YAML that `trl grpo "
+        "--config` accepts, plus the equivalent trl / accelerate / hf jobs command lines.",
+    )
     p.add_argument("spec", help="The run spec YAML.")
     p.add_argument("-o", "--output", default=None, help="Where to write the recipe (default: print it).")
     args = p.parse_args(argv)
@@ -106,11 +130,15 @@ def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = Non
             where = f"{jobs.folder} is not written: the spec does not validate"
         else:
             where = f"wrote {jobs.folder} (the job's files)" if args.output else f"{jobs.folder} is written with -o"
-        print(f"On Hugging Face Jobs without the dashboard ({where}; run them with HF_TOKEN and the spec's "
-              "secrets set in your environment):", file=sys.stderr)
+        print(
+            f"On Hugging Face Jobs without the dashboard ({where}; run them with HF_TOKEN and the spec's "
+            "secrets set in your environment):",
+            file=sys.stderr,
+        )
         for kind, command in jobs.commands.items():
             print(f"{kind:>10}: {command}", file=sys.stderr)
         for problem in jobs.problems:
-            print(f"warning: {problem} (the dashboard would refuse the spec; fix it and export again)",
-                  file=sys.stderr)
+            print(
+                f"warning: {problem} (the dashboard would refuse the spec; fix it and export again)", file=sys.stderr
+            )
     return 0

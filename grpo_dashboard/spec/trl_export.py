@@ -82,9 +82,11 @@ def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml") -> Export
     if model_header:
         header["model"] = model_header
     _dataset(d, flat)
-    dataset_header = {k: getattr(d, k) for k in ("prompt_column", "prompt_template", "system_prompt",
-                                                 "conversational", "eval_data_files", "revision")
-                      if getattr(d, k) != getattr(DatasetSpec(), k)}
+    dataset_header = {
+        k: getattr(d, k)
+        for k in ("prompt_column", "prompt_template", "system_prompt", "conversational", "eval_data_files", "revision")
+        if getattr(d, k) != getattr(DatasetSpec(), k)
+    }
     if dataset_header:
         header["dataset"] = dataset_header
     rewards_py = _rewards(spec, flat, module)
@@ -99,8 +101,11 @@ def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml") -> Export
         flat["accelerate_config"] = b.accelerate_config
     if b.env:
         flat["env"] = dict(b.env)
-    backend = {k: v for k, v in dataclasses.asdict(b).items() if k not in ("num_processes", "accelerate_config", "env")
-               and v != getattr(BackendSpec(), k)}
+    backend = {
+        k: v
+        for k, v in dataclasses.asdict(b).items()
+        if k not in ("num_processes", "accelerate_config", "env") and v != getattr(BackendSpec(), k)
+    }
     if backend:
         header["backend"] = backend
     if spec.generation is not None:
@@ -113,11 +118,16 @@ def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml") -> Export
             header[key] = getattr(spec, key)
     if not spec.save_model:
         header["save_model"] = False
-    lines = [f"# Exported by grpo-dashboard from spec {spec.name!r}: run it with `trl grpo --config {path.name}`.",
-             "# The next line holds what TRL has no key for; `python -m grpo_dashboard import-trl` reads it back.",
-             HEADER + json.dumps(header, ensure_ascii=False, separators=(",", ":"))]
-    text = "\n".join(lines) + "\n" + yaml.dump(flat, Dumper=_Dumper, sort_keys=False, allow_unicode=True,
-                                               default_flow_style=False, width=1000)
+    lines = [
+        f"# Exported by grpo-dashboard from spec {spec.name!r}: run it with `trl grpo --config {path.name}`.",
+        "# The next line holds what TRL has no key for; `python -m grpo_dashboard import-trl` reads it back.",
+        HEADER + json.dumps(header, ensure_ascii=False, separators=(",", ":")),
+    ]
+    text = (
+        "\n".join(lines)
+        + "\n"
+        + yaml.dump(flat, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1000)
+    )
     return Export(text, rewards_py, module, commands(spec, path))
 
 
@@ -153,9 +163,17 @@ def _rewards(spec: RunSpec, flat: dict[str, Any], module: str) -> str | None:
     for i, r in enumerate(spec.rewards):
         if r.model:
             if i != 0 or "reward_model_name_or_path" in flat:
-                raise SpecError([FieldError(f"rewards[{i}].model", r.model, "cannot be exported: TRL's grpo script "
-                                            "takes one reward model (reward_model_name_or_path), scored first. Move "
-                                            "it to the first entry, or keep only one.")])
+                raise SpecError(
+                    [
+                        FieldError(
+                            f"rewards[{i}].model",
+                            r.model,
+                            "cannot be exported: TRL's grpo script "
+                            "takes one reward model (reward_model_name_or_path), scored first. Move "
+                            "it to the first entry, or keep only one.",
+                        )
+                    ]
+                )
             flat["reward_model_name_or_path"] = r.model
             continue
         trl = _trl_name(r)
@@ -174,15 +192,17 @@ def _rewards(spec: RunSpec, flat: dict[str, Any], module: str) -> str | None:
         flat["reward_weights"] = [r.weight for r in spec.rewards]
     if not generated:
         return None
-    return (f"{GENERATED}: the rewards of spec {spec.name!r} for `trl grpo` (edit the spec, not this file).\n"
-            f'"""Each name is one reward of the spec, built by the dashboard\'s job module grpo_rewards.py."""\n\n'
-            "import sys\n\n"
-            f"sys.path.insert(0, {str(JOBS_DIR)!r})\n"
-            "import grpo_rewards  # noqa: E402\n\n"
-            f"REWARD_SPECS = {generated!r}\n"
-            "for _attr, _r in REWARD_SPECS.items():\n"
-            "    globals()[_attr] = grpo_rewards.build_reward(_r['name'], _r.get('builtin'), _r.get('function'),\n"
-            "                                                 _r.get('params') or {})\n")
+    return (
+        f"{GENERATED}: the rewards of spec {spec.name!r} for `trl grpo` (edit the spec, not this file).\n"
+        f'"""Each name is one reward of the spec, built by the dashboard\'s job module grpo_rewards.py."""\n\n'
+        "import sys\n\n"
+        f"sys.path.insert(0, {str(JOBS_DIR)!r})\n"
+        "import grpo_rewards  # noqa: E402\n\n"
+        f"REWARD_SPECS = {generated!r}\n"
+        "for _attr, _r in REWARD_SPECS.items():\n"
+        "    globals()[_attr] = grpo_rewards.build_reward(_r['name'], _r.get('builtin'), _r.get('function'),\n"
+        "                                                 _r.get('params') or {})\n"
+    )
 
 
 def _plain(d: dict[str, Any]) -> dict[str, Any]:
@@ -204,8 +224,11 @@ def commands(spec: RunSpec, recipe: Path) -> dict[str, str]:
     if b.accelerate_config:
         from grpo_dashboard.spec.run_spec import ACCELERATE_CONFIGS
 
-        cfg = (trl_dir / "accelerate_configs" / f"{b.accelerate_config}.yaml"
-               if b.accelerate_config in ACCELERATE_CONFIGS else Path(b.accelerate_config))
+        cfg = (
+            trl_dir / "accelerate_configs" / f"{b.accelerate_config}.yaml"
+            if b.accelerate_config in ACCELERATE_CONFIGS
+            else Path(b.accelerate_config)
+        )
         launch += ["--config_file", str(cfg)]
     return {
         "trl": f"trl grpo --config {shlex.quote(str(recipe))}",

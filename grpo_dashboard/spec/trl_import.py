@@ -70,31 +70,49 @@ class ImportResult:
 
 
 # --- mapping --------------------------------------------------------------------------------------------------
-def import_trl(path: str | Path, trl_version: str | None = None, name: str | None = None,
-               overrides: dict[str, Any] | None = None) -> ImportResult:
+def import_trl(
+    path: str | Path, trl_version: str | None = None, name: str | None = None, overrides: dict[str, Any] | None = None
+) -> ImportResult:
     """Parse a flat TRL config file with TRL's parser and map it to a run spec (SpecError naming the key when it
     cannot). `overrides`: what the recipe lacks, e.g. {"model": "Qwen/...", "dataset": "owner/data", "rewards": [..]}.
     """
     return import_recipe(recipe_from_file(path), trl_version, name, overrides)
 
 
-def import_recipe(recipe: Recipe, trl_version: str | None = None, name: str | None = None,
-                  overrides: dict[str, Any] | None = None,
-                  parse: Callable[[dict[str, Any], dict[str, Any]], TrlParse] | None = None) -> ImportResult:
+def import_recipe(
+    recipe: Recipe,
+    trl_version: str | None = None,
+    name: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    parse: Callable[[dict[str, Any], dict[str, Any]], TrlParse] | None = None,
+) -> ImportResult:
     """import_trl for a Recipe (a file, pasted text or an upload): the files it names are refused on a Space and
     read with a size budget locally, before TRL's parser and checks run on it: `parse` (the dashboard passes
     checks.trl_check.parse_isolated for a visitor's recipe), by default in this process."""
     config, header = recipe.config, recipe.header
     if trl_version is not None and trl_version not in TRL_DEFAULTS:
-        raise SpecError([FieldError("--trl-version", trl_version, f"must be one of {', '.join(TRL_DEFAULTS)} (the "
-                                    "releases whose changed defaults are known).")])
+        raise SpecError(
+            [
+                FieldError(
+                    "--trl-version",
+                    trl_version,
+                    f"must be one of {', '.join(TRL_DEFAULTS)} (the releases whose changed defaults are known).",
+                )
+            ]
+        )
     inline = files_for_check(config, recipe.on_space, recipe.base_dir)
     version, reason = (trl_version, "given with --trl-version") if trl_version else infer_version(config)
     parsed = (parse or parse_here)(config, inline)
     values, unknown, check = parsed.values, parsed.unknown, parsed.check
     m = _Mapper(recipe, values, fields_of(parsed))
-    errors = [m.unknown_key_error(k) for k in unknown if k not in trl_keys.FOREIGN and k not in trl_keys.UNSUPPORTED
-              and k not in trl_keys.REWARD_PARAM_KEYS and k not in trl_keys.LAUNCH_KEYS]
+    errors = [
+        m.unknown_key_error(k)
+        for k in unknown
+        if k not in trl_keys.FOREIGN
+        and k not in trl_keys.UNSUPPORTED
+        and k not in trl_keys.REWARD_PARAM_KEYS
+        and k not in trl_keys.LAUNCH_KEYS
+    ]
     if errors:
         raise SpecError(errors)
     m.run(unknown, overrides or {})
@@ -132,9 +150,13 @@ class _Mapper:
         known = [*self.fields, *trl_keys.MODEL_KEYS, *trl_keys.LORA_KEYS, *trl_keys.DATASET_KEYS, *trl_keys.FOREIGN]
         close = difflib.get_close_matches(key, known, n=2)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        return FieldError(key, self.config.get(key), f"is not a key of TRL {LATEST} (GRPOConfig, ModelConfig, the "
-                          f"grpo script's arguments) nor of a recipe format this importer knows (open-r1, Unsloth)."
-                          f"{hint} Fix or remove it in {self.path}; nothing was written.")
+        return FieldError(
+            key,
+            self.config.get(key),
+            f"is not a key of TRL {LATEST} (GRPOConfig, ModelConfig, the "
+            f"grpo script's arguments) nor of a recipe format this importer knows (open-r1, Unsloth)."
+            f"{hint} Fix or remove it in {self.path}; nothing was written.",
+        )
 
     # Each known key goes to one place; the order of the table follows the file.
     def run(self, unknown: list[str], overrides: dict[str, Any]) -> None:
@@ -191,18 +213,39 @@ class _Mapper:
         self._rewards(overrides)
         if overrides.get("model"):
             s.model.name_or_path = str(overrides["model"])
-            self.rows.append(Row("(--model)", overrides["model"], "mapped", "model.name_or_path", "given on the "
-                                 "command line: the recipe names no model"))
+            self.rows.append(
+                Row(
+                    "(--model)",
+                    overrides["model"],
+                    "mapped",
+                    "model.name_or_path",
+                    "given on the command line: the recipe names no model",
+                )
+            )
         if overrides.get("dataset"):
             s.dataset.path = str(overrides["dataset"])
-            self.rows.append(Row("(--dataset)", overrides["dataset"], "mapped", "dataset.path", "given on the "
-                                 "command line: the recipe names no dataset"))
+            self.rows.append(
+                Row(
+                    "(--dataset)",
+                    overrides["dataset"],
+                    "mapped",
+                    "dataset.path",
+                    "given on the command line: the recipe names no dataset",
+                )
+            )
         if overrides.get("dataset_config"):
             s.dataset.config = str(overrides["dataset_config"])
         if self._eval_on() and s.dataset.eval_split is None and not s.dataset.mixture:
             s.dataset.eval_split = "test"
-            self.rows.append(Row("(dataset_test_split)", "test", "converted", "dataset.eval_split",
-                                 "TRL's default test split: the recipe evaluates (eval_strategy/do_eval)"))
+            self.rows.append(
+                Row(
+                    "(dataset_test_split)",
+                    "test",
+                    "converted",
+                    "dataset.eval_split",
+                    "TRL's default test split: the recipe evaluates (eval_strategy/do_eval)",
+                )
+            )
 
     def _eval_on(self) -> bool:
         t = self.spec.training
@@ -212,13 +255,20 @@ class _Mapper:
         d = self.spec.dataset
         target = trl_keys.DATASET_KEYS[key]
         if key == "datasets":
-            entries = [dataclasses.asdict(x) if dataclasses.is_dataclass(x) and not isinstance(x, type) else dict(x)
-                       for x in (value or [])]
-            entries = [{k: x for k, x in e.items() if x is not None and not (k == "split" and x == "train")}
-                       for e in entries]
+            entries = [
+                dataclasses.asdict(x) if dataclasses.is_dataclass(x) and not isinstance(x, type) else dict(x)
+                for x in (value or [])
+            ]
+            entries = [
+                {k: x for k, x in e.items() if x is not None and not (k == "split" and x == "train")} for e in entries
+            ]
             single = entries[0] if len(entries) == 1 else None
-            if single and single.get("path") in ("json", "csv", "parquet") and single.get("data_files") and \
-                    set(single) <= {"path", "data_files"}:
+            if (
+                single
+                and single.get("path") in ("json", "csv", "parquet")
+                and single.get("data_files")
+                and set(single) <= {"path", "data_files"}
+            ):
                 d.data_files = single["data_files"]
                 self.row(key, "converted", "dataset.data_files", f"one local {single['path']} dataset")
                 return
@@ -259,15 +309,24 @@ class _Mapper:
         if key in trl_keys.REWARD_PARAM_KEYS:
             reward, param = trl_keys.REWARD_PARAM_KEYS[key]
             if key == "code_language" and value not in OPEN_R1_CODE_LANGUAGES:
-                self.errors.append(FieldError(key, value, f"is not one of open-r1's code languages "
-                                              f"({', '.join(OPEN_R1_CODE_LANGUAGES)}). Fix it in {self.path}; "
-                                              "nothing was written."))
+                self.errors.append(
+                    FieldError(
+                        key,
+                        value,
+                        f"is not one of open-r1's code languages "
+                        f"({', '.join(OPEN_R1_CODE_LANGUAGES)}). Fix it in {self.path}; "
+                        "nothing was written.",
+                    )
+                )
                 return
             self.reward_params.setdefault(reward, {})[param] = value
             used = reward in self._reward_names()
-            self.row(key, "converted" if used else "dropped", f"rewards[{reward}].params.{param}" if used else None,
-                     f"open-r1's parameter of its {reward!r} reward" + ("" if used else ", which the recipe does "
-                                                                        "not use"))
+            self.row(
+                key,
+                "converted" if used else "dropped",
+                f"rewards[{reward}].params.{param}" if used else None,
+                f"open-r1's parameter of its {reward!r} reward" + ("" if used else ", which the recipe does not use"),
+            )
             return
         target, how = trl_keys.FOREIGN[key]
         if target is None:
@@ -301,23 +360,40 @@ class _Mapper:
     def _open_r1_mixture(self, value: Any) -> None:
         """open-r1's `dataset_mixture` (its ScriptArguments) as `dataset.mixture` entries of TRL's DatasetConfig."""
         entries = value.get("datasets") if isinstance(value, dict) else None
-        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and e.get("id")
-                                                                   for e in entries):
-            self.errors.append(FieldError("dataset_mixture", value, "must be open-r1's mapping {datasets: [{id, "
-                                          "config, split, columns, weight}, ...], seed, test_split_size}, every "
-                                          f"dataset with an `id`. Fix it in {self.path}; nothing was written."))
+        if (
+            not isinstance(entries, list)
+            or not entries
+            or not all(isinstance(e, dict) and e.get("id") for e in entries)
+        ):
+            self.errors.append(
+                FieldError(
+                    "dataset_mixture",
+                    value,
+                    "must be open-r1's mapping {datasets: [{id, "
+                    "config, split, columns, weight}, ...], seed, test_split_size}, every "
+                    f"dataset with an `id`. Fix it in {self.path}; nothing was written.",
+                )
+            )
             return
         d = self.spec.dataset
-        d.mixture = [{k: v for k, v in (("path", e["id"]), ("name", e.get("config")), ("columns", e.get("columns")))
-                      if v is not None} | ({"split": e["split"]} if e.get("split", "train") != "train" else {})
-                     for e in entries]
+        d.mixture = [
+            {
+                k: v
+                for k, v in (("path", e["id"]), ("name", e.get("config")), ("columns", e.get("columns")))
+                if v is not None
+            }
+            | ({"split": e["split"]} if e.get("split", "train") != "train" else {})
+            for e in entries
+        ]
         d.test_split_size = value.get("test_split_size")
         weights = [e.get("weight") for e in entries]
         note = trl_keys.FOREIGN["dataset_mixture"][1]
         if any(w not in (None, 1, 1.0) for w in weights):
-            note += (f"; open-r1's weights {weights} take that share of each dataset's own rows, which TRL's "
-                     "`fraction` (shares of the mixture) cannot express: every row is used. Set "
-                     "dataset.mixture[*].fraction for TRL's shares")
+            note += (
+                f"; open-r1's weights {weights} take that share of each dataset's own rows, which TRL's "
+                "`fraction` (shares of the mixture) cannot express: every row is used. Set "
+                "dataset.mixture[*].fraction for TRL's shares"
+            )
         if value.get("seed") not in (None, 0):
             note += f"; open-r1's shuffle seed {value['seed']} is not kept (the trainer shuffles with training.seed)"
         self.row("dataset_mixture", "converted", "dataset.mixture", note)
@@ -353,8 +429,15 @@ class _Mapper:
         generated = generated_reward(fn, self.recipe.base_dir)
         if generated is not None:
             self._kept.append(True)
-            self.rows.append(Row(key, fn, "converted", f"rewards[{generated.name}]", "from the exported rewards "
-                                 "module (its spec entry)"))
+            self.rows.append(
+                Row(
+                    key,
+                    fn,
+                    "converted",
+                    f"rewards[{generated.name}]",
+                    "from the exported rewards module (its spec entry)",
+                )
+            )
             return generated
         if fn in TRL_REWARDS:
             builtin, params = TRL_REWARDS[fn]
@@ -373,8 +456,16 @@ class _Mapper:
                 params = {"pattern": open_r1_code_format(str(overrides.pop("language", "python")))}
             params = {**params, **overrides}
             self._kept.append(True)
-            self.rows.append(Row(key, fn, "converted", f"rewards[{fn}]", f"open-r1's {fn!r} as the {builtin} "
-                                 f"built-in" + (f" with {sorted(params)}" if params and builtin != "python" else "")))
+            self.rows.append(
+                Row(
+                    key,
+                    fn,
+                    "converted",
+                    f"rewards[{fn}]",
+                    f"open-r1's {fn!r} as the {builtin} "
+                    f"built-in" + (f" with {sorted(params)}" if params and builtin != "python" else ""),
+                )
+            )
             return RewardSpec(name=fn, builtin=builtin, params=params)
         if "." in fn:
             self._kept.append(True)
@@ -392,9 +483,15 @@ class _Mapper:
             self.rows.append(Row(key, fn, "mapped", f"rewards[{fn}]", "a built-in of this dashboard"))
             return RewardSpec(name=fn)
         self._kept.append(False)
-        self.errors.append(FieldError(f"{key}", fn, "is neither one of TRL's rewards "
-                                      f"({', '.join(TRL_REWARDS)}), nor an open-r1 reward name, nor a dotted import "
-                                      "path like 'my_lib.rewards.my_reward'. Fix the name; nothing was written."))
+        self.errors.append(
+            FieldError(
+                f"{key}",
+                fn,
+                "is neither one of TRL's rewards "
+                f"({', '.join(TRL_REWARDS)}), nor an open-r1 reward name, nor a dotted import "
+                "path like 'my_lib.rewards.my_reward'. Fix the name; nothing was written.",
+            )
+        )
         return None
 
     def _reward_names(self) -> set[str]:
@@ -426,8 +523,10 @@ class _Mapper:
                 setattr(getattr(s, section), key, LoraSpec(**value) if key == "lora" else value)
         if "backend" in h or "health" in h:
             base = RunSpec.from_dict({"backend": h.get("backend", {}), "health": h.get("health", {})})
-            base.backend.num_processes, base.backend.accelerate_config = (s.backend.num_processes,
-                                                                          s.backend.accelerate_config)
+            base.backend.num_processes, base.backend.accelerate_config = (
+                s.backend.num_processes,
+                s.backend.accelerate_config,
+            )
             base.backend.env = {**base.backend.env, **s.backend.env}
             s.backend, s.health = base.backend, base.health
         if "output_dir" in h:
@@ -442,8 +541,16 @@ class _Mapper:
         if d.conversational or d.system_prompt or d.prompt_template or not self._open_r1():
             return
         d.conversational = True
-        self.rows.append(Row("(conversational)", True, "converted", "dataset.conversational", "open-r1's grpo.py "
-                             "sends each prompt as a user message (make_conversation), so the chat template applies"))
+        self.rows.append(
+            Row(
+                "(conversational)",
+                True,
+                "converted",
+                "dataset.conversational",
+                "open-r1's grpo.py "
+                "sends each prompt as a user message (make_conversation), so the chat template applies",
+            )
+        )
 
     def _open_r1(self) -> bool:
         """Whether the recipe is open-r1's: a key or reward name only open-r1 has."""
@@ -461,9 +568,16 @@ class _Mapper:
             return
         n = s.backend.num_processes
         s.generation = GenerationSpec(server_gpus=[n])
-        self.rows.append(Row("(vllm server)", n, "converted", "generation.server_gpus",
-                             f"vllm_mode: server with no server address: the backend starts `trl vllm-serve` on GPU "
-                             f"{n} and trains on the other GPUs; change generation.server_gpus to fit your machine"))
+        self.rows.append(
+            Row(
+                "(vllm server)",
+                n,
+                "converted",
+                "generation.server_gpus",
+                f"vllm_mode: server with no server address: the backend starts `trl vllm-serve` on GPU "
+                f"{n} and trains on the other GPUs; change generation.server_gpus to fit your machine",
+            )
+        )
 
     def infer_processes(self) -> None:
         """The smallest process count for which the recipe's batches hold whole prompt groups (TRL's check)."""
@@ -485,17 +599,32 @@ class _Mapper:
 
         if fits(1):
             return
-        if any(k in self.config for k in ("use_gradient_checkpointing", "random_state", "max_seq_length")) and \
-                isinstance(self.config.get("per_device_train_batch_size"), int):
+        if any(
+            k in self.config for k in ("use_gradient_checkpointing", "random_state", "max_seq_length")
+        ) and isinstance(self.config.get("per_device_train_batch_size"), int):
             t["per_device_train_batch_size"] = g  # what Unsloth's GRPOTrainer patch does before training
-            self.rows.append(Row("(per_device_train_batch_size)", g, "converted",
-                                 "training.per_device_train_batch_size", f"Unsloth raises it to num_generations ({g}) "
-                                 f"on one GPU; TRL 1.16 needs whole groups per generation batch"))
+            self.rows.append(
+                Row(
+                    "(per_device_train_batch_size)",
+                    g,
+                    "converted",
+                    "training.per_device_train_batch_size",
+                    f"Unsloth raises it to num_generations ({g}) "
+                    f"on one GPU; TRL 1.16 needs whole groups per generation batch",
+                )
+            )
             return
         world = next((w for w in range(2, 65) if fits(w)), None)
         if world is None:
             return
         self.spec.backend.num_processes = world
-        self.rows.append(Row("(num_processes)", world, "converted", "backend.num_processes",
-                             f"the smallest process count for which the recipe's batches are whole groups of "
-                             f"num_generations ({g}); TRL checks this with the world size"))
+        self.rows.append(
+            Row(
+                "(num_processes)",
+                world,
+                "converted",
+                "backend.num_processes",
+                f"the smallest process count for which the recipe's batches are whole groups of "
+                f"num_generations ({g}); TRL checks this with the world size",
+            )
+        )

@@ -8,6 +8,7 @@ imports trl for it. The subprocess answers with JSON: the values TRL's parser gi
 know, TRL's check (None: accepted) and GRPOConfig's field defaults (the mapping needs them), on the last line of
 stdout, marked.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -9,39 +9,71 @@ from typing import Any
 
 # TRL `ModelConfig` / script-argument keys -> the spec field that holds them.
 MODEL_KEYS = {
-    "model_name_or_path": "model.name_or_path", "model_revision": "model.revision", "dtype": "model.dtype",
-    "attn_implementation": "model.attn_implementation", "trust_remote_code": "model.trust_remote_code",
+    "model_name_or_path": "model.name_or_path",
+    "model_revision": "model.revision",
+    "dtype": "model.dtype",
+    "attn_implementation": "model.attn_implementation",
+    "trust_remote_code": "model.trust_remote_code",
 }
 LORA_KEYS = {
-    "lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout", "lora_target_modules": "target_modules",
-    "lora_target_parameters": "target_parameters", "lora_modules_to_save": "modules_to_save",
-    "lora_task_type": "task_type", "use_rslora": "use_rslora", "use_dora": "use_dora",
+    "lora_r": "r",
+    "lora_alpha": "lora_alpha",
+    "lora_dropout": "lora_dropout",
+    "lora_target_modules": "target_modules",
+    "lora_target_parameters": "target_parameters",
+    "lora_modules_to_save": "modules_to_save",
+    "lora_task_type": "task_type",
+    "use_rslora": "use_rslora",
+    "use_dora": "use_dora",
 }
-QUANT_KEYS = {"bnb_4bit_quant_type": "quant_type", "use_bnb_nested_quant": "double_quant",
-              "bnb_4bit_quant_storage": "quant_storage"}
+QUANT_KEYS = {
+    "bnb_4bit_quant_type": "quant_type",
+    "use_bnb_nested_quant": "double_quant",
+    "bnb_4bit_quant_storage": "quant_storage",
+}
 DATASET_KEYS = {
-    "dataset_name": "path", "dataset_config": "config", "dataset_train_split": "split",
-    "dataset_test_split": "eval_split", "dataset_streaming": "streaming", "streaming": "streaming",
-    "datasets": "mixture", "test_split_size": "test_split_size",
+    "dataset_name": "path",
+    "dataset_config": "config",
+    "dataset_train_split": "split",
+    "dataset_test_split": "eval_split",
+    "dataset_streaming": "streaming",
+    "streaming": "streaming",
+    "datasets": "mixture",
+    "test_split_size": "test_split_size",
 }
 # Keys of the `trl` command itself (it hands them to `accelerate launch`), not of a dataclass.
 LAUNCH_KEYS = {"num_processes": "backend.num_processes", "accelerate_config": "backend.accelerate_config"}
-SPECIAL_KEYS = ("use_peft", "load_in_4bit", "load_in_8bit", "reward_funcs", "reward_model_name_or_path",
-                "reward_weights", "output_dir", "env", "ignore_bias_buffers")
+SPECIAL_KEYS = (
+    "use_peft",
+    "load_in_4bit",
+    "load_in_8bit",
+    "reward_funcs",
+    "reward_model_name_or_path",
+    "reward_weights",
+    "output_dir",
+    "env",
+    "ignore_bias_buffers",
+)
 
 # Keys of other TRL versions and of popular recipe formats (open-r1, Unsloth, philschmid), with where they go.
 # (target, how): target is a spec path, or None when the key is dropped; `how` is the reason shown.
 FOREIGN: dict[str, tuple[str | None, str]] = {
     "torch_dtype": ("model.dtype", "renamed to `dtype` in transformers 5"),
     "warmup_ratio": ("training.warmup_steps", "removed in transformers 5; warmup_steps below 1 is a ratio"),
-    "vllm_device": ("training.vllm_mode", "TRL 0.14 ran vLLM in-process on a spare GPU (vllm_device; deprecated in "
-                    "0.16 for a `trl vllm-serve` server); TRL 1.16 does that as vllm_mode: server"),
+    "vllm_device": (
+        "training.vllm_mode",
+        "TRL 0.14 ran vLLM in-process on a spare GPU (vllm_device; deprecated in "
+        "0.16 for a `trl vllm-serve` server); TRL 1.16 does that as vllm_mode: server",
+    ),
     "gpu_memory_utilization": ("training.vllm_gpu_memory_utilization", "Unsloth's name for vLLM's memory share"),
     "use_gradient_checkpointing": ("training.gradient_checkpointing", "Unsloth's name; 'unsloth' means true"),
     "random_state": ("training.seed", "Unsloth's name for the seed"),
     "dataset_prompt_column": ("dataset.prompt_column", "open-r1's prompt column"),
-    "dataset_mixture": ("dataset.mixture", "open-r1's dataset mixture (id, config, split, columns, weight; seed, "
-                        "test_split_size) as TRL's DatasetMixtureConfig"),
+    "dataset_mixture": (
+        "dataset.mixture",
+        "open-r1's dataset mixture (id, config, split, columns, weight; seed, "
+        "test_split_size) as TRL's DatasetMixtureConfig",
+    ),
     "dataset_id_or_path": ("dataset.path", "the recipe script's dataset argument"),
     "system_prompt": ("dataset.system_prompt", "open-r1's system prompt"),
     "chat_template": ("model.chat_template", "open-r1's chat template override"),
@@ -50,17 +82,31 @@ FOREIGN: dict[str, tuple[str | None, str]] = {
     "wandb_run_group": ("backend.env.WANDB_RUN_GROUP", "open-r1 sets it as an environment variable"),
     "vllm_guided_decoding_regex": ("training.vllm_structured_outputs_regex", "renamed in TRL 1.x"),
     "wandb_log_unique_prompts": ("training.log_unique_prompts", "renamed in TRL 1.x (it applies to every tracker)"),
-    "vllm_max_model_len": ("training.vllm_max_model_length", "TRL 0.16's in-process vLLM context window; TRL 1.16 "
-                           "names it vllm_max_model_length (colocate mode; a server takes `--max_model_len`)"),
-    "use_liger_loss": (None, "TRL 1.16 has no Liger GRPO loss: it always computes log-probs in chunks through a fused "
-                       "LM head (the memory Liger saved); for Hub kernels set training.model_init_kwargs: "
-                       "{use_kernels: true}"),
-    "vllm_dtype": (None, "TRL 0.16's in-process vLLM setting; in TRL 1.16 colocate mode uses the model's dtype and a "
-                   "vLLM server takes `trl vllm-serve --dtype`"),
-    "vllm_enable_prefix_caching": (None, "TRL 0.16's in-process vLLM setting; in TRL 1.16 a vLLM server takes "
-                                   "`trl vllm-serve --enable_prefix_caching`"),
-    "max_prompt_length": (None, "removed in TRL 1.x: prompts are no longer truncated by the trainer; filter long "
-                          "prompts out of the dataset instead"),
+    "vllm_max_model_len": (
+        "training.vllm_max_model_length",
+        "TRL 0.16's in-process vLLM context window; TRL 1.16 "
+        "names it vllm_max_model_length (colocate mode; a server takes `--max_model_len`)",
+    ),
+    "use_liger_loss": (
+        None,
+        "TRL 1.16 has no Liger GRPO loss: it always computes log-probs in chunks through a fused "
+        "LM head (the memory Liger saved); for Hub kernels set training.model_init_kwargs: "
+        "{use_kernels: true}",
+    ),
+    "vllm_dtype": (
+        None,
+        "TRL 0.16's in-process vLLM setting; in TRL 1.16 colocate mode uses the model's dtype and a "
+        "vLLM server takes `trl vllm-serve --dtype`",
+    ),
+    "vllm_enable_prefix_caching": (
+        None,
+        "TRL 0.16's in-process vLLM setting; in TRL 1.16 a vLLM server takes `trl vllm-serve --enable_prefix_caching`",
+    ),
+    "max_prompt_length": (
+        None,
+        "removed in TRL 1.x: prompts are no longer truncated by the trainer; filter long "
+        "prompts out of the dataset instead",
+    ),
     "overwrite_output_dir": (None, "removed in transformers 5; every run has its own output directory"),
     "max_seq_length": (None, "an Unsloth model-loader argument; TRL bounds completions with max_completion_length"),
 }
@@ -80,11 +126,27 @@ UNSUPPORTED: dict[str, str] = {
     "ioi_provider": "open-r1's IOI judge provider",
 }
 # Keys only open-r1's recipes have (its GRPOConfig and GRPOScriptArguments beyond TRL's).
-OPEN_R1_KEYS = ("dataset_prompt_column", "system_prompt", "chat_template", "callbacks", "benchmarks",
-                "hub_model_revision", "overwrite_hub_revision", "push_to_hub_revision", "wandb_entity",
-                "wandb_project", "wandb_run_group", "dataset_mixture", "code_eval_test_batch_size",
-                "code_eval_scoring_mode", "parallel_code_exec_per_proc", "code_provider", "e2b_router_url",
-                "morph_router_url", "ioi_provider")
+OPEN_R1_KEYS = (
+    "dataset_prompt_column",
+    "system_prompt",
+    "chat_template",
+    "callbacks",
+    "benchmarks",
+    "hub_model_revision",
+    "overwrite_hub_revision",
+    "push_to_hub_revision",
+    "wandb_entity",
+    "wandb_project",
+    "wandb_run_group",
+    "dataset_mixture",
+    "code_eval_test_batch_size",
+    "code_eval_scoring_mode",
+    "parallel_code_exec_per_proc",
+    "code_provider",
+    "e2b_router_url",
+    "morph_router_url",
+    "ioi_provider",
+)
 # open-r1 reward parameters (its GRPOScriptArguments) -> (open-r1 reward name, the built-in's parameter).
 REWARD_PARAM_KEYS: dict[str, tuple[str, str]] = {
     "cosine_min_value_wrong": ("cosine", "min_value_wrong"),

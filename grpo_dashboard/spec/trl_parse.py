@@ -42,10 +42,17 @@ def parse_config(text: str, label: str) -> tuple[dict[str, Any], dict[str, Any]]
     for line in text.splitlines():
         if line.startswith(HEADER):
             try:
-                header = json.loads(line[len(HEADER):])
+                header = json.loads(line[len(HEADER) :])
             except ValueError as exc:
-                raise SpecError([FieldError("(file)", label, f"has a broken `{HEADER.strip()}` line ({exc}); "
-                                            "export the spec again or remove the line.")]) from exc
+                raise SpecError(
+                    [
+                        FieldError(
+                            "(file)",
+                            label,
+                            f"has a broken `{HEADER.strip()}` line ({exc}); export the spec again or remove the line.",
+                        )
+                    ]
+                ) from exc
     return data, header
 
 
@@ -57,8 +64,9 @@ def read_text(path: str | Path, label: str | None = None) -> str:
     except file_policy.FileRefused as exc:
         raise SpecError([exc.error]) from None
     except UnicodeDecodeError as exc:
-        raise SpecError([FieldError("(file)", label or str(path), f"is not UTF-8 text ({exc.reason}). Give the "
-                                    "YAML file.")]) from None
+        raise SpecError(
+            [FieldError("(file)", label or str(path), f"is not UTF-8 text ({exc.reason}). Give the YAML file.")]
+        ) from None
 
 
 def read_config(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -87,8 +95,9 @@ def trl_parser() -> Any:
     return make_parser()
 
 
-def parse_with_trl(config: dict[str, Any], check_overrides: dict[str, Any] | None = None
-                   ) -> tuple[dict[str, Any], list[str], str | None]:
+def parse_with_trl(
+    config: dict[str, Any], check_overrides: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[str], str | None]:
     """Values TRL's parser gives the config's keys, the keys it does not know, and TRL's own cross-field check.
 
     The check builds the dataclasses as `trl grpo` does; on a machine without a GPU, bf16/tf32 are cleared for the

@@ -25,16 +25,16 @@ TRL_REWARDS: dict[str, tuple[str, dict[str, Any]]] = {
 # 078c5e17 (configs.py) and ed89dd94 (rewards.py); `max_completion_len`/`soft_punish_cache` defaults of later
 # releases): each as the built-in that computes the same, with open-r1's script-argument defaults, which differ from
 # the built-ins' own (cosine: min_value_wrong 0.0 and max_len 1000 characters; soft overlong: 16384/4096 tokens).
-OPEN_R1_TAG_COUNT = '''def reward(completions, **kwargs):
+OPEN_R1_TAG_COUNT = """def reward(completions, **kwargs):
     def count(text):
         score = 0.0
         for tag in ("<think>\\n", "\\n</think>\\n", "\\n<answer>\\n", "\\n</answer>"):
             score += 0.25 if text.count(tag) == 1 else 0.0
         return score
     return [count(c[0]["content"] if isinstance(c, list) else c) for c in completions]
-'''
+"""
 # open-r1 counts the pattern's matches and gives min(1, count / 3); a regex match would give 0 or 1.
-OPEN_R1_REASONING_STEPS = '''import re
+OPEN_R1_REASONING_STEPS = """import re
 
 PATTERN = r"(Step \\d+:|^\\d+\\.|\\n-|\\n\\*|First,|Second,|Next,|Finally,)"
 
@@ -42,7 +42,7 @@ PATTERN = r"(Step \\d+:|^\\d+\\.|\\n-|\\n\\*|First,|Second,|Next,|Finally,)"
 def reward(completions, **kwargs):
     texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
     return [min(1.0, len(re.findall(PATTERN, t)) / 3) for t in texts]
-'''
+"""
 # open-r1 uses re.match(pattern, text, re.DOTALL | re.MULTILINE): anchored at the start, and `$` matches at any line
 # end. The regex built-in searches with DOTALL, so `(?m)\\A` gives the same.
 OPEN_R1_FORMAT = r"(?m)\A<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$"
@@ -59,14 +59,23 @@ OPEN_R1_REWARDS: dict[str, tuple[str, dict[str, Any]] | str] = {
     "accuracy": ("math_accuracy", {"solution_column": "solution"}),
     "format": ("regex", {"pattern": OPEN_R1_FORMAT}),
     "tag_count": ("python", {"code": OPEN_R1_TAG_COUNT, "function": "reward"}),
-    "cosine": ("cosine_scaled", {"min_value_wrong": 0.0, "max_value_wrong": -0.5, "min_value_correct": 0.5,
-                                 "max_value_correct": 1.0, "max_len": 1000, "unit": "chars"}),
+    "cosine": (
+        "cosine_scaled",
+        {
+            "min_value_wrong": 0.0,
+            "max_value_wrong": -0.5,
+            "min_value_correct": 0.5,
+            "max_value_correct": 1.0,
+            "max_len": 1000,
+            "unit": "chars",
+        },
+    ),
     "repetition_penalty": ("repetition_penalty", {"ngram_size": 3, "max_penalty": -1.0, "unit": "words"}),
     "soft_overlong_punishment": ("soft_overlong", {"max_completion_len": 16384, "soft_punish_cache": 4096}),
     "code_format": ("regex", {"pattern": open_r1_code_format("python")}),
     "reasoning_steps": ("python", {"code": OPEN_R1_REASONING_STEPS, "function": "reward"}),
     "code": "open-r1 runs the code through E2B/Morph sandboxes on `verification_info` test cases; use the "
-            "code_tests built-in with a tests column instead",
+    "code_tests built-in with a tests column instead",
     "binary_code": "open-r1 runs the code through E2B/Morph sandboxes; use the code_tests built-in instead",
     "ioi_code": "needs open-r1's IOI judge (Piston workers)",
     "cf_code": "needs open-r1's Codeforces judge (Piston workers)",
@@ -96,8 +105,10 @@ def dotted_function(fn: str, search: list[Path]) -> tuple[str | None, str | None
     if found:
         return f"{module}:{attr}", None
     where = "beside the recipe, in the current directory or installed" if search else "installed here"
-    return None, (f"does not import: no module {module!r} {where}. Put {rel.with_suffix('.py')} there, install the "
-                  "package, or fix the path")
+    return None, (
+        f"does not import: no module {module!r} {where}. Put {rel.with_suffix('.py')} there, install the "
+        "package, or fix the path"
+    )
 
 
 def generated_reward(fn: str, recipe_dir: Path | None) -> RewardSpec | None:

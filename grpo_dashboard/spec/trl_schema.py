@@ -40,8 +40,16 @@ BUILD_TIMEOUT_S = 300.0
 CONFIGS = {"GRPOConfig": "trl", "AsyncGRPOConfig": "trl.experimental.async_grpo"}
 VERSIONED = ("trl", "transformers")  # GRPOConfig inherits most of its fields from transformers' TrainingArguments
 # Type names in the schema and the Python types they stand for; enums and other classes become stand-ins.
-BASIC: dict[str, Any] = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict,
-                         "NoneType": type(None), "Literal": typing.Literal}
+BASIC: dict[str, Any] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "bool": bool,
+    "list": list,
+    "dict": dict,
+    "NoneType": type(None),
+    "Literal": typing.Literal,
+}
 ENUM, CLASS = "enum:", "class:"
 
 log = logging.getLogger(__name__)
@@ -112,12 +120,21 @@ def config_schema(cls: type) -> list[dict[str, Any]]:
         if not f.init:
             continue
         kinds = _flatten(hints.get(f.name, f.type))
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
         enums = [k for k in kinds if isinstance(k, type) and issubclass(k, enum.Enum)]
-        out.append({"name": f.name, "types": [_type_name(k) for k in kinds], "default": _plain(default),
-                    "help": str(f.metadata.get("help", "")).strip(),
-                    "enum_values": [e.value for e in enums[0]] if enums else None})
+        out.append(
+            {
+                "name": f.name,
+                "types": [_type_name(k) for k in kinds],
+                "default": _plain(default),
+                "help": str(f.metadata.get("help", "")).strip(),
+                "enum_values": [e.value for e in enums[0]] if enums else None,
+            }
+        )
     return out
 
 
@@ -133,8 +150,11 @@ def build() -> dict[str, Any]:
         except (ImportError, AttributeError):
             continue
         configs[name] = config_schema(cls)
-    return {"generated_by": "python -m grpo_dashboard.spec.trl_schema --build --write",
-            "versions": installed_versions(), "configs": configs}
+    return {
+        "generated_by": "python -m grpo_dashboard.spec.trl_schema --build --write",
+        "versions": installed_versions(),
+        "configs": configs,
+    }
 
 
 def dumps(schema: dict[str, Any]) -> str:
@@ -155,9 +175,14 @@ def cache_dir() -> Path:
 
 
 def _build_in_subprocess() -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "grpo_dashboard.spec.trl_schema", "--build"], capture_output=True,
-                          text=True, timeout=BUILD_TIMEOUT_S, check=False,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard.spec.trl_schema", "--build"],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        check=False,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"building the TRL schema failed: {last}")
@@ -210,7 +235,7 @@ def python_types(entry: dict[str, Any]) -> tuple[Any, ...]:
         if name in BASIC:
             out.append(BASIC[name])
         elif name.startswith(ENUM):
-            out.append(_stand_in(name[len(ENUM):], tuple(entry.get("enum_values") or ())))
+            out.append(_stand_in(name[len(ENUM) :], tuple(entry.get("enum_values") or ())))
         else:
             out.append(_stand_in(name.removeprefix(CLASS), None))
     return tuple(out)

@@ -173,11 +173,19 @@ class Store:
         with self.transaction() as c:
             c.execute(sql, [*values.values(), run_id])
 
-    def finish_run(self, run_id: str, status: str, error: str | None = None, exit_code: int | None = None,
-                   conn: sqlite3.Connection | None = None) -> bool:
+    def finish_run(
+        self,
+        run_id: str,
+        status: str,
+        error: str | None = None,
+        exit_code: int | None = None,
+        conn: sqlite3.Connection | None = None,
+    ) -> bool:
         """Move an active run to a terminal status; no-op (False) if it already ended."""
-        sql = ("UPDATE runs SET status = ?, error = COALESCE(?, error), exit_code = COALESCE(?, exit_code), "
-               "ended_at = COALESCE(ended_at, ?) WHERE id = ? AND status IN (?, ?)")
+        sql = (
+            "UPDATE runs SET status = ?, error = COALESCE(?, error), exit_code = COALESCE(?, exit_code), "
+            "ended_at = COALESCE(ended_at, ?) WHERE id = ? AND status IN (?, ?)"
+        )
         args = [status, redact(error), exit_code, time.time(), run_id, *ACTIVE]
         if conn is not None:
             return conn.execute(sql, args).rowcount > 0
@@ -198,15 +206,17 @@ class Store:
         if row is None:
             row = conn.execute("SELECT * FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,)).fetchone()
         if row is None:
-            rows = conn.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created_at DESC",
-                                (_like_prefix(ref),)).fetchall()
+            rows = conn.execute(
+                "SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created_at DESC", (_like_prefix(ref),)
+            ).fetchall()
             if len(rows) > 1:
                 ids = ", ".join(r["id"] for r in rows[:5])
                 raise RunNotFound(f"{ref!r} matches {len(rows)} runs ({ids}...); give more of the id.")
             row = rows[0] if rows else None
         if row is None:
-            raise RunNotFound(f"No run matches {ref!r} (by id, id prefix or name). "
-                              f"List runs with `python -m grpo_dashboard runs`.")
+            raise RunNotFound(
+                f"No run matches {ref!r} (by id, id prefix or name). List runs with `python -m grpo_dashboard runs`."
+            )
         return Run(**dict(row))
 
     def list_runs(self, status: str | list[str] | None = None, owner: str | None = None) -> list[Run]:
@@ -229,15 +239,17 @@ class Store:
     def metric_keys(self, run_id: str) -> list[tuple[str, str]]:
         """(split, key) pairs present for a run."""
         rows = self.connection().execute(
-            "SELECT split, key FROM series WHERE run_id = ? ORDER BY split, key", (run_id,))
+            "SELECT split, key FROM series WHERE run_id = ? ORDER BY split, key", (run_id,)
+        )
         return [(r[0], r[1]) for r in rows]
 
     def arrays(self, run_id: str, key: str, split: str = "train", since_step: int | None = None) -> SeriesArrays:
         """One metric as numpy arrays (steps, values with None and NaN as NaN, an is_none mask, times)."""
         return series.read_arrays(self.connection(), run_id, key, split, since_step)
 
-    def arrays_all(self, run_id: str, since: dict[tuple[str, str], int | None] | None = None
-                   ) -> dict[tuple[str, str], SeriesArrays]:
+    def arrays_all(
+        self, run_id: str, since: dict[tuple[str, str], int | None] | None = None
+    ) -> dict[tuple[str, str], SeriesArrays]:
         """Every metric of a run as arrays, keyed by (split, key), in one query; with `since`, only the series it
         names, each with its points after the given step (None: all of them), and none left without points."""
         return series.read_run(self.connection(), run_id, since)
@@ -246,8 +258,9 @@ class Store:
         """(points, last step) of every series of a run: how a reader that keeps what it read sees what changed."""
         return series.heads(self.connection(), run_id)
 
-    def series(self, run_id: str, key: str, split: str = "train", since_step: int | None = None
-               ) -> list[tuple[int, float | None, float | None]]:
+    def series(
+        self, run_id: str, key: str, split: str = "train", since_step: int | None = None
+    ) -> list[tuple[int, float | None, float | None]]:
         """(step, value, time) for one metric, ordered by step; NaN as float('nan'), None as None."""
         a = self.arrays(run_id, key, split, since_step)
         values: list[float | None] = a.values.tolist()
@@ -285,7 +298,8 @@ class Store:
     def latest_metrics(self, run_id: str, split: str = "train") -> dict[str, float | None]:
         """The last logged value of every key of a split."""
         rows = self.connection().execute(
-            "SELECT key, last_value, last_kind FROM series WHERE run_id = ? AND split = ?", (run_id, split))
+            "SELECT key, last_value, last_kind FROM series WHERE run_id = ? AND split = ?", (run_id, split)
+        )
         return {k: series.decode_scalar(v, kind) for k, v, kind in rows}
 
     def truncate_after(self, run_id: str, step: int) -> int:
@@ -301,11 +315,14 @@ class Store:
             if row[0] is None:
                 return
             shift = int(row[0]) + 1
-            rows = conn.execute("SELECT seq, time, event, payload FROM events WHERE run_id = ? ORDER BY seq",
-                                (run_id,)).fetchall()
+            rows = conn.execute(
+                "SELECT seq, time, event, payload FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+            ).fetchall()
             conn.execute("DELETE FROM events WHERE run_id = ?", (run_id,))
-            conn.executemany("INSERT INTO events (run_id, seq, time, event, payload) VALUES (?, ?, ?, ?, ?)",
-                             [(run_id, r[0] - shift, r[1], r[2], r[3]) for r in rows])
+            conn.executemany(
+                "INSERT INTO events (run_id, seq, time, event, payload) VALUES (?, ?, ?, ?, ?)",
+                [(run_id, r[0] - shift, r[1], r[2], r[3]) for r in rows],
+            )
 
     def count_metric_values(self, run_id: str) -> int:
         """Number of stored metric values of a run."""
@@ -315,7 +332,8 @@ class Store:
     def events(self, run_id: str) -> list[dict[str, Any]]:
         """Job events in order (payload decoded)."""
         rows = self.connection().execute(
-            "SELECT seq, time, event, payload FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+            "SELECT seq, time, event, payload FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
         return [{"seq": s, "time": t, "event": e, **json.loads(p)} for s, t, e, p in rows]
 
     def ingest_offset(self, run_id: str) -> int | None:
@@ -333,16 +351,22 @@ class Store:
     def save_health_badge(self, run_id: str, token: tuple[Any, ...], badge: str) -> None:
         """Keep a run's health badge for its current change token (the runs table then needs no doctor pass)."""
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO health (run_id, token, badge) VALUES (?, ?, ?)",
-                         (run_id, token_text(token), badge))
+            conn.execute(
+                "INSERT OR REPLACE INTO health (run_id, token, badge) VALUES (?, ?, ?)",
+                (run_id, token_text(token), badge),
+            )
 
     # --- findings history: every finding that fired on a run, with its first onset and when it resolved ---------
     def save_findings(self, run_id: str, findings: list[dict[str, Any]]) -> None:
         """Record a run's findings history (``Finding.to_dict()`` rows with ``status`` / ``resolved_step``): a
         finding already stored keeps its earliest onset; the rest of the row is the latest."""
         with self.transaction() as conn:
-            known = {(r, m): s for r, m, s in conn.execute(
-                "SELECT rule, metric, first_step FROM findings WHERE run_id = ?", (run_id,)).fetchall()}
+            known = {
+                (r, m): s
+                for r, m, s in conn.execute(
+                    "SELECT rule, metric, first_step FROM findings WHERE run_id = ?", (run_id,)
+                ).fetchall()
+            }
             for f in findings:
                 metric = f.get("metric") or ""
                 first = min(int(f["step"]), known.get((f["rule"], metric), int(f["step"])))
@@ -350,14 +374,26 @@ class Store:
                 conn.execute(
                     "INSERT OR REPLACE INTO findings (run_id, rule, metric, severity, first_step, status, "
                     "resolved_step, finding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, f["rule"], metric, f["severity"], first, f.get("status", "active"),
-                     f.get("resolved_step"), json.dumps(row)))
+                    (
+                        run_id,
+                        f["rule"],
+                        metric,
+                        f["severity"],
+                        first,
+                        f.get("status", "active"),
+                        f.get("resolved_step"),
+                        json.dumps(row),
+                    ),
+                )
 
     def findings(self, run_id: str) -> list[dict[str, Any]]:
         """A run's recorded findings history (as saved by ``save_findings``), oldest onset first."""
         with _translated(self.path):
-            rows = self.connection().execute(
-                "SELECT finding FROM findings WHERE run_id = ? ORDER BY first_step, rule", (run_id,)).fetchall()
+            rows = (
+                self.connection()
+                .execute("SELECT finding FROM findings WHERE run_id = ? ORDER BY first_step, rule", (run_id,))
+                .fetchall()
+            )
         return [json.loads(r[0]) for r in rows]
 
     def forecast_cells(self) -> dict[str, tuple[str, str]]:
@@ -369,8 +405,10 @@ class Store:
     def save_forecast_cell(self, run_id: str, token: tuple[Any, ...], cell: str) -> None:
         """Keep a finished run's forecast cell for its change token (the runs table then fits nothing)."""
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO forecast_cells (run_id, token, cell) VALUES (?, ?, ?)",
-                         (run_id, token_text(token), cell))
+            conn.execute(
+                "INSERT OR REPLACE INTO forecast_cells (run_id, token, cell) VALUES (?, ?, ?)",
+                (run_id, token_text(token), cell),
+            )
 
     # --- naming, notes and deleting runs ------------------------------------------------------------------------
     def rename_run(self, run_id: str, name: str) -> None:
@@ -384,8 +422,10 @@ class Store:
         self.get_run(run_id)
         with self.transaction() as conn:
             if note.strip():
-                conn.execute("INSERT OR REPLACE INTO run_notes (run_id, note, updated_at) VALUES (?, ?, ?)",
-                             (run_id, redact(note), time.time()))
+                conn.execute(
+                    "INSERT OR REPLACE INTO run_notes (run_id, note, updated_at) VALUES (?, ?, ?)",
+                    (run_id, redact(note), time.time()),
+                )
             else:
                 conn.execute("DELETE FROM run_notes WHERE run_id = ?", (run_id,))
 
@@ -407,9 +447,15 @@ class Store:
     def change_token(self, run_id: str) -> tuple[Any, ...]:
         """A cheap value that changes whenever anything visible about the run changes (system samples of a remote
         job are written without moving the ingest offset: their newest step is part of it)."""
-        row = self.connection().execute(
-            "SELECT ingest_offset, n_records, status, last_step, (SELECT MAX(last_step) FROM series WHERE run_id = ? "
-            "AND split = ?) FROM runs WHERE id = ?", (run_id, series.SYSTEM_SPLIT, run_id)).fetchone()
+        row = (
+            self.connection()
+            .execute(
+                "SELECT ingest_offset, n_records, status, last_step, "
+                "(SELECT MAX(last_step) FROM series WHERE run_id = ? AND split = ?) FROM runs WHERE id = ?",
+                (run_id, series.SYSTEM_SPLIT, run_id),
+            )
+            .fetchone()
+        )
         return tuple(row) if row else ()
 
     def integrity_ok(self) -> bool:

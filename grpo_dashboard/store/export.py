@@ -61,8 +61,10 @@ def export_metrics(store: Store, run_id: str, path: str | Path) -> int:
 
 def export_metrics_main(argv: list[str]) -> int:
     """export-metrics RUN -o FILE: a run's stored metrics to .csv, .jsonl or .parquet."""
-    p = argparse.ArgumentParser(prog="export-metrics", description="Write a run's stored metrics (one row per step "
-                                "and split) to .csv, .jsonl or .parquet.")
+    p = argparse.ArgumentParser(
+        prog="export-metrics",
+        description="Write a run's stored metrics (one row per step and split) to .csv, .jsonl or .parquet.",
+    )
     p.add_argument("run", help="Run id, unique id prefix, or name.")
     p.add_argument("-o", "--output", required=True, help="Output file (.csv, .jsonl or .parquet).")
     args = p.parse_args(argv)

@@ -49,13 +49,14 @@ LIMITS = ImportLimits()
 def check_size(path: Path, label: str, limits: ImportLimits) -> None:
     """ImportRunError when the file (or the files of a folder, summed) is over `limits.max_bytes`."""
     try:
-        size = path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*")
-                                                              if p.is_file())
+        size = path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     except OSError:
         return  # the reader reports a file it cannot read
     if size > limits.max_bytes:
-        raise ImportRunError(f"{label} is {size:,} bytes, over the import limit of {limits.max_bytes:,} bytes. "
-                             "Import a smaller file: export fewer metrics or steps. Nothing was written.")
+        raise ImportRunError(
+            f"{label} is {size:,} bytes, over the import limit of {limits.max_bytes:,} bytes. "
+            "Import a smaller file: export fewer metrics or steps. Nothing was written."
+        )
 
 
 @dataclass
@@ -89,12 +90,13 @@ class Budget:
             raise self._refuse(f"has {n:,} columns; at most {self.limits.max_columns:,} are imported")
 
     def _refuse(self, what: str) -> ImportRunError:
-        return ImportRunError(f"{self.label} {what}. Export only the metrics and steps you need (e.g. W&B's "
-                              "`run.history(keys=[...])`) and import that. Nothing was written.")
+        return ImportRunError(
+            f"{self.label} {what}. Export only the metrics and steps you need (e.g. W&B's "
+            "`run.history(keys=[...])`) and import that. Nothing was written."
+        )
 
 
-def open_sqlite(path: Path, label: str, limits: ImportLimits = LIMITS, immutable: bool = False
-                ) -> sqlite3.Connection:
+def open_sqlite(path: Path, label: str, limits: ImportLimits = LIMITS, immutable: bool = False) -> sqlite3.Connection:
     """A read-only connection to the database at `path` (a path the dashboard chose: quoted into the URI), whose
     queries are stopped past `limits.time_s` (all together) and whose values are at most `limits.max_text_bytes`."""
     uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
@@ -111,31 +113,39 @@ def sqlite_problem(exc: sqlite3.Error, label: str, limits: ImportLimits = LIMITS
     """The refusal for an SQLite error: past the time budget, a value over the size budget, or unreadable."""
     text = str(exc)
     if "interrupted" in text:
-        return ImportRunError(f"{label}: reading the database took longer than the import limit of "
-                              f"{limits.time_s:g} seconds and was stopped. Export the run's metrics to CSV and "
-                              "import that. Nothing was written.")
+        return ImportRunError(
+            f"{label}: reading the database took longer than the import limit of "
+            f"{limits.time_s:g} seconds and was stopped. Export the run's metrics to CSV and "
+            "import that. Nothing was written."
+        )
     if "too big" in text:
-        return ImportRunError(f"{label} holds a value over the import limit of {limits.max_text_bytes:,} bytes. "
-                              "Export the run's metrics to CSV and import that. Nothing was written.")
-    return ImportRunError(f"{label} is not a readable SQLite database ({text}). Give a trackio project .db. "
-                          "Nothing was written.")
+        return ImportRunError(
+            f"{label} holds a value over the import limit of {limits.max_text_bytes:,} bytes. "
+            "Export the run's metrics to CSV and import that. Nothing was written."
+        )
+    return ImportRunError(
+        f"{label} is not a readable SQLite database ({text}). Give a trackio project .db. Nothing was written."
+    )
 
 
 def upload_name(name: str) -> tuple[str, str]:
     """(the fixed file name an upload is copied to, its run name) from the name the visitor gave it."""
     suffix = Path(name).suffix.lower()
     if suffix not in SUFFIXES:
-        raise ImportRunError(f"{name!r} is not a file this import reads (its name ends in {suffix or 'nothing'}); "
-                             f"upload a trainer_state.json, a TRL .jsonl log, a trackio .db or a W&B history .csv "
-                             f"({', '.join(SUFFIXES)}).")
+        raise ImportRunError(
+            f"{name!r} is not a file this import reads (its name ends in {suffix or 'nothing'}); "
+            f"upload a trainer_state.json, a TRL .jsonl log, a trackio .db or a W&B history .csv "
+            f"({', '.join(SUFFIXES)})."
+        )
     fixed = "trainer_state.json" if name == "trainer_state.json" else f"upload{suffix}"
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(name).stem).strip("-.") or "imported"
     return fixed, stem[:60]
 
 
 @contextmanager
-def private_copy(upload: str | Path, root: str | Path | None, limits: ImportLimits = LIMITS
-                 ) -> Iterator[tuple[Path, str, str]]:
+def private_copy(
+    upload: str | Path, root: str | Path | None, limits: ImportLimits = LIMITS
+) -> Iterator[tuple[Path, str, str]]:
     """(a private copy of the upload under a fixed name, the upload's own file name, a run name), deleted when the
     block ends. With `root` (on a Space: gradio's upload folder) the upload must be a file inside it."""
     given = Path(upload)

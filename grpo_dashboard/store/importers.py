@@ -56,8 +56,14 @@ class Source:
     name: str
 
 
-def detect(path: str | Path, run_name: str | None = None, *, label: str | None = None,
-           limits: ImportLimits = LIMITS, immutable: bool = False) -> Source:
+def detect(
+    path: str | Path,
+    run_name: str | None = None,
+    *,
+    label: str | None = None,
+    limits: ImportLimits = LIMITS,
+    immutable: bool = False,
+) -> Source:
     """Read a run from `path` (any supported source) within `limits`; ImportRunError when it cannot.
 
     `label`: how messages name the source (an upload by its own name; default: the path). `immutable`: the file
@@ -66,9 +72,11 @@ def detect(path: str | Path, run_name: str | None = None, *, label: str | None =
     p = user_path(path)
     label = label or str(p)
     if not p.exists():
-        raise ImportRunError(f"{label} does not exist. Give a trainer_state.json, a checkpoint or output directory, "
-                             "a TRL JSONL log, a trackio project .db, a TensorBoard log directory or a W&B history "
-                             "export (.csv/.jsonl).")
+        raise ImportRunError(
+            f"{label} does not exist. Give a trainer_state.json, a checkpoint or output directory, "
+            "a TRL JSONL log, a trackio project .db, a TensorBoard log directory or a W&B history "
+            "export (.csv/.jsonl)."
+        )
     budget = Budget(label, limits)
     if p.is_file():
         check_size(p, label, limits)
@@ -133,14 +141,18 @@ def _trackio_read(conn: sqlite3.Connection, p: Path, run_name: str | None, budge
     tables = {name for name, kind in kinds.items() if kind == "table"}
     views = sorted(set(kinds) - tables)
     if views:  # trackio writes tables; a view's query (a recursive CTE...) would be run by reading it
-        raise ImportRunError(f"{label}: {', '.join(f'`{v}`' for v in views)} is a {kinds[views[0]]}, not a table; "
-                             "a trackio project's metrics, configs and system_metrics are tables. Give the .db "
-                             "trackio wrote. Nothing was written.")
+        raise ImportRunError(
+            f"{label}: {', '.join(f'`{v}`' for v in views)} is a {kinds[views[0]]}, not a table; "
+            "a trackio project's metrics, configs and system_metrics are tables. Give the .db "
+            "trackio wrote. Nothing was written."
+        )
     if "metrics" not in tables or version not in TRACKIO_SCHEMAS:
-        raise ImportRunError(f"{label} is a trackio database of schema version {version} (tables: "
-                             f"{sorted(tables)}); this importer reads trackio schema versions {TRACKIO_SCHEMAS}. Open "
-                             "it once with a trackio release that migrates it (trackio>=0.43), or export the run's "
-                             "metrics to CSV and import that. Nothing was written.")
+        raise ImportRunError(
+            f"{label} is a trackio database of schema version {version} (tables: "
+            f"{sorted(tables)}); this importer reads trackio schema versions {TRACKIO_SCHEMAS}. Open "
+            "it once with a trackio release that migrates it (trackio>=0.43), or export the run's "
+            "metrics to CSV and import that. Nothing was written."
+        )
     runs = [r[0] for r in conn.execute("SELECT run_name FROM metrics GROUP BY run_name ORDER BY MIN(id) LIMIT 1001")]
     if not runs:
         raise ImportRunError(f"{label}: the trackio project has no logged metrics.")
@@ -148,8 +160,9 @@ def _trackio_read(conn: sqlite3.Connection, p: Path, run_name: str | None, budge
     if name not in runs:
         raise ImportRunError(f"{label} has no run named {name!r}; its runs are {runs[:20]}. Pass one with --run.")
     rows = []
-    for step, stamp, blob in conn.execute("SELECT step, timestamp, metrics FROM metrics WHERE run_name = ? "
-                                          "ORDER BY step, id", (name,)):
+    for step, stamp, blob in conn.execute(
+        "SELECT step, timestamp, metrics FROM metrics WHERE run_name = ? ORDER BY step, id", (name,)
+    ):
         metrics = _flat(_json(blob))
         budget.add(metrics)
         rows.append((_split(metrics), _int(step, label), _stamp(stamp), metrics))
@@ -157,8 +170,7 @@ def _trackio_read(conn: sqlite3.Connection, p: Path, run_name: str | None, budge
         rows.extend(_trackio_system(conn, name, budget))
     config: dict[str, Any] = {}
     if "configs" in tables:
-        for (blob,) in conn.execute("SELECT config FROM configs WHERE run_name = ? ORDER BY id DESC LIMIT 1",
-                                    (name,)):
+        for (blob,) in conn.execute("SELECT config FROM configs WHERE run_name = ? ORDER BY id DESC LIMIT 1", (name,)):
             raw = _json(blob)
             config = {k: v for k, v in raw.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
     return Source("trackio", p, rows, config, f"{Path(label).stem}/{name}")
@@ -173,22 +185,30 @@ def _int(value: Any, label: str) -> int:
 
 _GIB_AS_GB = 1024**3 / 1e9
 # trackio's system metric names (trackio/gpu.py, cpu.py) -> ours (jobs/grpo_job_setup.SystemSampler) and a factor.
-_TRACKIO_SYSTEM = {"utilization": ("utilization", 1.0), "allocated_memory": ("memory_used_gb", _GIB_AS_GB),
-                   "total_memory": ("memory_total_gb", _GIB_AS_GB), "memory_usage": ("memory_pct", 100.0)}
-_TRACKIO_HOST = {"cpu/utilization": ("system/cpu/utilization", 1.0),
-                 "memory/used": ("system/memory/used_gb", _GIB_AS_GB),
-                 "memory/total": ("system/memory/total_gb", _GIB_AS_GB),
-                 "memory/percent": ("system/memory/pct", 1.0)}
+_TRACKIO_SYSTEM = {
+    "utilization": ("utilization", 1.0),
+    "allocated_memory": ("memory_used_gb", _GIB_AS_GB),
+    "total_memory": ("memory_total_gb", _GIB_AS_GB),
+    "memory_usage": ("memory_pct", 100.0),
+}
+_TRACKIO_HOST = {
+    "cpu/utilization": ("system/cpu/utilization", 1.0),
+    "memory/used": ("system/memory/used_gb", _GIB_AS_GB),
+    "memory/total": ("system/memory/total_gb", _GIB_AS_GB),
+    "memory/percent": ("system/memory/pct", 1.0),
+}
 
 
-def _trackio_system(conn: sqlite3.Connection, name: str, budget: Budget
-                    ) -> list[tuple[str, int, float | None, dict[str, Any]]]:
+def _trackio_system(
+    conn: sqlite3.Connection, name: str, budget: Budget
+) -> list[tuple[str, int, float | None, dict[str, Any]]]:
     """The run's trackio system metrics (`trackio.log_system`, its GPU/CPU monitor) as `system` records stepped by
     wall time in ms, as our jobs log them; names trackio and our System panel share are renamed, the rest kept
     under `system/`."""
     rows: list[tuple[str, int, float | None, dict[str, Any]]] = []
-    for stamp, blob in conn.execute("SELECT timestamp, metrics FROM system_metrics WHERE run_name = ? "
-                                    "ORDER BY timestamp, id", (name,)):
+    for stamp, blob in conn.execute(
+        "SELECT timestamp, metrics FROM system_metrics WHERE run_name = ? ORDER BY timestamp, id", (name,)
+    ):
         t = _stamp(stamp)
         if t is None:
             continue
@@ -233,14 +253,18 @@ def _tensorboard(d: Path, budget: Budget) -> Source:
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     except ImportError:
-        raise ImportRunError(f"{budget.label} holds TensorBoard event files; reading them needs the `tensorboard` "
-                             "package: `pip install tensorboard`, then import again.") from None
+        raise ImportRunError(
+            f"{budget.label} holds TensorBoard event files; reading them needs the `tensorboard` "
+            "package: `pip install tensorboard`, then import again."
+        ) from None
     by_step: dict[int, dict[str, Any]] = {}
     times: dict[int, float] = {}
     files = sorted(d.rglob("events.out.tfevents.*"))
     if sum(f.stat().st_size for f in files) > budget.limits.max_bytes:
-        raise ImportRunError(f"{budget.label}: its event files are over the import limit of "
-                             f"{budget.limits.max_bytes:,} bytes. Import a smaller log. Nothing was written.")
+        raise ImportRunError(
+            f"{budget.label}: its event files are over the import limit of "
+            f"{budget.limits.max_bytes:,} bytes. Import a smaller log. Nothing was written."
+        )
     for events in files:
         acc = EventAccumulator(str(events), size_guidance={"scalars": 0, "tensors": 0})
         acc.Reload()
@@ -271,9 +295,9 @@ def _tensorboard(d: Path, budget: Budget) -> Source:
 def _tb_key(tag: str) -> str:
     """transformers' TensorBoardCallback writes `train/<key>` and `eval/<key>`: back to TRL's log keys."""
     if tag.startswith("train/"):
-        return tag[len("train/"):]
+        return tag[len("train/") :]
     if tag.startswith("eval/"):
-        return "eval_" + tag[len("eval/"):]
+        return "eval_" + tag[len("eval/") :]
     return tag
 
 
@@ -286,8 +310,9 @@ def _first_has(p: Path, key: str) -> bool:
     return isinstance(first, dict) and key in first
 
 
-def _wandb_rows(items: Iterator[dict[str, Any]], budget: Budget
-                ) -> list[tuple[str, int, float | None, dict[str, Any]]]:
+def _wandb_rows(
+    items: Iterator[dict[str, Any]], budget: Budget
+) -> list[tuple[str, int, float | None, dict[str, Any]]]:
     rows = []
     for row in items:
         step = row.get("_step", row.get("train/global_step"))
@@ -320,8 +345,10 @@ def _wandb_csv(p: Path, budget: Budget) -> Source:
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ImportRunError(f"{budget.label} is not a readable CSV ({exc}). Export the W&B history again.") from None
     if not rows:
-        raise ImportRunError(f"{budget.label}: no rows with a `_step` column and numeric metrics; export the W&B "
-                             "run's history with `run.history().to_csv(...)` (it has `_step`).")
+        raise ImportRunError(
+            f"{budget.label}: no rows with a `_step` column and numeric metrics; export the W&B "
+            "run's history with `run.history().to_csv(...)` (it has `_step`)."
+        )
     return Source("wandb", p, rows, {}, p.stem)
 
 
@@ -358,8 +385,13 @@ def _named(text: str, path: Path, label: str) -> str:
     return text.replace(str(path.resolve()), label).replace(str(path), label)
 
 
-def import_upload(upload: str | Path, store: Store, owner: str | None = None, root: str | Path | None = None,
-                  limits: ImportLimits = LIMITS) -> Run:
+def import_upload(
+    upload: str | Path,
+    store: Store,
+    owner: str | None = None,
+    root: str | Path | None = None,
+    limits: ImportLimits = LIMITS,
+) -> Run:
     """Import an uploaded file: copied into a private folder under a fixed name first (its own name is never part
     of a path or URI that is opened), read within `limits`, the copy deleted after. With `root` (on a Space:
     gradio's upload folder) the upload must be a file inside it. Messages name it by its own file name."""
@@ -367,9 +399,18 @@ def import_upload(upload: str | Path, store: Store, owner: str | None = None, ro
         return import_run(copy, store, name=stem, owner=owner, label=label, limits=limits, immutable=True)
 
 
-def import_run(path: str | Path, store: Store | None = None, name: str | None = None,
-               tags: list[str] | None = None, run_name: str | None = None, owner: str | None = None, *,
-               label: str | None = None, limits: ImportLimits = LIMITS, immutable: bool = False) -> Run:
+def import_run(
+    path: str | Path,
+    store: Store | None = None,
+    name: str | None = None,
+    tags: list[str] | None = None,
+    run_name: str | None = None,
+    owner: str | None = None,
+    *,
+    label: str | None = None,
+    limits: ImportLimits = LIMITS,
+    immutable: bool = False,
+) -> Run:
     """Import the run at `path` as a read-only run (ImportRunError, nothing written, when it cannot be read).
 
     `label`: how messages and the run's description name the source (an upload: its own name, and the run keeps
@@ -384,11 +425,19 @@ def import_run(path: str | Path, store: Store | None = None, name: str | None = 
     slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40] or "run"
     run_id = f"imported-{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
     run_dir = (data_dir() / "runs" / run_id).resolve()
-    spec = RunSpec(name=title, tags=[*(tags or []), IMPORTED, source.kind],
-                   description=f"imported from {shown} ({source.kind})")
-    lines = [{"v": 1, "type": "event", "event": "started", "time": source.records[0][2] or time.time(),
-              "config": source.config,
-              "max_steps": max((r[1] for r in source.records if r[0] != SYSTEM_SPLIT), default=0)}]
+    spec = RunSpec(
+        name=title, tags=[*(tags or []), IMPORTED, source.kind], description=f"imported from {shown} ({source.kind})"
+    )
+    lines = [
+        {
+            "v": 1,
+            "type": "event",
+            "event": "started",
+            "time": source.records[0][2] or time.time(),
+            "config": source.config,
+            "max_steps": max((r[1] for r in source.records if r[0] != SYSTEM_SPLIT), default=0),
+        }
+    ]
     for split, step, stamp, metrics in source.records:
         lines.append({"v": 1, "type": "log", "split": split, "step": step, "time": stamp, "metrics": metrics})
     lines.append({"v": 1, "type": "event", "event": "finished", "time": source.records[-1][2] or time.time()})
@@ -399,9 +448,19 @@ def import_run(path: str | Path, store: Store | None = None, name: str | None = 
             for rec in lines:
                 f.write(json.dumps(rec, default=_nan_safe) + "\n")
         (run_dir / "run.yaml").write_text(spec.to_yaml(), encoding="utf-8")
-        store.insert_run(Run(id=run_id, name=title, spec_yaml=spec.to_yaml(), backend=IMPORTED,
-                             status=RunStatus.QUEUED.value, created_at=time.time(), run_dir=str(run_dir),
-                             output_dir=None if label else str(source.path), owner=owner))
+        store.insert_run(
+            Run(
+                id=run_id,
+                name=title,
+                spec_yaml=spec.to_yaml(),
+                backend=IMPORTED,
+                status=RunStatus.QUEUED.value,
+                created_at=time.time(),
+                run_dir=str(run_dir),
+                output_dir=None if label else str(source.path),
+                owner=owner,
+            )
+        )
         inserted = True
         ingest_file(store, run_id, run_dir / "metrics.jsonl")
     except BaseException:
@@ -419,9 +478,12 @@ def _nan_safe(value: Any) -> Any:
 
 def import_run_main(argv: list[str]) -> int:
     """import-run PATH [--name N] [--tag T]... [--run NAME]: import a run made elsewhere, read-only."""
-    p = argparse.ArgumentParser(prog="import-run", description="Import a run made elsewhere (read-only): "
-                                "trainer_state.json, checkpoint/output dir, TRL JSONL, trackio project .db, "
-                                "TensorBoard dir, W&B history .csv/.jsonl.")
+    p = argparse.ArgumentParser(
+        prog="import-run",
+        description="Import a run made elsewhere (read-only): "
+        "trainer_state.json, checkpoint/output dir, TRL JSONL, trackio project .db, "
+        "TensorBoard dir, W&B history .csv/.jsonl.",
+    )
     p.add_argument("path")
     p.add_argument("--name", help="Run name (default: from the source).")
     p.add_argument("--tag", action="append", help="Tag the run (repeatable).")

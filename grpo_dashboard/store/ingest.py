@@ -59,7 +59,7 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
     if not data.startswith(b"{"):
         data = data.strip()
         if data.startswith(_MARKER_BYTES):
-            data = data[len(_MARKER_BYTES):].strip()
+            data = data[len(_MARKER_BYTES) :].strip()
         if not data.startswith(b"{"):
             return None
     try:
@@ -91,9 +91,10 @@ def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, 
         if rec["type"] == "event":
             rec = redact_deep(rec)  # a job's failure message may quote a token: none is kept
             payload = {k: v for k, v in rec.items() if k not in ("v", "type", "event", "time")}
-            cur = conn.execute("INSERT OR IGNORE INTO events (run_id, seq, time, event, payload) "
-                               "VALUES (?, ?, ?, ?, ?)",
-                               (run_id, seq, _num(rec.get("time")), rec["event"], json.dumps(payload, default=str)))
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO events (run_id, seq, time, event, payload) VALUES (?, ?, ?, ?, ?)",
+                (run_id, seq, _num(rec.get("time")), rec["event"], json.dumps(payload, default=str)),
+            )
             if cur.rowcount:
                 result.events += 1
                 _apply_event(conn, run_id, rec)
@@ -142,14 +143,16 @@ def apply_records(conn: sqlite3.Connection, run_id: str, items: list[tuple[int, 
     result.records = len(logs)
     if not logs:
         return result
-    max_steps = next((r["max_steps"] for r in reversed(logs) if type(r.get("max_steps")) is int
-                      and r["max_steps"] > 0), None)
+    max_steps = next(
+        (r["max_steps"] for r in reversed(logs) if type(r.get("max_steps")) is int and r["max_steps"] > 0), None
+    )
     last_time = next((t for t in map(_num, (r.get("time") for r in reversed(logs))) if t is not None), None)
     conn.execute(
         "UPDATE runs SET n_records = n_records + ?, last_step = MAX(COALESCE(last_step, -1), ?), "
         "max_steps = COALESCE(?, max_steps), last_time = COALESCE(?, last_time), "
         "status = CASE WHEN status = ? THEN ? ELSE status END WHERE id = ?",
-        (len(logs), last_step, max_steps, last_time, RunStatus.QUEUED.value, RunStatus.RUNNING.value, run_id))
+        (len(logs), last_step, max_steps, last_time, RunStatus.QUEUED.value, RunStatus.RUNNING.value, run_id),
+    )
     return result
 
 
@@ -169,8 +172,9 @@ def _plain_block(recs: list[dict[str, Any]], width: int) -> np.ndarray | None:
     if not set(map(type, chain.from_iterable(r["metrics"].values() for r in recs))) <= _PLAIN:
         return None
     try:
-        flat = np.fromiter(chain.from_iterable(r["metrics"].values() for r in recs), dtype=np.float64,
-                           count=len(recs) * width)
+        flat = np.fromiter(
+            chain.from_iterable(r["metrics"].values() for r in recs), dtype=np.float64, count=len(recs) * width
+        )
     except OverflowError:  # an int beyond float range: the per-value path skips just that value
         return None
     return flat.reshape(len(recs), width)
@@ -205,9 +209,11 @@ def _apply_event(conn: sqlite3.Connection, run_id: str, rec: dict[str, Any]) -> 
     active = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
     if event in ("starting", "started"):
         ms = rec.get("max_steps")
-        conn.execute("UPDATE runs SET status = ?, started_at = COALESCE(started_at, ?), "
-                     "max_steps = COALESCE(?, max_steps) WHERE id = ? AND status IN (?, ?)",
-                     (RunStatus.RUNNING.value, t, ms if isinstance(ms, int) and ms > 0 else None, run_id, *active))
+        conn.execute(
+            "UPDATE runs SET status = ?, started_at = COALESCE(started_at, ?), "
+            "max_steps = COALESCE(?, max_steps) WHERE id = ? AND status IN (?, ?)",
+            (RunStatus.RUNNING.value, t, ms if isinstance(ms, int) and ms > 0 else None, run_id, *active),
+        )
         return
     if event == "guard_stop":
         # The in-job health guard stopped training; the run then ends `completed`, with this reason as its error.
@@ -221,8 +227,11 @@ def _apply_event(conn: sqlite3.Connection, run_id: str, rec: dict[str, Any]) -> 
         error = f"{rec.get('error_type') or 'Error'}: {rec.get('message') or '(no message)'}"
     elif terminal is RunStatus.CANCELED:
         error = rec.get("reason") or None
-    conn.execute("UPDATE runs SET status = ?, error = COALESCE(?, error), ended_at = COALESCE(ended_at, ?) "
-                 "WHERE id = ? AND status IN (?, ?)", (terminal.value, error, t, run_id, *active))
+    conn.execute(
+        "UPDATE runs SET status = ?, error = COALESCE(?, error), ended_at = COALESCE(ended_at, ?) "
+        "WHERE id = ? AND status IN (?, ?)",
+        (terminal.value, error, t, run_id, *active),
+    )
 
 
 def guard_stop_reason(rec: dict[str, Any]) -> str:
@@ -266,8 +275,10 @@ def ingest_file(store: Store, run_id: str, path: str | Path) -> IngestResult:
                 skipped = _skip_giant_line(path, offset)
                 if skipped is None:
                     return total
-                conn.execute("UPDATE runs SET ingest_offset = ?, n_skipped = n_skipped + 1 WHERE id = ?",
-                             (offset + skipped, run_id))
+                conn.execute(
+                    "UPDATE runs SET ingest_offset = ?, n_skipped = n_skipped + 1 WHERE id = ?",
+                    (offset + skipped, run_id),
+                )
                 total += IngestResult(skipped=1, bytes_read=skipped)
                 continue
             body = chunk[: end + 1]
@@ -277,8 +288,10 @@ def ingest_file(store: Store, run_id: str, path: str | Path) -> IngestResult:
                 del items
             result.skipped += bad
             result.bytes_read = len(body)
-            conn.execute("UPDATE runs SET ingest_offset = ?, n_skipped = n_skipped + ? WHERE id = ?",
-                         (offset + len(body), result.skipped, run_id))
+            conn.execute(
+                "UPDATE runs SET ingest_offset = ?, n_skipped = n_skipped + ? WHERE id = ?",
+                (offset + len(body), result.skipped, run_id),
+            )
         total += result
         if len(chunk) < CHUNK_BYTES:
             return total
@@ -294,8 +307,14 @@ def _parse_lines(body: bytes, offset: int) -> tuple[list[tuple[int, dict[str, An
     lines.pop()  # what follows the last newline: nothing
     starts = list(accumulate((len(line) + 1 for line in lines[:-1]), initial=offset))
     objs = [_loads_or_none(line) for line in lines]
-    ok = [type(o) is dict and o.get("type") == "log" and type(o.get("step")) is int and o["step"] >= 0
-          and type(o.get("metrics")) is dict for o in objs]
+    ok = [
+        type(o) is dict
+        and o.get("type") == "log"
+        and type(o.get("step")) is int
+        and o["step"] >= 0
+        and type(o.get("metrics")) is dict
+        for o in objs
+    ]
     items: list[tuple[int, dict[str, Any]] | None] = list(zip(starts, objs, strict=True))
     bad = 0
     if not all(ok):

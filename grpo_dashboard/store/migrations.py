@@ -165,8 +165,10 @@ def _v1_tables(conn: sqlite3.Connection) -> None:
 def _v2_history(conn: sqlite3.Connection) -> None:
     """`schema_history`: one row per migration applied to this store (when, by which dashboard release, from which
     version, where the copy from before went), so a store's past is known when something about it looks wrong."""
-    conn.execute("CREATE TABLE schema_history (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, "
-                 "dashboard_version TEXT NOT NULL, from_version INTEGER NOT NULL, backup TEXT)")
+    conn.execute(
+        "CREATE TABLE schema_history (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, "
+        "dashboard_version TEXT NOT NULL, from_version INTEGER NOT NULL, backup TEXT)"
+    )
 
 
 # The next schema change: a function appended here (a new column of `runs` is also a field of `db.Run`).
@@ -191,7 +193,8 @@ def refuse_newer(conn: sqlite3.Connection, path: Path, migrations: Sequence[Migr
             f"(grpo_dashboard {__version__}) knows: it reads schema versions up to {len(migrations)}. A newer "
             f"release of the dashboard wrote it. Nothing was written. Upgrade the dashboard (install the newer "
             f"release, or pull the latest code), or set {DATA_DIR_ENV} to another folder to keep a separate "
-            f"store for this version.")
+            f"store for this version."
+        )
     return version
 
 
@@ -234,7 +237,8 @@ def _migrate(conn: sqlite3.Connection, path: Path, migrations: Sequence[Migratio
             conn.executemany(
                 "INSERT OR REPLACE INTO schema_history (version, applied_at, dashboard_version, from_version, "
                 "backup) VALUES (?, ?, ?, ?, ?)",
-                [(m.version, started, __version__, old, str(backup) if backup else None) for m in migrations[old:]])
+                [(m.version, started, __version__, old, str(backup) if backup else None) for m in migrations[old:]],
+            )
         verify(conn, path, migrations, found=old)  # a store the steps cannot bring to the schema stays as it was
         conn.execute("COMMIT")
     except BaseException as exc:
@@ -248,10 +252,12 @@ def _migrate(conn: sqlite3.Connection, path: Path, migrations: Sequence[Migratio
         raise StoreError(
             f"The dashboard's store {path} could not be upgraded from schema version {old} to {target}: "
             f"{failing} failed ({type(exc).__name__}: {exc}{state}). The upgrade was rolled back: the store is as "
-            f"it was{kept}. {fix}") from exc
+            f"it was{kept}. {fix}"
+        ) from exc
     if backup is not None:
-        log.warning("upgraded the store %s from schema version %d to %d; the copy from before is %s", path, old,
-                    target, backup)
+        log.warning(
+            "upgraded the store %s from schema version %d to %d; the copy from before is %s", path, old, target, backup
+        )
     return old
 
 
@@ -262,8 +268,10 @@ def _backup(path: Path, version: int) -> Path:
     final = path.with_name(f"{path.name}.bak-v{version}")
     partial = path.with_name(f"{final.name}.partial")
     try:
-        with contextlib.closing(sqlite3.connect(path, timeout=30.0)) as source, \
-                contextlib.closing(sqlite3.connect(partial)) as target:
+        with (
+            contextlib.closing(sqlite3.connect(path, timeout=30.0)) as source,
+            contextlib.closing(sqlite3.connect(partial)) as target,
+        ):
             source.backup(target)
         os.replace(partial, final)
     except BaseException:
@@ -291,8 +299,9 @@ def _tables(conn: sqlite3.Connection) -> dict[str, frozenset[str]]:
     return {t: frozenset(c[1] for c in _columns(conn, t)) for t in names}
 
 
-def verify(conn: sqlite3.Connection, path: Path, migrations: Sequence[Migration] = MIGRATIONS,
-           found: int | None = None) -> None:
+def verify(
+    conn: sqlite3.Connection, path: Path, migrations: Sequence[Migration] = MIGRATIONS, found: int | None = None
+) -> None:
     """StoreError naming what is missing when the store lacks a table or column of this code's schema (`found`:
     the version the store had before a migration now being checked, for the message)."""
     have = _tables(conn)
@@ -308,13 +317,15 @@ def verify(conn: sqlite3.Connection, path: Path, migrations: Sequence[Migration]
             f"The dashboard's store {path} (schema version {user_version(conn) if found is None else found}) "
             f"does not have the schema this dashboard writes: it lacks {shown}. It was changed by hand or by "
             f"another program. Nothing was written. Restore a copy (a {path.name}.bak-v* file next to it, if "
-            f"any), or set {DATA_DIR_ENV} to another folder to start a new store.")
+            f"any), or set {DATA_DIR_ENV} to another folder to start a new store."
+        )
 
 
 def history(conn: sqlite3.Connection) -> list[dict[str, object]]:
     """The migrations applied to a store, oldest first (a store made new: the steps that made it, from 0)."""
-    rows = conn.execute("SELECT version, applied_at, dashboard_version, from_version, backup FROM schema_history "
-                        "ORDER BY version").fetchall()
+    rows = conn.execute(
+        "SELECT version, applied_at, dashboard_version, from_version, backup FROM schema_history ORDER BY version"
+    ).fetchall()
     keys = ("version", "applied_at", "dashboard_version", "from_version", "backup")
     return [dict(zip(keys, tuple(r), strict=True)) for r in rows]
 
@@ -328,13 +339,19 @@ def classify(exc: BaseException) -> tuple[str, str]:
     if "full" in low or "no space" in low or "file too large" in low:
         return "is full", f"Free disk space, or {elsewhere} (on a disk with room)."
     if "locked" in low or "busy" in low:
-        return ("is locked by another process for too long",
-                f"Wait for the other dashboard or command using it to finish, or {elsewhere}.")
+        return (
+            "is locked by another process for too long",
+            f"Wait for the other dashboard or command using it to finish, or {elsewhere}.",
+        )
     if any(s in low for s in ("no such table", "no such column", "has no column named", "columns but")):
-        return ("does not have the schema this dashboard writes",
-                f"It was changed by hand or by another program: restore a copy (a .bak-v* file next to it, if any), "
-                f"or {elsewhere} to start a new store.")
+        return (
+            "does not have the schema this dashboard writes",
+            f"It was changed by hand or by another program: restore a copy (a .bak-v* file next to it, if any), "
+            f"or {elsewhere} to start a new store.",
+        )
     if "malformed" in low or "not a database" in low or "disk i/o" in low:
-        return ("is damaged or not a dashboard store",
-                f"Restore a copy (a .bak-v* file next to it, if any), or {elsewhere} to start a new store.")
+        return (
+            "is damaged or not a dashboard store",
+            f"Restore a copy (a .bak-v* file next to it, if any), or {elsewhere} to start a new store.",
+        )
     return UNKNOWN, f"Set {DATA_DIR_ENV} to another folder, and report this message if it persists."

@@ -93,8 +93,11 @@ def encode_steps(steps: np.ndarray) -> bytes:
     """A chunk's steps blob: (first, stride) for three or more evenly spaced steps, else the raw int64 array."""
     if len(steps) >= 3:
         stride = int(steps[1] - steps[0])
-        if stride > 0 and int(steps[-1]) == int(steps[0]) + stride * (len(steps) - 1) and \
-                bool(np.all(np.diff(steps) == stride)):
+        if (
+            stride > 0
+            and int(steps[-1]) == int(steps[0]) + stride * (len(steps) - 1)
+            and bool(np.all(np.diff(steps) == stride))
+        ):
             return np.array([steps[0], stride], dtype=np.int64).tobytes()
     return np.ascontiguousarray(steps, dtype=np.int64).tobytes()
 
@@ -107,8 +110,9 @@ def decode_steps(blob: bytes, n: int) -> np.ndarray:
     return first + stride * np.arange(n, dtype=np.int64)
 
 
-def append_points(conn: sqlite3.Connection, run_id: str, split: str, key: str, steps: Any, vals: Any,
-                  times: Any) -> int:
+def append_points(
+    conn: sqlite3.Connection, run_id: str, split: str, key: str, steps: Any, vals: Any, times: Any
+) -> int:
     """Add points (any order, possibly repeated) to a series; returns how many conflicted with a stored value.
 
     A repeated step keeps its first value; a repeat with the same value (bit for bit) is not a conflict.
@@ -127,8 +131,9 @@ def append_points(conn: sqlite3.Connection, run_id: str, split: str, key: str, s
             first_idx = np.searchsorted(s, s[dup])
             conflicts += int(np.sum(v[dup].view(np.uint64) != v[first_idx].view(np.uint64)))
             s, v, t = s[~dup], v[~dup], t[~dup]
-    head = conn.execute("SELECT n, last_step FROM series WHERE run_id = ? AND split = ? AND key = ?",
-                        (run_id, split, key)).fetchone()
+    head = conn.execute(
+        "SELECT n, last_step FROM series WHERE run_id = ? AND split = ? AND key = ?", (run_id, split, key)
+    ).fetchone()
     n_old, last_step = (head[0], head[1]) if head else (0, None)
     merged = False
     if last_step is not None and s[0] <= last_step:
@@ -143,22 +148,29 @@ def append_points(conn: sqlite3.Connection, run_id: str, split: str, key: str, s
     else:  # a pure append: the new head is known without reading anything back
         last = float(v[-1])
         kind = _scalar_kind(last)
-        conn.execute("INSERT OR REPLACE INTO series (run_id, split, key, n, last_step, last_value, last_kind) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                     (run_id, split, key, n_old + len(s), int(s[-1]), last if kind == KIND_VALUE else None, kind))
+        conn.execute(
+            "INSERT OR REPLACE INTO series (run_id, split, key, n, last_step, last_value, last_kind) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run_id, split, key, n_old + len(s), int(s[-1]), last if kind == KIND_VALUE else None, kind),
+        )
     return conflicts
 
 
-def _append_new(conn: sqlite3.Connection, run_id: str, split: str, key: str, s: np.ndarray, v: np.ndarray,
-                t: np.ndarray) -> None:
-    row = conn.execute("SELECT chunk, n FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
-                       "ORDER BY chunk DESC LIMIT 1", (run_id, split, key)).fetchone()
+def _append_new(
+    conn: sqlite3.Connection, run_id: str, split: str, key: str, s: np.ndarray, v: np.ndarray, t: np.ndarray
+) -> None:
+    row = conn.execute(
+        "SELECT chunk, n FROM chunks WHERE run_id = ? AND split = ? AND key = ? ORDER BY chunk DESC LIMIT 1",
+        (run_id, split, key),
+    ).fetchone()
     chunk_no = 0
     if row is not None:
         chunk_no = row[0]
         if row[1] < CHUNK_POINTS:
-            old = conn.execute("SELECT steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
-                               "AND chunk = ?", (run_id, split, key, chunk_no)).fetchone()
+            old = conn.execute(
+                "SELECT steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ? AND chunk = ?",
+                (run_id, split, key, chunk_no),
+            ).fetchone()
             s = np.concatenate((decode_steps(old[0], row[1]), s))
             v = np.concatenate((np.frombuffer(old[1], dtype=np.float64), v))
             t = np.concatenate((np.frombuffer(old[2], dtype=np.float64), t))
@@ -166,46 +178,72 @@ def _append_new(conn: sqlite3.Connection, run_id: str, split: str, key: str, s: 
             chunk_no += 1
     rows = []
     for start in range(0, len(s), CHUNK_POINTS):
-        cs, cv, ct = s[start:start + CHUNK_POINTS], v[start:start + CHUNK_POINTS], t[start:start + CHUNK_POINTS]
-        rows.append((run_id, split, key, chunk_no, int(cs[0]), int(cs[-1]), len(cs), encode_steps(cs), cv.tobytes(),
-                     ct.tobytes()))
+        cs, cv, ct = s[start : start + CHUNK_POINTS], v[start : start + CHUNK_POINTS], t[start : start + CHUNK_POINTS]
+        rows.append(
+            (
+                run_id,
+                split,
+                key,
+                chunk_no,
+                int(cs[0]),
+                int(cs[-1]),
+                len(cs),
+                encode_steps(cs),
+                cv.tobytes(),
+                ct.tobytes(),
+            )
+        )
         chunk_no += 1
-    conn.executemany("INSERT OR REPLACE INTO chunks (run_id, split, key, chunk, first_step, last_step, n, steps, "
-                     "vals, times) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.executemany(
+        "INSERT OR REPLACE INTO chunks (run_id, split, key, chunk, first_step, last_step, n, steps, "
+        "vals, times) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
 
 
-def _merge_old(conn: sqlite3.Connection, run_id: str, split: str, key: str, s: np.ndarray, v: np.ndarray,
-               t: np.ndarray) -> int:
+def _merge_old(
+    conn: sqlite3.Connection, run_id: str, split: str, key: str, s: np.ndarray, v: np.ndarray, t: np.ndarray
+) -> int:
     """Points at or before the series' last step: duplicates are dropped, gaps are filled in step order."""
     conflicts = 0
     for step, value, tm in zip(s.tolist(), v.tolist(), t.tolist(), strict=True):
-        row = conn.execute("SELECT chunk, n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND "
-                           "key = ? AND last_step >= ? ORDER BY chunk LIMIT 1", (run_id, split, key, step)).fetchone()
+        row = conn.execute(
+            "SELECT chunk, n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND "
+            "key = ? AND last_step >= ? ORDER BY chunk LIMIT 1",
+            (run_id, split, key, step),
+        ).fetchone()
         cs = decode_steps(row[2], row[1])
         cv = np.frombuffer(row[3], dtype=np.float64)
         ct = np.frombuffer(row[4], dtype=np.float64)
         i = int(np.searchsorted(cs, step))
         if i < len(cs) and cs[i] == step:
-            if np.float64(value).view(np.uint64) != cv[i:i + 1].view(np.uint64)[0]:
+            if np.float64(value).view(np.uint64) != cv[i : i + 1].view(np.uint64)[0]:
                 conflicts += 1
             continue
         cs, cv, ct = np.insert(cs, i, step), np.insert(cv, i, value), np.insert(ct, i, tm)
-        conn.execute("UPDATE chunks SET first_step = ?, n = ?, steps = ?, vals = ?, times = ? WHERE run_id = ? AND "
-                     "split = ? AND key = ? AND chunk = ?", (int(cs[0]), len(cs), encode_steps(cs), cv.tobytes(),
-                                                             ct.tobytes(), run_id, split, key, row[0]))
+        conn.execute(
+            "UPDATE chunks SET first_step = ?, n = ?, steps = ?, vals = ?, times = ? WHERE run_id = ? AND "
+            "split = ? AND key = ? AND chunk = ?",
+            (int(cs[0]), len(cs), encode_steps(cs), cv.tobytes(), ct.tobytes(), run_id, split, key, row[0]),
+        )
     return conflicts
 
 
 def _update_head(conn: sqlite3.Connection, run_id: str, split: str, key: str) -> None:
-    row = conn.execute("SELECT vals, last_step FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
-                       "ORDER BY chunk DESC LIMIT 1", (run_id, split, key)).fetchone()
-    total = conn.execute("SELECT SUM(n) FROM chunks WHERE run_id = ? AND split = ? AND key = ?",
-                         (run_id, split, key)).fetchone()[0]
+    row = conn.execute(
+        "SELECT vals, last_step FROM chunks WHERE run_id = ? AND split = ? AND key = ? ORDER BY chunk DESC LIMIT 1",
+        (run_id, split, key),
+    ).fetchone()
+    total = conn.execute(
+        "SELECT SUM(n) FROM chunks WHERE run_id = ? AND split = ? AND key = ?", (run_id, split, key)
+    ).fetchone()[0]
     last = float(np.frombuffer(row[0], dtype=np.float64)[-1])
     kind = _scalar_kind(last)
-    conn.execute("INSERT OR REPLACE INTO series (run_id, split, key, n, last_step, last_value, last_kind) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                 (run_id, split, key, total, row[1], last if kind == KIND_VALUE else None, kind))
+    conn.execute(
+        "INSERT OR REPLACE INTO series (run_id, split, key, n, last_step, last_value, last_kind) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (run_id, split, key, total, row[1], last if kind == KIND_VALUE else None, kind),
+    )
 
 
 def truncate_after(conn: sqlite3.Connection, run_id: str, step: int) -> int:
@@ -213,8 +251,9 @@ def truncate_after(conn: sqlite3.Connection, run_id: str, step: int) -> int:
     returns how many were dropped. A series left without points is removed. System samples stay (they are stepped
     by wall time and are not logged again)."""
     dropped = 0
-    for split, key in conn.execute("SELECT split, key FROM series WHERE run_id = ? AND last_step > ? AND split != ?",
-                                   (run_id, step, SYSTEM_SPLIT)).fetchall():
+    for split, key in conn.execute(
+        "SELECT split, key FROM series WHERE run_id = ? AND last_step > ? AND split != ?", (run_id, step, SYSTEM_SPLIT)
+    ).fetchall():
         a = read_arrays(conn, run_id, key, split)
         keep = a.steps <= step
         dropped += int((~keep).sum())
@@ -228,18 +267,25 @@ def truncate_after(conn: sqlite3.Connection, run_id: str, step: int) -> int:
 
 def heads(conn: sqlite3.Connection, run_id: str) -> dict[tuple[str, str], tuple[int, int]]:
     """(points, last step) of every series of a run, keyed by (split, key): to compare with what was read."""
-    return {(split, key): (n, last) for split, key, n, last in conn.execute(
-        "SELECT split, key, n, last_step FROM series WHERE run_id = ?", (run_id,))}
+    return {
+        (split, key): (n, last)
+        for split, key, n, last in conn.execute(
+            "SELECT split, key, n, last_step FROM series WHERE run_id = ?", (run_id,)
+        )
+    }
 
 
-def read_arrays(conn: sqlite3.Connection, run_id: str, key: str, split: str = "train",
-                since_step: int | None = None) -> SeriesArrays:
+def read_arrays(
+    conn: sqlite3.Connection, run_id: str, key: str, split: str = "train", since_step: int | None = None
+) -> SeriesArrays:
     """One series as arrays (all chunks, or only the points after since_step)."""
     if since_step is not None:
         rows = [r[1:] for r in _chunks_after(conn, run_id, split, key, since_step)]
     else:
-        rows = conn.execute("SELECT n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ? "
-                            "ORDER BY chunk", (run_id, split, key)).fetchall()
+        rows = conn.execute(
+            "SELECT n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND key = ? ORDER BY chunk",
+            (run_id, split, key),
+        ).fetchall()
     return _assemble(rows, since_step)
 
 
@@ -250,8 +296,11 @@ def _chunks_after(conn: sqlite3.Connection, run_id: str, split: str, key: str, a
     reads one or two chunks, never the whole series (last_step is not indexed, the chunk number is).
     """
     rows = []
-    for row in conn.execute("SELECT last_step, n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND "
-                            "key = ? ORDER BY chunk DESC", (run_id, split, key)):
+    for row in conn.execute(
+        "SELECT last_step, n, steps, vals, times FROM chunks WHERE run_id = ? AND split = ? AND "
+        "key = ? ORDER BY chunk DESC",
+        (run_id, split, key),
+    ):
         if row[0] <= after:
             break
         rows.append(row)
@@ -259,20 +308,29 @@ def _chunks_after(conn: sqlite3.Connection, run_id: str, split: str, key: str, a
     return rows
 
 
-def read_run(conn: sqlite3.Connection, run_id: str, since: dict[tuple[str, str], int | None] | None = None
-             ) -> dict[tuple[str, str], SeriesArrays]:
+def read_run(
+    conn: sqlite3.Connection, run_id: str, since: dict[tuple[str, str], int | None] | None = None
+) -> dict[tuple[str, str], SeriesArrays]:
     """Series of a run keyed by (split, key): all of them in one query, or with `since` only those it names, each
     with the points after the given step (None: all). A series with nothing to return is left out.
     """
     if since is None:
-        rows = conn.execute("SELECT split, key, last_step, n, steps, vals, times FROM chunks WHERE run_id = ? "
-                            "ORDER BY split, key, chunk", (run_id,)).fetchall()
+        rows = conn.execute(
+            "SELECT split, key, last_step, n, steps, vals, times FROM chunks WHERE run_id = ? "
+            "ORDER BY split, key, chunk",
+            (run_id,),
+        ).fetchall()
     else:
         rows = []
         for (split, key), after in since.items():
             if after is None:
-                rows.extend(conn.execute("SELECT split, key, last_step, n, steps, vals, times FROM chunks WHERE "
-                                         "run_id = ? AND split = ? AND key = ? ORDER BY chunk", (run_id, split, key)))
+                rows.extend(
+                    conn.execute(
+                        "SELECT split, key, last_step, n, steps, vals, times FROM chunks WHERE "
+                        "run_id = ? AND split = ? AND key = ? ORDER BY chunk",
+                        (run_id, split, key),
+                    )
+                )
             else:
                 rows.extend((split, key, *r) for r in _chunks_after(conn, run_id, split, key, after))
     out: dict[tuple[str, str], SeriesArrays] = {}

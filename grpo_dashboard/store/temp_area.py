@@ -92,8 +92,14 @@ def gradio_upload_dir() -> Path:
     return Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio").resolve()
 
 
-def sweep_temp(now: float | None = None, lifetime_s: float = LIFETIME_S, *, uploads: bool = True,
-               upload_dir: str | Path | None = None, upload_lifetime_s: float = UPLOAD_LIFETIME_S) -> int:
+def sweep_temp(
+    now: float | None = None,
+    lifetime_s: float = LIFETIME_S,
+    *,
+    uploads: bool = True,
+    upload_dir: str | Path | None = None,
+    upload_lifetime_s: float = UPLOAD_LIFETIME_S,
+) -> int:
     """Delete the dashboard's temp entries older than `lifetime_s` (and older releases' leftovers); with `uploads`,
     also gradio's upload folder entries older than `upload_lifetime_s`. Returns how many entries were deleted.
 

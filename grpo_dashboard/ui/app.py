@@ -34,8 +34,12 @@ def launch_options() -> dict[str, Any]:
     return {"theme": gr.themes.Soft(), "css": CSS, "head": page_head()}
 
 
-def build_app(store: Store | None = None, base_dir: str | Path | None = None, monitor: bool = True,
-              backends: Backends | None = None) -> DashboardBlocks:
+def build_app(
+    store: Store | None = None,
+    base_dir: str | Path | None = None,
+    monitor: bool = True,
+    backends: Backends | None = None,
+) -> DashboardBlocks:
     """The dashboard app; starts one ingestion Monitor for the store (as `demo.monitor`) unless `monitor=False`.
 
     Args:
@@ -51,9 +55,14 @@ def build_app(store: Store | None = None, base_dir: str | Path | None = None, mo
     if settings.on_space():
         hub_client.forbid_implicit_hub_token()
     backends = backends or shared()
-    ctx = UiContext(store, Path(base_dir) if base_dir else presets.PROJECT_ROOT,
-                    runs.Monitor(store, interval_s=MONITOR_S, on_end=overview.health_badge, backends=backends)
-                    if monitor else None, backends=backends)
+    ctx = UiContext(
+        store,
+        Path(base_dir) if base_dir else presets.PROJECT_ROOT,
+        runs.Monitor(store, interval_s=MONITOR_S, on_end=overview.health_badge, backends=backends)
+        if monitor
+        else None,
+        backends=backends,
+    )
     with DashboardBlocks(title="GRPO Dashboard") as demo:
         gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs")
         who = auth.header(ctx)
@@ -100,21 +109,29 @@ def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, 
             gr.Warning(f"Not launched: {len(errors)} problem(s), listed on the form.")
             return new_run.validate_outputs(new, errors, warnings, "")
         try:
-            run = access.launch(spec, ctx.store, user, base_dir=ctx.base_dir, settings=ctx.settings,
-                                backends=ctx.backends)
+            run = access.launch(
+                spec, ctx.store, user, base_dir=ctx.base_dir, settings=ctx.settings, backends=ctx.backends
+            )
         except SpecError as exc:
             return new_run.validate_outputs(new, exc.errors, [], "")
         except (access.NotAllowed, BackendError) as exc:
             raise gr.Error(access.redact(str(exc), user.token)) from None
         text = f"### ▶ Launched `{run.id}` ({run.status}). Opening its detail page…"
         choices = overview.run_choices(ctx.store, access.visible_runs(ctx.store, user, settings=ctx.settings))
-        return {**new_run.validate_outputs(new, [], warnings, text), det.run: gr.update(choices=choices, value=run.id),
-                tabs: gr.Tabs(selected="detail"), launched: run.id}
+        return {
+            **new_run.validate_outputs(new, [], warnings, text),
+            det.run: gr.update(choices=choices, value=run.id),
+            tabs: gr.Tabs(selected="detail"),
+            launched: run.id,
+        }
 
     assert new.launch is not None  # set by new_run.build
-    new.launch.click(gate(ctx, "launch", launch, what="launch", pass_user=True), [*new.inputs, new.yaml],
-                     [new.summary, *new.group_errors.values(), *new.inputs, det.run, tabs, launched],
-                     api_name="launch")
+    new.launch.click(
+        gate(ctx, "launch", launch, what="launch", pass_user=True),
+        [*new.inputs, new.yaml],
+        [new.summary, *new.group_errors.values(), *new.inputs, det.run, tabs, launched],
+        api_name="launch",
+    )
 
 
 def row_run_id(table: Any, row: int | None) -> str | None:
@@ -127,14 +144,14 @@ def row_run_id(table: Any, row: int | None) -> str | None:
     return str(frame.iloc[row]["id"])
 
 
-def _wire_navigation(ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.DetailTab, compare_dd: gr.Dropdown,
-                     tabs: gr.Tabs) -> None:
+def _wire_navigation(
+    ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.DetailTab, compare_dd: gr.Dropdown, tabs: gr.Tabs
+) -> None:
     def mine(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None) -> tuple[access.User, list[Any]]:
         user = auth.user_of(ctx, profile, oauth)
         return user, overview.run_choices(ctx.store, access.visible_runs(ctx.store, user, settings=ctx.settings))
 
-    def open_row(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, table: Any,
-                 evt: gr.SelectData) -> Any:
+    def open_row(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, table: Any, evt: gr.SelectData) -> Any:
         run_id = row_run_id(table, evt.index[0] if evt is not None and evt.index else None)
         if run_id is None:
             return gr.skip()
@@ -143,8 +160,13 @@ def _wire_navigation(ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.Detai
             return gr.skip()
         return {det.run: gr.update(choices=choices, value=run_id), tabs: gr.Tabs(selected="detail")}
 
-    runs_t.table.select(gate(ctx, "open_run", open_row), [runs_t.table], [det.run, tabs], api_name="open_run",
-                        api_visibility="undocumented")
+    runs_t.table.select(
+        gate(ctx, "open_run", open_row),
+        [runs_t.table],
+        [det.run, tabs],
+        api_name="open_run",
+        api_visibility="undocumented",
+    )
 
     def open_run(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str) -> dict[Any, Any]:
         user, choices = mine(profile, oauth)
@@ -157,21 +179,31 @@ def _wire_navigation(ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.Detai
     ref = gr.Textbox(visible=False, elem_id="open-run-ref")
     ref.submit(gate(ctx, "open_run_by_ref", open_run), [ref], [det.run, tabs], api_name="open_run_by_ref")
 
-    def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, last: list[Any] | None
-                ) -> dict[Any, Any]:
+    def choices(
+        profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, last: list[Any] | None
+    ) -> dict[Any, Any]:
         _, current = mine(profile, oauth)
         if current == last:
             return {runs_t.last_choices: last}
-        return {det.run: gr.update(choices=current), compare_dd: gr.update(choices=current),
-                runs_t.last_choices: current}
+        return {
+            det.run: gr.update(choices=current),
+            compare_dd: gr.update(choices=current),
+            runs_t.last_choices: current,
+        }
 
-    runs_t.timer.tick(gate(ctx, "run_choices", choices), [runs_t.last_choices],
-                      [det.run, compare_dd, runs_t.last_choices], api_name="run_choices", concurrency_limit=None,
-                      show_progress="hidden")
+    runs_t.timer.tick(
+        gate(ctx, "run_choices", choices),
+        [runs_t.last_choices],
+        [det.run, compare_dd, runs_t.last_choices],
+        api_name="run_choices",
+        concurrency_limit=None,
+        show_progress="hidden",
+    )
 
 
-def initial_view(ctx: UiContext, user: access.User, query: dict[str, str]) -> tuple[list[tuple[str, str]], str | None,
-                                                                                      str]:
+def initial_view(
+    ctx: UiContext, user: access.User, query: dict[str, str]
+) -> tuple[list[tuple[str, str]], str | None, str]:
     """(run choices, run to show, tab to show) for a page just loaded with these query parameters: `?run=` (an id,
     id prefix or name the user may see) and `?tab=`; without them the newest run, and its detail tab when given."""
     choices = overview.run_choices(ctx.store, access.visible_runs(ctx.store, user, settings=ctx.settings))
@@ -186,26 +218,44 @@ def initial_view(ctx: UiContext, user: access.User, query: dict[str, str]) -> tu
     return choices, run_id, tab
 
 
-def _wire_page_state(ctx: UiContext, demo: gr.Blocks, runs_t: runs_tab.RunsTab, det: detail.DetailTab,
-                     compare_dd: gr.Dropdown, tabs: gr.Tabs, tab_blocks: dict[str, Any]) -> None:
+def _wire_page_state(
+    ctx: UiContext,
+    demo: gr.Blocks,
+    runs_t: runs_tab.RunsTab,
+    det: detail.DetailTab,
+    compare_dd: gr.Dropdown,
+    tabs: gr.Tabs,
+    tab_blocks: dict[str, Any],
+) -> None:
     """Fill the pickers when the page loads (from the URL's ?run= and ?tab=), keep the tab in the URL, and poll the
     runs table only while it is shown."""
+
     def load(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, search: str | None) -> dict[Any, Any]:
         user = auth.user_of(ctx, profile, oauth)
         query = dict(urllib.parse.parse_qsl((search or "").lstrip("?")))
         choices, run_id, tab = initial_view(ctx, user, query)
-        return {det.run: gr.update(choices=choices, value=run_id), compare_dd: gr.update(choices=choices),
-                tabs: gr.Tabs(selected=tab), runs_t.timer: gr.Timer(active=tab == "runs"),
-                runs_t.last_choices: choices}
+        return {
+            det.run: gr.update(choices=choices, value=run_id),
+            compare_dd: gr.update(choices=choices),
+            tabs: gr.Tabs(selected=tab),
+            runs_t.timer: gr.Timer(active=tab == "runs"),
+            runs_t.last_choices: choices,
+        }
 
     # The page's own query string (a queued event's request is Gradio's, not the page's URL).
     search = gr.Textbox(visible=False)
     page_js = "() => [window.grpoLive ? window.grpoLive.initialSearch : window.location.search]"
-    demo.load(gate(ctx, "page_state", load), [search], [det.run, compare_dd, tabs, runs_t.timer, runs_t.last_choices],
-              api_name="page_state", show_progress="hidden", js=page_js
-              ).then(None, det.live_inputs, None, js=detail.FOLLOW_JS, api_visibility="private")
+    demo.load(
+        gate(ctx, "page_state", load),
+        [search],
+        [det.run, compare_dd, tabs, runs_t.timer, runs_t.last_choices],
+        api_name="page_state",
+        show_progress="hidden",
+        js=page_js,
+    ).then(None, det.live_inputs, None, js=detail.FOLLOW_JS, api_visibility="private")
     for tab_id, block in tab_blocks.items():
         url_js = f"() => {{ window.grpoLive && window.grpoLive.setTab('{tab_id}'); return []; }}"
         timer_on = gate(ctx, "tab_timer", lambda tid=tab_id: gr.Timer(active=tid == "runs"))
-        block.select(timer_on, None, [runs_t.timer], show_progress="hidden", queue=False, api_visibility="private",
-                     js=url_js)
+        block.select(
+            timer_on, None, [runs_t.timer], show_progress="hidden", queue=False, api_visibility="private", js=url_js
+        )

@@ -23,8 +23,12 @@ from grpo_dashboard.views import overview
 # --- New run: import a TRL config -------------------------------------------------------------------------------
 def mapping_markdown(rows: list[Any], version: str, reason: str, check: str | None) -> str:
     """The import's mapping table as Markdown."""
-    lines = [f"TRL defaults of **{version}** ({reason}).", "", "| key | action | spec field | note |",
-             "|---|---|---|---|"]
+    lines = [
+        f"TRL defaults of **{version}** ({reason}).",
+        "",
+        "| key | action | spec field | note |",
+        "|---|---|---|---|",
+    ]
     for r in rows:
         note = str(r.note).replace("|", "\\|")
         lines.append(f"| `{r.key}` | {r.action} | {('`' + r.target + '`') if r.target else '—'} | {note} |")
@@ -87,11 +91,19 @@ def new_run_import(ctx: UiContext, tab: new_run.NewRunTab) -> None:
 
     def run(text: str | None, file: Any) -> dict[Any, Any]:
         spec_yaml, md = import_trl_text(text, file)
-        return {tab.yaml: spec_yaml, tab.command: new_run._command(spec_yaml), table: md,
-                **new_run._form_updates(tab, forms.values_from_yaml(spec_yaml))}
+        return {
+            tab.yaml: spec_yaml,
+            tab.command: new_run._command(spec_yaml),
+            table: md,
+            **new_run._form_updates(tab, forms.values_from_yaml(spec_yaml)),
+        }
 
-    button.click(gate(ctx, "import_trl", run, what="TRL import"), [pasted, upload],
-                 [tab.yaml, tab.command, table, *tab.inputs], api_name="import_trl")
+    button.click(
+        gate(ctx, "import_trl", run, what="TRL import"),
+        [pasted, upload],
+        [tab.yaml, tab.command, table, *tab.inputs],
+        api_name="import_trl",
+    )
 
 
 # --- Run detail: resume, metrics download -----------------------------------------------------------------------
@@ -113,8 +125,11 @@ def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tup
         worst = min(bad, key=lambda f: (f.severity != "error", f.step))
         before = checkpoint_before(ctx.store, run, int(worst.step), ctx.backends)
         if before is not None:
-            return steps, str(before[0]), (f"**{worst.rule}** since step {worst.step}: resume from checkpoint "
-                                           f"{before[0]}, before its onset.")
+            return (
+                steps,
+                str(before[0]),
+                (f"**{worst.rule}** since step {worst.step}: resume from checkpoint {before[0]}, before its onset."),
+            )
     return steps, steps[-1], f"Latest checkpoint: {steps[-1]}."
 
 
@@ -146,8 +161,9 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
     with gr.Row():
         checkpoint = gr.Dropdown([], label="Checkpoint", allow_custom_value=True, scale=1, elem_id="resume-ckpt")
         resume_btn = gr.Button("Resume run", scale=1, elem_id="resume-btn")
-        fmt = gr.Dropdown([".csv", ".jsonl", ".parquet"], value=".csv", label="Metrics format", scale=1,
-                          elem_id="export-format")
+        fmt = gr.Dropdown(
+            [".csv", ".jsonl", ".parquet"], value=".csv", label="Metrics format", scale=1, elem_id="export-format"
+        )
         export_btn = gr.Button("Export metrics", scale=1, elem_id="export-btn")
         download = gr.File(label="Metrics file", scale=2, elem_id="export-file")
     note = gr.Markdown(elem_id="resume-note")
@@ -156,11 +172,17 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         steps, chosen, text = resume_choices(ctx, run_id, user_of(ctx, profile, oauth))
         return {checkpoint: gr.update(choices=steps, value=chosen), note: text}
 
-    run_dd.change(gate(ctx, "resume_choices", choices), [run_dd], [checkpoint, note], api_name="resume_choices",
-                  show_progress="hidden")
+    run_dd.change(
+        gate(ctx, "resume_choices", choices),
+        [run_dd],
+        [checkpoint, note],
+        api_name="resume_choices",
+        show_progress="hidden",
+    )
 
-    def resume(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
-               step: str | None) -> str:
+    def resume(
+        profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None, step: str | None
+    ) -> str:
         user = user_of(ctx, profile, oauth)
         if not run_id:
             raise gr.Error("Select a run to resume.")
@@ -170,17 +192,21 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
             raise gr.Error(access.redact(str(exc), user.token)) from None
         return access.redact(overview.status_markdown(run) + f"\n\nResumed from step {run.last_step}.", user.token)
 
-    resume_btn.click(gate(ctx, "resume_run", resume, what="resume"), [run_dd, checkpoint], [note],
-                     api_name="resume_run")  # the live status follows
+    resume_btn.click(
+        gate(ctx, "resume_run", resume, what="resume"), [run_dd, checkpoint], [note], api_name="resume_run"
+    )  # the live status follows
 
     # Not scrubbed by the gate: the answer is the file's path, which gradio reads to serve it (export_file's
     # messages name no server path themselves).
-    def export(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
-               suffix: str) -> str:
+    def export(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None, suffix: str) -> str:
         return export_file(ctx, user_of(ctx, profile, oauth), run_id, suffix)
 
-    export_btn.click(gate(ctx, "export_metrics", export, what="metrics export", scrub=False), [run_dd, fmt],
-                     [download], api_name="export_metrics")
+    export_btn.click(
+        gate(ctx, "export_metrics", export, what="metrics export", scrub=False),
+        [run_dd, fmt],
+        [download],
+        api_name="export_metrics",
+    )
 
 
 # --- Runs: import a run, filter by tag --------------------------------------------------------------------------
@@ -190,8 +216,11 @@ def runs_tools(ctx: UiContext) -> gr.Textbox:
 
     with gr.Row():
         tag = gr.Textbox(label="Only runs with this tag (or group:NAME)", scale=2, elem_id="runs-tag")
-        upload = gr.File(label="Import a run (trainer_state.json, TRL JSONL, trackio .db, W&B history .csv)",
-                         scale=3, elem_id="import-run-file")
+        upload = gr.File(
+            label="Import a run (trainer_state.json, TRL JSONL, trackio .db, W&B history .csv)",
+            scale=3,
+            elem_id="import-run-file",
+        )
         button = gr.Button("Import run", scale=1, elem_id="import-run-btn")
     note = gr.Markdown(elem_id="import-run-note")
 
@@ -207,8 +236,9 @@ def runs_tools(ctx: UiContext) -> gr.Textbox:
             imported = import_upload(path, ctx.store, owner=user.username, root=_upload_root() if space else None)
         except ImportRunError as exc:
             raise gr.Error(_shown(str(exc), space)) from None
-        return _shown(f"Imported **{imported.name}** (`{imported.id}`, {imported.n_records} records, read-only).",
-                      space)
+        return _shown(
+            f"Imported **{imported.name}** (`{imported.id}`, {imported.n_records} records, read-only).", space
+        )
 
     button.click(gate(ctx, "import_run", run, what="run import"), [upload], [note], api_name="import_run")
     return tag

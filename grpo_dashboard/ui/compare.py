@@ -39,8 +39,15 @@ class Comparison(NamedTuple):
     diff: Any  # the spec fields that differ (None for fewer than two runs)
 
 
-def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoothing: float, log_y: bool,
-            xaxis: str, user: access.User | None = None) -> Comparison:
+def compare(
+    ctx: UiContext,
+    run_ids: list[str] | None,
+    metric: str | None,
+    smoothing: float,
+    log_y: bool,
+    xaxis: str,
+    user: access.User | None = None,
+) -> Comparison:
     """The metric dropdown update, overlay figure and differing spec fields for the chosen runs `user` may see."""
     user = user or access.current_user(None, None, ctx.settings)
     run_ids = [r for r in (run_ids or []) if r]
@@ -55,8 +62,11 @@ def compare(ctx: UiContext, run_ids: list[str] | None, metric: str | None, smoot
         metric = options[0] if options else None
     split = split_of(metric or "")
     xaxis = "relative time" if xaxis == "wall time" else (xaxis or "step")
-    opts = charts.ChartOptions(smoothing=float(smoothing or 0), log_y=bool(log_y),
-                               xaxis=system_panel.xaxis_of(xaxis) if split == SYSTEM_SPLIT else xaxis)
+    opts = charts.ChartOptions(
+        smoothing=float(smoothing or 0),
+        log_y=bool(log_y),
+        xaxis=system_panel.xaxis_of(xaxis) if split == SYSTEM_SPLIT else xaxis,
+    )
     series = []
     differs = overview.differences(found)
     if metric:
@@ -79,24 +89,40 @@ def build(ctx: UiContext) -> gr.Dropdown:
     """Lay out the tab; returns the run picker (its choices are refreshed by the app)."""
     choices = overview.run_choices(ctx.store, runs=[] if ctx.settings.on_space else None)
     # Custom values allowed: runs appear after the page was built (choices are refreshed by a timer, per session).
-    runs_dd = gr.Dropdown(choices, value=[], multiselect=True, label="Runs to compare", elem_id="compare-runs",
-                          allow_custom_value=True)
+    runs_dd = gr.Dropdown(
+        choices, value=[], multiselect=True, label="Runs to compare", elem_id="compare-runs", allow_custom_value=True
+    )
     with gr.Row():
         metric = gr.Dropdown([], label="Metric", allow_custom_value=True, elem_id="compare-metric", scale=2)
         smoothing = gr.Slider(0.0, 0.99, value=0.6, step=0.01, label="Smoothing", elem_id="compare-smoothing")
         log_y = gr.Checkbox(False, label="Log-scale y", elem_id="compare-log")
-        xaxis = gr.Radio(["step", "relative time", *charts.METRIC_XAXES], value="step", label="x axis",
-                         elem_id="compare-x")
+        xaxis = gr.Radio(
+            ["step", "relative time", *charts.METRIC_XAXES], value="step", label="x axis", elem_id="compare-x"
+        )
     plot = gr.Plot(show_label=False, elem_id="compare-plot")
     diff = gr.Dataframe(interactive=False, label="Spec fields that differ", elem_id="compare-diff", wrap=True)
     refresh_btn = gr.Button("Refresh", size="sm")
 
-    def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_ids: list[str],
-               metric_key: str | None, sm: float, log: bool, x: str) -> dict[Any, Any]:
+    def update(
+        profile: gr.OAuthProfile | None,
+        oauth: gr.OAuthToken | None,
+        run_ids: list[str],
+        metric_key: str | None,
+        sm: float,
+        log: bool,
+        x: str,
+    ) -> dict[Any, Any]:
         shown = compare(ctx, run_ids, metric_key, sm, log, x, user=user_of(ctx, profile, oauth))
         return {metric: shown.metric, plot: shown.plot, diff: shown.diff}
 
-    gr.on([runs_dd.change, metric.input, smoothing.release, log_y.input, xaxis.input, refresh_btn.click],
-          gate(ctx, "compare", update), [runs_dd, metric, smoothing, log_y, xaxis], [metric, plot, diff],
-          api_name="compare", concurrency_limit=None, trigger_mode="always_last", show_progress="hidden")
+    gr.on(
+        [runs_dd.change, metric.input, smoothing.release, log_y.input, xaxis.input, refresh_btn.click],
+        gate(ctx, "compare", update),
+        [runs_dd, metric, smoothing, log_y, xaxis],
+        [metric, plot, diff],
+        api_name="compare",
+        concurrency_limit=None,
+        trigger_mode="always_last",
+        show_progress="hidden",
+    )
     return runs_dd

@@ -35,8 +35,10 @@ from grpo_dashboard.views import forecast as forecast_view
 POLL_S = 1.5
 LOG_LINES = 200
 # The page script follows the shown run with these options (and marks the page loaded: the URL then tracks tabs).
-FOLLOW_JS = ("(r, s, l, x) => { if (window.grpoLive) { window.grpoLive.open(r, s, l, x); window.grpoLive.loaded(); }"
-             " return []; }")
+FOLLOW_JS = (
+    "(r, s, l, x) => { if (window.grpoLive) { window.grpoLive.open(r, s, l, x); window.grpoLive.loaded(); }"
+    " return []; }"
+)
 
 
 @dataclass
@@ -105,9 +107,21 @@ def samples_table(run: Run, step: Any, sort_by: str, descending: bool) -> tuple[
     return completions.samples_frame(rows, _weights(run), sort_by, bool(descending)), steps, chosen
 
 
-def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xaxis: str, follow: bool,
-           step: Any, sort_by: str, descending: bool, state: dict[str, Any] | None, *,
-           user: access.User | None = None, live: bool = False) -> DetailParts:
+def render(
+    ctx: UiContext,
+    run_id: str | None,
+    smoothing: float,
+    log_y: bool,
+    xaxis: str,
+    follow: bool,
+    step: Any,
+    sort_by: str,
+    descending: bool,
+    state: dict[str, Any] | None,
+    *,
+    user: access.User | None = None,
+    live: bool = False,
+) -> DetailParts:
     """Every output of the tab for `user` (default: an anonymous request); unchanged parts are gr.skip(). With
     `live`, the parts the page gets from its stream (status, findings, charts, log) are skipped too."""
     user = user or access.current_user(None, None, ctx.settings)
@@ -140,15 +154,24 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
     found = None
     if not live and state.get("charts") != chart_key:
         # While another viewer builds this state's charts, the newest finished ones (or none) instead of waiting.
-        found = chart_json.live_plots(ctx.store, run.id, opts, started_at=run.started_at,
-                                      findings=overview.findings(ctx.store, run), **overview.spec_settings(run))
+        found = chart_json.live_plots(
+            ctx.store,
+            run.id,
+            opts,
+            started_at=run.started_at,
+            findings=overview.findings(ctx.store, run),
+            **overview.spec_settings(run),
+        )
     shown_key = None if found is None else (run.id, found[0], opts.smoothing, opts.log_y, opts.xaxis)
     if found is not None and state.get("charts") != shown_key:
         # gr.Plot passes PlotData through as is: the JSON is built once per run state, not once per viewer
-        out.findings = (overview.findings_markdown(ctx.store, run) + "\n\n"
-                        + forecast_view.panel_markdown(ctx.store, run))
-        out.plots = {pid: PlotData(type="plotly", plot=p)
-                     for pid, p in forecast_view.overlay_plots(found[1], ctx.store, run, opts.xaxis).items()}
+        out.findings = (
+            overview.findings_markdown(ctx.store, run) + "\n\n" + forecast_view.panel_markdown(ctx.store, run)
+        )
+        out.plots = {
+            pid: PlotData(type="plotly", plot=p)
+            for pid, p in forecast_view.overlay_plots(found[1], ctx.store, run, opts.xaxis).items()
+        }
         state["charts"] = shown_key
 
     if state.get("spec") != run.id:
@@ -161,12 +184,22 @@ def render(ctx: UiContext, run_id: str | None, smoothing: float, log_y: bool, xa
         out.log = access.redact(overview.log_text(log, LOG_LINES), user.token) or "(no output yet)"
         state["log"] = log_key
 
-    samples_key = (run.id, _size(completions.samples_path(run.run_dir)), bool(follow), step, sort_by,
-                   bool(descending), token if not Path(completions.samples_path(run.run_dir)).exists() else None)
+    samples_key = (
+        run.id,
+        _size(completions.samples_path(run.run_dir)),
+        bool(follow),
+        step,
+        sort_by,
+        bool(descending),
+        token if not Path(completions.samples_path(run.run_dir)).exists() else None,
+    )
     if state.get("samples") != samples_key:
         table, steps, shown = samples_table(run, None if follow else step, sort_by, descending)
-        note = (f"Step {shown}: {len(table)} completions." if shown is not None else
-                "No sample completions yet (the job writes them at each logged step).")
+        note = (
+            f"Step {shown}: {len(table)} completions."
+            if shown is not None
+            else "No sample completions yet (the job writes them at each logged step)."
+        )
         out.step, out.samples, out.samples_note = step_update(steps, shown), table, note
         state["samples"] = samples_key
     out.state = state
@@ -185,9 +218,11 @@ def charts_html() -> str:
     boxes = []
     for p in charts.PANELS:
         title = html.escape(p.title)
-        boxes.append(f'<div class="grpo-panel" id="plot-{p.id}" data-title="{title}" role="figure" '
-                     f'aria-label="{title}"><div class="grpo-placeholder"><h4>{title}</h4>'
-                     f'<p>Select a run (or launch one from New run).</p></div></div>')
+        boxes.append(
+            f'<div class="grpo-panel" id="plot-{p.id}" data-title="{title}" role="figure" '
+            f'aria-label="{title}"><div class="grpo-placeholder"><h4>{title}</h4>'
+            f"<p>Select a run (or launch one from New run).</p></div></div>"
+        )
     return '<div id="live-charts" class="grpo-grid">' + "".join(boxes) + "</div>"
 
 
@@ -196,8 +231,14 @@ def build(ctx: UiContext) -> DetailTab:
     choices = overview.run_choices(ctx.store, runs=[] if ctx.settings.on_space else None)
     with gr.Row(elem_classes=["grpo-detail-head"]):
         # Custom values allowed: runs appear after the page was built (the app fills the choices on load).
-        run_dd = gr.Dropdown(choices, value=choices[0][1] if choices else None, label="Run", scale=4,
-                             elem_id="detail-run", allow_custom_value=True)
+        run_dd = gr.Dropdown(
+            choices,
+            value=choices[0][1] if choices else None,
+            label="Run",
+            scale=4,
+            elem_id="detail-run",
+            allow_custom_value=True,
+        )
         cancel_btn = gr.Button("Cancel run", variant="stop", scale=1, elem_id="cancel-btn")
     gr.HTML('<div id="live-status" role="status" aria-live="polite"></div>', elem_id="detail-status", js_on_load=None)
     byo_trl.detail_tools(ctx, run_dd)  # Resume from a checkpoint, Export metrics
@@ -207,8 +248,9 @@ def build(ctx: UiContext) -> DetailTab:
     with gr.Tabs(elem_id="detail-tabs", overflow_behavior="wrap"):
         with gr.Tab("Charts", id="charts", elem_id="tab-charts"):
             with gr.Row():
-                smoothing = gr.Slider(0.0, 0.99, value=0.6, step=0.01, label="Smoothing (EMA, debiased)",
-                                      elem_id="smoothing")
+                smoothing = gr.Slider(
+                    0.0, 0.99, value=0.6, step=0.01, label="Smoothing (EMA, debiased)", elem_id="smoothing"
+                )
                 log_y = gr.Checkbox(False, label="Log-scale y", elem_id="log-y")
                 xaxis = gr.Radio(list(charts.XAXES), value="step", label="x axis", elem_id="x-axis")
             gr.HTML(charts_html(), elem_id="live-charts-box", js_on_load=None)
@@ -216,22 +258,38 @@ def build(ctx: UiContext) -> DetailTab:
             with gr.Row():
                 follow = gr.Checkbox(True, label="Follow the latest step", elem_id="samples-follow")
                 step_sl = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="samples-step", interactive=False)
-                sort_by = gr.Dropdown(list(completions.SORTS), value=completions.SORTS[0], label="Sort by",
-                                      allow_custom_value=True, elem_id="samples-sort",
-                                      info="any column: the totals, or one reward function")
+                sort_by = gr.Dropdown(
+                    list(completions.SORTS),
+                    value=completions.SORTS[0],
+                    label="Sort by",
+                    allow_custom_value=True,
+                    elem_id="samples-sort",
+                    info="any column: the totals, or one reward function",
+                )
                 descending = gr.Checkbox(True, label="Descending", elem_id="samples-desc")
             samples_note = gr.Markdown(elem_id="samples-note")
-            samples_df = gr.Dataframe(interactive=False, wrap=True, max_height=700, elem_id="samples-table",
-                                      label="Sample completions")
-            refresh = gr.Button("Refresh completions", size="sm", elem_id="samples-refresh",
-                                elem_classes=["grpo-offscreen"])
+            samples_df = gr.Dataframe(
+                interactive=False, wrap=True, max_height=700, elem_id="samples-table", label="Sample completions"
+            )
+            refresh = gr.Button(
+                "Refresh completions", size="sm", elem_id="samples-refresh", elem_classes=["grpo-offscreen"]
+            )
         trajectories_tab.build(ctx, run_dd)  # agent runs: conversations, tool calls, failures (ui/trajectories.py)
         with gr.Tab("Spec & log", id="speclog", elem_id="tab-speclog"):
-            spec_code = gr.Code(language="yaml", label="Run spec (as launched)", interactive=False,
-                                elem_id="detail-spec", wrap_lines=True)
-            gr.HTML(f'<div class="grpo-log-label" id="live-log-label">Job log (last {LOG_LINES} lines, newest at '
-                    f'the bottom)</div><pre id="live-log" class="grpo-log" tabindex="0" '
-                    f'aria-labelledby="live-log-label"></pre>', elem_id="detail-log-box", js_on_load=None)
+            spec_code = gr.Code(
+                language="yaml",
+                label="Run spec (as launched)",
+                interactive=False,
+                elem_id="detail-spec",
+                wrap_lines=True,
+            )
+            gr.HTML(
+                f'<div class="grpo-log-label" id="live-log-label">Job log (last {LOG_LINES} lines, newest at '
+                f'the bottom)</div><pre id="live-log" class="grpo-log" tabindex="0" '
+                f'aria-labelledby="live-log-label"></pre>',
+                elem_id="detail-log-box",
+                js_on_load=None,
+            )
     # What API clients get from detail_render / detail_poll; the page shows the pushed versions above instead.
     status = gr.Markdown(visible=False)
     findings_md = gr.Markdown(visible=False)
@@ -241,8 +299,18 @@ def build(ctx: UiContext) -> DetailTab:
     timer = gr.Timer(POLL_S, active=False)
     api_render = gr.Button(visible=False)
     controls = [run_dd, smoothing, log_y, xaxis, follow, step_sl, sort_by, descending, state]
-    parts = DetailParts(status=status, cancel=cancel_btn, findings=findings_md, plots=plots, spec=spec_code,
-                        log=log_box, step=step_sl, samples=samples_df, samples_note=samples_note, state=state)
+    parts = DetailParts(
+        status=status,
+        cancel=cancel_btn,
+        findings=findings_md,
+        plots=plots,
+        spec=spec_code,
+        log=log_box,
+        step=step_sl,
+        samples=samples_df,
+        samples_note=samples_note,
+        state=state,
+    )
     outputs = parts.listed()
 
     def update(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> dict[Any, Any]:
@@ -255,18 +323,48 @@ def build(ctx: UiContext) -> DetailTab:
         # The timer's inputs are plain values (no preprocessing needed); outputs are postprocessed here, in one thread.
         return postprocessed(parts.answer(render(ctx, *args, user=user_of(ctx, profile, oauth))))
 
-    timer.tick(gate(ctx, "detail_poll", poll), controls, outputs, api_name="detail_poll", concurrency_limit=None,
-               show_progress="hidden", trigger_mode="always_last", preprocess=False, postprocess=False)
+    timer.tick(
+        gate(ctx, "detail_poll", poll),
+        controls,
+        outputs,
+        api_name="detail_poll",
+        concurrency_limit=None,
+        show_progress="hidden",
+        trigger_mode="always_last",
+        preprocess=False,
+        postprocess=False,
+    )
     # preprocess=False: the inputs are plain values, and a step outside the slider's build-time range (or none,
     # from an API client) is the handler's to resolve (samples_table), not an input error.
-    api_render.click(gate(ctx, "detail_render", update), controls, outputs, api_name="detail_render",
-                     concurrency_limit=None, show_progress="hidden", preprocess=False)
-    gr.on([run_dd.change, follow.input, sort_by.input, descending.input, refresh.click],
-          gate(ctx, "detail_view", view), controls, outputs, api_name="detail_view", concurrency_limit=None,
-          trigger_mode="always_last", show_progress="hidden", preprocess=False)
+    api_render.click(
+        gate(ctx, "detail_render", update),
+        controls,
+        outputs,
+        api_name="detail_render",
+        concurrency_limit=None,
+        show_progress="hidden",
+        preprocess=False,
+    )
+    gr.on(
+        [run_dd.change, follow.input, sort_by.input, descending.input, refresh.click],
+        gate(ctx, "detail_view", view),
+        controls,
+        outputs,
+        api_name="detail_view",
+        concurrency_limit=None,
+        trigger_mode="always_last",
+        show_progress="hidden",
+        preprocess=False,
+    )
     live_inputs: list[gr.components.Component] = [run_dd, smoothing, log_y, xaxis]
-    gr.on([run_dd.change, smoothing.release, log_y.input, xaxis.input], None, live_inputs, None, js=FOLLOW_JS,
-          api_visibility="private")
+    gr.on(
+        [run_dd.change, smoothing.release, log_y.input, xaxis.input],
+        None,
+        live_inputs,
+        None,
+        js=FOLLOW_JS,
+        api_visibility="private",
+    )
 
     def sort_choices(table: Any) -> Any:
         columns = getattr(table, "columns", None)
@@ -274,16 +372,29 @@ def build(ctx: UiContext) -> DetailTab:
         extra = [h for h in headers if h not in completions.SORTS and h not in ("#", "prompt", "completion")]
         return gr.update(choices=[*completions.SORTS[:-1], *extra, completions.SORTS[-1]])
 
-    samples_df.change(gate(ctx, "sort_choices", sort_choices), [samples_df], [sort_by], show_progress="hidden",
-                      queue=False, api_visibility="private")
+    samples_df.change(
+        gate(ctx, "sort_choices", sort_choices),
+        [samples_df],
+        [sort_by],
+        show_progress="hidden",
+        queue=False,
+        api_visibility="private",
+    )
 
     def pick_step(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, *args: Any) -> dict[Any, Any]:
         user = user_of(ctx, profile, oauth)
         shown = render(ctx, args[0], args[1], args[2], args[3], False, *args[5:], user=user, live=True)
         return {follow: False, **parts.answer(shown)}
 
-    step_sl.release(gate(ctx, "detail_step", pick_step), controls, [follow, *outputs], api_name="detail_step",
-                    concurrency_limit=None, show_progress="hidden", preprocess=False)
+    step_sl.release(
+        gate(ctx, "detail_step", pick_step),
+        controls,
+        [follow, *outputs],
+        api_name="detail_step",
+        concurrency_limit=None,
+        show_progress="hidden",
+        preprocess=False,
+    )
 
     def cancel(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> Any:
         if not run_id:
@@ -296,15 +407,19 @@ def build(ctx: UiContext) -> DetailTab:
         return access.redact(overview.status_markdown(run), user.token)
 
     # A run may be hours of paid GPU time: the browser asks first (an empty answer cancels nothing).
-    confirm = ("(r) => (r && window.confirm('Cancel run ' + r + '? The job is stopped; its logged metrics are kept.')"
-               " ? [r] : [null])")
-    cancel_btn.click(gate(ctx, "cancel_run", guarded_cancel(cancel)), [run_dd], [status], api_name="cancel_run",
-                     js=confirm)
+    confirm = (
+        "(r) => (r && window.confirm('Cancel run ' + r + '? The job is stopped; its logged metrics are kept.')"
+        " ? [r] : [null])"
+    )
+    cancel_btn.click(
+        gate(ctx, "cancel_run", guarded_cancel(cancel)), [run_dd], [status], api_name="cancel_run", js=confirm
+    )
     return DetailTab(run_dd, parts, manage, live_inputs)
 
 
 def guarded_cancel(cancel: Any) -> Any:
     """`cancel` that does nothing when the confirmation was declined (the page sends no run id)."""
+
     def handler(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> Any:
         if run_id is None:
             return gr.skip()

@@ -34,8 +34,10 @@ from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 
 MAX_TEXT_CHARS = 256 * 1024
-SIGN_IN_FIRST = ("Sign in with Hugging Face (the button at the top of the page) first: on this Space {what} is for "
-                 "signed-in users only, and every run goes to Hugging Face Jobs on your own account.")
+SIGN_IN_FIRST = (
+    "Sign in with Hugging Face (the button at the top of the page) first: on this Space {what} is for "
+    "signed-in users only, and every run goes to Hugging Face Jobs on your own account."
+)
 GATE_ATTR = "_grpo_endpoint"
 OUTPUTS_ATTR = "_grpo_outputs"  # the ids of the event's output blocks, set by seal()
 _PROFILE = "_gate_profile"
@@ -57,9 +59,11 @@ def check_sizes(args: tuple[Any, ...], limit: int = MAX_TEXT_CHARS, what: str = 
         texts = value if isinstance(value, (list, tuple)) else [value]
         for text in texts:
             if isinstance(text, str) and len(text) > limit:
-                raise gr.Error(f"An input of {len(text):,} characters is over the limit of {limit:,} for {what}; a "
-                               f"run spec is a few kilobytes. Shorten it (large data belongs in a dataset, not the "
-                               f"spec).")
+                raise gr.Error(
+                    f"An input of {len(text):,} characters is over the limit of {limit:,} for {what}; a "
+                    f"run spec is a few kilobytes. Shorten it (large data belongs in a dataset, not the "
+                    f"spec)."
+                )
 
 
 def _user_key(user: access.User) -> str:
@@ -110,8 +114,15 @@ def _composed(fn: Callable[..., Any], pass_user: bool) -> tuple[inspect.Signatur
     return inspect.Signature(params), hints, profile, token, own
 
 
-def gate(ctx: UiContext, name: str, fn: Callable[..., Any], *, what: str | None = None, pass_user: bool = False,
-         scrub: bool = True) -> Callable[..., Any]:
+def gate(
+    ctx: UiContext,
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    what: str | None = None,
+    pass_user: bool = False,
+    scrub: bool = True,
+) -> Callable[..., Any]:
     """The handler for endpoint `name` (a key of policy.ENDPOINTS) around `fn`, with that policy applied.
 
     Args:
@@ -121,8 +132,10 @@ def gate(ctx: UiContext, name: str, fn: Callable[..., Any], *, what: str | None 
             user's own text, such as the YAML editor).
     """
     if name not in ENDPOINTS:
-        raise KeyError(f"endpoint {name!r} has no policy: declare it in grpo_dashboard/space/policy.py ENDPOINTS "
-                       f"(who may call it, its pool, time limit, size cap and rate) before registering it.")
+        raise KeyError(
+            f"endpoint {name!r} has no policy: declare it in grpo_dashboard/space/policy.py ENDPOINTS "
+            f"(who may call it, its pool, time limit, size cap and rate) before registering it."
+        )
     policy: Policy = ENDPOINTS[name]
     label = what or name.replace("_", " ")
     signature, hints, profile_name, token_name, own = _composed(fn, pass_user)
@@ -146,11 +159,16 @@ def gate(ctx: UiContext, name: str, fn: Callable[..., Any], *, what: str | None 
             if policy.pool is None:
                 result = call()
             else:
-                result = budgets(ctx).run(policy.pool, key, call, float(policy.limit_s or 60.0), label,
-                                          fair=on_space)
+                result = budgets(ctx).run(policy.pool, key, call, float(policy.limit_s or 60.0), label, fair=on_space)
         except (Busy, TimedOut) as exc:
-            hint = (" Check that the dataset and model ids are right and the Hub is reachable, or run the same check "
-                    "locally with the CLI.") if isinstance(exc, TimedOut) else ""
+            hint = (
+                (
+                    " Check that the dataset and model ids are right and the Hub is reachable, or run the same check "
+                    "locally with the CLI."
+                )
+                if isinstance(exc, TimedOut)
+                else ""
+            )
             raise gr.Error(str(exc) + hint) from None
         except gr.Error as exc:
             if on_space:
@@ -173,14 +191,18 @@ def check_named(name: str, result: Any, outputs: frozenset[int] | None) -> None:
     if outputs is None or len(outputs) < 2:
         return
     if isinstance(result, (list, tuple)):
-        raise TypeError(f"{name} answered with a {type(result).__name__} of {len(result)} values matched to its "
-                        f"{len(outputs)} outputs by position; answer with a dict keyed by component "
-                        f"({{component: value}}) so that no value depends on the order of the outputs.")
+        raise TypeError(
+            f"{name} answered with a {type(result).__name__} of {len(result)} values matched to its "
+            f"{len(outputs)} outputs by position; answer with a dict keyed by component "
+            f"({{component: value}}) so that no value depends on the order of the outputs."
+        )
     if isinstance(result, dict) and result != gr.skip():
         stray = [key for key in result if not isinstance(key, gr.blocks.Block) or key._id not in outputs]
         if stray:
-            raise TypeError(f"{name} answered for {', '.join(map(repr, stray[:3]))}, not among its outputs; key "
-                            f"the answer by the event's own output components (or add them to its outputs).")
+            raise TypeError(
+                f"{name} answered for {', '.join(map(repr, stray[:3]))}, not among its outputs; key "
+                f"the answer by the event's own output components (or add them to its outputs)."
+            )
 
 
 def ungated(demo: gr.Blocks) -> list[str]:
@@ -201,13 +223,19 @@ def seal(demo: gr.Blocks, ctx: UiContext) -> None:
     handler, and let each pooled endpoint's pool, not gradio's queue, bound it."""
     for block_fn in demo.fns.values():
         policy = ENDPOINTS.get(str(block_fn.api_name))
-        if block_fn.fn is not None and policy is not None and policy.gradio_own \
-                and getattr(block_fn.fn, GATE_ATTR, None) is None:
+        if (
+            block_fn.fn is not None
+            and policy is not None
+            and policy.gradio_own
+            and getattr(block_fn.fn, GATE_ATTR, None) is None
+        ):
             block_fn.fn = gate(ctx, str(block_fn.api_name), block_fn.fn)
     bad = ungated(demo)
     if bad:
-        raise RuntimeError(f"event handler(s) without a policy: {', '.join(bad)}. Register each through "
-                           f"grpo_dashboard.ui.guard.gate with an endpoint declared in space/policy.py.")
+        raise RuntimeError(
+            f"event handler(s) without a policy: {', '.join(bad)}. Register each through "
+            f"grpo_dashboard.ui.guard.gate with an endpoint declared in space/policy.py."
+        )
     for block_fn in demo.fns.values():
         endpoint = getattr(block_fn.fn, GATE_ATTR, None)
         if endpoint is None:

@@ -82,8 +82,9 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
             name = gr.Textbox(label="Name", max_lines=1, scale=3, elem_id="manage-name")
             rename_btn = gr.Button("Rename", scale=1, elem_id="rename-btn")
         with gr.Row():
-            note = gr.Textbox(label="Note (what this run tries, what you saw)", lines=2, scale=3,
-                              elem_id="manage-note")
+            note = gr.Textbox(
+                label="Note (what this run tries, what you saw)", lines=2, scale=3, elem_id="manage-note"
+            )
             note_btn = gr.Button("Save note", scale=1, elem_id="note-btn")
         delete_btn = gr.Button("Delete this run and its files…", variant="stop", size="sm", elem_id="delete-btn")
         message = gr.Markdown(elem_id="manage-message")
@@ -98,19 +99,25 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
             return {name: "", note: "", message: ""}
         return {name: run.name, note: ctx.store.notes().get(run.id, ""), message: ""}
 
-    run_dd.change(gate(ctx, "manage_fill", fill), [run_dd], [name, note, message], show_progress="hidden", queue=False,
-                  api_visibility="private")
+    run_dd.change(
+        gate(ctx, "manage_fill", fill),
+        [run_dd],
+        [name, note, message],
+        show_progress="hidden",
+        queue=False,
+        api_visibility="private",
+    )
 
-    def do_rename(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
-                  new_name: str) -> dict[Any, Any]:
+    def do_rename(
+        profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None, new_name: str
+    ) -> dict[Any, Any]:
         user = user_of(ctx, profile, oauth)
         text = rename(ctx, user, run_id, new_name)
         return {message: text, run_dd: gr.update(choices=_choices(ctx, user), value=run_id)}
 
     rename_btn.click(gate(ctx, "rename_run", do_rename), [run_dd, name], [message, run_dd], api_name="rename_run")
 
-    def do_note(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None,
-                text: str) -> str:
+    def do_note(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None, text: str) -> str:
         return save_note(ctx, user_of(ctx, profile, oauth), run_id, text)
 
     note_btn.click(gate(ctx, "note_run", do_note), [run_dd, note], [message], api_name="note_run")
@@ -123,8 +130,11 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
         choices = _choices(ctx, user)
         return {message: text, run_dd: gr.update(choices=choices, value=choices[0][1] if choices else None)}
 
-    confirm = ("(r) => (r && window.confirm('Delete run ' + r + ' and its run directory (metrics, log, samples, "
-               "checkpoints)? This cannot be undone.') ? [r] : [null])")
-    delete_btn.click(gate(ctx, "delete_run", do_delete), [run_dd], [message, run_dd], api_name="delete_run",
-                     js=confirm)
+    confirm = (
+        "(r) => (r && window.confirm('Delete run ' + r + ' and its run directory (metrics, log, samples, "
+        "checkpoints)? This cannot be undone.') ? [r] : [null])"
+    )
+    delete_btn.click(
+        gate(ctx, "delete_run", do_delete), [run_dd], [message, run_dd], api_name="delete_run", js=confirm
+    )
     return ManageRun(name, note, message)

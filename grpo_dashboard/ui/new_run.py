@@ -55,19 +55,37 @@ def _component(f: forms.FormField, value: Any) -> gr.components.Component:
     if f.widget in ("bool", "toggle"):
         return gr.Checkbox(value=bool(value), label=f.label, info=info, elem_id=_elem(f))
     if f.widget == "choice":
-        return gr.Dropdown(forms.choice_options(f), value=value, label=f.label, info=info,
-                           allow_custom_value=f.custom, elem_id=_elem(f))
+        return gr.Dropdown(
+            forms.choice_options(f),
+            value=value,
+            label=f.label,
+            info=info,
+            allow_custom_value=f.custom,
+            elem_id=_elem(f),
+        )
     if f.number_as_text:
-        return gr.Textbox(value=value, label=f.label, info=info, elem_id=_elem(f), lines=1,
-                          placeholder=f"unset (default: {f.default})")
+        return gr.Textbox(
+            value=value,
+            label=f.label,
+            info=info,
+            elem_id=_elem(f),
+            lines=1,
+            placeholder=f"unset (default: {f.default})",
+        )
     if f.widget in ("int", "float"):
-        return gr.Number(value=value, label=f.label, info=info, precision=0 if f.widget == "int" else None,
-                         elem_id=_elem(f))
+        return gr.Number(
+            value=value, label=f.label, info=info, precision=0 if f.widget == "int" else None, elem_id=_elem(f)
+        )
     if f.widget == "rewards":
-        return gr.Dataframe(value=value or [["", 1.0, "", "", ""]], headers=list(forms.REWARD_COLUMNS),
-                            datatype=["str", "number", "str", "str", "str"], interactive=True,
-                            column_count=len(forms.REWARD_COLUMNS), label="reward functions (add rows as needed)",
-                            elem_id=_elem(f))
+        return gr.Dataframe(
+            value=value or [["", 1.0, "", "", ""]],
+            headers=list(forms.REWARD_COLUMNS),
+            datatype=["str", "number", "str", "str", "str"],
+            interactive=True,
+            column_count=len(forms.REWARD_COLUMNS),
+            label="reward functions (add rows as needed)",
+            elem_id=_elem(f),
+        )
     return gr.Textbox(value=value, label=f.label, info=info, elem_id=_elem(f), lines=1)
 
 
@@ -98,12 +116,19 @@ def build(ctx: UiContext) -> NewRunTab:
 
     group_errors: dict[str, gr.Markdown] = {}
     with gr.Row():
-        preset = gr.Dropdown(presets.preset_names(), value=presets.DEFAULT_PRESET, label="Preset", scale=3,
-                             info="Loads a complete run spec into the form and the YAML.", elem_id="preset")
+        preset = gr.Dropdown(
+            presets.preset_names(),
+            value=presets.DEFAULT_PRESET,
+            label="Preset",
+            scale=3,
+            info="Loads a complete run spec into the form and the YAML.",
+            elem_id="preset",
+        )
         validate_btn = gr.Button("Validate", variant="secondary", scale=1, elem_id="validate-btn")
         launch_btn = gr.Button("Launch", variant="primary", scale=1, elem_id="launch-btn")
-    summary = gr.Markdown("Pick a preset or edit the form; **Validate** checks everything before launching.",
-                          elem_id="new-run-summary")
+    summary = gr.Markdown(
+        "Pick a preset or edit the form; **Validate** checks everything before launching.", elem_id="new-run-summary"
+    )
     with gr.Row():
         with gr.Column(scale=3):
             for f in (f for f in fields if f.group == "Run"):
@@ -119,13 +144,27 @@ def build(ctx: UiContext) -> NewRunTab:
                     plain = [f for f in group_fields if f.widget != "rewards"]
                     for i in range(0, len(plain), 3):
                         with gr.Row(equal_height=False):
-                            for f in plain[i:i + 3]:
+                            for f in plain[i : i + 3]:
                                 add(f)
         with gr.Column(scale=2):
-            yaml_code = gr.Code(initial_yaml, language="yaml", label="Run spec (YAML, editable)", interactive=True,
-                                lines=30, max_lines=60, elem_id="spec-yaml", wrap_lines=True)
-            command = gr.Code(_command(initial_yaml, ctx.backends), language="shell", label="Equivalent command",
-                              lines=8, interactive=False, elem_id="spec-command")
+            yaml_code = gr.Code(
+                initial_yaml,
+                language="yaml",
+                label="Run spec (YAML, editable)",
+                interactive=True,
+                lines=30,
+                max_lines=60,
+                elem_id="spec-yaml",
+                wrap_lines=True,
+            )
+            command = gr.Code(
+                _command(initial_yaml, ctx.backends),
+                language="shell",
+                label="Equivalent command",
+                lines=8,
+                interactive=False,
+                elem_id="spec-command",
+            )
     tab = NewRunTab(preset, ordered, inputs, yaml_code, command, summary, group_errors, launch_btn, validate_btn)
     _wire(tab, ctx)
     return tab
@@ -143,8 +182,9 @@ def _values(tab: NewRunTab, args: tuple[Any, ...]) -> dict[str, Any]:
     return {f.key: v for f, v in zip(tab.fields, args, strict=True)}
 
 
-def _form_updates(tab: NewRunTab, values: dict[str, Any], errors: dict[str, list[str]] | None = None
-                  ) -> dict[Any, Any]:
+def _form_updates(
+    tab: NewRunTab, values: dict[str, Any], errors: dict[str, list[str]] | None = None
+) -> dict[Any, Any]:
     """Values (or only the help text, when `values` is empty) of every field, with errors in place of help; keyed
     by the field's component."""
     errors = errors or {}
@@ -179,8 +219,10 @@ def _summary(errors: list[FieldError], warnings: list[FieldError], ok_text: str)
     lines = []
     if errors:
         lines.append(f"### ✖ {len(errors)} problem{'s' if len(errors) != 1 else ''} block the launch")
-        lines += [f"- **{shorten(e.field, MAX_FIELD_CHARS)}** = `{short_repr(e.value)}`: {e.message}"
-                  for e in errors[:MAX_LISTED_ERRORS]]
+        lines += [
+            f"- **{shorten(e.field, MAX_FIELD_CHARS)}** = `{short_repr(e.value)}`: {e.message}"
+            for e in errors[:MAX_LISTED_ERRORS]
+        ]
         if len(errors) > MAX_LISTED_ERRORS:
             lines.append(f"- ... and {len(errors) - MAX_LISTED_ERRORS} more")
     else:
@@ -191,8 +233,9 @@ def _summary(errors: list[FieldError], warnings: list[FieldError], ok_text: str)
     return "\n".join(lines)
 
 
-def check_form(values: dict[str, Any], yaml_text: str, base_dir: Any, user: access.User | None = None,
-               settings: Any = None) -> tuple[RunSpec | None, list[FieldError], list[FieldError]]:
+def check_form(
+    values: dict[str, Any], yaml_text: str, base_dir: Any, user: access.User | None = None, settings: Any = None
+) -> tuple[RunSpec | None, list[FieldError], list[FieldError]]:
     """Build the spec from form values over the YAML and validate it; (spec or None, errors, warnings).
 
     On a Space, the user's namespace fills an empty `backend.namespace`, and what the Space forbids (access.py) is
@@ -219,20 +262,32 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         return validate_outputs(tab, errors, warnings, "### ✔ Valid: ready to launch.")
 
     assert tab.validate is not None  # set by build
-    tab.validate.click(gate(ctx, "validate", validate, what="validation", pass_user=True),
-                       [*tab.inputs, tab.yaml], [tab.summary, *tab.group_errors.values(), *tab.inputs],
-                       api_name="validate")
+    tab.validate.click(
+        gate(ctx, "validate", validate, what="validation", pass_user=True),
+        [*tab.inputs, tab.yaml],
+        [tab.summary, *tab.group_errors.values(), *tab.inputs],
+        api_name="validate",
+    )
 
     def load_preset(name: str) -> dict[Any, Any]:
         text = presets.preset_yaml(name)
         values = forms.values_from_yaml(text)
-        return {tab.yaml: text, tab.command: _command(text, ctx.backends),
-                tab.summary: f"Loaded preset **{name}**.",
-                **{box: gr.update(value="") for box in tab.group_errors.values()}, **_form_updates(tab, values)}
+        return {
+            tab.yaml: text,
+            tab.command: _command(text, ctx.backends),
+            tab.summary: f"Loaded preset **{name}**.",
+            **{box: gr.update(value="") for box in tab.group_errors.values()},
+            **_form_updates(tab, values),
+        }
 
-    tab.preset.select(gate(ctx, "load_preset", load_preset), [tab.preset],
-                     [tab.yaml, tab.command, tab.summary, *tab.group_errors.values(), *tab.inputs],
-                     api_name="load_preset", show_progress="hidden", concurrency_limit=None)
+    tab.preset.select(
+        gate(ctx, "load_preset", load_preset),
+        [tab.preset],
+        [tab.yaml, tab.command, tab.summary, *tab.group_errors.values(), *tab.inputs],
+        api_name="load_preset",
+        show_progress="hidden",
+        concurrency_limit=None,
+    )
 
     def form_to_yaml(*args: Any) -> dict[Any, Any]:
         *vals, yaml_text = args
@@ -246,9 +301,16 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
     # autofilled reaches the YAML when the field loses focus.
     triggers = [c.input for c in tab.inputs]  # type: ignore[attr-defined]  # every form input has `input`
     triggers += [c.blur for c in tab.inputs if isinstance(c, gr.Textbox)]
-    gr.on(triggers, gate(ctx, "form_to_yaml", form_to_yaml, what="YAML update", scrub=False),
-          [*tab.inputs, tab.yaml], [tab.yaml, tab.command, tab.summary],
-          api_name="form_to_yaml", trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)
+    gr.on(
+        triggers,
+        gate(ctx, "form_to_yaml", form_to_yaml, what="YAML update", scrub=False),
+        [*tab.inputs, tab.yaml],
+        [tab.yaml, tab.command, tab.summary],
+        api_name="form_to_yaml",
+        trigger_mode="always_last",
+        show_progress="hidden",
+        concurrency_limit=None,
+    )
 
     def yaml_to_form(yaml_text: str) -> dict[Any, Any]:
         try:
@@ -260,17 +322,30 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
             placed = {e.field: [str(e.message)] for e in bad}
             updates = _form_updates(tab, {k: v for k, v in values.items() if k not in placed}, placed)
             return {tab.summary: _summary(bad, [], ""), **updates}
-        return {tab.command: _command(yaml_text, ctx.backends), tab.summary: "YAML applied to the form.",
-                **_form_updates(tab, values)}
+        return {
+            tab.command: _command(yaml_text, ctx.backends),
+            tab.summary: "YAML applied to the form.",
+            **_form_updates(tab, values),
+        }
 
-    tab.yaml.input(gate(ctx, "yaml_to_form", yaml_to_form, what="form update", scrub=False), [tab.yaml],
-                   [tab.command, tab.summary, *tab.inputs], api_name="yaml_to_form",
-                   trigger_mode="always_last", show_progress="hidden", concurrency_limit=None)
+    tab.yaml.input(
+        gate(ctx, "yaml_to_form", yaml_to_form, what="form update", scrub=False),
+        [tab.yaml],
+        [tab.command, tab.summary, *tab.inputs],
+        api_name="yaml_to_form",
+        trigger_mode="always_last",
+        show_progress="hidden",
+        concurrency_limit=None,
+    )
 
 
-def validate_outputs(tab: NewRunTab, errors: list[FieldError], warnings: list[FieldError], ok_text: str
-                     ) -> dict[Any, Any]:
+def validate_outputs(
+    tab: NewRunTab, errors: list[FieldError], warnings: list[FieldError], ok_text: str
+) -> dict[Any, Any]:
     """The summary, the group error boxes and the fields' info for a validation result, keyed by component."""
     placed, _ = forms.place_errors(errors, [f.key for f in tab.fields])
-    return {tab.summary: _summary(errors, warnings, ok_text), **_group_error_updates(tab, placed),
-            **_form_updates(tab, {}, placed)}
+    return {
+        tab.summary: _summary(errors, warnings, ok_text),
+        **_group_error_updates(tab, placed),
+        **_form_updates(tab, {}, placed),
+    }

@@ -70,8 +70,11 @@ class SameOrigin:
         self.app = app
         self.allowed = tuple(settings.allowed_origins() if allowed is None else allowed)
         if not self.allowed:
-            log.warning("SPACE_HOST is not set: every browser request that names an origin will be refused. Set "
-                        "%s to the Space's address.", settings.ALLOWED_ORIGINS_ENV)
+            log.warning(
+                "SPACE_HOST is not set: every browser request that names an origin will be refused. Set "
+                "%s to the Space's address.",
+                settings.ALLOWED_ORIGINS_ENV,
+            )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -104,6 +107,11 @@ class SameOrigin:
 
 async def _forbidden(send: Any, reason: str) -> None:
     body = json.dumps({"error": reason}).encode()
-    await send({"type": "http.response.start", "status": 403,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 403,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -38,8 +38,12 @@ def inspect_text(ctx: UiContext, yaml_text: str, user: access.User | None = None
     spec = _spec(yaml_text, ctx)
     user = user or access.ANONYMOUS
     try:
-        report = inspect_dataset(spec, base_dir=ctx.base_dir, token=access.hub_token(user, ctx.settings),
-                                 load_tokenizers=not ctx.settings.on_space)
+        report = inspect_dataset(
+            spec,
+            base_dir=ctx.base_dir,
+            token=access.hub_token(user, ctx.settings),
+            load_tokenizers=not ctx.settings.on_space,
+        )
         return "```\n" + report.to_text() + "\n```"
     except (SpecError, ValueError, OSError, RuntimeError) as exc:
         return f"**Dataset problem:** {exc}"
@@ -56,8 +60,12 @@ def rewards_text(ctx: UiContext, yaml_text: str, rows: float, user: access.User 
     except access.NotAllowed as exc:
         raise gr.Error(str(exc)) from None
     try:
-        report = check_rewards(spec, n_rows=min(64, max(1, int(rows or 8))), base_dir=ctx.base_dir,
-                               token=access.hub_token(user, ctx.settings))
+        report = check_rewards(
+            spec,
+            n_rows=min(64, max(1, int(rows or 8))),
+            base_dir=ctx.base_dir,
+            token=access.hub_token(user, ctx.settings),
+        )
     except (SpecError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a Hub dataset that cannot load
         return f"**Reward check could not run:** {exc}"
     verdict = "✅ no problem found" if report.ok else "⚠️ problems found"
@@ -80,8 +88,10 @@ def hardware_text(ctx: UiContext, yaml_text: str, user: access.User | None = Non
 
 def build(ctx: UiContext, spec_yaml: Any) -> None:
     """The tab's widgets and events; `spec_yaml` is the New run tab's YAML component."""
-    gr.Markdown("Checks run on the spec in the **New run** tab. Rewards run in a sandboxed subprocess (no network, "
-                "no tokens, time and memory limits); custom reward code never runs in the dashboard process.")
+    gr.Markdown(
+        "Checks run on the spec in the **New run** tab. Rewards run in a sandboxed subprocess (no network, "
+        "no tokens, time and memory limits); custom reward code never runs in the dashboard process."
+    )
     with gr.Row():
         inspect_btn = gr.Button("Inspect dataset")
         rows = gr.Number(8, label="Rows for the reward check", precision=0, minimum=1, maximum=64)
@@ -98,9 +108,21 @@ def build(ctx: UiContext, spec_yaml: Any) -> None:
     def hardware(user: access.User, yaml_text: str) -> str:
         return hardware_text(ctx, yaml_text, user)
 
-    inspect_btn.click(gate(ctx, "inspect_dataset", inspect, what="dataset inspection", pass_user=True),
-                      [spec_yaml], [out], api_name="inspect_dataset")
-    rewards_btn.click(gate(ctx, "check_rewards", check, what="reward check", pass_user=True),
-                      [spec_yaml, rows], [out], api_name="check_rewards")
-    hardware_btn.click(gate(ctx, "estimate_hardware", hardware, what="hardware estimate", pass_user=True),
-                       [spec_yaml], [out], api_name="estimate_hardware")
+    inspect_btn.click(
+        gate(ctx, "inspect_dataset", inspect, what="dataset inspection", pass_user=True),
+        [spec_yaml],
+        [out],
+        api_name="inspect_dataset",
+    )
+    rewards_btn.click(
+        gate(ctx, "check_rewards", check, what="reward check", pass_user=True),
+        [spec_yaml, rows],
+        [out],
+        api_name="check_rewards",
+    )
+    hardware_btn.click(
+        gate(ctx, "estimate_hardware", hardware, what="hardware estimate", pass_user=True),
+        [spec_yaml],
+        [out],
+        api_name="estimate_hardware",
+    )

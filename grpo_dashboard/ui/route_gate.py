@@ -42,8 +42,13 @@ def _bearer(headers: dict[bytes, bytes]) -> str | None:
 
 async def _answer(send: Any, status: int, message: str) -> None:
     body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -63,7 +68,7 @@ class RouteGate:
         path = scope.get("path", "/")
         root = scope.get("root_path") or ""
         if root and path.startswith(root):
-            path = path[len(root):] or "/"
+            path = path[len(root) :] or "/"
         found = route_for(path, scope.get("method", "GET"))
         if found is None or found[1].who == DENIED:
             return await _answer(send, 404, "Not Found")
@@ -73,8 +78,12 @@ class RouteGate:
         headers = dict(scope.get("headers") or [])
         user = await self._user(scope, headers)
         if user is None:
-            return await _answer(send, 401, f"{declared}: sign in with Hugging Face first (on this Space it is for "
-                                            f"signed-in users only), or send your token as 'Authorization: Bearer'.")
+            return await _answer(
+                send,
+                401,
+                f"{declared}: sign in with Hugging Face first (on this Space it is for "
+                f"signed-in users only), or send your token as 'Authorization: Bearer'.",
+            )
         if declared == UPLOAD_PATH:
             size = headers.get(b"content-length", b"0")
             refusal = budgets(self.ctx).uploads.take(user, int(size) if size.isdigit() else 0)

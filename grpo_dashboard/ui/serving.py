@@ -92,8 +92,13 @@ class BodyLimit:
 
 async def _too_large(send: Any, limit: int) -> None:
     body = f'{{"error": "request body over the limit of {limit} bytes"}}'.encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -105,14 +110,18 @@ def static_files() -> dict[str, tuple[Path, str]]:
     """The page's own static files: name -> (path, media type)."""
     import plotly
 
-    return {"live.js": (STATIC_DIR / "live.js", "text/javascript"),
-            "plotly.min.js": (Path(plotly.__file__).parent / "package_data" / "plotly.min.js", "text/javascript")}
+    return {
+        "live.js": (STATIC_DIR / "live.js", "text/javascript"),
+        "plotly.min.js": (Path(plotly.__file__).parent / "package_data" / "plotly.min.js", "text/javascript"),
+    }
 
 
 def page_head() -> str:
     """The `<head>` additions of the page: plotly.js and the live-page script (both served by `install_routes`)."""
-    return (f'<script src="{STATIC_PATH}/plotly.min.js" defer></script>\n'
-            f'<script src="{STATIC_PATH}/live.js" defer></script>')
+    return (
+        f'<script src="{STATIC_PATH}/plotly.min.js" defer></script>\n'
+        f'<script src="{STATIC_PATH}/live.js" defer></script>'
+    )
 
 
 def request_user(ctx: Any, request: Any) -> Any:
@@ -125,8 +134,9 @@ def request_user(ctx: Any, request: Any) -> Any:
     session = request.scope.get("session") if "session" in request.scope else None
     info = oauth._get_valid_oauth_info_from_session(session) if session is not None else None
     profile = gr.OAuthProfile(info["userinfo"]) if info else None
-    token = gr.OAuthToken(token=info["access_token"], scope=info["scope"], expires_at=info["expires_at"]) \
-        if info else None
+    token = (
+        gr.OAuthToken(token=info["access_token"], scope=info["scope"], expires_at=info["expires_at"]) if info else None
+    )
     return access.current_user(profile, token, ctx.settings)
 
 
@@ -208,16 +218,27 @@ class DashboardBlocks(gr.Blocks):
 
     async def postprocess_data(self, block_fn: Any, predictions: Any, state: Any) -> list[Any]:
         outputs = list(block_fn.outputs)
-        if isinstance(predictions, dict) and predictions and len(outputs) > 1 \
-                and all(isinstance(key, gr.blocks.Block) for key in predictions):
+        if (
+            isinstance(predictions, dict)
+            and predictions
+            and len(outputs) > 1
+            and all(isinstance(key, gr.blocks.Block) for key in predictions)
+        ):
             # An answer keyed by component, as handlers give them (guard.check_named): in the outputs' order, with
             # gr.skip() for those it leaves out, so that the skipped ones are narrowed away below too.
             predictions = gr.blocks.convert_component_dict_to_list(outputs, predictions)
-        if block_fn.batch or not isinstance(predictions, (list, tuple)) or len(outputs) < 2 \
-                or len(predictions) != len(outputs):
+        if (
+            block_fn.batch
+            or not isinstance(predictions, (list, tuple))
+            or len(outputs) < 2
+            or len(predictions) != len(outputs)
+        ):
             return await super().postprocess_data(block_fn, predictions, state)
-        skipped = {i for i, (block, p) in enumerate(zip(outputs, predictions, strict=True))
-                   if not block.stateful and isinstance(p, dict) and p == _SKIP}
+        skipped = {
+            i
+            for i, (block, p) in enumerate(zip(outputs, predictions, strict=True))
+            if not block.stateful and isinstance(p, dict) and p == _SKIP
+        }
         rest = [i for i in range(len(outputs)) if i not in skipped]
         if not skipped or len(rest) < 2:  # Gradio unwraps a single remaining output: leave those cases to it
             return await super().postprocess_data(block_fn, predictions, state)  # type: ignore[arg-type]  # a tuple too
@@ -243,6 +264,7 @@ def short_circuit_missing_optional_imports() -> None:
     for name in ("matplotlib", "bokeh"):
         if name not in sys.modules and importlib.util.find_spec(name) is None:
             sys.modules[name] = None  # type: ignore[assignment]
+
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number
 

@@ -123,7 +123,7 @@ class LiveHub:
             # Every smoothing value is its own feed: without this, a viewer stepping through values (or a client
             # sending many) would keep a feed's memory per value for IDLE_DROP_S.
             idle = [c for c in self.channels.values() if c is not chan and c.viewers <= 0 and c.feed.run_id == run_id]
-            for old in idle[:max(0, len(idle) - IDLE_PER_RUN)]:
+            for old in idle[: max(0, len(idle) - IDLE_PER_RUN)]:
                 old.close()
         return chan
 
@@ -162,13 +162,25 @@ def parse_options(params: Any) -> tuple[str, float, str, bool]:
 
 def _refusal(user: access.User, cap: int) -> str:
     who = user.username or user.source
-    return json.dumps({"error": f"too many live streams: {who} already has {cap} open, the most this dashboard "
-                                f"allows per user (GRPO_DASHBOARD_MAX_STREAMS={cap}). Close other Run detail tabs "
-                                f"or windows; this page tries again in a while."})
+    return json.dumps(
+        {
+            "error": f"too many live streams: {who} already has {cap} open, the most this dashboard "
+            f"allows per user (GRPO_DASHBOARD_MAX_STREAMS={cap}). Close other Run detail tabs "
+            f"or windows; this page tries again in a while."
+        }
+    )
 
 
-async def events(hub: LiveHub, run_id: str, smoothing: float, cursor: str | None, xaxis: str, log_y: bool,
-                 user: access.User, disconnected: Callable[[], Any]) -> AsyncIterator[bytes]:
+async def events(
+    hub: LiveHub,
+    run_id: str,
+    smoothing: float,
+    cursor: str | None,
+    xaxis: str,
+    log_y: bool,
+    user: access.User,
+    disconnected: Callable[[], Any],
+) -> AsyncIterator[bytes]:
     """The event stream of one viewer (see the module docstring)."""
     on_space = hub.ctx.settings.on_space
     cap = hub.ctx.settings.max_streams
@@ -242,10 +254,9 @@ def install(app: Any, ctx: UiContext, user_of_request: Callable[[Any], access.Us
             return JSONResponse({"error": str(exc)}, status_code=404)
         cursor = request.query_params.get("cursor") or request.headers.get("last-event-id")
         body = events(hub, run.id, smoothing, cursor, xaxis, log_y, user, request.is_disconnected)
-        return StreamingResponse(body, media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
 
     app.router.routes.insert(0, Route(PATH, live, methods=["GET"]))
     return hub
-
-

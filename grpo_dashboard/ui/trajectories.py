@@ -26,8 +26,16 @@ class Shown(NamedTuple):
     body: str  # Markdown of the shown trajectories
 
 
-def render(ctx: UiContext, run_id: str | None, step: Any, column_filter: str, sort_by: str, descending: bool, *,
-           user: access.User | None = None) -> Shown:
+def render(
+    ctx: UiContext,
+    run_id: str | None,
+    step: Any,
+    column_filter: str,
+    sort_by: str,
+    descending: bool,
+    *,
+    user: access.User | None = None,
+) -> Shown:
     """The step dropdown update, summary table and Markdown of the shown trajectories."""
     user = user or access.current_user(None, None, ctx.settings)
     if not run_id:
@@ -42,14 +50,19 @@ def render(ctx: UiContext, run_id: str | None, step: Any, column_filter: str, so
     spec = overview.run_spec(run)
     weights = {r.name: r.weight for r in spec.rewards} if spec is not None else {}
     filters = dict(part.split("=", 1) for part in (column_filter or "").split(",") if "=" in part)
-    trajs = trajectories.trajectories(rows, weights, {k.strip(): v.strip() for k, v in filters.items()}, sort_by,
-                                      bool(descending))
+    trajs = trajectories.trajectories(
+        rows, weights, {k.strip(): v.strip() for k, v in filters.items()}, sort_by, bool(descending)
+    )
     columns = trajectories.filter_values(rows)
-    head = (f"Step {chosen}: {len(trajs)} of {len(rows)} samples" + (
-        f"; filter with e.g. `{next(iter(columns))}={columns[next(iter(columns))][0]}`" if columns else ""))
+    head = f"Step {chosen}: {len(trajs)} of {len(rows)} samples" + (
+        f"; filter with e.g. `{next(iter(columns))}={columns[next(iter(columns))][0]}`" if columns else ""
+    )
     body = "\n\n---\n\n".join(trajectories.markdown(t) for t in trajs[:MAX_SHOWN])
-    return Shown(step=gr.update(choices=[str(s) for s in steps], value=str(chosen) if chosen is not None else None),
-                 table=trajectories.summary_frame(trajs), body=f"{head}\n\n{body}")
+    return Shown(
+        step=gr.update(choices=[str(s) for s in steps], value=str(chosen) if chosen is not None else None),
+        table=trajectories.summary_frame(trajs),
+        body=f"{head}\n\n{body}",
+    )
 
 
 def build(ctx: UiContext, run_dd: gr.Dropdown) -> None:
@@ -58,8 +71,9 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         with gr.Row():
             step = gr.Dropdown([], label="Step", allow_custom_value=True, elem_id="traj-step")
             column_filter = gr.Textbox(label="Filter (column=value, ...)", elem_id="traj-filter")
-            sort_by = gr.Dropdown(list(trajectories.SORTS), value=trajectories.SORTS[0], label="Sort by",
-                                  elem_id="traj-sort")
+            sort_by = gr.Dropdown(
+                list(trajectories.SORTS), value=trajectories.SORTS[0], label="Sort by", elem_id="traj-sort"
+            )
             descending = gr.Checkbox(True, label="Descending", elem_id="traj-desc")
             show = gr.Button("Show", elem_id="traj-show")
         table = gr.Dataframe(interactive=False, wrap=True, max_height=300, elem_id="traj-table")
@@ -69,6 +83,11 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         shown = render(ctx, *args, user=user_of(ctx, profile, oauth))
         return {step: shown.step, table: shown.table, body: shown.body}
 
-    gr.on([show.click, step.input, sort_by.input, descending.input, column_filter.submit],
-          gate(ctx, "detail_trajectories", update), [run_dd, step, column_filter, sort_by, descending],
-          [step, table, body], api_name="detail_trajectories", show_progress="hidden")
+    gr.on(
+        [show.click, step.input, sort_by.input, descending.input, column_filter.submit],
+        gate(ctx, "detail_trajectories", update),
+        [run_dd, step, column_filter, sort_by, descending],
+        [step, table, body],
+        api_name="detail_trajectories",
+        show_progress="hidden",
+    )

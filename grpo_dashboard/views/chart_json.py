@@ -20,8 +20,16 @@ import numpy as np
 from grpo_dashboard.views.charts import _TEMPLATE, ChartOptions, Spec, run_specs
 from grpo_dashboard.views.memo import SingleFlight
 
-_TYPED = {"int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2", "int32": "i4", "uint32": "u4", "float32": "f4",
-          "float64": "f8"}
+_TYPED = {
+    "int8": "i1",
+    "uint8": "u1",
+    "int16": "i2",
+    "uint16": "u2",
+    "int32": "i4",
+    "uint32": "u4",
+    "float32": "f4",
+    "float64": "f8",
+}
 
 
 def _typed_array(v: np.ndarray) -> Any:
@@ -60,23 +68,46 @@ def spec_json(spec: Spec) -> str:
     return _source_json(data, {"template": _TEMPLATE, **layout})
 
 
-def run_plots(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,
-              max_completion_length: int | None = None, started_at: float | None = None,
-              findings: Sequence[Any] = ()) -> dict[str, str]:
+def run_plots(
+    store: Any,
+    run_id: str,
+    opts: ChartOptions,
+    *,
+    beta: float | None = None,
+    max_completion_length: int | None = None,
+    started_at: float | None = None,
+    findings: Sequence[Any] = (),
+) -> dict[str, str]:
     """`run_figures` as the plotly JSON the browser gets (what gr.Plot sends), in PANELS order.
 
     Shared between callers asking for the same run state (the store's change token) with the same options: many
     viewers of one live run cost one build per change, not one per viewer.
     """
-    found = live_plots(store, run_id, opts, beta=beta, max_completion_length=max_completion_length,
-                       started_at=started_at, findings=findings, wait=True)
+    found = live_plots(
+        store,
+        run_id,
+        opts,
+        beta=beta,
+        max_completion_length=max_completion_length,
+        started_at=started_at,
+        findings=findings,
+        wait=True,
+    )
     assert found is not None  # waiting always yields the current state's plots
     return found[1]
 
 
-def live_plots(store: Any, run_id: str, opts: ChartOptions, *, beta: float | None = None,
-               max_completion_length: int | None = None, started_at: float | None = None,
-               findings: Sequence[Any] = (), wait: bool = False) -> tuple[tuple[Any, ...], dict[str, str]] | None:
+def live_plots(
+    store: Any,
+    run_id: str,
+    opts: ChartOptions,
+    *,
+    beta: float | None = None,
+    max_completion_length: int | None = None,
+    started_at: float | None = None,
+    findings: Sequence[Any] = (),
+    wait: bool = False,
+) -> tuple[tuple[Any, ...], dict[str, str]] | None:
     """(change token, plots) of a run for a live page: the current state's plots when they are built or nobody is
     building them (then this caller builds them); while another caller builds them, with `wait` False, the latest
     finished plots of this run and options (an older state, which the page shows until its next tick) or None.

@@ -33,8 +33,19 @@ from grpo_dashboard.views.plot_parts import (
 XAXES = ("step", "wall time", "relative time", *METRIC_XAXES)
 
 # End-of-training summaries and eval bookkeeping: one value each, not curves.
-SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos",
-                          "train_loss", "epoch", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"})
+SUMMARY_KEYS = frozenset(
+    {
+        "train_runtime",
+        "train_samples_per_second",
+        "train_steps_per_second",
+        "total_flos",
+        "train_loss",
+        "epoch",
+        "eval_runtime",
+        "eval_samples_per_second",
+        "eval_steps_per_second",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -68,29 +79,80 @@ PANELS: tuple[Panel, ...] = (
 PANEL_IDS = tuple(p.id for p in PANELS)
 UNSMOOTHED = frozenset({"learning_rate"})  # a schedule, not a noisy signal: an EMA would only make it lag
 # Series drawn against a right-hand axis of their own (a 0-1 fraction beside a quantity with another unit).
-SECONDARY = {"length": ("completions/clipped_ratio", "clipped ratio (0-1)"),
-             "reward_spread": ("frac_reward_zero_std", "fraction of groups (0-1)")}
+SECONDARY = {
+    "length": ("completions/clipped_ratio", "clipped ratio (0-1)"),
+    "reward_spread": ("frac_reward_zero_std", "fraction of groups (0-1)"),
+}
 
 _EXACT = {
-    "reward": "reward", "reward_std": "reward_spread", "frac_reward_zero_std": "reward_spread", "kl": "kl",
-    "entropy": "entropy", "grad_norm": "grad_norm", "learning_rate": "learning_rate", "loss": "loss",
-    "policy_loss": "loss", "aux_loss": "loss", "step_time": "step_time", "cispo_clip_ratio": "clip",
+    "reward": "reward",
+    "reward_std": "reward_spread",
+    "frac_reward_zero_std": "reward_spread",
+    "kl": "kl",
+    "entropy": "entropy",
+    "grad_norm": "grad_norm",
+    "learning_rate": "learning_rate",
+    "loss": "loss",
+    "policy_loss": "loss",
+    "aux_loss": "loss",
+    "step_time": "step_time",
+    "cispo_clip_ratio": "clip",
 }
 _AGENT_SHARES = frozenset({"agent/turn_limit_ratio", "agent/malformed_ratio", "agent/repeated_failure_ratio"})
 _ASYNC_PREFIXES = ("sample/", "batch/", "perf/")
 # Names TRL's GRPOTrainer logs itself (any other name is a reward function's log_metric).
-_TRL_PREFIXES = ("rewards/", "completions/", "clip_ratio/", "sampling/", "entropy", "kl", "num_tokens", "eval_",
-                 "mean_", "frac_", "global_step", "train_")
-_TRL_KEYS = frozenset({"epoch", "step", "elapsed", "time", "max_steps", "lr", "grad_norm", "loss", "learning_rate",
-                       "reward", "reward_std", "step_time", "policy_loss", "aux_loss", "cispo_clip_ratio",
-                       "entropy_coef", "total_flos"})
-_LENGTH_ORDER = ("completions/mean_length", "completions/min_length", "completions/max_length",
-                 "completions/clipped_ratio")
+_TRL_PREFIXES = (
+    "rewards/",
+    "completions/",
+    "clip_ratio/",
+    "sampling/",
+    "entropy",
+    "kl",
+    "num_tokens",
+    "eval_",
+    "mean_",
+    "frac_",
+    "global_step",
+    "train_",
+)
+_TRL_KEYS = frozenset(
+    {
+        "epoch",
+        "step",
+        "elapsed",
+        "time",
+        "max_steps",
+        "lr",
+        "grad_norm",
+        "loss",
+        "learning_rate",
+        "reward",
+        "reward_std",
+        "step_time",
+        "policy_loss",
+        "aux_loss",
+        "cispo_clip_ratio",
+        "entropy_coef",
+        "total_flos",
+    }
+)
+_LENGTH_ORDER = (
+    "completions/mean_length",
+    "completions/min_length",
+    "completions/max_length",
+    "completions/clipped_ratio",
+)
 # A small explicit template: plotly's default one is deep-copied into every figure, which is slow.
-_TEMPLATE = {"layout": {"plot_bgcolor": "white", "paper_bgcolor": "white", "font": {"color": "#2a3f5f"},
-                        "xaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
-                        "yaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
-                        "colorway": list(PALETTE)}}
+_TEMPLATE = {
+    "layout": {
+        "plot_bgcolor": "white",
+        "paper_bgcolor": "white",
+        "font": {"color": "#2a3f5f"},
+        "xaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
+        "yaxis": {"gridcolor": "#ebf0f8", "zerolinecolor": "#ebf0f8", "linecolor": "#c8d4e3"},
+        "colorway": list(PALETTE),
+    }
+}
 
 
 def panel_of(key: str) -> str | None:
@@ -158,27 +220,58 @@ def empty_figure(title: str, note: str) -> go.Figure:
 
 
 def _empty_spec(title: str, note: str) -> Spec:
-    return ([], {"annotations": [{"text": note, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
-                                  "showarrow": False, "font": {"size": 14}}],
-                 "title": chart_title(title), "height": 300,
-                 "margin": {"l": 50, "r": 20, "t": 40, "b": 40}, "xaxis": {"visible": False},
-                 "yaxis": {"visible": False}})
+    return (
+        [],
+        {
+            "annotations": [
+                {
+                    "text": note,
+                    "x": 0.5,
+                    "y": 0.5,
+                    "xref": "paper",
+                    "yref": "paper",
+                    "showarrow": False,
+                    "font": {"size": 14},
+                }
+            ],
+            "title": chart_title(title),
+            "height": 300,
+            "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
+            "xaxis": {"visible": False},
+            "yaxis": {"visible": False},
+        },
+    )
 
 
 def _layout(title: str, y_title: str, opts: ChartOptions, secondary_title: str | None = None) -> dict[str, Any]:
     x_title = {"step": "step", "wall time": "wall time (UTC)", "relative time": "minutes since start"}.get(
-        opts.xaxis, opts.xaxis)
+        opts.xaxis, opts.xaxis
+    )
     layout: dict[str, Any] = {
-        "title": chart_title(title), "height": 340,
-        "margin": {"l": 60, "r": 70 if secondary_title else 20, "t": 48, "b": 110}, "hovermode": "x unified",
-        "hoverlabel": {"namelength": -1}, "uirevision": "keep",
+        "title": chart_title(title),
+        "height": 340,
+        "margin": {"l": 60, "r": 70 if secondary_title else 20, "t": 48, "b": 110},
+        "hovermode": "x unified",
+        "hoverlabel": {"namelength": -1},
+        "uirevision": "keep",
         "legend": {"orientation": "h", "y": -0.42, "yanchor": "top", "x": 0, "font": {"size": 10}},
         "xaxis": {"title": {"text": x_title, "standoff": 6}, "automargin": True},
-        "yaxis": {"title": {"text": y_title}, "type": "log" if opts.log_y else "linear", "automargin": True,
-                  "tickformat": "~g" if opts.log_y else ".4~g"}}
+        "yaxis": {
+            "title": {"text": y_title},
+            "type": "log" if opts.log_y else "linear",
+            "automargin": True,
+            "tickformat": "~g" if opts.log_y else ".4~g",
+        },
+    }
     if secondary_title:
-        layout["yaxis2"] = {"title": {"text": secondary_title}, "overlaying": "y", "side": "right",
-                            "range": [0, 1.05], "showgrid": False, "automargin": True}
+        layout["yaxis2"] = {
+            "title": {"text": secondary_title},
+            "overlaying": "y",
+            "side": "right",
+            "range": [0, 1.05],
+            "showgrid": False,
+            "automargin": True,
+        }
     return layout
 
 
@@ -190,31 +283,50 @@ def _label(key: str) -> str:
 SeriesMap = Mapping[tuple[str, str], SeriesArrays]  # series keyed by (split, key)
 
 
-def panel_figure(panel_id: str, keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, *,
-                 t0: float | None = None, beta: float | None = None, max_completion_length: int | None = None,
-                 markers: Sequence[tuple[int, str, str]] = ()) -> go.Figure:
+def panel_figure(
+    panel_id: str,
+    keys: Sequence[str],
+    frames: SeriesMap,
+    opts: ChartOptions,
+    *,
+    t0: float | None = None,
+    beta: float | None = None,
+    max_completion_length: int | None = None,
+    markers: Sequence[tuple[int, str, str]] = (),
+) -> go.Figure:
     """The figure of one panel: its train keys (with eval twins dashed), from whole series keyed by (split, key),
     reduced for display here (`display.reduce_all`; the run pages read theirs reduced, see `run_specs`)."""
     shown = display.reduce_all(frames, opts.max_points, opts.smoothing)
-    return _figure(*panel_spec(panel_id, keys, shown, opts, t0=t0, beta=beta,
-                               max_completion_length=max_completion_length, markers=markers))
+    return _figure(
+        *panel_spec(
+            panel_id, keys, shown, opts, t0=t0, beta=beta, max_completion_length=max_completion_length, markers=markers
+        )
+    )
 
 
-def panel_spec(panel_id: str, keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, *,
-               t0: float | None = None, beta: float | None = None, max_completion_length: int | None = None,
-               markers: Sequence[tuple[int, str, str]] = ()) -> Spec:
+def panel_spec(
+    panel_id: str,
+    keys: Sequence[str],
+    frames: SeriesMap,
+    opts: ChartOptions,
+    *,
+    t0: float | None = None,
+    beta: float | None = None,
+    max_completion_length: int | None = None,
+    markers: Sequence[tuple[int, str, str]] = (),
+) -> Spec:
     """`panel_figure` as plain dicts, from series already reduced for display."""
     panel = next(p for p in PANELS if p.id == panel_id)
     if panel_id in UNSMOOTHED:
         opts = dataclasses.replace(opts, smoothing=0.0)
     if not keys:
         if panel_id == "kl":
-            note = ("KL not logged: beta is 0 (no reference model, no KL penalty)" if beta == 0
-                    else "KL not logged yet")
+            note = "KL not logged: beta is 0 (no reference model, no KL penalty)" if beta == 0 else "KL not logged yet"
             return _empty_spec(panel.title, note)
         if panel_id == "system":
-            return _empty_spec(panel.title, "no system samples (yet): the job samples them at each log, its "
-                                            "GPUs also between logs")
+            return _empty_spec(
+                panel.title, "no system samples (yet): the job samples them at each log, its GPUs also between logs"
+            )
         return _empty_spec(panel.title, "not logged (yet)")
     if panel_id == "other":
         return _other_spec(keys, frames, opts, t0=t0)
@@ -232,31 +344,96 @@ def panel_spec(panel_id: str, keys: Sequence[str], frames: SeriesMap, opts: Char
         name = "reward (weighted sum)" if key == "reward" else _label(key)
         frame = frames.get(("train", key))
         if frame is not None:
-            traces += line_traces(frame, name, color, opts, t0, dash="dash" if key == "reward" and len(keys) > 1
-                                  else None, secondary=on_right, series_key=series_id(("train", key)))
+            traces += line_traces(
+                frame,
+                name,
+                color,
+                opts,
+                t0,
+                dash="dash" if key == "reward" and len(keys) > 1 else None,
+                secondary=on_right,
+                series_key=series_id(("train", key)),
+            )
         eval_frame = frames.get(("eval", f"eval_{key}"))
         if eval_frame is not None:
-            traces += line_traces(eval_frame, f"eval {name}", color, opts, t0, dash="dot", secondary=on_right,
-                                  series_key=series_id(("eval", f"eval_{key}")))
+            traces += line_traces(
+                eval_frame,
+                f"eval {name}",
+                color,
+                opts,
+                t0,
+                dash="dot",
+                secondary=on_right,
+                series_key=series_id(("eval", f"eval_{key}")),
+            )
     if panel_id == "clip" and _all_zero(frames, keys):
-        annotations.append({"text": "all 0: expected while training is exactly on-policy (num_iterations = 1, no "
-                                    "vLLM)", "x": 0.5, "y": 0.9, "xref": "paper", "yref": "paper",
-                            "showarrow": False, "font": {"size": 11}})
+        annotations.append(
+            {
+                "text": "all 0: expected while training is exactly on-policy (num_iterations = 1, no vLLM)",
+                "x": 0.5,
+                "y": 0.9,
+                "xref": "paper",
+                "yref": "paper",
+                "showarrow": False,
+                "font": {"size": 11},
+            }
+        )
     if panel_id == "length" and max_completion_length:
         # What fig.add_hline draws: a line across the plot area at y, its label at the top left.
-        shapes.append({"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y", "y0": max_completion_length,
-                       "y1": max_completion_length, "line": {"color": "#d62728", "dash": "dash", "width": 1}})
-        annotations.append({"text": f"max_completion_length = {max_completion_length}", "showarrow": False,
-                            "xref": "x domain", "x": 0.98, "xanchor": "right", "yref": "y",
-                            "y": max_completion_length, "yanchor": "top", "bgcolor": "rgba(255,255,255,0.8)",
-                            "font": {"size": 10, "color": "#d62728"}})
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x domain",
+                "x0": 0,
+                "x1": 1,
+                "yref": "y",
+                "y0": max_completion_length,
+                "y1": max_completion_length,
+                "line": {"color": "#d62728", "dash": "dash", "width": 1},
+            }
+        )
+        annotations.append(
+            {
+                "text": f"max_completion_length = {max_completion_length}",
+                "showarrow": False,
+                "xref": "x domain",
+                "x": 0.98,
+                "xanchor": "right",
+                "yref": "y",
+                "y": max_completion_length,
+                "yanchor": "top",
+                "bgcolor": "rgba(255,255,255,0.8)",
+                "font": {"size": 10, "color": "#d62728"},
+            }
+        )
     if opts.xaxis == "step":
         for step, rule, severity in markers:  # health findings: a vertical line at the onset step
             color = FINDING_COLORS.get(severity, "#57606a")
-            shapes.append({"type": "line", "xref": "x", "x0": step, "x1": step, "yref": "paper", "y0": 0, "y1": 1,
-                           "line": {"color": color, "dash": "dot", "width": 1.5}})
-            annotations.append({"text": rule, "showarrow": False, "xref": "x", "x": step, "xanchor": "left",
-                                "yref": "paper", "y": 1, "yanchor": "top", "font": {"size": 10, "color": color}})
+            shapes.append(
+                {
+                    "type": "line",
+                    "xref": "x",
+                    "x0": step,
+                    "x1": step,
+                    "yref": "paper",
+                    "y0": 0,
+                    "y1": 1,
+                    "line": {"color": color, "dash": "dot", "width": 1.5},
+                }
+            )
+            annotations.append(
+                {
+                    "text": rule,
+                    "showarrow": False,
+                    "xref": "x",
+                    "x": step,
+                    "xanchor": "left",
+                    "yref": "paper",
+                    "y": 1,
+                    "yanchor": "top",
+                    "font": {"size": 10, "color": color},
+                }
+            )
     layout = _layout(panel.title, panel.y_title, opts, secondary)
     if annotations:
         layout["annotations"] = annotations
@@ -274,8 +451,9 @@ def _all_zero(frames: SeriesMap, keys: Sequence[str]) -> bool:
     return bool(finite) and all(v.size and not v.any() for v in finite)
 
 
-def _other_spec(keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, t0: float | None = None,
-                max_rows: int = 12) -> Spec:
+def _other_spec(
+    keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, t0: float | None = None, max_rows: int = 12
+) -> Spec:
     shown = list(keys)[:max_rows]
     layout = subplots_layout(tuple(shown))
     traces: list[dict[str, Any]] = []
@@ -285,14 +463,27 @@ def _other_spec(keys: Sequence[str], frames: SeriesMap, opts: ChartOptions, t0: 
         for split, name in (("train", key), ("eval", f"eval_{key}")):
             frame = frames.get((split, name))
             if frame is not None:
-                for trace in line_traces(frame, name, color, opts, t0, dash="dot" if split == "eval" else None,
-                                         series_key=series_id((split, name))):
+                for trace in line_traces(
+                    frame,
+                    name,
+                    color,
+                    opts,
+                    t0,
+                    dash="dot" if split == "eval" else None,
+                    series_key=series_id((split, name)),
+                ):
                     traces.append({**trace, "xaxis": f"x{axis}", "yaxis": f"y{axis}"})
         if opts.log_y:
             layout[f"yaxis{axis}"]["type"] = "log"
     title = "Other metrics" + (f" (first {max_rows} of {len(keys)})" if len(keys) > max_rows else "")
-    layout.update(title=chart_title(title), height=max(300, 170 * len(shown)), hoverlabel={"namelength": -1},
-                  margin={"l": 55, "r": 20, "t": 60, "b": 40}, showlegend=False, uirevision="keep")
+    layout.update(
+        title=chart_title(title),
+        height=max(300, 170 * len(shown)),
+        hoverlabel={"namelength": -1},
+        margin={"l": 55, "r": 20, "t": 60, "b": 40},
+        showlegend=False,
+        uirevision="keep",
+    )
     return [drop_none(t) for t in traces], layout
 
 
@@ -301,8 +492,9 @@ def count_points(fig: go.Figure) -> int:
     return max((len(t.x) for t in fig.data if getattr(t, "x", None) is not None), default=0)
 
 
-def overlay_figure(metric: str, series: Sequence[tuple[str, SeriesArrays]], opts: ChartOptions,
-                   split: str = "train") -> go.Figure:
+def overlay_figure(
+    metric: str, series: Sequence[tuple[str, SeriesArrays]], opts: ChartOptions, split: str = "train"
+) -> go.Figure:
     """One metric of several runs on one chart (compare view), from (name, series reduced for display) pairs; time
     axes are relative to each run's first logged time."""
     traces: list[dict[str, Any]] = []
@@ -325,9 +517,16 @@ def run_t0(frames: SeriesMap, started_at: float | None = None) -> float | None:
     return min(lows) if lows else None
 
 
-def run_figures(store: Store, run_id: str, opts: ChartOptions, *, beta: float | None = None,
-                max_completion_length: int | None = None, started_at: float | None = None,
-                findings: Sequence[Any] = ()) -> dict[str, go.Figure]:
+def run_figures(
+    store: Store,
+    run_id: str,
+    opts: ChartOptions,
+    *,
+    beta: float | None = None,
+    max_completion_length: int | None = None,
+    started_at: float | None = None,
+    findings: Sequence[Any] = (),
+) -> dict[str, go.Figure]:
     """Every panel's figure for one run, in PANELS order; `findings` (health) mark their metric's panel."""
     specs = run_specs(store, run_id, opts, beta, max_completion_length, started_at, findings)
     return {pid: _figure(*spec) for pid, spec in specs.items()}
@@ -347,15 +546,25 @@ def on_metric(frames: SeriesMap, x: SeriesArrays) -> dict[tuple[str, str], Serie
             out[key] = series
             continue
         inside = (series.steps >= xs[0]) & (series.steps <= xs[-1])
-        masked = {f.name: getattr(series, f.name)[inside] for f in dataclasses.fields(series)
-                  if isinstance(getattr(series, f.name), np.ndarray)}
+        masked = {
+            f.name: getattr(series, f.name)[inside]
+            for f in dataclasses.fields(series)
+            if isinstance(getattr(series, f.name), np.ndarray)
+        }
         masked["steps"] = np.interp(series.steps[inside], xs, xv)
         out[key] = dataclasses.replace(series, **masked)
     return out
 
 
-def run_specs(store: Store, run_id: str, opts: ChartOptions, beta: float | None, max_completion_length: int | None,
-              started_at: float | None, findings: Sequence[Any]) -> dict[str, Spec]:
+def run_specs(
+    store: Store,
+    run_id: str,
+    opts: ChartOptions,
+    beta: float | None,
+    max_completion_length: int | None,
+    started_at: float | None,
+    findings: Sequence[Any],
+) -> dict[str, Spec]:
     """Every panel of a run as plain dicts, in PANELS order (see `run_figures`)."""
     frames = display.run_series(store, run_id, opts.smoothing, opts.max_points)
     t0 = run_t0(frames, started_at)
@@ -382,10 +591,26 @@ def finding_marks(findings: Sequence[Any], groups: Mapping[str, Sequence[str]]) 
     return marks
 
 
-def specs_of(frames: SeriesMap, opts: ChartOptions, beta: float | None, max_completion_length: int | None,
-             t0: float | None, marks: Mapping[str, Sequence[tuple[int, str, str]]]) -> dict[str, Spec]:
+def specs_of(
+    frames: SeriesMap,
+    opts: ChartOptions,
+    beta: float | None,
+    max_completion_length: int | None,
+    t0: float | None,
+    marks: Mapping[str, Sequence[tuple[int, str, str]]],
+) -> dict[str, Spec]:
     """Every panel as plain dicts from a run's series reduced for display, in PANELS order."""
     groups = group_metrics(frames.keys())
-    return {pid: panel_spec(pid, groups[pid], frames, opts, t0=t0, beta=beta,
-                            max_completion_length=max_completion_length, markers=marks.get(pid, ()))
-            for pid in PANEL_IDS}
+    return {
+        pid: panel_spec(
+            pid,
+            groups[pid],
+            frames,
+            opts,
+            t0=t0,
+            beta=beta,
+            max_completion_length=max_completion_length,
+            markers=marks.get(pid, ()),
+        )
+        for pid in PANEL_IDS
+    }

@@ -153,9 +153,16 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
     frame = pd.read_parquet(path)
     fixed = {"step", "prompt", "completion", "advantage"}
     reward_cols = [c for c in frame.columns if c not in fixed]
-    return [{"step": int(r.get("step", 0)), "prompt": r.get("prompt"), "completion": r.get("completion"),
-             "rewards": {c: r.get(c) for c in reward_cols}, "advantage": r.get("advantage")}
-            for r in frame.to_dict("records")]
+    return [
+        {
+            "step": int(r.get("step", 0)),
+            "prompt": r.get("prompt"),
+            "completion": r.get("completion"),
+            "rewards": {c: r.get(c) for c in reward_cols},
+            "advantage": r.get("advantage"),
+        }
+        for r in frame.to_dict("records")
+    ]
 
 
 def text_of(value: Any) -> str:
@@ -178,8 +185,12 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(float(value)) else None
 
 
-def samples_frame(rows: list[dict[str, Any]], weights: dict[str, float] | None = None, sort_by: str = SORTS[0],
-                  descending: bool = True) -> pd.DataFrame:
+def samples_frame(
+    rows: list[dict[str, Any]],
+    weights: dict[str, float] | None = None,
+    sort_by: str = SORTS[0],
+    descending: bool = True,
+) -> pd.DataFrame:
     """A table of one step's samples: prompt, completion, one column per reward, weighted total, advantage (scores
     rounded to SCORE_DIGITS significant digits; the total is summed before rounding).
 
@@ -202,10 +213,17 @@ def samples_frame(rows: list[dict[str, Any]], weights: dict[str, float] | None =
         values = {n: _num(rewards.get(n)) for n in names}
         present = [weights.get(n, 1.0) * v for n, v in values.items() if v is not None]
         completion = text_of(r.get("completion"))
-        records.append({"#": i, "prompt": text_of(r.get("prompt")), "completion": completion,
-                        **{n: _shown(v) for n, v in values.items()},
-                        "total reward": _shown(sum(present)) if present else None,
-                        "advantage": _shown(_num(r.get("advantage"))), "completion length": len(completion)})
+        records.append(
+            {
+                "#": i,
+                "prompt": text_of(r.get("prompt")),
+                "completion": completion,
+                **{n: _shown(v) for n, v in values.items()},
+                "total reward": _shown(sum(present)) if present else None,
+                "advantage": _shown(_num(r.get("advantage"))),
+                "completion length": len(completion),
+            }
+        )
     columns = ["#", "prompt", "completion", *names, "total reward", "advantage", "completion length"]
     frame = pd.DataFrame(records, columns=columns)
     key = sort_by if sort_by in frame.columns and sort_by != "original order" else None
@@ -216,8 +234,9 @@ def samples_frame(rows: list[dict[str, Any]], weights: dict[str, float] | None =
     return frame.reset_index(drop=True)
 
 
-def recent_samples(run_dir: str | Path, n_steps: int = 3, output_dir: str | Path | None = None
-                   ) -> list[dict[str, Any]]:
+def recent_samples(
+    run_dir: str | Path, n_steps: int = 3, output_dir: str | Path | None = None
+) -> list[dict[str, Any]]:
     """Rows of the last `n_steps` sampled steps (for the health doctor's duplicate-completions rule)."""
     steps = sample_steps(run_dir, output_dir)[-n_steps:]
     return [row for s in steps for row in read_step(run_dir, s, output_dir)]

@@ -36,14 +36,15 @@ def bands_of(keys: Iterable[Key]) -> dict[Key, Key]:
     out = {}
     for split, key in present:
         if split == "train" and REWARD_MEAN.match(key):
-            std = ("train", key[:-len("mean")] + "std")
+            std = ("train", key[: -len("mean")] + "std")
             if std in present:
                 out[(split, key)] = std
     return out
 
 
-def reduce(series: SeriesArrays, max_points: int = MAX_POINTS, smoothing: float = 0.0,
-           companion: SeriesArrays | None = None) -> SeriesArrays:
+def reduce(
+    series: SeriesArrays, max_points: int = MAX_POINTS, smoothing: float = 0.0, companion: SeriesArrays | None = None
+) -> SeriesArrays:
     """A whole series (steps ascending) for display, in one go: what `downsampled` keeps of it, without a store."""
     summary = SeriesSummary(max_points, smoothing)
     if len(series):
@@ -51,8 +52,7 @@ def reduce(series: SeriesArrays, max_points: int = MAX_POINTS, smoothing: float 
     return summary.points()
 
 
-def reduce_all(series: Mapping[Key, SeriesArrays], max_points: int = MAX_POINTS, smoothing: float = 0.0
-               ) -> SeriesMap:
+def reduce_all(series: Mapping[Key, SeriesArrays], max_points: int = MAX_POINTS, smoothing: float = 0.0) -> SeriesMap:
     """`reduce` of every series of a run, keyed by (split, key), reward means with their std as band."""
     bands = bands_of(series)
     return {k: reduce(s, max_points, smoothing, series[bands[k]] if k in bands else None) for k, s in series.items()}
@@ -63,8 +63,14 @@ def run_series(store: Store, run_id: str, smoothing: float = 0.0, max_points: in
     return downsampled(store, run_id, max_points, smoothing, companions=bands_of(store.metric_keys(run_id)))
 
 
-def downsampled(store: Store, run_id: str, max_points: int = MAX_POINTS, smoothing: float = 0.0,
-                keys: Iterable[Key] | None = None, companions: dict[Key, Key] | None = None) -> SeriesMap:
+def downsampled(
+    store: Store,
+    run_id: str,
+    max_points: int = MAX_POINTS,
+    smoothing: float = 0.0,
+    keys: Iterable[Key] | None = None,
+    companions: dict[Key, Key] | None = None,
+) -> SeriesMap:
     """Every (or the given) (split, key) series of a run for display (see the module docstring); `companions` maps
     a series to the one whose EMA (same weight, over its full series) is its `band`.
 
@@ -90,14 +96,16 @@ def downsampled(store: Store, run_id: str, max_points: int = MAX_POINTS, smoothi
             del entry.series[k]
             entry.points.pop(k, None)
         since: dict[Key, int | None] = {
-            k: s.last_step for k, s in entry.series.items() if k in shown and heads[k] != (s.n, s.last_step)}
+            k: s.last_step for k, s in entry.series.items() if k in shown and heads[k] != (s.n, s.last_step)
+        }
         since.update((k, None) for k in shown if k not in entry.series)
         if since:
             whole = len(since) == len(heads) and all(v is None for v in since.values())
             new = store.arrays_all(run_id, None if whole else since)
             for k in since:
-                _refresh(store, run_id, entry, k, heads, new.get(k), companions.get(k), int(max_points),
-                         float(smoothing))
+                _refresh(
+                    store, run_id, entry, k, heads, new.get(k), companions.get(k), int(max_points), float(smoothing)
+                )
         out = {}
         for k in shown:
             if k not in entry.series:
@@ -109,8 +117,17 @@ def downsampled(store: Store, run_id: str, max_points: int = MAX_POINTS, smoothi
         return out
 
 
-def _refresh(store: Store, run_id: str, entry: _SummaryEntry, k: Key, heads: dict[Key, tuple[int, int]],
-             arrays: SeriesArrays | None, companion: Key | None, max_points: int, smoothing: float) -> None:
+def _refresh(
+    store: Store,
+    run_id: str,
+    entry: _SummaryEntry,
+    k: Key,
+    heads: dict[Key, tuple[int, int]],
+    arrays: SeriesArrays | None,
+    companion: Key | None,
+    max_points: int,
+    smoothing: float,
+) -> None:
     """Bring one cached summary up to date with `arrays` (its points after the summary's last step)."""
     entry.points.pop(k, None)
     summary = entry.series.get(k)

@@ -79,7 +79,7 @@ def _ema_biased(x: np.ndarray, w: float, init: float) -> np.ndarray:
     if n_blocks > 1 or init:
         carry = np.empty(n_blocks)  # y just before each block
         prev = init
-        end_factor = w ** block
+        end_factor = w**block
         ends = local[:, -1].tolist()
         for k in range(n_blocks):
             carry[k] = prev
@@ -165,8 +165,14 @@ class SeriesSummary:
                 self.aux_last_step = int(companion.steps[-1])
         self.extend(series.steps, series.values, series.times, series.is_none, aux)
 
-    def extend(self, steps: np.ndarray, values: np.ndarray, times: np.ndarray, is_none: np.ndarray | None = None,
-               aux: np.ndarray | None = None) -> None:
+    def extend(
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        times: np.ndarray,
+        is_none: np.ndarray | None = None,
+        aux: np.ndarray | None = None,
+    ) -> None:
         """Append points (steps ascending and after every step seen so far); `aux` rides along with each point."""
         steps = np.asarray(steps, dtype=np.int64)
         if steps.size == 0:
@@ -196,11 +202,17 @@ class SeriesSummary:
         for col, pos in ((0, 0), (1, steps.size - 1)):
             if col == 0 and first:
                 continue
-            self.ends[:, col] = (first + pos, steps[pos], values[pos], times[pos], smooth[pos],
-                                 False if is_none is None else bool(is_none[pos]),
-                                 np.nan if aux is None else float(aux[pos]))
+            self.ends[:, col] = (
+                first + pos,
+                steps[pos],
+                values[pos],
+                times[pos],
+                smooth[pos],
+                False if is_none is None else bool(is_none[pos]),
+                np.nan if aux is None else float(aux[pos]),
+            )
         if first % w:  # the old last bucket was partial: fold it into the first new one
-            new[:, :, :1] = _combine(self.buckets[:, :, start:start + 1], new[:, :, :1])
+            new[:, :, :1] = _combine(self.buckets[:, :, start : start + 1], new[:, :, :1])
         self.buckets = np.concatenate((self.buckets[:, :, :start], new), axis=2)
 
     def _bound(self, w: int) -> int:
@@ -218,8 +230,9 @@ class SeriesSummary:
         self.buckets = _combine(b[:, :, 0::2], b[:, :, 1::2])
         self.width *= 2
 
-    def _summarise(self, lead: int, steps: np.ndarray, values: np.ndarray, finite: np.ndarray,
-                   all_finite: bool) -> np.ndarray:
+    def _summarise(
+        self, lead: int, steps: np.ndarray, values: np.ndarray, finite: np.ndarray, all_finite: bool
+    ) -> np.ndarray:
         """Buckets over `lead` empty slots then the new points; F_IDX holds positions in the new arrays (or -1)."""
         w, n = self.width, steps.size
         nb = -(-(lead + n) // w)
@@ -234,14 +247,14 @@ class SeriesSummary:
             parts = []
             if head:
                 m = np.full(w, fill)
-                m[lead:lead + head] = src[:head]
+                m[lead : lead + head] = src[:head]
                 parts.append(np.asarray([fn(m) - lead]))  # type: ignore[operator]
             if n_whole:
                 parts.append(fn(src[body].reshape(n_whole, w), axis=1) + head + w * np.arange(n_whole))  # type: ignore[operator]
             rest = n - head - n_whole * w
             if rest > 0:
                 m = np.full(w, fill)
-                m[:rest] = src[n - rest:]
+                m[:rest] = src[n - rest :]
                 parts.append(np.asarray([fn(m) + n - rest]))  # type: ignore[operator]
             return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
@@ -271,5 +284,12 @@ class SeriesSummary:
         flat = flat[:, flat[F_IDX] >= 0]
         _, first = np.unique(flat[F_IDX], return_index=True)
         kept = flat[:, first]
-        return SeriesArrays(kept[F_STEP].astype(np.int64), kept[F_VALUE], kept[F_NONE].astype(bool), kept[F_TIME],
-                            smooth=kept[F_SMOOTH], band=kept[F_AUX], total=self.n)
+        return SeriesArrays(
+            kept[F_STEP].astype(np.int64),
+            kept[F_VALUE],
+            kept[F_NONE].astype(bool),
+            kept[F_TIME],
+            smooth=kept[F_SMOOTH],
+            band=kept[F_AUX],
+            total=self.n,
+        )

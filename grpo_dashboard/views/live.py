@@ -49,11 +49,17 @@ def series_delta(points: Any, keep: int) -> dict[str, Any]:
     """The points of a display series after its first `keep` (arrays; non-finite values become JSON nulls: gaps)."""
     tail = slice(keep, None)
     smooth = points.smooth if points.smooth is not None else points.values
+
     def c(a: np.ndarray) -> np.ndarray:
         return np.array(a, copy=True)  # a copy: a view would keep the whole display array alive in the version log
 
-    out = {"keep": keep, "step": c(points.steps[tail]), "time": c(points.times[tail]),
-           "value": c(points.values[tail]), "smooth": c(smooth[tail])}
+    out = {
+        "keep": keep,
+        "step": c(points.steps[tail]),
+        "time": c(points.times[tail]),
+        "value": c(points.values[tail]),
+        "smooth": c(smooth[tail]),
+    }
     if points.band is not None:
         out["band"] = c(points.band[tail])
     return out
@@ -89,8 +95,14 @@ class Version:
 class Feed:
     """The shared live state of one run at one smoothing weight (see the module docstring). Thread-safe."""
 
-    def __init__(self, store: Store, run_id: str, smoothing: float, max_points: int = display.MAX_POINTS,
-                 backends: Backends | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        smoothing: float,
+        max_points: int = display.MAX_POINTS,
+        backends: Backends | None = None,
+    ) -> None:
         self.store, self.run_id = store, run_id
         self.backends = backends  # the app's (None: the process's), for the backend's status lines
         self.smoothing, self.max_points = float(smoothing), int(max_points)
@@ -144,8 +156,14 @@ class Feed:
                 version.samples = samples
             self._samples_size = samples
             self._token, self._run = token, run
-            if not (version.series or version.reset or version.status or version.findings is not None
-                    or version.log is not None or version.samples is not None):
+            if not (
+                version.series
+                or version.reset
+                or version.status
+                or version.findings is not None
+                or version.log is not None
+                or version.samples is not None
+            ):
                 return False
             self.version = version.number
             version.text = version_json(self, version)
@@ -216,26 +234,39 @@ class Feed:
             if cached is not None:
                 return cached
             run = self._run
-            opts = charts.ChartOptions(smoothing=self.smoothing, log_y=bool(log_y), xaxis=xaxis,
-                                       max_points=self.max_points)
+            opts = charts.ChartOptions(
+                smoothing=self.smoothing, log_y=bool(log_y), xaxis=xaxis, max_points=self.max_points
+            )
             settings = overview.spec_settings(run) if run is not None else {}
             frames, marks = self._frames, self._marks
             if xaxis in charts.METRIC_XAXES:
                 mapped = charts.on_metric(frames, self.store.arrays(self.run_id, xaxis))
                 frames, marks = (mapped if mapped is not None else {}), {}  # findings mark steps, not this axis
-            specs = charts.specs_of(frames, opts, settings.get("beta"), settings.get("max_completion_length"),
-                                    self._t0, marks)
+            specs = charts.specs_of(
+                frames, opts, settings.get("beta"), settings.get("max_completion_length"), self._t0, marks
+            )
             from plotly.io.json import to_json_plotly
 
             from grpo_dashboard.views import forecast
 
-            panels = {pid: to_json_plotly({"data": data, "layout": {"template": charts._TEMPLATE, **layout}})
-                      for pid, (data, layout) in specs.items()}  # plain lists: the page appends to them
+            panels = {
+                pid: to_json_plotly({"data": data, "layout": {"template": charts._TEMPLATE, **layout}})
+                for pid, (data, layout) in specs.items()
+            }  # plain lists: the page appends to them
             if run is not None:
                 panels = forecast.overlay_plots(panels, self.store, run, xaxis)  # the fit, as the polled page has it
-            rest = to_json_plotly({"cursor": self.cursor(), "t0": self._t0, "xaxis": xaxis, "log_y": bool(log_y),
-                                   "status": self._status, "findings": self._findings, "log": self._log,
-                                   "samples": self._samples_size})
+            rest = to_json_plotly(
+                {
+                    "cursor": self.cursor(),
+                    "t0": self._t0,
+                    "xaxis": xaxis,
+                    "log_y": bool(log_y),
+                    "status": self._status,
+                    "findings": self._findings,
+                    "log": self._log,
+                    "samples": self._samples_size,
+                }
+            )
             body = ",".join(f"{json.dumps(pid)}:{text}" for pid, text in panels.items())
             text = rest[:-1] + ',"panels":{' + body + "}}"
             self._snapshots[key] = text
@@ -244,10 +275,18 @@ class Feed:
 
 def version_json(feed: Feed, v: Version) -> str:
     """One version as the JSON a viewer gets (the same text for every viewer); `at`: when it was published."""
-    return orjson.dumps({"cursor": f"{feed.epoch}:{v.number}", "at": time.time(), "series": v.series,
-                         "status": v.status,
-                         "findings": v.findings, "log": v.log, "samples": v.samples},
-                        option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    return orjson.dumps(
+        {
+            "cursor": f"{feed.epoch}:{v.number}",
+            "at": time.time(),
+            "series": v.series,
+            "status": v.status,
+            "findings": v.findings,
+            "log": v.log,
+            "samples": v.samples,
+        },
+        option=orjson.OPT_SERIALIZE_NUMPY,
+    ).decode()
 
 
 def _size(path: Path | None) -> int | None:
@@ -260,8 +299,13 @@ def _size(path: Path | None) -> int | None:
 
 
 # --- the page's live text ------------------------------------------------------------------------------------------
-def status_parts(run: Run, now: float | None = None, pace: float | None = None, store: Store | None = None,
-                 backends: Backends | None = None) -> dict[str, Any]:
+def status_parts(
+    run: Run,
+    now: float | None = None,
+    pace: float | None = None,
+    store: Store | None = None,
+    backends: Backends | None = None,
+) -> dict[str, Any]:
     """The status block as data: its HTML (escaped), whether the run is active and whether a cancel is pending."""
     from grpo_dashboard.views import remote_status
 
@@ -269,8 +313,12 @@ def status_parts(run: Run, now: float | None = None, pace: float | None = None, 
     remote = remote_status.remote_markdown(run, store, backends)
     if remote:
         text += f"\n\n{remote}"
-    return {"html": markdown_html(text), "active": run.is_active, "status": run.status,
-            "cancel_requested": bool(run.cancel_requested_at) and run.is_active}
+    return {
+        "html": markdown_html(text),
+        "active": run.is_active,
+        "status": run.status,
+        "cancel_requested": bool(run.cancel_requested_at) and run.is_active,
+    }
 
 
 def markdown_html(text: str) -> str:
@@ -314,13 +362,17 @@ def _findings_html(store: Store, run: Run, found: list[Any] | None = None) -> st
     for f in found:
         metric = f" (<code>{html.escape(str(f.metric))}</code>)" if f.metric else ""
         if getattr(f, "status", None) == "resolved":
-            items.append(f"<li><s>{html.escape(str(f.severity))}</s> resolved <strong>{html.escape(str(f.rule))}"
-                         f"</strong>{metric} from step {int(f.step)} to step {f.resolved_step}: "
-                         f"{html.escape(str(f.message))}</li>")
+            items.append(
+                f"<li><s>{html.escape(str(f.severity))}</s> resolved <strong>{html.escape(str(f.rule))}"
+                f"</strong>{metric} from step {int(f.step)} to step {f.resolved_step}: "
+                f"{html.escape(str(f.message))}</li>"
+            )
             continue
-        items.append(f"<li>{_badge(f.severity)} <strong>{html.escape(str(f.rule))}</strong>{metric} from step "
-                     f"{int(f.step)}: {html.escape(str(f.message))}<br><em>Remedy:</em> {html.escape(str(f.remedy))}"
-                     f"</li>")
+        items.append(
+            f"<li>{_badge(f.severity)} <strong>{html.escape(str(f.rule))}</strong>{metric} from step "
+            f"{int(f.step)}: {html.escape(str(f.message))}<br><em>Remedy:</em> {html.escape(str(f.remedy))}"
+            f"</li>"
+        )
     return "<ul>" + "".join(items) + "</ul>"
 
 
@@ -362,4 +414,3 @@ class Feeds:
     def __contains__(self, feed: object) -> bool:
         with self._lock:
             return any(f is feed for f in self._feeds.values())
-

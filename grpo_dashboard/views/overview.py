@@ -26,8 +26,22 @@ from grpo_dashboard.views.run_data import metric_frame, run_spec
 
 STATUSES = tuple(s.value for s in RunStatus)
 MARKER = ingest.MARKER.strip()  # prefix of the job's protocol lines in job.log
-RUN_COLUMNS = ("name", "differs", "note", "status", "health", "progress", "elapsed", "ETA", "reward", "forecast",
-               "backend", "tags", "started", "id")
+RUN_COLUMNS = (
+    "name",
+    "differs",
+    "note",
+    "status",
+    "health",
+    "progress",
+    "elapsed",
+    "ETA",
+    "reward",
+    "forecast",
+    "backend",
+    "tags",
+    "started",
+    "id",
+)
 # Plain glyphs (present in common fonts, unlike emoji on minimal Linux machines).
 STATUS_ICON = {"queued": "◌", "running": "▶", "completed": "✔", "failed": "✖", "canceled": "■"}
 HEALTH_ICON = {"ok": "●", "info": "ℹ", "warning": "▲", "error": "✖"}
@@ -75,8 +89,10 @@ def recent_pace(store: Store, run: Run, window: int = PACE_WINDOW) -> float | No
     if not run.is_active or not run.n_records or run.n_records < 3:
         return None
     heads = store.series_heads(run.id)
-    key = next((k for k in (("train", "loss"), ("train", "reward")) if k in heads),
-               next((k for k in heads if k[0] == "train"), None))
+    key = next(
+        (k for k in (("train", "loss"), ("train", "reward")) if k in heads),
+        next((k for k in heads if k[0] == "train"), None),
+    )
     if key is None:
         return None
     n, last = heads[key]
@@ -137,8 +153,7 @@ def run_config(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
     spec = run_spec(run)
     if spec is None:
         return {}, {}
-    config = {**spec.training, "reward_names": [r.name for r in spec.rewards],
-              "reward_weights": spec.reward_weights}
+    config = {**spec.training, "reward_names": [r.name for r in spec.rewards], "reward_weights": spec.reward_weights}
     return config, dict(spec.health.thresholds)
 
 
@@ -151,8 +166,9 @@ def findings(store: Store, run: Run) -> list[Any]:
 
     def fresh() -> list[Any] | None:
         cached = FINDINGS.entries.get(key)
-        if cached is not None and (cached[0] == token or (
-                run.is_active and time.monotonic() - cached[1] < HEALTH_MIN_INTERVAL_S)):
+        if cached is not None and (
+            cached[0] == token or (run.is_active and time.monotonic() - cached[1] < HEALTH_MIN_INTERVAL_S)
+        ):
             return cached[2]
         return None
 
@@ -170,9 +186,15 @@ def findings(store: Store, run: Run) -> list[Any]:
             # once it stops firing), the same replay `doctor` does on the run's metrics.jsonl.
             saved = store.findings(run.id)
             previous = [Finding(**{k: v for k, v in f.items() if k in _FINDING_FIELDS}) for f in saved]
-            result = list(finding_history(metric_frame(store, run.id), config=config, thresholds=thresholds or None,
-                                          completions=recent_samples(run.run_dir, output_dir=run.output_dir),
-                                          previous=previous))
+            result = list(
+                finding_history(
+                    metric_frame(store, run.id),
+                    config=config,
+                    thresholds=thresholds or None,
+                    completions=recent_samples(run.run_dir, output_dir=run.output_dir),
+                    previous=previous,
+                )
+            )
         except ValueError as exc:  # bad threshold overrides in the spec
             result = [_BadThresholds(str(exc))]
         else:
@@ -257,18 +279,20 @@ def findings_markdown(store: Store, run: Run) -> str:
     for f in found:
         metric = f" (`{f.metric}`)" if f.metric else ""
         if f.status == "resolved":
-            lines.append(f"- ~~{f.severity}~~ resolved **{f.rule}**{metric} from step {f.step} to step "
-                         f"{f.resolved_step}: {f.message}")
+            lines.append(
+                f"- ~~{f.severity}~~ resolved **{f.rule}**{metric} from step {f.step} to step "
+                f"{f.resolved_step}: {f.message}"
+            )
             continue
-        lines.append(f"- {_badge(f.severity)} **{f.rule}**{metric} from step {f.step}: {f.message}"
-                     f"<br>*Remedy:* {f.remedy}")
+        lines.append(
+            f"- {_badge(f.severity)} **{f.rule}**{metric} from step {f.step}: {f.message}<br>*Remedy:* {f.remedy}"
+        )
     return "\n".join(lines)
 
 
 def _badge(severity: str) -> str:
     color = HEALTH_COLOR.get(severity, "#57606a")
     return f'<span style="color:{color};font-weight:600">{HEALTH_ICON.get(severity, "•")} {severity}</span>'
-
 
 
 # --- runs table ----------------------------------------------------------------------------------------------
@@ -280,8 +304,13 @@ def run_tags(run: Run) -> list[str]:
     return [*spec.tags, *([f"group:{spec.group}"] if spec.group else [])]
 
 
-def runs_frame(store: Store, statuses: list[str] | None = None, now: float | None = None,
-               runs: list[Run] | None = None, tag: str | None = None) -> pd.DataFrame:
+def runs_frame(
+    store: Store,
+    statuses: list[str] | None = None,
+    now: float | None = None,
+    runs: list[Run] | None = None,
+    tag: str | None = None,
+) -> pd.DataFrame:
     """The runs table, newest first, optionally filtered by status and by a tag or `group:NAME`; `runs`: only
     these (a user's own)."""
     now = now or time.time()
@@ -296,23 +325,30 @@ def runs_frame(store: Store, statuses: list[str] | None = None, now: float | Non
     cells = store.forecast_cells() if runs else {}
     for run in runs:
         latest = store.latest_metrics(run.id) if run.n_records else {}
-        rows.append({
-            "name": run.name, "differs": differs.get(run.id, ""), "note": _short(notes.get(run.id, "")),
-            "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
-            "health": health_badge(store, run, saved), "progress": progress_text(run),
-            "elapsed": fmt_duration(elapsed_s(run, now)),
-            "ETA": fmt_duration(eta_s(run, now, recent_pace(store, run))),
-            "reward": fmt_value(latest.get("reward")), "forecast": forecast_view.forecast_cell(store, run, cells),
-            "backend": run.backend, "tags": ", ".join(run_tags(run)),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),
-            "id": run.id,
-        })
+        rows.append(
+            {
+                "name": run.name,
+                "differs": differs.get(run.id, ""),
+                "note": _short(notes.get(run.id, "")),
+                "status": f"{STATUS_ICON.get(run.status, '')} {run.status}",
+                "health": health_badge(store, run, saved),
+                "progress": progress_text(run),
+                "elapsed": fmt_duration(elapsed_s(run, now)),
+                "ETA": fmt_duration(eta_s(run, now, recent_pace(store, run))),
+                "reward": fmt_value(latest.get("reward")),
+                "forecast": forecast_view.forecast_cell(store, run, cells),
+                "backend": run.backend,
+                "tags": ", ".join(run_tags(run)),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started_at or run.created_at)),
+                "id": run.id,
+            }
+        )
     return pd.DataFrame(rows, columns=list(RUN_COLUMNS))
 
 
 def _short(text: str, n: int = 60) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= n else text[:n - 1] + "…"
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def run_label(run: Run, differs: str = "") -> str:
@@ -341,8 +377,10 @@ def status_markdown(run: Run, now: float | None = None, pace: float | None = Non
         parts.append(f"ETA {fmt_duration(eta)}")
     text = " · ".join(parts)
     if run.status in ACTIVE and run.cancel_requested_at:
-        text += (f"\n\n**Cancel requested** at {time.strftime('%H:%M:%S', time.localtime(run.cancel_requested_at))}: "
-                 f"waiting for the job to stop…")
+        text += (
+            f"\n\n**Cancel requested** at {time.strftime('%H:%M:%S', time.localtime(run.cancel_requested_at))}: "
+            f"waiting for the job to stop…"
+        )
     elif run.status in ACTIVE and not run.n_records:
         text += "\n\nWaiting for the first log record (model loading / first steps)…"
     if run.error:
@@ -359,8 +397,10 @@ def spec_settings(run: Run) -> dict[str, Any]:
     spec = run_spec(run)
     if spec is None:
         return {"beta": None, "max_completion_length": None}
-    return {"beta": trl_fields.effective(spec.training, "beta"),
-            "max_completion_length": trl_fields.effective(spec.training, "max_completion_length")}
+    return {
+        "beta": trl_fields.effective(spec.training, "beta"),
+        "max_completion_length": trl_fields.effective(spec.training, "max_completion_length"),
+    }
 
 
 # --- command view and compare ----------------------------------------------------------------------------------
@@ -380,8 +420,13 @@ def log_text(path: Path, n: int = 200) -> str:
 def command_text(spec_yaml: str, preview: tuple[str, str] | None = None) -> str:
     """The shell commands that launch this spec from the CLI, and what its backend runs when known (`preview`:
     (what it is, the text), from `command_preview`)."""
-    lines = ["# Save the spec, then launch and follow it:", "cat > run.yaml <<'EOF'", spec_yaml.rstrip("\n"), "EOF",
-             "python -m grpo_dashboard launch run.yaml --wait"]
+    lines = [
+        "# Save the spec, then launch and follow it:",
+        "cat > run.yaml <<'EOF'",
+        spec_yaml.rstrip("\n"),
+        "EOF",
+        "python -m grpo_dashboard launch run.yaml --wait",
+    ]
     if preview:
         what, text = preview
         lines += ["", f"# {what}", text.rstrip("\n")]
@@ -443,8 +488,9 @@ def differences(runs: list[Run]) -> dict[str, str]:
         varying = [k for k in keys if len({f.get(k) for f in flats}) > 1]
         for r, flat in zip(group, flats, strict=True):
             parts = [f"{k.removeprefix('training.')}={flat.get(k, '—').strip(chr(39))}" for k in varying]
-            text = ", ".join(parts[:DIFFERS_SHOWN]) + (f" +{len(parts) - DIFFERS_SHOWN}" if len(parts) > DIFFERS_SHOWN
-                                                         else "")
+            text = ", ".join(parts[:DIFFERS_SHOWN]) + (
+                f" +{len(parts) - DIFFERS_SHOWN}" if len(parts) > DIFFERS_SHOWN else ""
+            )
             out[r.id] = text or "same spec"
     return out
 

@@ -17,8 +17,18 @@ from grpo_dashboard.store.series import SeriesArrays
 from grpo_dashboard.views.display import MAX_POINTS
 
 METRIC_XAXES = ("num_tokens", "epoch")  # logged metrics that only grow: usable as the x axis
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf")
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
 def series_id(ident: tuple[str, str]) -> str:
@@ -27,8 +37,6 @@ def series_id(ident: tuple[str, str]) -> str:
 
 
 @dataclass
-
-
 class ChartOptions:
     """User controls shared by all charts."""
 
@@ -51,13 +59,20 @@ def _x(series: SeriesArrays, xaxis: str, t0: float | None) -> tuple[np.ndarray, 
 
 
 def _rgba(color: str, alpha: float) -> str:
-    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def line_traces(series: SeriesArrays, name: str, color: str, opts: ChartOptions, t0: float | None = None,
-                dash: str | None = None, secondary: bool = False, series_key: str | None = None
-                ) -> list[dict[str, Any]]:
+def line_traces(
+    series: SeriesArrays,
+    name: str,
+    color: str,
+    opts: ChartOptions,
+    t0: float | None = None,
+    dash: str | None = None,
+    secondary: bool = False,
+    series_key: str | None = None,
+) -> list[dict[str, Any]]:
     """The traces of one series reduced for display (`display.py`) as plain dicts: a faint raw line, the smoothed
     line on top, and a ±band around it where the series has a band (a reward's std).
 
@@ -85,22 +100,70 @@ def line_traces(series: SeriesArrays, name: str, color: str, opts: ChartOptions,
 
     if series.band is not None and np.isfinite(series.band).any():
         band = series.band[mask]
-        traces.append({"type": "scatter", "x": xs, "y": _plotted(smooth - band, opts.log_y), "mode": "lines",
-                       "line": {"width": 0}, "legendgroup": name, "showlegend": False, "hoverinfo": "skip",
-                       "yaxis": yaxis, "name": f"{name} -std", "meta": meta("lo")})
-        traces.append({"type": "scatter", "x": xs, "y": _plotted(smooth + band, opts.log_y), "mode": "lines",
-                       "line": {"width": 0}, "fill": "tonexty", "fillcolor": _rgba(color, 0.15), "legendgroup": name,
-                       "showlegend": False, "hoverinfo": "skip", "yaxis": yaxis, "name": f"{name} ±std",
-                       "meta": meta("hi")})
+        traces.append(
+            {
+                "type": "scatter",
+                "x": xs,
+                "y": _plotted(smooth - band, opts.log_y),
+                "mode": "lines",
+                "line": {"width": 0},
+                "legendgroup": name,
+                "showlegend": False,
+                "hoverinfo": "skip",
+                "yaxis": yaxis,
+                "name": f"{name} -std",
+                "meta": meta("lo"),
+            }
+        )
+        traces.append(
+            {
+                "type": "scatter",
+                "x": xs,
+                "y": _plotted(smooth + band, opts.log_y),
+                "mode": "lines",
+                "line": {"width": 0},
+                "fill": "tonexty",
+                "fillcolor": _rgba(color, 0.15),
+                "legendgroup": name,
+                "showlegend": False,
+                "hoverinfo": "skip",
+                "yaxis": yaxis,
+                "name": f"{name} ±std",
+                "meta": meta("hi"),
+            }
+        )
     markers = "lines+markers" if len(xs) < 30 or dash == "dot" else "lines"
     if opts.smoothing > 0:
-        traces.append({"type": "scatter", "x": xs, "y": raw, "mode": "lines", "name": f"{name} (raw)",
-                       "legendgroup": name, "showlegend": False, "hovertemplate": hover,
-                       "line": {"color": _rgba(color, 0.3), "width": 1, "dash": dash}, "yaxis": yaxis,
-                       "meta": meta("value")})
-    traces.append({"type": "scatter", "x": xs, "y": smooth, "mode": markers, "name": name, "hovertemplate": hover,
-                   "legendgroup": name, "line": {"color": color, "width": 2, "dash": dash}, "marker": {"size": 4},
-                   "yaxis": yaxis, "meta": meta("smooth" if opts.smoothing > 0 else "value")})
+        traces.append(
+            {
+                "type": "scatter",
+                "x": xs,
+                "y": raw,
+                "mode": "lines",
+                "name": f"{name} (raw)",
+                "legendgroup": name,
+                "showlegend": False,
+                "hovertemplate": hover,
+                "line": {"color": _rgba(color, 0.3), "width": 1, "dash": dash},
+                "yaxis": yaxis,
+                "meta": meta("value"),
+            }
+        )
+    traces.append(
+        {
+            "type": "scatter",
+            "x": xs,
+            "y": smooth,
+            "mode": markers,
+            "name": name,
+            "hovertemplate": hover,
+            "legendgroup": name,
+            "line": {"color": color, "width": 2, "dash": dash},
+            "marker": {"size": 4},
+            "yaxis": yaxis,
+            "meta": meta("smooth" if opts.smoothing > 0 else "value"),
+        }
+    )
     return traces
 
 
@@ -124,8 +187,6 @@ def chart_title(text: str) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=64)
-
-
 def _layout_json(titles: tuple[str, ...]) -> str:
     from plotly.subplots import make_subplots
 

@@ -57,8 +57,9 @@ def _device_order(key: str) -> tuple[int, str]:
     return (int(m.group(1)), "") if m else (1 << 30, device)
 
 
-def system_spec(keys: Sequence[str], frames: Mapping[tuple[str, str], SeriesArrays], opts: Any,
-                t0: float | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def system_spec(
+    keys: Sequence[str], frames: Mapping[tuple[str, str], SeriesArrays], opts: Any, t0: float | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The System panel as plain dicts (traces, layout): one subplot per quantity present, one colour per device
     (GPU i, the job's CPU/RAM, this process), each trace marked with the axis it is drawn on (`meta.x`)."""
     opts = dataclasses.replace(opts, xaxis=xaxis_of(opts.xaxis))
@@ -75,17 +76,29 @@ def system_spec(keys: Sequence[str], frames: Mapping[tuple[str, str], SeriesArra
                 continue
             color = PALETTE[devices.index(_device(key)) % len(PALETTE)]
             name = key.removeprefix("system/")
-            for trace in line_traces(frame, name, color, opts, t0, dash=_DASH.get(key.rsplit("/", 1)[-1]),
-                                     series_key=series_id((SYSTEM_SPLIT, key))):
+            for trace in line_traces(
+                frame,
+                name,
+                color,
+                opts,
+                t0,
+                dash=_DASH.get(key.rsplit("/", 1)[-1]),
+                series_key=series_id((SYSTEM_SPLIT, key)),
+            ):
                 trace["meta"]["x"] = opts.xaxis
                 traces.append({**trace, "xaxis": f"x{axis}", "yaxis": f"y{axis}"})
         if opts.log_y:
             layout[f"yaxis{axis}"]["type"] = "log"
     bottom = "" if len(rows) == 1 else str(len(rows))
-    layout[f"xaxis{bottom}"]["title"] = {"text": "wall time (UTC)" if opts.xaxis == "wall time"
-                                         else "minutes since start"}
-    layout.update(title=chart_title("System: GPU utilisation and memory, CPU and memory (sampled over time)"),
-                  height=max(300, 190 * len(rows) + 60), hoverlabel={"namelength": -1},
-                  margin={"l": 55, "r": 20, "t": 60, "b": 90}, uirevision="keep",
-                  legend={"orientation": "h", "y": -0.08, "yanchor": "top", "x": 0, "font": {"size": 10}})
+    layout[f"xaxis{bottom}"]["title"] = {
+        "text": "wall time (UTC)" if opts.xaxis == "wall time" else "minutes since start"
+    }
+    layout.update(
+        title=chart_title("System: GPU utilisation and memory, CPU and memory (sampled over time)"),
+        height=max(300, 190 * len(rows) + 60),
+        hoverlabel={"namelength": -1},
+        margin={"l": 55, "r": 20, "t": 60, "b": 90},
+        uirevision="keep",
+        legend={"orientation": "h", "y": -0.08, "yanchor": "top", "x": 0, "font": {"size": 10}},
+    )
     return [drop_none(t) for t in traces], layout

@@ -39,8 +39,10 @@ def trajectory(row: dict[str, Any], weights: dict[str, float] | None = None) -> 
     completion = _messages(row.get("completion"))
     calls = agents.tool_turns(completion)
     queue = list(calls)
-    turns: list[dict[str, Any]] = [{"role": m.get("role", "?"), "content": str(m.get("content") or ""), "calls": []}
-                                   for m in _messages(row.get("prompt"))]
+    turns: list[dict[str, Any]] = [
+        {"role": m.get("role", "?"), "content": str(m.get("content") or ""), "calls": []}
+        for m in _messages(row.get("prompt"))
+    ]
     for m in completion:
         turn = {"role": m.get("role", "?"), "content": m.get("content"), "calls": []}
         if m.get("role") == "assistant":
@@ -53,15 +55,29 @@ def trajectory(row: dict[str, Any], weights: dict[str, float] | None = None) -> 
             turn["failed"] = agents.is_failure(turn["content"])
             turn["error"] = agents.failure_text(turn["content"]) if turn["failed"] else None
         turns.append(turn)
-    final = next((str(m.get("content") or "") for m in reversed(completion) if m.get("role") == "assistant"
-                  and not m.get("tool_calls")), "")
+    final = next(
+        (
+            str(m.get("content") or "")
+            for m in reversed(completion)
+            if m.get("role") == "assistant" and not m.get("tool_calls")
+        ),
+        "",
+    )
     rewards = {k: _num(v) for k, v in (row.get("rewards") or {}).items()}
     present = [weights.get(k, 1.0) * v for k, v in rewards.items() if v is not None]
-    return {"step": row.get("step"), "turns": turns, "final_answer": final, "rewards": rewards,
-            "total": sum(present) if present else None, "advantage": _num(row.get("advantage")),
-            "n_turns": sum(1 for m in completion if m.get("role") == "assistant"), "n_tool_calls": len(calls),
-            "n_failed": sum(c["failed"] for c in calls), "malformed": agents.malformed_calls(completion),
-            "extra": dict(row.get("extra") or {})}
+    return {
+        "step": row.get("step"),
+        "turns": turns,
+        "final_answer": final,
+        "rewards": rewards,
+        "total": sum(present) if present else None,
+        "advantage": _num(row.get("advantage")),
+        "n_turns": sum(1 for m in completion if m.get("role") == "assistant"),
+        "n_tool_calls": len(calls),
+        "n_failed": sum(c["failed"] for c in calls),
+        "malformed": agents.malformed_calls(completion),
+        "extra": dict(row.get("extra") or {}),
+    }
 
 
 def filter_values(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -75,14 +91,26 @@ def filter_values(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-def trajectories(rows: list[dict[str, Any]], weights: dict[str, float] | None = None,
-                 filters: dict[str, str] | None = None, sort_by: str = SORTS[0],
-                 descending: bool = True) -> list[dict[str, Any]]:
+def trajectories(
+    rows: list[dict[str, Any]],
+    weights: dict[str, float] | None = None,
+    filters: dict[str, str] | None = None,
+    sort_by: str = SORTS[0],
+    descending: bool = True,
+) -> list[dict[str, Any]]:
     """The step's trajectories, those whose extra columns equal `filters`, sorted (ties keep their order)."""
-    out = [trajectory(r, weights) | {"index": i} for i, r in enumerate(rows)
-           if all(str((r.get("extra") or {}).get(k)) == str(v) for k, v in (filters or {}).items() if v)]
-    key = {"total reward": "total", "advantage": "advantage", "turns": "n_turns", "tool calls": "n_tool_calls",
-           "failed calls": "n_failed"}.get(sort_by)
+    out = [
+        trajectory(r, weights) | {"index": i}
+        for i, r in enumerate(rows)
+        if all(str((r.get("extra") or {}).get(k)) == str(v) for k, v in (filters or {}).items() if v)
+    ]
+    key = {
+        "total reward": "total",
+        "advantage": "advantage",
+        "turns": "n_turns",
+        "tool calls": "n_tool_calls",
+        "failed calls": "n_failed",
+    }.get(sort_by)
     if key is not None:
         present = [t for t in out if t[key] is not None]
         missing = [t for t in out if t[key] is None]
@@ -95,9 +123,20 @@ def trajectories(rows: list[dict[str, Any]], weights: dict[str, float] | None = 
 
 def summary_frame(trajs: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per trajectory: index, extras, turns, tool calls, failures, final answer, rewards, total, advantage."""
-    records = [{"#": t["index"], **{k: v for k, v in t["extra"].items()}, "turns": t["n_turns"],
-                "tool calls": t["n_tool_calls"], "failed": t["n_failed"], "final answer": t["final_answer"][:80],
-                **t["rewards"], "total reward": t["total"], "advantage": t["advantage"]} for t in trajs]
+    records = [
+        {
+            "#": t["index"],
+            **{k: v for k, v in t["extra"].items()},
+            "turns": t["n_turns"],
+            "tool calls": t["n_tool_calls"],
+            "failed": t["n_failed"],
+            "final answer": t["final_answer"][:80],
+            **t["rewards"],
+            "total reward": t["total"],
+            "advantage": t["advantage"],
+        }
+        for t in trajs
+    ]
     return pd.DataFrame(records)
 
 
@@ -107,9 +146,11 @@ def _fmt(v: float | None) -> str:
 
 def markdown(traj: dict[str, Any]) -> str:
     """A trajectory as Markdown: one line per turn, tool calls as `name(args)`, failed results in bold with ❌."""
-    lines = [f"**#{traj.get('index', '')}** · total {_fmt(traj['total'])} · advantage {_fmt(traj['advantage'])} · "
-             + " · ".join(f"{k} {_fmt(v)}" for k, v in traj["rewards"].items())
-             + ("".join(f" · {k}={v}" for k, v in traj["extra"].items()))]
+    lines = [
+        f"**#{traj.get('index', '')}** · total {_fmt(traj['total'])} · advantage {_fmt(traj['advantage'])} · "
+        + " · ".join(f"{k} {_fmt(v)}" for k, v in traj["rewards"].items())
+        + ("".join(f" · {k}={v}" for k, v in traj["extra"].items()))
+    ]
     for turn in traj["turns"]:
         role = turn["role"]
         text = html.escape(str(turn["content"] or ""))
@@ -119,8 +160,11 @@ def markdown(traj: dict[str, Any]) -> str:
             else:
                 lines.append(f"- 🔧 tool → `{text}`")
             continue
-        calls = "".join(f" → call `{c['name']}({json.dumps(c['arguments'], default=str)})`"
-                        + (" ⚠️ repeats a failed call" if c["repeated_failure"] else "") for c in turn["calls"])
+        calls = "".join(
+            f" → call `{c['name']}({json.dumps(c['arguments'], default=str)})`"
+            + (" ⚠️ repeats a failed call" if c["repeated_failure"] else "")
+            for c in turn["calls"]
+        )
         lines.append(f"- **{role}:** {text}{calls}")
     lines.append(f"- **final answer:** `{html.escape(traj['final_answer'])}`")
     return "\n".join(lines)

@@ -72,8 +72,9 @@ def write_job_folder(spec: RunSpec, folder: Path) -> dict[str, Path]:
 Prepare = Callable[[RunSpec, Path], tuple[RunSpec, Any]]
 
 
-def export_job(spec: RunSpec, folder: Path, write: bool = True, base_dir: Path | None = None, *,
-               prepare: Prepare) -> JobExport:
+def export_job(
+    spec: RunSpec, folder: Path, write: bool = True, base_dir: Path | None = None, *, prepare: Prepare
+) -> JobExport:
     """The job folder of `spec` (written when `write`) and the `hf` commands that upload it and run the job.
 
     The spec goes through what `launch` does first: `prepare(spec, base)` is `launch.runs.prepare` (validation,
@@ -91,8 +92,13 @@ def export_job(spec: RunSpec, folder: Path, write: bool = True, base_dir: Path |
         write_job_folder(s, folder)
     timeout_s, _ = job_timeout(s, base)
     bucket = f"{b.namespace}/{BUCKET_NAME}"
-    return JobExport(folder, run, {
-        "bucket": f"hf buckets create {bucket} --private --exist-ok",
-        "upload": f"hf buckets sync {shlex.quote(str(folder))} hf://buckets/{bucket}/{run}",
-        "hf_jobs": equivalent_command(s, run, timeout_s),
-    }, problems)
+    return JobExport(
+        folder,
+        run,
+        {
+            "bucket": f"hf buckets create {bucket} --private --exist-ok",
+            "upload": f"hf buckets sync {shlex.quote(str(folder))} hf://buckets/{bucket}/{run}",
+            "hf_jobs": equivalent_command(s, run, timeout_s),
+        },
+        problems,
+    )

@@ -35,7 +35,7 @@ def _network_error(exc: BaseException) -> bool:
 
 def _retry_wait(exc: BaseException, attempt: int) -> float:
     """The pause before retry number attempt + 1: exponential backoff, or longer if the Hub asked (Retry-After)."""
-    return max(RETRY_BASE_S * 2 ** attempt, retry_after_s(exc) or 0.0)
+    return max(RETRY_BASE_S * 2**attempt, retry_after_s(exc) or 0.0)
 
 
 def _pause(exc: BaseException, action: str, attempt: int, attempts: int) -> None:
@@ -65,21 +65,23 @@ def _retry(call: Any, action: str, namespace: str, attempts: int = 4) -> Any:
     raise AssertionError("unreachable")
 
 
-
 def _secrets(spec: RunSpec, token: str) -> dict[str, str]:
     """HF_TOKEN and the spec's named secrets from the launching environment (never a Space's: those are the
     owner's); BackendError naming what is missing."""
     if spec.backend.secrets and on_space():
-        raise BackendError(f"backend.secrets ({', '.join(spec.backend.secrets)}) cannot be sent from a shared "
-                           "dashboard: its environment is the Space owner's. Launch from your own machine.")
+        raise BackendError(
+            f"backend.secrets ({', '.join(spec.backend.secrets)}) cannot be sent from a shared "
+            "dashboard: its environment is the Space owner's. Launch from your own machine."
+        )
     try:
         return job_secrets(spec, token, dict(os.environ))
     except ValueError as exc:
         raise BackendError(str(exc)) from exc
 
 
-def job_timeout(spec: RunSpec, base_dir: Path | None = None, token: str | None = None,
-                endpoint: str | None = None) -> tuple[int, str]:
+def job_timeout(
+    spec: RunSpec, base_dir: Path | None = None, token: str | None = None, endpoint: str | None = None
+) -> tuple[int, str]:
     """The job's timeout in seconds and why: the spec's, else the estimated run time × buffer (hardware.py)."""
     from grpo_dashboard.checks import hardware
 
@@ -132,11 +134,16 @@ def _create_job(api: Any, namespace: str, run_id: str, kwargs: dict[str, Any], f
 def find_job(api: Any, namespace: str, run_id: str) -> Any | None:
     """The job labelled with this run id, or None; BackendError if the Hub cannot be asked."""
     try:
-        jobs = _retry(lambda: list(api.list_jobs(labels={LABEL_RUN: run_id}, namespace=namespace)),
-                      "look up the submitted job", namespace, attempts=5)
+        jobs = _retry(
+            lambda: list(api.list_jobs(labels={LABEL_RUN: run_id}, namespace=namespace)),
+            "look up the submitted job",
+            namespace,
+            attempts=5,
+        )
     except BackendError as exc:
-        raise BackendError(f"{exc} The submission may have gone through: look for a job labelled "
-                           f"{LABEL_RUN}={run_id} at https://huggingface.co/jobs/{namespace} before launching "
-                           f"again.") from exc
+        raise BackendError(
+            f"{exc} The submission may have gone through: look for a job labelled "
+            f"{LABEL_RUN}={run_id} at https://huggingface.co/jobs/{namespace} before launching "
+            f"again."
+        ) from exc
     return jobs[0] if jobs else None
-

@@ -56,11 +56,15 @@ def container_spec(spec: RunSpec) -> tuple[RunSpec, dict[str, Path]]:
         s.model.name_or_path = f"{JOB_TMP}/tiny-model"
     d = s.dataset
     if d.data_files:
-        d.data_files = ship(d.data_files, "data") if isinstance(d.data_files, str) else [
-            ship(f, "data") for f in d.data_files]
+        d.data_files = (
+            ship(d.data_files, "data") if isinstance(d.data_files, str) else [ship(f, "data") for f in d.data_files]
+        )
     if d.eval_data_files:
-        d.eval_data_files = ship(d.eval_data_files, "data") if isinstance(d.eval_data_files, str) else [
-            ship(f, "data") for f in d.eval_data_files]
+        d.eval_data_files = (
+            ship(d.eval_data_files, "data")
+            if isinstance(d.eval_data_files, str)
+            else [ship(f, "data") for f in d.eval_data_files]
+        )
     for r in s.rewards:
         if r.function and ":" in r.function and r.function.rsplit(":", 1)[0].endswith(".py"):
             target, attr = r.function.rsplit(":", 1)
@@ -115,16 +119,22 @@ def equivalent_command(spec: RunSpec, run_id: str, timeout_s: int) -> str:
     secrets = "".join(f" --secrets {shlex.quote(n)}" for n in ["HF_TOKEN", *b.secrets])
     env = "".join(f" --env {shlex.quote(f'{k}={v}')}" for k, v in job_env(spec).items())
     label_args = "".join(f" --label {shlex.quote(f'{k}={v}')}" for k, v in labels(run_id).items())
-    return (f"hf jobs run --detach --namespace {shlex.quote(str(b.namespace))} --flavor {shlex.quote(str(b.flavor))} "
-            f"--timeout {timeout_s}s --name {shlex.quote(job_name(spec.name))}{secrets}{env}{label_args} "
-            f"-v {volume} {IMAGE} {shlex.join(job_command(inner))}")
+    return (
+        f"hf jobs run --detach --namespace {shlex.quote(str(b.namespace))} --flavor {shlex.quote(str(b.flavor))} "
+        f"--timeout {timeout_s}s --name {shlex.quote(job_name(spec.name))}{secrets}{env}{label_args} "
+        f"-v {volume} {IMAGE} {shlex.join(job_command(inner))}"
+    )
 
 
 def job_env(spec: RunSpec) -> dict[str, str]:
     """The job's plain environment: unbuffered output, samples on stdout (they travel back), no GPU sampling of its
     own (the dashboard samples the Jobs metrics stream: one source per series), the spec's `env`."""
-    return {"PYTHONUNBUFFERED": "1", "GRPO_JOB_SAMPLES_STDOUT": "1", "GRPO_JOB_SYSTEM_GPUS": "0",
-            **{str(k): str(v) for k, v in spec.backend.env.items()}}
+    return {
+        "PYTHONUNBUFFERED": "1",
+        "GRPO_JOB_SAMPLES_STDOUT": "1",
+        "GRPO_JOB_SYSTEM_GPUS": "0",
+        **{str(k): str(v) for k, v in spec.backend.env.items()},
+    }
 
 
 def job_secrets(spec: RunSpec, token: str, environ: dict[str, str]) -> dict[str, str]:
@@ -132,7 +142,9 @@ def job_secrets(spec: RunSpec, token: str, environ: dict[str, str]) -> dict[str,
     (the launching environment); ValueError naming the ones that are not set there."""
     missing = [n for n in spec.backend.secrets if not environ.get(n)]
     if missing:
-        raise ValueError(f"backend.secrets names {', '.join(missing)}, which the launching environment does not "
-                         f"set; `export {missing[0]}=...` and launch again (the values are sent as job secrets and "
-                         "never stored).")
+        raise ValueError(
+            f"backend.secrets names {', '.join(missing)}, which the launching environment does not "
+            f"set; `export {missing[0]}=...` and launch again (the values are sent as job secrets and "
+            "never stored)."
+        )
     return {"HF_TOKEN": token, **{n: environ[n] for n in spec.backend.secrets}}

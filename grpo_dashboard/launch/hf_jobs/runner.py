@@ -57,7 +57,6 @@ def _split_external(run: Run) -> tuple[str, str] | None:
     return ns, job_id
 
 
-
 # --- for the UI -----------------------------------------------------------------------------------------------
 class HfJobsBackend:
     """Runs jobs on Hugging Face Jobs (the `Backend` protocol, launch/interface.py). Holds its live state: one
@@ -81,8 +80,15 @@ class HfJobsBackend:
         when there is none."""
         return require_token(token)
 
-    def submit(self, store: Store, run: Run, spec: RunSpec, token: str | None, base_dir: Path | None = None,
-               endpoint: str | None = None) -> Run:
+    def submit(
+        self,
+        store: Store,
+        run: Run,
+        spec: RunSpec,
+        token: str | None,
+        base_dir: Path | None = None,
+        endpoint: str | None = None,
+    ) -> Run:
         """Upload the job's files and create the job; the run then follows it. A refused submission is a failed run.
         `token` is what `launch_token` returned (never None for this backend)."""
         assert token is not None, "HF Jobs submits with the token launch_token returned"
@@ -103,18 +109,42 @@ class HfJobsBackend:
             _retry(lambda: api.batch_bucket_files(bucket, add=add), "upload the job's files", ns)
             command = job_command(inner)
             secrets = _secrets(spec, token)
-            job = _create_job(api, ns, run.id, dict(
-                image=IMAGE, command=command, env=job_env(spec), secrets=secrets,
-                flavor=b.flavor, timeout=timeout_s, name=job_name(spec.name), labels=labels(run.id),
-                volumes=[_volume(ns, run.id)], namespace=ns), b.flavor)
+            job = _create_job(
+                api,
+                ns,
+                run.id,
+                dict(
+                    image=IMAGE,
+                    command=command,
+                    env=job_env(spec),
+                    secrets=secrets,
+                    flavor=b.flavor,
+                    timeout=timeout_s,
+                    name=job_name(spec.name),
+                    labels=labels(run.id),
+                    volumes=[_volume(ns, run.id)],
+                    namespace=ns,
+                ),
+                b.flavor,
+            )
         except BackendError as exc:
             store.finish_run(run.id, RunStatus.FAILED, error=str(exc))
             return store.get_run(run.id)
         output = f"hf://buckets/{bucket}/{run.id}/output"
-        details = {"job_id": job.id, "namespace": ns, "url": f"{endpoint_url(endpoint)}/jobs/{ns}/{job.id}",
-                   "flavor": b.flavor, "timeout_s": timeout_s, "timeout_reason": timeout_reason, "bucket": bucket,
-                   "bucket_folder": run.id, "output": output, "image": IMAGE, "command": command,
-                   "equivalent_command": equivalent_command(spec, run.id, timeout_s)}
+        details = {
+            "job_id": job.id,
+            "namespace": ns,
+            "url": f"{endpoint_url(endpoint)}/jobs/{ns}/{job.id}",
+            "flavor": b.flavor,
+            "timeout_s": timeout_s,
+            "timeout_reason": timeout_reason,
+            "bucket": bucket,
+            "bucket_folder": run.id,
+            "output": output,
+            "image": IMAGE,
+            "command": command,
+            "equivalent_command": equivalent_command(spec, run.id, timeout_s),
+        }
         (run_dir / JOB_INFO).write_text(json.dumps(details, indent=2), encoding="utf-8")
         store.update_run(run.id, external_id=f"{ns}/{job.id}", output_dir=output)
         with self._lock:
@@ -127,8 +157,9 @@ class HfJobsBackend:
         with self._lock:
             return self._followers.get(run_id)
 
-    def ensure_following(self, store: Store, run: Run, token: str | None = None, endpoint: str | None = None
-                         ) -> Follower | None:
+    def ensure_following(
+        self, store: Store, run: Run, token: str | None = None, endpoint: str | None = None
+    ) -> Follower | None:
         """Start the background follower of an active run unless one runs; never blocks on the network."""
         ids = _split_external(run)
         if ids is None or run.status in TERMINAL:
@@ -224,8 +255,15 @@ class HfJobsBackend:
             f.stop(timeout)
 
     # --- cancel and reattach --------------------------------------------------------------------------------------
-    def cancel(self, store: Store, run: Run, wait: bool = False, token: str | None = None,
-               grace_s: float | None = None, endpoint: str | None = None) -> Run:
+    def cancel(
+        self,
+        store: Store,
+        run: Run,
+        wait: bool = False,
+        token: str | None = None,
+        grace_s: float | None = None,
+        endpoint: str | None = None,
+    ) -> Run:
         """Cancel the run's job with `token` (default: the launching token, else the saved login); with `wait`, return
         once the job has stopped and the run is settled, or after `grace_s` (default CANCEL_WAIT_S) seconds."""
         from huggingface_hub.errors import HfHubHTTPError
@@ -247,8 +285,11 @@ class HfJobsBackend:
         except BackendError as exc:
             cause = exc.__cause__
             if isinstance(cause, HfHubHTTPError) and cause.response is not None and cause.response.status_code == 404:
-                store.finish_run(run.id, RunStatus.CANCELED, error="canceled by user; the job was no longer found "
-                                 "on Hugging Face Jobs")
+                store.finish_run(
+                    run.id,
+                    RunStatus.CANCELED,
+                    error="canceled by user; the job was no longer found on Hugging Face Jobs",
+                )
                 return store.get_run(run.id)
             raise
         f = self.ensure_following(store, store.get_run(run.id), token, endpoint)
@@ -263,14 +304,24 @@ class HfJobsBackend:
                 info = api.inspect_job(job_id=job_id, namespace=ns)
             except Exception:  # keep waiting; the follower settles it too
                 info = None
-            if info is not None and str(getattr(info.status.stage, "value", info.status.stage)) in (
-                    "CANCELED", "COMPLETED", "ERROR", "DELETED") and f is not None:
+            if (
+                info is not None
+                and str(getattr(info.status.stage, "value", info.status.stage))
+                in ("CANCELED", "COMPLETED", "ERROR", "DELETED")
+                and f is not None
+            ):
                 f.settle(info)
             time.sleep(0.2)
         return store.get_run(run.id)
 
-    def reattach(self, store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None,
-                 endpoint: str | None = None) -> list[Run]:
+    def reattach(
+        self,
+        store: Store,
+        token: str | None = None,
+        namespace: str | None = None,
+        owner: str | None = None,
+        endpoint: str | None = None,
+    ) -> list[Run]:
         """After a restart: list this dashboard's jobs in `namespace`, re-follow live ones, backfill finished ones.
 
         Runs missing from the store (another machine, a lost database) are recreated from the job's labels.
@@ -306,16 +357,32 @@ class HfJobsBackend:
         run_dir.mkdir(parents=True, exist_ok=True)
         name = (job.labels or {}).get("name") or run_id
         spec = RunSpec(name=name, backend=BackendSpec(kind=KIND, flavor=job.flavor, namespace=namespace))
-        note = (f"# Recovered from Hugging Face Jobs job {namespace}/{job.id}; the full spec is run.yaml in "
-                f"hf://buckets/{namespace}/{BUCKET_NAME}/{run_id}/\n")
+        note = (
+            f"# Recovered from Hugging Face Jobs job {namespace}/{job.id}; the full spec is run.yaml in "
+            f"hf://buckets/{namespace}/{BUCKET_NAME}/{run_id}/\n"
+        )
         created = job.created_at.timestamp() if job.created_at else time.time()
-        store.insert_run(Run(id=run_id, name=name, spec_yaml=note + spec.to_yaml(), backend=KIND,
-                             status=RunStatus.QUEUED.value, created_at=created, run_dir=str(run_dir),
-                             external_id=f"{namespace}/{job.id}", owner=owner,
-                             output_dir=f"hf://buckets/{namespace}/{BUCKET_NAME}/{run_id}/output"))
-        details = {"job_id": job.id, "namespace": namespace,
-                   "url": f"{endpoint_url(endpoint)}/jobs/{namespace}/{job.id}", "flavor": job.flavor,
-                   "recovered": True}
+        store.insert_run(
+            Run(
+                id=run_id,
+                name=name,
+                spec_yaml=note + spec.to_yaml(),
+                backend=KIND,
+                status=RunStatus.QUEUED.value,
+                created_at=created,
+                run_dir=str(run_dir),
+                external_id=f"{namespace}/{job.id}",
+                owner=owner,
+                output_dir=f"hf://buckets/{namespace}/{BUCKET_NAME}/{run_id}/output",
+            )
+        )
+        details = {
+            "job_id": job.id,
+            "namespace": namespace,
+            "url": f"{endpoint_url(endpoint)}/jobs/{namespace}/{job.id}",
+            "flavor": job.flavor,
+            "recovered": True,
+        }
         (run_dir / JOB_INFO).write_text(json.dumps(details, indent=2), encoding="utf-8")
         return store.get_run(run_id)
 

@@ -158,8 +158,9 @@ class _Stopped(Exception):
 class Follower:
     """Reader + watcher threads for one job; `settle` records its final status exactly once."""
 
-    def __init__(self, store: Store, run_id: str, namespace: str, job_id: str, api: Any, run_dir: Path,
-                 on_exit: Any = None) -> None:
+    def __init__(
+        self, store: Store, run_id: str, namespace: str, job_id: str, api: Any, run_dir: Path, on_exit: Any = None
+    ) -> None:
         self.store, self.run_id, self.namespace, self.job_id = store, run_id, namespace, job_id
         self.api, self.run_dir = api, Path(run_dir)
         self.state = FollowState(run_id)
@@ -175,8 +176,7 @@ class Follower:
     def start(self) -> Follower:
         """Start the reader, the watcher and the system sampler."""
         for name, target in (("logs", self._logs_loop), ("stage", self._watch_loop), ("system", self._system_loop)):
-            t = threading.Thread(target=self._guard, args=(target,), name=f"hf-jobs-{name}-{self.run_id}",
-                                 daemon=True)
+            t = threading.Thread(target=self._guard, args=(target,), name=f"hf-jobs-{name}-{self.run_id}", daemon=True)
             self._threads.append(t)
             t.start()
         return self
@@ -266,9 +266,10 @@ class Follower:
             short += 1
             if short > DRAIN_RETRIES:
                 return
-            self.state.last_error = (f"the Hub's replay of the job's log ended early (read {self._seen} lines); "
-                                     f"reading it again")
-            if self._stop.wait(min(MAX_BACKOFF_S, 2.0 ** short)):
+            self.state.last_error = (
+                f"the Hub's replay of the job's log ended early (read {self._seen} lines); reading it again"
+            )
+            if self._stop.wait(min(MAX_BACKOFF_S, 2.0**short)):
                 raise _Stopped
 
     def ingest_line(self, index: int, line: str) -> bool:
@@ -294,7 +295,7 @@ class Follower:
             self.state.lines = index + 1
             self.state.updated = time.time()
             sample = line.find(SAMPLE_MARKER)
-            target, text = ("samples.jsonl", line[sample + len(SAMPLE_MARKER):]) if sample >= 0 else ("job.log", line)
+            target, text = ("samples.jsonl", line[sample + len(SAMPLE_MARKER) :]) if sample >= 0 else ("job.log", line)
             try:
                 with open(self.run_dir / target, "a", encoding="utf-8") as f:
                     f.write(redact(text).rstrip("\n") + "\n")
@@ -336,8 +337,9 @@ class Follower:
         with self._lock, self.store.transaction() as conn:
             run = self.store.get_run(self.run_id)
             if run.status == RunStatus.QUEUED:
-                self.store.update_run(self.run_id, conn=conn, status=RunStatus.RUNNING,
-                                      started_at=run.started_at or started)
+                self.store.update_run(
+                    self.run_id, conn=conn, status=RunStatus.RUNNING, started_at=run.started_at or started
+                )
 
     # --- the system sampler -----------------------------------------------------------------------------------
     def _system_loop(self) -> None:
@@ -425,6 +427,9 @@ def failure_text(stage: str, message: str | None, follower: Follower | None = No
 
 def _http_error_text(exc: Any) -> str:
     status = getattr(getattr(exc, "response", None), "status_code", None)
-    hint = {401: " (token rejected: sign in again)", 403: " (not allowed for this token)",
-            404: " (job not found: deleted, or the token belongs to another account)"}.get(status or 0, "")
+    hint = {
+        401: " (token rejected: sign in again)",
+        403: " (not allowed for this token)",
+        404: " (job not found: deleted, or the token belongs to another account)",
+    }.get(status or 0, "")
     return redact(f"HTTP {status}{hint}: {getattr(exc, 'server_message', None) or exc}")[:500]

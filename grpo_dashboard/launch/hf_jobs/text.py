@@ -30,8 +30,10 @@ def job_summary(run: Run) -> str | None:
     if not d:
         return None
     timeout = format_duration(d["timeout_s"]) if d.get("timeout_s") else "?"
-    return (f"job {d.get('url', '?')} on {d.get('flavor', '?')}, timeout {timeout} ({d.get('timeout_reason', '')}); "
-            f"outputs in {d.get('output', '?')}")
+    return (
+        f"job {d.get('url', '?')} on {d.get('flavor', '?')}, timeout {timeout} ({d.get('timeout_reason', '')}); "
+        f"outputs in {d.get('output', '?')}"
+    )
 
 
 def _num(v: Any, unit: str) -> str:
@@ -47,19 +49,29 @@ def status_markdown(run: Run, store: Store | None = None, state: dict[str, Any] 
     lines = []
     d = job_details(run)
     if d:
-        lines.append(f"**Job** [{run.external_id or 'job'}]({d.get('url', '')}) on `{d.get('flavor', '?')}`, timeout "
-                     f"{format_duration(d['timeout_s']) if d.get('timeout_s') else '?'} "
-                     f"({d.get('timeout_reason', '')})")
+        lines.append(
+            f"**Job** [{run.external_id or 'job'}]({d.get('url', '')}) on `{d.get('flavor', '?')}`, timeout "
+            f"{format_duration(d['timeout_s']) if d.get('timeout_s') else '?'} "
+            f"({d.get('timeout_reason', '')})"
+        )
     if state:
         extra = f", last error: {state['last_error']}" if state.get("last_error") else ""
-        lines.append(f"**Log stream** {state.get('phase', '?')} (stage {state.get('stage', '?')}, "
-                     f"{state.get('lines', 0)} lines, {state.get('reconnects', 0)} reconnects{extra})")
+        lines.append(
+            f"**Log stream** {state.get('phase', '?')} (stage {state.get('stage', '?')}, "
+            f"{state.get('lines', 0)} lines, {state.get('reconnects', 0)} reconnects{extra})"
+        )
     now = store.latest_metrics(run.id, SYSTEM_SPLIT) if store is not None else {}
     if now:
         gpus = sorted({k.split("/")[1] for k in now if k.startswith("system/gpu")}, key=lambda g: int(g[3:]))
-        parts = [f"GPU{g[3:]} {_num(now.get(f'system/{g}/utilization'), '%')} · "
-                 f"{_num(now.get(f'system/{g}/memory_used_gb'), ' GB')} / "
-                 f"{_num(now.get(f'system/{g}/memory_total_gb'), ' GB')}" for g in gpus]
-        lines.append("**Hardware now** " + ("; ".join(parts) if parts else "no GPU reported") +
-                     f"; CPU {_num(now.get('system/cpu/utilization'), '%')}")
+        parts = [
+            f"GPU{g[3:]} {_num(now.get(f'system/{g}/utilization'), '%')} · "
+            f"{_num(now.get(f'system/{g}/memory_used_gb'), ' GB')} / "
+            f"{_num(now.get(f'system/{g}/memory_total_gb'), ' GB')}"
+            for g in gpus
+        ]
+        lines.append(
+            "**Hardware now** "
+            + ("; ".join(parts) if parts else "no GPU reported")
+            + f"; CPU {_num(now.get('system/cpu/utilization'), '%')}"
+        )
     return "\n\n".join(lines)

@@ -32,12 +32,24 @@ def _gpus(inp: CheckInput) -> list[FieldError]:
     if any(g < 0 for g in b.gpus) or len(set(b.gpus)) != len(b.gpus):
         err(FieldError("backend.gpus", b.gpus, "must be distinct GPU indices ≥ 0, e.g. [0, 1]."))
     elif b.num_processes > len(b.gpus) and b.gpus:
-        err(FieldError("backend.num_processes", b.num_processes,
-                       f"is more than the {len(b.gpus)} GPU(s) listed in backend.gpus; use one process per GPU."))
+        err(
+            FieldError(
+                "backend.num_processes",
+                b.num_processes,
+                f"is more than the {len(b.gpus)} GPU(s) listed in backend.gpus; use one process per GPU.",
+            )
+        )
     count = _visible_gpus(inp)
     if count is not None and b.gpus and max(b.gpus) >= count:
-        err(FieldError("backend.gpus", b.gpus, f"names GPU {max(b.gpus)}, but this machine has {count} GPU(s) "
-                       f"(indices 0..{count - 1})." if count else "names GPUs, but this machine has none."))
+        err(
+            FieldError(
+                "backend.gpus",
+                b.gpus,
+                f"names GPU {max(b.gpus)}, but this machine has {count} GPU(s) (indices 0..{count - 1})."
+                if count
+                else "names GPUs, but this machine has none.",
+            )
+        )
     return found
 
 
@@ -49,9 +61,14 @@ def _visible(inp: CheckInput) -> list[FieldError]:
     served = len(spec.generation.server_gpus or []) if spec.generation else 0
     if b.num_processes > 1 and b.num_processes + served > count:
         need = f"{b.num_processes} training + {served} server GPU(s)" if served else f"{b.num_processes} GPU(s)"
-        return [FieldError("backend.num_processes", b.num_processes,
-                           f"needs {need}, but this machine shows {count} GPU(s) (CUDA_VISIBLE_DEVICES counts). "
-                           f"Use at most {max(1, count - served)} process(es), one per GPU.")]
+        return [
+            FieldError(
+                "backend.num_processes",
+                b.num_processes,
+                f"needs {need}, but this machine shows {count} GPU(s) (CUDA_VISIBLE_DEVICES counts). "
+                f"Use at most {max(1, count - served)} process(es), one per GPU.",
+            )
+        ]
     return []
 
 
@@ -65,33 +82,58 @@ def _check_generation(inp: CheckInput, err: Sink) -> None:
         return
     gpus = g.server_gpus or []
     if g.server_nodes is not None:
-        err(FieldError("generation.server_nodes", g.server_nodes, "only applies to Slurm runs; locally give "
-                       "generation.server_gpus (GPU indices for the server)."))
+        err(
+            FieldError(
+                "generation.server_nodes",
+                g.server_nodes,
+                "only applies to Slurm runs; locally give generation.server_gpus (GPU indices for the server).",
+            )
+        )
     if not gpus:
-        err(FieldError("generation.server_gpus", g.server_gpus, "is required locally: the GPU indices the vLLM "
-                       "server uses, e.g. [3]; training uses the others."))
+        err(
+            FieldError(
+                "generation.server_gpus",
+                g.server_gpus,
+                "is required locally: the GPU indices the vLLM server uses, e.g. [3]; training uses the others.",
+            )
+        )
         return
     if any(i < 0 for i in gpus) or len(set(gpus)) != len(gpus):
         err(FieldError("generation.server_gpus", gpus, "must be distinct GPU indices ≥ 0, e.g. [2, 3]."))
         return
     both = sorted(set(gpus) & set(b.gpus or []))
     if both:
-        err(FieldError("generation.server_gpus", gpus, f"overlaps backend.gpus {b.gpus} on GPU(s) {both}: "
-                       f"the server and training would share a card. Give them separate GPUs, e.g. backend.gpus: "
-                       f"{[i for i in (b.gpus or []) if i not in both] or [0]} and server_gpus: {gpus}."))
+        err(
+            FieldError(
+                "generation.server_gpus",
+                gpus,
+                f"overlaps backend.gpus {b.gpus} on GPU(s) {both}: "
+                f"the server and training would share a card. Give them separate GPUs, e.g. backend.gpus: "
+                f"{[i for i in (b.gpus or []) if i not in both] or [0]} and server_gpus: {gpus}.",
+            )
+        )
     count = len(gpus)
     visible = _visible_gpus(inp)
     if visible is not None:
         need = count + (len(b.gpus) if b.gpus else b.num_processes)
         if max(gpus) >= visible or need > visible:
-            err(FieldError("generation.server_gpus", gpus, f"needs {need} GPUs in all ({count} for the server, "
-                           f"{need - count} for training), but this machine shows {visible}."))
+            err(
+                FieldError(
+                    "generation.server_gpus",
+                    gpus,
+                    f"needs {need} GPUs in all ({count} for the server, "
+                    f"{need - count} for training), but this machine shows {visible}.",
+                )
+            )
     cluster_checks.server_split(g, count, "generation.server_gpus", err)
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("local.single_process_on_cpu", ("backend.num_processes", "training.use_cpu"),
-          cluster_checks.single_process_on_cpu),
+    Check(
+        "local.single_process_on_cpu",
+        ("backend.num_processes", "training.use_cpu"),
+        cluster_checks.single_process_on_cpu,
+    ),
     Check("local.gpus", ("backend.gpus", "backend.num_processes"), _gpus),
     Check("local.fsdp", ("backend.accelerate_config",), cluster_checks.fsdp_preset),
     Check("local.visible_gpus", ("backend.num_processes", "backend.gpus", "training.use_cpu"), _visible),

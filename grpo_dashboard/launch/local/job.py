@@ -61,24 +61,82 @@ def accelerate_config_path(name: str) -> str:
 # URLs are passed as they are, because the job cannot reach the Hub without them). The token a job gets is handed
 # explicitly (`job_environment(..., token=)`); other variables pass only when the owner names them in
 # GRPO_DASHBOARD_JOB_ENV.
-JOB_ENV_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
-    "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR", "SYSTEMROOT",
-    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH",
-    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-    "http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
-    "TOKENIZERS_PARALLELISM", "NUMEXPR_MAX_THREADS",
-    "HF_HOME", "HF_ENDPOINT", "HF_ASSETS_CACHE", "HF_MODULES_CACHE", "HUGGINGFACE_HUB_CACHE",
-    "TRANSFORMERS_CACHE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_VERBOSITY", "DO_NOT_TRACK", "TRACKIO_DIR",
-    "GRPO_JOB_NO_CALLBACK", "GRPO_SANDBOX_NO_UNSHARE",
-    "GRPO_JOB_SYSTEM_INTERVAL_S", "GRPO_JOB_SYSTEM_GPUS",  # the job's system sampler (GPU samples between logs)
-    "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE",  # set on a Space: the job refuses webhooks to private addresses
-})
+JOB_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_RUNTIME_DIR",
+        "SYSTEMROOT",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "CONDA_DEFAULT_ENV",
+        "LD_LIBRARY_PATH",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "TOKENIZERS_PARALLELISM",
+        "NUMEXPR_MAX_THREADS",
+        "HF_HOME",
+        "HF_ENDPOINT",
+        "HF_ASSETS_CACHE",
+        "HF_MODULES_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "TRANSFORMERS_CACHE",
+        "TRANSFORMERS_OFFLINE",
+        "TRANSFORMERS_VERBOSITY",
+        "DO_NOT_TRACK",
+        "TRACKIO_DIR",
+        "GRPO_JOB_NO_CALLBACK",
+        "GRPO_SANDBOX_NO_UNSHARE",
+        "GRPO_JOB_SYSTEM_INTERVAL_S",
+        "GRPO_JOB_SYSTEM_GPUS",  # the job's system sampler (GPU samples between logs)
+        "GRPO_DASHBOARD_WEBHOOK_BLOCK_PRIVATE",  # set on a Space: the job refuses webhooks to private addresses
+    }
+)
 JOB_ENV_PREFIXES = (
-    "LC_", "PYTHON",
-    "CUDA_", "NVIDIA_", "NCCL_", "CUBLAS_", "CUDNN_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "TRITON_",
-    "OMP_", "MKL_", "KMP_", "OPENBLAS_", "HIP_", "ROCM_", "HSA_", "ACCELERATE_",
-    "HF_HUB_", "HF_DATASETS_", "HF_XET_",
+    "LC_",
+    "PYTHON",
+    "CUDA_",
+    "NVIDIA_",
+    "NCCL_",
+    "CUBLAS_",
+    "CUDNN_",
+    "TORCH_",
+    "TORCHINDUCTOR_",
+    "PYTORCH_",
+    "TRITON_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "OPENBLAS_",
+    "HIP_",
+    "ROCM_",
+    "HSA_",
+    "ACCELERATE_",
+    "HF_HUB_",
+    "HF_DATASETS_",
+    "HF_XET_",
 )
 JOB_ENV_EXTRA = "GRPO_DASHBOARD_JOB_ENV"  # comma-separated names the owner chooses to pass as well (WANDB_API_KEY)
 WEBHOOK_VARIABLE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
@@ -115,8 +173,9 @@ def job_environment(spec: RunSpec, token: str | None = None) -> dict[str, str]:
     return env
 
 
-def start(spec: RunSpec, run_dir: Path, config_path: Path, metrics_path: Path, token: str | None = None
-          ) -> LocalProcess:
+def start(
+    spec: RunSpec, run_dir: Path, config_path: Path, metrics_path: Path, token: str | None = None
+) -> LocalProcess:
     """Start the job detached in a new session (its own process group); output goes to run_dir/job.log.
 
     `token`: the launching user's Hugging Face token, the job's HF_TOKEN (see `job_environment`).
@@ -129,8 +188,15 @@ def start(spec: RunSpec, run_dir: Path, config_path: Path, metrics_path: Path, t
         cmd = vllm_server.supervisor_command(run_dir / vllm_server.PLAN)
     log = open(run_dir / "job.log", "ab")  # handed to the child, closed here after spawn
     try:
-        popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 cwd=str(run_dir), env=job_environment(spec, token), start_new_session=True)
+        popen = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=str(run_dir),
+            env=job_environment(spec, token),
+            start_new_session=True,
+        )
     finally:
         log.close()
     return LocalProcess(popen.pid, process_start_time(popen.pid), popen)
@@ -139,4 +205,3 @@ def start(spec: RunSpec, run_dir: Path, config_path: Path, metrics_path: Path, t
 def metrics_path(run: Run) -> Path:
     """Where the job of a local run writes its records."""
     return Path(run.run_dir) / "metrics.jsonl"
-

@@ -15,10 +15,14 @@ class Options:
     """`local`: this machine, optionally on chosen GPUs and several processes; a job silent (no log line, no record)
     for `stall_timeout_s` is killed and marked failed (null: never)."""
 
-    gpus: list[int] | None = field(default=None, metadata={
-        "help": "GPU indices to use, comma-separated (sets CUDA_VISIBLE_DEVICES)."})
+    gpus: list[int] | None = field(
+        default=None, metadata={"help": "GPU indices to use, comma-separated (sets CUDA_VISIBLE_DEVICES)."}
+    )
     num_processes: int = field(default=1, metadata={"help": "Processes (one per GPU) started by accelerate."})
-    accelerate_config: str | None = field(default=None, metadata={
-        "help": "TRL accelerate preset (zero2, fsdp2, ...) or a config file path."})
-    stall_timeout_s: float | None = field(default=1800.0, metadata={
-        "help": "local: kill a job silent for this many seconds and mark it failed (empty: never)."})
+    accelerate_config: str | None = field(
+        default=None, metadata={"help": "TRL accelerate preset (zero2, fsdp2, ...) or a config file path."}
+    )
+    stall_timeout_s: float | None = field(
+        default=1800.0,
+        metadata={"help": "local: kill a job silent for this many seconds and mark it failed (empty: never)."},
+    )

@@ -134,8 +134,9 @@ class LocalBackend:
         if run.cancel_requested_at and run.error and run.error.startswith(STALLED):
             store.finish_run(run.id, RunStatus.FAILED, exit_code=exit_code)
         elif run.cancel_requested_at:
-            store.finish_run(run.id, RunStatus.CANCELED, error="canceled by user (process killed)",
-                             exit_code=exit_code)
+            store.finish_run(
+                run.id, RunStatus.CANCELED, error="canceled by user (process killed)", exit_code=exit_code
+            )
         elif run.pid is None:
             return run
         else:
@@ -171,15 +172,19 @@ class LocalBackend:
         limit = self.stall_timeout(run)
         if not limit or not run.pid:
             return
-        last = max([run.started_at or run.created_at] + [p.stat().st_mtime for p in (log_path(run), metrics_path(run))
-                                                           if p.exists()])
+        last = max(
+            [run.started_at or run.created_at]
+            + [p.stat().st_mtime for p in (log_path(run), metrics_path(run)) if p.exists()]
+        )
         silent = time.time() - last
         if silent <= limit:
             return
         if not is_ours(run.pid, run.pid_start):
             return  # not provably the job (a reused pid is found vanished by the next refresh): never signalled
-        reason = (f"{STALLED}: no output for {silent:.0f} s (backend.stall_timeout_s = {limit:g}); the job was "
-                  f"killed. Last log line: {last_error_line(log_path(run)) or '(none)'}")
+        reason = (
+            f"{STALLED}: no output for {silent:.0f} s (backend.stall_timeout_s = {limit:g}); the job was "
+            f"killed. Last log line: {last_error_line(log_path(run)) or '(none)'}"
+        )
         store.update_run(run.id, error=reason, cancel_requested_at=time.time())
         signal_group(run.pid, run.pid_start, signal.SIGKILL)
 
@@ -254,8 +259,9 @@ class LocalBackend:
             run = self.refresh(store, store.get_run(run.id))
         return run
 
-    def cancel(self, store: Store, run: Run, wait: bool = False, token: str | None = None, grace_s: float | None = None
-               ) -> Run:
+    def cancel(
+        self, store: Store, run: Run, wait: bool = False, token: str | None = None, grace_s: float | None = None
+    ) -> Run:
         """Ask a run to stop: SIGTERM to its process group, SIGKILL after `grace_s` (default CANCEL_GRACE_S) seconds.
 
         `token` is not needed. With `wait`, return once the job has stopped and the run is settled.
@@ -292,8 +298,9 @@ class LocalBackend:
         """Nothing to resume after a restart: `refresh` finds a local job's process again by its pid and start time."""
         return False
 
-    def reattach(self, store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None
-                 ) -> list[Run]:
+    def reattach(
+        self, store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None
+    ) -> list[Run]:
         """Nothing to find after a restart: every local run is in the store, and `refresh` follows it again."""
         return []
 

@@ -28,12 +28,33 @@ COMMAND_TIMEOUT_S = 30.0
 CANCEL_WAIT_S = 60.0
 # Slurm job states after which nothing of the job runs any more.
 KILLED = frozenset({"TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
-ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
-                   "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
-WHY_ENDED = {"TIMEOUT": "its time limit was reached", "PREEMPTED": "it was preempted", "NODE_FAIL": "a node failed",
-             "OUT_OF_MEMORY": "it ran out of memory", "BOOT_FAIL": "a node failed to boot",
-             "DEADLINE": "its deadline passed", "CANCELLED": "it was cancelled outside the dashboard",
-             "FAILED": "a step failed", "REVOKED": "it was revoked", "SPECIAL_EXIT": "it was held after a failure"}
+ENDED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "PREEMPTED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
+WHY_ENDED = {
+    "TIMEOUT": "its time limit was reached",
+    "PREEMPTED": "it was preempted",
+    "NODE_FAIL": "a node failed",
+    "OUT_OF_MEMORY": "it ran out of memory",
+    "BOOT_FAIL": "a node failed to boot",
+    "DEADLINE": "its deadline passed",
+    "CANCELLED": "it was cancelled outside the dashboard",
+    "FAILED": "a step failed",
+    "REVOKED": "it was revoked",
+    "SPECIAL_EXIT": "it was held after a failure",
+}
 
 
 class SlurmError(RuntimeError):
@@ -72,12 +93,14 @@ class JobState:
         return text
 
 
-def _slurm(args: list[str], input_text: str | None = None, env: dict[str, str] | None = None,
-           check: bool = True) -> subprocess.CompletedProcess[str]:
+def _slurm(
+    args: list[str], input_text: str | None = None, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run one Slurm command (an argument list); SlurmError with its own output when it fails and `check`."""
     try:
-        done = subprocess.run(args, input=input_text, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
-                              env=env)
+        done = subprocess.run(
+            args, input=input_text, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, env=env
+        )
     except FileNotFoundError as exc:
         raise SlurmError(f"{args[0]} is not on PATH: run the dashboard on a login node of the cluster") from exc
     except subprocess.TimeoutExpired as exc:
@@ -99,8 +122,9 @@ def _unknown_or_raise(done: subprocess.CompletedProcess[str], what: str) -> None
 def job_state(job_id: str) -> JobState | None:
     """The job's state from squeue, else `scontrol show job`, else sacct; None when Slurm no longer knows it.
     SlurmError when the controller does not answer."""
-    done = _slurm(["squeue", "--noheader", f"--jobs={job_id}", "--states=all", "--format=%i|%T|%r|%N|%l|%M"],
-                  check=False)
+    done = _slurm(
+        ["squeue", "--noheader", f"--jobs={job_id}", "--states=all", "--format=%i|%T|%r|%N|%l|%M"], check=False
+    )
     _unknown_or_raise(done, "squeue")
     for line in done.stdout.splitlines():
         parts = line.strip().split("|")
@@ -110,12 +134,28 @@ def job_state(job_id: str) -> JobState | None:
     _unknown_or_raise(done, "scontrol show job")
     if done.returncode == 0 and "JobState=" in done.stdout:
         fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
-        return JobState(job_id, fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""),
-                        fields.get("ExitCode", ""), fields.get("NodeList", ""), fields.get("TimeLimit", ""),
-                        fields.get("RunTime", ""), "scontrol")
+        return JobState(
+            job_id,
+            fields.get("JobState", "UNKNOWN"),
+            fields.get("Reason", ""),
+            fields.get("ExitCode", ""),
+            fields.get("NodeList", ""),
+            fields.get("TimeLimit", ""),
+            fields.get("RunTime", ""),
+            "scontrol",
+        )
     try:
-        done = _slurm(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
-                       "--format=JobID,State,ExitCode,NodeList,Timelimit,Elapsed"], check=False)
+        done = _slurm(
+            [
+                "sacct",
+                "--noheader",
+                "--parsable2",
+                "--allocations",
+                f"--jobs={job_id}",
+                "--format=JobID,State,ExitCode,NodeList,Timelimit,Elapsed",
+            ],
+            check=False,
+        )
     except SlurmError:  # no sacct: accounting is not part of this installation
         return None
     for line in done.stdout.splitlines():
@@ -138,7 +178,7 @@ def labelled_jobs() -> dict[str, str]:
     for line in done.stdout.splitlines():
         job_id, _, comment = line.strip().partition("|")
         if comment.startswith(LABEL):
-            out[comment[len(LABEL):]] = job_id
+            out[comment[len(LABEL) :]] = job_id
     return out
 
 
@@ -166,16 +206,19 @@ def _killed_by_slurm(store: Store, run: Run) -> Run:
     if state.state in KILLED or (state.state == "COMPLETING" and state.reason not in ("", "None")):
         store.update_run(run.id, status=RunStatus.FAILED.value, error=_reason(run, state))
     elif state.state in ("CANCELLED", "COMPLETING"):
-        store.update_run(run.id, error=f"canceled outside the dashboard ({state.describe()}; scancel by a user or "
-                                       f"an administrator)")
+        store.update_run(
+            run.id, error=f"canceled outside the dashboard ({state.describe()}; scancel by a user or an administrator)"
+        )
     return store.get_run(run.id)
 
 
 def _reason(run: Run, state: JobState | None) -> str:
     """Why Slurm ended the job, in Slurm's words: state, reason, time limit, exit code, and its log line."""
     if state is None:
-        reason = (f"Slurm no longer knows job {run.external_id} and the job never reported its end (accounting is "
-                  f"off, so sacct cannot say why)")
+        reason = (
+            f"Slurm no longer knows job {run.external_id} and the job never reported its end (accounting is "
+            f"off, so sacct cannot say why)"
+        )
     else:
         shown = "TIMEOUT" if state.reason == "TimeLimit" and state.state == "COMPLETING" else state.state
         why = WHY_ENDED.get(shown, "")
@@ -226,8 +269,9 @@ def _slurm_said(path: Path) -> str | None:
         return found[-1]
     # srun's own report of what Slurm did to the step; it comes before srun's "Job step aborted: waiting ..."
     # line, which says nothing about why.
-    said = re.findall(r"^srun: error: (?:Node failure on|.*(?:CANCELLED|TIME LIMIT|PREEMPT|NODE FAIL)).*$", text,
-                      flags=re.MULTILINE)
+    said = re.findall(
+        r"^srun: error: (?:Node failure on|.*(?:CANCELLED|TIME LIMIT|PREEMPT|NODE FAIL)).*$", text, flags=re.MULTILINE
+    )
     return said[-1].strip() if said else None
 
 
@@ -247,8 +291,17 @@ def _recreate(store: Store, run_id: str, owner: str | None) -> Run | None:
         spec = RunSpec.from_yaml(config.read_text(encoding="utf-8"))
     except Exception:  # not a run this dashboard can read
         return None
-    run = Run(id=run_id, name=spec.name, spec_yaml=spec.to_yaml(), backend=SLURM, status=RunStatus.QUEUED.value,
-              created_at=config.stat().st_mtime, run_dir=str(run_dir), output_dir=spec.output_dir, owner=owner)
+    run = Run(
+        id=run_id,
+        name=spec.name,
+        spec_yaml=spec.to_yaml(),
+        backend=SLURM,
+        status=RunStatus.QUEUED.value,
+        created_at=config.stat().st_mtime,
+        run_dir=str(run_dir),
+        output_dir=spec.output_dir,
+        owner=owner,
+    )
     store.insert_run(run)
     return store.get_run(run_id)
 

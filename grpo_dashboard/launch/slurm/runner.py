@@ -87,10 +87,19 @@ class SlurmBackend:
 
     def command_preview(self, spec: RunSpec) -> tuple[str, str] | None:
         """The batch script of this spec, with placeholder run-directory paths."""
-        run = Run(id="<run id>", name=spec.name, spec_yaml="", backend=self.KIND, status="queued", created_at=0.0,
-                  run_dir="<run_dir>")
-        return ("The batch script the Slurm backend writes as <run_dir>/job.sbatch and submits with "
-                "`sbatch --parsable`:", batch_script(spec, run))
+        run = Run(
+            id="<run id>",
+            name=spec.name,
+            spec_yaml="",
+            backend=self.KIND,
+            status="queued",
+            created_at=0.0,
+            run_dir="<run_dir>",
+        )
+        return (
+            "The batch script the Slurm backend writes as <run_dir>/job.sbatch and submits with `sbatch --parsable`:",
+            batch_script(spec, run),
+        )
 
     def probe(self) -> str | None:
         """Slurm's refusal when `squeue` does not answer (`reattach` itself finds nothing there, silently)."""
@@ -121,8 +130,10 @@ class SlurmBackend:
         with self._lock:
             self._polled[run.id] = (now, state)
         if state is not None:
-            _write_json(Path(run.run_dir) / STATE_FILE, {**asdict(state), "checked_at": time.time(),
-                                                           "summary": state.describe()})
+            _write_json(
+                Path(run.run_dir) / STATE_FILE,
+                {**asdict(state), "checked_at": time.time(), "summary": state.describe()},
+            )
         return state
 
     def launch_token(self, token: str | None = None) -> str | None:
@@ -144,9 +155,15 @@ class SlurmBackend:
             store.finish_run(run.id, RunStatus.FAILED, error=f"could not submit the Slurm job: {exc}")
             return store.get_run(run.id)
         job_id = done.stdout.strip().split(";")[0]
-        info = {"job_id": job_id, "script": str(script), "command": equivalent_command(run),
-                "nodes": spec.backend.nodes, "world_size": world_size(spec), "partition": spec.backend.partition,
-                "submitted_at": time.time()}
+        info = {
+            "job_id": job_id,
+            "script": str(script),
+            "command": equivalent_command(run),
+            "nodes": spec.backend.nodes,
+            "world_size": world_size(spec),
+            "partition": spec.backend.partition,
+            "submitted_at": time.time(),
+        }
         _write_json(run_dir / JOB_INFO, info)
         store.update_run(run.id, external_id=job_id)
         return store.get_run(run.id)
@@ -225,8 +242,9 @@ class SlurmBackend:
             time.sleep(0.5)
         return store.get_run(run.id)
 
-    def cancel(self, store: Store, run: Run, wait: bool = False, token: str | None = None, grace_s: float | None = None
-               ) -> Run:
+    def cancel(
+        self, store: Store, run: Run, wait: bool = False, token: str | None = None, grace_s: float | None = None
+    ) -> Run:
         """`scancel` the job (Slurm sends SIGTERM to every step on every node, SIGKILL after its KillWait); with
         `wait`, return once the job has left Slurm's nodes and the run is settled, or after `grace_s` (default 60)
         seconds."""
@@ -260,8 +278,9 @@ class SlurmBackend:
         """Nothing to resume: `refresh` follows the job by its id in the store."""
         return False
 
-    def reattach(self, store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None
-                 ) -> list[Run]:
+    def reattach(
+        self, store: Store, token: str | None = None, namespace: str | None = None, owner: str | None = None
+    ) -> list[Run]:
         """After a restart: the jobs of runs whose job id never reached the store (the dashboard stopped between
         `sbatch` and recording it) are found by their run label, and runs missing from the store are recreated from
         their run directory; every other run is followed from the store by `refresh`."""

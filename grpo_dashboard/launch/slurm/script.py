@@ -45,9 +45,22 @@ def launcher_command(spec: RunSpec, config_path: Path, metrics_path: Path) -> li
     if not gpus:
         if nodes == 1:
             return [sys.executable, *job]
-        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node_rank",
-                Var("SLURM_PROCID"), "--nproc_per_node", "1", "--master_addr", Var("MAIN_ADDR"), "--master_port",
-                Var("MAIN_PORT"), *job]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(nodes),
+            "--node_rank",
+            Var("SLURM_PROCID"),
+            "--nproc_per_node",
+            "1",
+            "--master_addr",
+            Var("MAIN_ADDR"),
+            "--master_port",
+            Var("MAIN_PORT"),
+            *job,
+        ]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(world_size(spec))]
     if nodes > 1:
         cmd += ["--num_machines", str(nodes), "--machine_rank", Var("SLURM_PROCID"), *main]
@@ -70,41 +83,71 @@ def batch_files(spec: RunSpec, run: Run) -> tuple[str, vllm_server.Plan | None]:
     metrics = run_dir / "metrics.jsonl"
     served, nodes = server_nodes(spec), training_nodes(spec)
     config = run_dir / (vllm_server.SERVED_CONFIG if spec.generation is not None else "run.yaml")
-    options = [*sbatch_options(spec, run.id), f"--output={log_path(run)}", "--open-mode=append",
-               f"--chdir={run_dir}"]
-    free_port = f"{shlex.quote(sys.executable)} -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); " \
-                f"print(s.getsockname()[1])'"
-    lines = ["#!/bin/bash", f"# GRPO Dashboard run {run.id} ({spec.name}). Submit again with:",
-             f"#   sbatch {shlex.quote(str(run_dir / BATCH_SCRIPT))}",
-             *(f"#SBATCH {o}" for o in options), "",
-             "set -euo pipefail",
-             'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-             "node_addr() {  # the address Slurm reaches a node at (NodeAddr), for the rendezvous",
-             '    local info; info=$(scontrol show node --oneliner "$1")',
-             '    if [[ $info =~ NodeAddr=([^ ]+) ]]; then echo "${BASH_REMATCH[1]}"; else echo "$1"; fi',
-             "}",
-             f'TRAIN_NODES=$(IFS=,; echo "${{NODES[*]:{served}:{nodes}}}")',
-             f'MAIN_ADDR=$(node_addr "${{NODES[{served}]}}")',
-             # The batch step runs on the first node: a port free there when it is the main node, else one per job.
-             f"MAIN_PORT=$({free_port})" if served == 0 else "MAIN_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))",
-             "export MAIN_ADDR MAIN_PORT",
-             f'echo "grpo-dashboard: Slurm job $SLURM_JOB_ID: training on $TRAIN_NODES ({world_size(spec)} '
-             f'process(es)), main process $MAIN_ADDR:$MAIN_PORT"']
+    options = [*sbatch_options(spec, run.id), f"--output={log_path(run)}", "--open-mode=append", f"--chdir={run_dir}"]
+    free_port = (
+        f'{shlex.quote(sys.executable)} -c \'import socket; s = socket.socket(); s.bind(("", 0)); '
+        f"print(s.getsockname()[1])'"
+    )
+    lines = [
+        "#!/bin/bash",
+        f"# GRPO Dashboard run {run.id} ({spec.name}). Submit again with:",
+        f"#   sbatch {shlex.quote(str(run_dir / BATCH_SCRIPT))}",
+        *(f"#SBATCH {o}" for o in options),
+        "",
+        "set -euo pipefail",
+        'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+        "node_addr() {  # the address Slurm reaches a node at (NodeAddr), for the rendezvous",
+        '    local info; info=$(scontrol show node --oneliner "$1")',
+        '    if [[ $info =~ NodeAddr=([^ ]+) ]]; then echo "${BASH_REMATCH[1]}"; else echo "$1"; fi',
+        "}",
+        f'TRAIN_NODES=$(IFS=,; echo "${{NODES[*]:{served}:{nodes}}}")',
+        f'MAIN_ADDR=$(node_addr "${{NODES[{served}]}}")',
+        # The batch step runs on the first node: a port free there when it is the main node, else one per job.
+        f"MAIN_PORT=$({free_port})" if served == 0 else "MAIN_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))",
+        "export MAIN_ADDR MAIN_PORT",
+        f'echo "grpo-dashboard: Slurm job $SLURM_JOB_ID: training on $TRAIN_NODES ({world_size(spec)} '
+        f'process(es)), main process $MAIN_ADDR:$MAIN_PORT"',
+    ]
     launcher = shell_line(launcher_command(spec, config, metrics))
     train_step = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     if spec.generation is None:
         lines.append(f"exec {shell_line([*train_step, 'bash', '-c', f'exec {launcher}'])}")
         return "\n".join(lines) + "\n", None
     g = spec.generation
-    server_step = ["srun", f"--nodes={served}", f"--ntasks={served}", "--ntasks-per-node=1",
-                   "--nodelist=@SERVER_NODES@", *vllm_server.serve_command(spec)]
+    server_step = [
+        "srun",
+        f"--nodes={served}",
+        f"--ntasks={served}",
+        "--ntasks-per-node=1",
+        "--nodelist=@SERVER_NODES@",
+        *vllm_server.serve_command(spec),
+    ]
     train = [*train_step, "--nodelist=@TRAIN_NODES@", "bash", "-c", f"exec {launcher}"]
-    plan = vllm_server.Plan(server_step, train, g.port, g.health_timeout_s, str(run_dir / vllm_server.SERVER_LOG),
-                            str(run_dir / "run.yaml"), str(config), str(metrics))
+    plan = vllm_server.Plan(
+        server_step,
+        train,
+        g.port,
+        g.health_timeout_s,
+        str(run_dir / vllm_server.SERVER_LOG),
+        str(run_dir / "run.yaml"),
+        str(config),
+        str(metrics),
+    )
     plan_path = run_dir / vllm_server.PLAN
-    lines += [f'SERVER_NODES=$(IFS=,; echo "${{NODES[*]:0:{served}}}")',
-              'SERVER_ADDR=$(node_addr "${NODES[0]}")',
-              "# The server step on the first node(s), training on the rest; both stop together (vllm_server.py).",
-              "exec " + shell_line([*vllm_server.supervisor_command(plan_path, "@")[:-1], Var("SERVER_ADDR"),
-                                "--server-nodes", Var("SERVER_NODES"), "--train-nodes", Var("TRAIN_NODES")])]
+    lines += [
+        f'SERVER_NODES=$(IFS=,; echo "${{NODES[*]:0:{served}}}")',
+        'SERVER_ADDR=$(node_addr "${NODES[0]}")',
+        "# The server step on the first node(s), training on the rest; both stop together (vllm_server.py).",
+        "exec "
+        + shell_line(
+            [
+                *vllm_server.supervisor_command(plan_path, "@")[:-1],
+                Var("SERVER_ADDR"),
+                "--server-nodes",
+                Var("SERVER_NODES"),
+                "--train-nodes",
+                Var("TRAIN_NODES"),
+            ]
+        ),
+    ]
     return "\n".join(lines) + "\n", plan

@@ -17,8 +17,10 @@ def job_summary(run: Run) -> str | None:
     state = _read_json(Path(run.run_dir) / STATE_FILE)
     where = f"partition {info['partition']}, " if info.get("partition") else ""
     text = (state or {}).get("summary") or f"Slurm job {info['job_id']}"
-    return f"{text} ({where}{info.get('nodes', 1)} node(s), {info.get('world_size', 1)} process(es)); " \
-           f"script {info.get('script')}"
+    return (
+        f"{text} ({where}{info.get('nodes', 1)} node(s), {info.get('world_size', 1)} process(es)); "
+        f"script {info.get('script')}"
+    )
 
 
 def status_markdown(run: Run) -> str:
