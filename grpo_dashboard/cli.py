@@ -244,9 +244,10 @@ def _deploy_space(argv: list[str]) -> int:
 
 # --- bring your own TRL workflow (issue 16) -------------------------------------------------------------------
 def _import_trl(argv: list[str]) -> int:
+    from grpo_dashboard.checks.trl_check import parse_local
     from grpo_dashboard.spec.trl_cli import import_trl_main  # RECIPE [-o SPEC] [--trl-version V] [--model M] ...
 
-    return import_trl_main(argv)
+    return import_trl_main(argv, parse=parse_local)
 
 
 def _export_trl(argv: list[str]) -> int:

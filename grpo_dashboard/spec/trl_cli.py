@@ -15,8 +15,11 @@ from typing import Any
 from grpo_dashboard.errors import SpecError
 
 
-def import_trl_main(argv: list[str]) -> int:
-    """import-trl RECIPE [-o SPEC] [--trl-version V] [--name N] [--model M] [--dataset D] [--reward R]... [--json]"""
+def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) -> int:
+    """import-trl RECIPE [-o SPEC] [--trl-version V] [--name N] [--model M] [--dataset D] [--reward R]... [--json]
+
+    `parse`: how TRL's parser and checks run (the CLI passes checks.trl_check.parse_local: a subprocess with a time
+    limit, so the command never imports trl itself); None runs them in this process."""
     from grpo_dashboard.spec.trl_import import import_trl
     from grpo_dashboard.spec.trl_versions import TRL_DEFAULTS
 
@@ -48,7 +51,7 @@ def import_trl_main(argv: list[str]) -> int:
         return 2
     overrides = {"model": args.model, "dataset": args.dataset, "rewards": args.reward or []}
     try:
-        result = import_trl(args.recipe, args.trl_version, name=args.name, overrides=overrides)
+        result = import_trl(args.recipe, args.trl_version, name=args.name, overrides=overrides, parse=parse)
     except SpecError as exc:
         print(str(exc), file=sys.stderr)
         return 1

@@ -71,12 +71,17 @@ class ImportResult:
 
 # --- mapping --------------------------------------------------------------------------------------------------
 def import_trl(
-    path: str | Path, trl_version: str | None = None, name: str | None = None, overrides: dict[str, Any] | None = None
+    path: str | Path,
+    trl_version: str | None = None,
+    name: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    parse: Callable[[dict[str, Any], dict[str, Any]], TrlParse] | None = None,
 ) -> ImportResult:
     """Parse a flat TRL config file with TRL's parser and map it to a run spec (SpecError naming the key when it
-    cannot). `overrides`: what the recipe lacks, e.g. {"model": "Qwen/...", "dataset": "owner/data", "rewards": [..]}.
+    cannot). `overrides`: what the recipe lacks, e.g. {"model": "Qwen/...", "dataset": "owner/data", "rewards": [..]};
+    `parse`: as for `import_recipe`.
     """
-    return import_recipe(recipe_from_file(path), trl_version, name, overrides)
+    return import_recipe(recipe_from_file(path), trl_version, name, overrides, parse)
 
 
 def import_recipe(
