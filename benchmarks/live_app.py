@@ -100,7 +100,7 @@ def add_live_run(data: Path, run_id: str, interval: float, n_steps: int, history
     Args:
         history: steps already in metrics.jsonl when the writer starts (a run that has been going for a while).
     """
-    from grpo_dashboard.launch.local import process_start_time
+    from grpo_dashboard.launch.local.process import process_start_time
     from grpo_dashboard.store.db import Run, Store
 
     run_dir = data / "runs" / run_id
