@@ -166,8 +166,10 @@ def test_a_space_without_the_training_stack_serves_validates_and_launches_hf_job
         HF_HUB_DISABLE_PROGRESS_BARS="1",
     )
     env.pop("HF_TOKEN", None)
+    # A real Space-like install runs it too: GRPO_DASHBOARD_SPACE_PYTHON=<venv with requirements.txt only>/bin/python
+    python = os.environ.get("GRPO_DASHBOARD_SPACE_PYTHON") or sys.executable
     done = subprocess.run(
-        [sys.executable, "-c", _script(SPACE), str(spec), str(free_port()), TOKEN, str(REPO)],
+        [python, "-c", _script(SPACE), str(spec), str(free_port()), TOKEN, str(REPO)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
