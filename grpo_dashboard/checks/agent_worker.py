@@ -15,6 +15,7 @@ import json
 import pickle
 import sys
 import traceback
+from dataclasses import dataclass, field
 from typing import Any
 
 SAMPLE_ARGS = {"string": "7", "integer": 7, "number": 7.0, "boolean": True}
@@ -125,53 +126,53 @@ def check_template(tokenizer: Any, tools: list[Any], kwargs: dict[str, Any]) -> 
     return []
 
 
-def run(request: dict[str, Any]) -> dict[str, Any]:
-    """Every check of one request (see the module docstring)."""
-    sys.path.insert(0, str(request.get("base_dir") or "."))
-    from grpo_dashboard.spec.jobfiles import agents_module, rewards_module
+@dataclass
+class _Checks:
+    """The checks of one request, in the order their problems are reported: tools, environments, rollout function,
+    rewards (async only), then the tokenizer's tool calling."""
 
-    agents = agents_module()
-    agent, base = request["agent"], request.get("base_dir")
-    problems: list[dict[str, Any]] = []
-    envs: dict[str, Any] = {}
-    is_async = bool(request.get("async"))
+    agents: Any  # jobs/grpo_agents.py
+    base: str | None
+    is_async: bool
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    envs: dict[str, Any] = field(default_factory=dict)
+    tools: list[Any] = field(default_factory=list)  # every tool whose schema TRL can build, for the template check
 
-    def problem(field: str, value: Any, message: str, severity: str = "error") -> None:
-        problems.append({"field": field, "value": value, "message": message, "severity": severity})
+    def problem(self, field: str, value: Any, message: str, severity: str = "error") -> None:
+        self.problems.append({"field": field, "value": value, "message": message, "severity": severity})
 
-    tools: list[Any] = []
-    for i, target in enumerate(agent.get("tools") or []):
-        where = f"agent.tools[{i}]"
-        try:
-            fn = agents.load_tool(str(target), base)
-        except BaseException as exc:  # the user's module may raise anything
-            problem(where, target, f"cannot be imported: {_short(exc)}.")
-            continue
+    def _schema(self, where: str, target: Any, fn: Any) -> None:
         why = schema_problem(fn)
         if why:
-            problem(where, target, why)
+            self.problem(where, target, why)
         else:
-            tools.append(fn)
-        if is_async and (err := _picklable(fn)):
-            problem(
+            self.tools.append(fn)
+
+    def tool(self, where: str, target: Any) -> None:
+        try:
+            fn = self.agents.load_tool(str(target), self.base)
+        except BaseException as exc:  # the user's module may raise anything
+            self.problem(where, target, f"cannot be imported: {_short(exc)}.")
+            return
+        self._schema(where, target, fn)
+        if self.is_async and (err := _picklable(fn)):
+            self.problem(
                 where,
                 target,
                 f"is not picklable ({err}); async GRPO sends tools to its rollout process. Define "
                 "it at the top level of a module (no lambda, no closure).",
             )
-    env = agent.get("environment_factory")
-    named = env.items() if isinstance(env, dict) else ([(None, env)] if env else [])
-    for name, target in named:
-        where = "agent.environment_factory" + (f".{name}" if name is not None else "")
+
+    def environment(self, where: str, target: Any) -> None:
         try:
-            factory = agents.load_environment(str(target), base)
+            factory = self.agents.load_environment(str(target), self.base)
             instance = factory()
         except BaseException as exc:
-            problem(where, target, f"cannot be imported or built with no arguments: {_short(exc)}.")
-            continue
+            self.problem(where, target, f"cannot be imported or built with no arguments: {_short(exc)}.")
+            return
         methods = dict(inspect.getmembers(type(instance), predicate=inspect.isfunction))
         if "reset" not in methods:
-            problem(
+            self.problem(
                 where,
                 target,
                 "defines no `reset` method; TRL calls `reset(**row)` on each environment before "
@@ -180,7 +181,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             )
         env_tools = _public_methods(instance)
         if not env_tools:
-            problem(
+            self.problem(
                 where,
                 target,
                 "has no public methods, so the model gets no tools from it; public methods "
@@ -188,67 +189,95 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
                 "warning",
             )
         for method in env_tools:
-            why = schema_problem(method)
-            if why:
-                problem(f"{where}.{method.__name__}", target, why)
-            else:
-                tools.append(method)
-        envs[where] = {"tools": [m.__name__ for m in env_tools], "get_reward": "get_reward" in methods}
-        if is_async:
-            for what, obj in (("factory", factory), ("instance", instance)):
-                if err := _picklable(obj):
-                    problem(
-                        where,
-                        target,
-                        f"{what} is not picklable ({err}); async GRPO sends environments to its "
-                        "rollout process. Define the class at the top level of a module.",
-                    )
-    if agent.get("rollout_func"):
+            self._schema(f"{where}.{method.__name__}", target, method)
+        self.envs[where] = {"tools": [m.__name__ for m in env_tools], "get_reward": "get_reward" in methods}
+        if self.is_async:
+            self._environment_picklable(where, target, factory, instance)
+
+    def _environment_picklable(self, where: str, target: Any, factory: Any, instance: Any) -> None:
+        for what, obj in (("factory", factory), ("instance", instance)):
+            if err := _picklable(obj):
+                self.problem(
+                    where,
+                    target,
+                    f"{what} is not picklable ({err}); async GRPO sends environments to its "
+                    "rollout process. Define the class at the top level of a module.",
+                )
+
+    def rollout_func(self, target: Any) -> None:
         try:
-            fn = agents.load_tool(str(agent["rollout_func"]), base)
+            fn = self.agents.load_tool(str(target), self.base)
             if len(inspect.signature(fn).parameters) < 2:
-                problem(
+                self.problem(
                     "agent.rollout_func",
-                    agent["rollout_func"],
+                    target,
                     "must accept (prompts, trainer) and return a dict with prompt_ids, completion_ids and logprobs.",
                 )
         except BaseException as exc:
-            problem("agent.rollout_func", agent["rollout_func"], f"cannot be imported: {_short(exc)}.")
-    if is_async:
+            self.problem("agent.rollout_func", target, f"cannot be imported: {_short(exc)}.")
+
+    def rewards(self, rewards: list[dict[str, Any]]) -> None:
+        from grpo_dashboard.spec.jobfiles import rewards_module
+
         registry = rewards_module()
-        for i, r in enumerate(request.get("rewards") or []):
+        for i, r in enumerate(rewards):
             try:
                 fn = registry.build_reward(
-                    r["name"], r.get("builtin"), r.get("function"), dict(r.get("params") or {}), base
+                    r["name"], r.get("builtin"), r.get("function"), dict(r.get("params") or {}), self.base
                 )
             except BaseException as exc:
-                problem(f"rewards[{i}]", r["name"], f"cannot be built: {_short(exc)}.")
+                self.problem(f"rewards[{i}]", r["name"], f"cannot be built: {_short(exc)}.")
                 continue
             if err := _picklable(fn):
-                problem(
+                self.problem(
                     f"rewards[{i}]",
                     r["name"],
                     f"is not picklable ({err}); async GRPO sends reward functions to "
                     "its rollout process: use a top-level function in a file (`function: file.py:name`), no "
                     "lambda or closure.",
                 )
-    template, model = request.get("template"), request.get("model")
-    if template and (tools or agent.get("environment_factory")):
+
+    def template(self, template: str, model: str | None, kwargs: dict[str, Any]) -> None:
         try:
-            tokenizer = _tokenizer(template, model, agents)
+            tokenizer = _tokenizer(template, model, self.agents)
         except BaseException as exc:
-            problem(
+            self.problem(
                 "model.name_or_path",
                 model,
                 f"its tokenizer could not be loaded here to check tool calling "
                 f"({_short(exc)}); the job checks it when it starts.",
                 "warning",
             )
-            tokenizer = None
-        if tokenizer is not None:
-            for message in check_template(tokenizer, tools, dict(agent.get("chat_template_kwargs") or {})):
-                problem("model.name_or_path", model, message)
-    return {"problems": problems, "environments": envs}
+            return
+        for message in check_template(tokenizer, self.tools, kwargs):
+            self.problem("model.name_or_path", model, message)
+
+
+def _environments(env: Any) -> list[tuple[str, Any]]:
+    """(field, target) of each environment factory: one, or a dict of named ones."""
+    named = env.items() if isinstance(env, dict) else ([(None, env)] if env else [])
+    return [("agent.environment_factory" + (f".{name}" if name is not None else ""), target) for name, target in named]
+
+
+def run(request: dict[str, Any]) -> dict[str, Any]:
+    """Every check of one request (see the module docstring)."""
+    sys.path.insert(0, str(request.get("base_dir") or "."))
+    from grpo_dashboard.spec.jobfiles import agents_module
+
+    agent = request["agent"]
+    checks = _Checks(agents_module(), request.get("base_dir"), bool(request.get("async")))
+    for i, target in enumerate(agent.get("tools") or []):
+        checks.tool(f"agent.tools[{i}]", target)
+    for where, target in _environments(agent.get("environment_factory")):
+        checks.environment(where, target)
+    if agent.get("rollout_func"):
+        checks.rollout_func(agent["rollout_func"])
+    if checks.is_async:
+        checks.rewards(request.get("rewards") or [])
+    template, model = request.get("template"), request.get("model")
+    if template and (checks.tools or agent.get("environment_factory")):
+        checks.template(template, model, dict(agent.get("chat_template_kwargs") or {}))
+    return {"problems": checks.problems, "environments": checks.envs}
 
 
 def _tokenizer(template: str, model: str | None, agents: Any) -> Any:

@@ -23,7 +23,15 @@ import yaml
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_keys
 from grpo_dashboard.spec.jobfiles import JOBS_DIR
-from grpo_dashboard.spec.run_spec import BackendSpec, DatasetSpec, HealthSpec, LoraSpec, RewardSpec, RunSpec
+from grpo_dashboard.spec.run_spec import (
+    BackendSpec,
+    DatasetSpec,
+    HealthSpec,
+    LoraSpec,
+    ModelSpec,
+    RewardSpec,
+    RunSpec,
+)
 from grpo_dashboard.spec.trl_parse import HEADER
 from grpo_dashboard.spec.trl_rewards import GENERATED, TRL_REWARDS
 
@@ -49,12 +57,35 @@ def _trl_name(r: RewardSpec) -> str | None:
 def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml") -> Export:
     """The flat TRL config of `spec` (SpecError when a setting cannot be written as TRL keys)."""
     path = Path(recipe_path)
-    module = re.sub(r"\W+", "_", f"{path.stem}_rewards")
-    if not module[0].isalpha():
-        module = f"r_{module}"
+    module = _module_name(path)
     flat: dict[str, Any] = {}
     header: dict[str, Any] = {"name": spec.name}
-    m, d = spec.model, spec.dataset
+    _put(header, "model", _model(spec.model, flat))
+    _dataset(spec.dataset, flat)
+    _put(header, "dataset", _dataset_header(spec.dataset))
+    rewards_py = _rewards(spec, flat, module)
+    header["rewards"] = [_plain(dataclasses.asdict(r)) for r in spec.rewards]
+    flat.update(spec.training)
+    if spec.output_dir:
+        flat["output_dir"] = spec.output_dir
+    _put(header, "backend", _backend(spec.backend, flat))
+    _header_rest(spec, header)
+    return Export(_text(spec, path, header, flat), rewards_py, module, commands(spec, path))
+
+
+def _module_name(path: Path) -> str:
+    """The importable name of the rewards module beside the recipe."""
+    module = re.sub(r"\W+", "_", f"{path.stem}_rewards")
+    return module if module[0].isalpha() else f"r_{module}"
+
+
+def _put(header: dict[str, Any], key: str, value: dict[str, Any]) -> None:
+    if value:
+        header[key] = value
+
+
+def _model(m: ModelSpec, flat: dict[str, Any]) -> dict[str, Any]:
+    """Write the model's TRL keys (with LoRA and quantization) into `flat`; return what only the header can hold."""
     if m.name_or_path:
         flat["model_name_or_path"] = m.name_or_path
     if m.revision:
@@ -67,68 +98,66 @@ def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml") -> Export
     model_header = {k: getattr(m, k) for k in ("build_tiny", "chat_template") if getattr(m, k)}
     if m.lora is not None:
         flat["use_peft"] = True
-        for key, name in trl_keys.LORA_KEYS.items():
-            value = getattr(m.lora, name)
-            if value is not None:
-                flat[key] = value
+        _keys(m.lora, trl_keys.LORA_KEYS, flat)
         if m.lora.bias != LoraSpec().bias:
             model_header["lora"] = dataclasses.asdict(m.lora)
     if m.quantization is not None:
-        q = m.quantization
-        flat["load_in_4bit" if q.bits == 4 else "load_in_8bit"] = True
-        for key, name in trl_keys.QUANT_KEYS.items():
-            if getattr(q, name) is not None:
-                flat[key] = getattr(q, name)
-    if model_header:
-        header["model"] = model_header
-    _dataset(d, flat)
-    dataset_header = {
-        k: getattr(d, k)
-        for k in ("prompt_column", "prompt_template", "system_prompt", "conversational", "eval_data_files", "revision")
-        if getattr(d, k) != getattr(DatasetSpec(), k)
-    }
-    if dataset_header:
-        header["dataset"] = dataset_header
-    rewards_py = _rewards(spec, flat, module)
-    header["rewards"] = [_plain(dataclasses.asdict(r)) for r in spec.rewards]
-    flat.update(spec.training)
-    if spec.output_dir:
-        flat["output_dir"] = spec.output_dir
-    b = spec.backend
+        flat["load_in_4bit" if m.quantization.bits == 4 else "load_in_8bit"] = True
+        _keys(m.quantization, trl_keys.QUANT_KEYS, flat)
+    return model_header
+
+
+def _keys(obj: Any, keys: dict[str, str], flat: dict[str, Any]) -> None:
+    """Each TRL key of `keys` whose attribute of `obj` is set."""
+    for key, name in keys.items():
+        value = getattr(obj, name)
+        if value is not None:
+            flat[key] = value
+
+
+def _dataset_header(d: DatasetSpec) -> dict[str, Any]:
+    keys = ("prompt_column", "prompt_template", "system_prompt", "conversational", "eval_data_files", "revision")
+    return {k: getattr(d, k) for k in keys if getattr(d, k) != getattr(DatasetSpec(), k)}
+
+
+def _backend(b: BackendSpec, flat: dict[str, Any]) -> dict[str, Any]:
+    """Write the backend's `trl` command keys into `flat`; return its other non-default settings."""
     if b.num_processes > 1:
         flat["num_processes"] = b.num_processes
     if b.accelerate_config:
         flat["accelerate_config"] = b.accelerate_config
     if b.env:
         flat["env"] = dict(b.env)
-    backend = {
+    return {
         k: v
         for k, v in dataclasses.asdict(b).items()
         if k not in ("num_processes", "accelerate_config", "env") and v != getattr(BackendSpec(), k)
     }
-    if backend:
-        header["backend"] = backend
+
+
+def _header_rest(spec: RunSpec, header: dict[str, Any]) -> None:
+    """The generation, health and bookkeeping settings, which TRL has no key for."""
     if spec.generation is not None:
         header["generation"] = dataclasses.asdict(spec.generation)
-    health = {k: v for k, v in dataclasses.asdict(spec.health).items() if v != getattr(HealthSpec(), k)}
-    if health:
-        header["health"] = health
+    _put(header, "health", {k: v for k, v in dataclasses.asdict(spec.health).items() if v != getattr(HealthSpec(), k)})
     for key in ("description", "tags", "group"):
         if getattr(spec, key):
             header[key] = getattr(spec, key)
     if not spec.save_model:
         header["save_model"] = False
+
+
+def _text(spec: RunSpec, path: Path, header: dict[str, Any], flat: dict[str, Any]) -> str:
     lines = [
         f"# Exported by grpo-dashboard from spec {spec.name!r}: run it with `trl grpo --config {path.name}`.",
         "# The next line holds what TRL has no key for; `python -m grpo_dashboard import-trl` reads it back.",
         HEADER + json.dumps(header, ensure_ascii=False, separators=(",", ":")),
     ]
-    text = (
+    return (
         "\n".join(lines)
         + "\n"
         + yaml.dump(flat, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1000)
     )
-    return Export(text, rewards_py, module, commands(spec, path))
 
 
 def _dataset(d: DatasetSpec, flat: dict[str, Any]) -> None:

@@ -165,57 +165,86 @@ class _Mapper:
 
     # Each known key goes to one place; the order of the table follows the file.
     def run(self, unknown: list[str], overrides: dict[str, Any]) -> None:
-        s, v = self.spec, self.values
         self._extra = [str(x) for x in overrides.get("rewards") or []]
         lora: dict[str, Any] = {}
         for key in self.config:
-            if key == "env":
-                env = self.config["env"]
-                if isinstance(env, dict):
-                    s.backend.env.update({str(k): str(x) for k, x in env.items()})
-                self.row(key, "mapped", "backend.env")
-            elif key in unknown:
-                self._foreign(key)
-            elif key in trl_keys.MODEL_KEYS:
-                target = trl_keys.MODEL_KEYS[key]
-                value = v[key]
-                if key == "model_revision" and value == "main":
-                    value = None
-                setattr(s.model, target.split(".")[1], value)
-                self.row(key, "mapped", target)
-            elif key in trl_keys.LORA_KEYS:
-                lora[trl_keys.LORA_KEYS[key]] = v[key]
-                self.row(key, "mapped", f"model.lora.{trl_keys.LORA_KEYS[key]}")
-            elif key in trl_keys.DATASET_KEYS:
-                self._dataset(key, v[key])
-            elif key in trl_keys.QUANT_KEYS or key in ("load_in_4bit", "load_in_8bit"):
-                self._quant(key, v[key])
-            elif key == "use_peft":
-                self.row(key, "mapped", "model.lora", "LoRA on" if v[key] else "LoRA off")
-            elif key == "output_dir":
-                s.output_dir = str(v[key])
-                self.row(key, "mapped", "output_dir")
-            elif key in ("reward_funcs", "reward_model_name_or_path", "reward_weights"):
-                pass  # after the loop: they depend on each other
-            elif key == "ignore_bias_buffers":
-                self.row(key, "dropped", None, "a DDP debug switch of TRL's scripts that the grpo script never reads")
-            elif key == "logging_nan_inf_filter":
-                self.row(key, "dropped", None, "the job always sets it to false so NaN/Inf losses reach the dashboard")
-            elif key in self.fields:
-                value = v[key]
-                if key == "scale_rewards" and isinstance(value, bool):
-                    value = "group" if value else "none"
-                    self.row(key, "converted", f"training.{key}", f"TRL ≥ 0.20 names {self.config[key]!r} {value!r}")
-                else:
-                    self.row(key, "mapped", f"training.{key}")
-                s.training[key] = value
+            self._key(key, unknown, lora)
+        self._lora(lora)
+        self._rewards(overrides)
+        self._overrides(overrides)
+        if self._eval_on() and self.spec.dataset.eval_split is None and not self.spec.dataset.mixture:
+            self.spec.dataset.eval_split = "test"
+            self.rows.append(
+                Row(
+                    "(dataset_test_split)",
+                    "test",
+                    "converted",
+                    "dataset.eval_split",
+                    "TRL's default test split: the recipe evaluates (eval_strategy/do_eval)",
+                )
+            )
+
+    def _key(self, key: str, unknown: list[str], lora: dict[str, Any]) -> None:
+        """One key of the file: launch and foreign keys, then the model's, LoRA's, the dataset's, quantization's."""
+        s, v = self.spec, self.values
+        if key == "env":
+            env = self.config["env"]
+            if isinstance(env, dict):
+                s.backend.env.update({str(k): str(x) for k, x in env.items()})
+            self.row(key, "mapped", "backend.env")
+        elif key in unknown:
+            self._foreign(key)
+        elif key in trl_keys.MODEL_KEYS:
+            target = trl_keys.MODEL_KEYS[key]
+            value = None if key == "model_revision" and v[key] == "main" else v[key]
+            setattr(s.model, target.split(".")[1], value)
+            self.row(key, "mapped", target)
+        elif key in trl_keys.LORA_KEYS:
+            lora[trl_keys.LORA_KEYS[key]] = v[key]
+            self.row(key, "mapped", f"model.lora.{trl_keys.LORA_KEYS[key]}")
+        elif key in trl_keys.DATASET_KEYS:
+            self._dataset(key, v[key])
+        elif key in trl_keys.QUANT_KEYS or key in ("load_in_4bit", "load_in_8bit"):
+            self._quant(key, v[key])
+        else:
+            self._other_key(key)
+
+    def _other_key(self, key: str) -> None:
+        """A key of the grpo script or GRPOConfig (the reward keys wait for `_rewards`: they depend on each other)."""
+        v = self.values
+        if key == "use_peft":
+            self.row(key, "mapped", "model.lora", "LoRA on" if v[key] else "LoRA off")
+        elif key == "output_dir":
+            self.spec.output_dir = str(v[key])
+            self.row(key, "mapped", "output_dir")
+        elif key in ("reward_funcs", "reward_model_name_or_path", "reward_weights"):
+            pass
+        elif key == "ignore_bias_buffers":
+            self.row(key, "dropped", None, "a DDP debug switch of TRL's scripts that the grpo script never reads")
+        elif key == "logging_nan_inf_filter":
+            self.row(key, "dropped", None, "the job always sets it to false so NaN/Inf losses reach the dashboard")
+        elif key in self.fields:
+            value = v[key]
+            if key == "scale_rewards" and isinstance(value, bool):
+                value = "group" if value else "none"
+                self.row(key, "converted", f"training.{key}", f"TRL ≥ 0.20 names {self.config[key]!r} {value!r}")
+            else:
+                self.row(key, "mapped", f"training.{key}")
+            self.spec.training[key] = value
+
+    def _lora(self, lora: dict[str, Any]) -> None:
+        """LoRA when use_peft is on (by the file or TRL's default); otherwise its keys are dropped rows."""
+        v = self.values
         if v.get("use_peft") or (self.config.get("use_peft") and "use_peft" not in v):
-            s.model.lora = LoraSpec(**{"target_modules": None, **lora})
+            self.spec.model.lora = LoraSpec(**{"target_modules": None, **lora})
         elif lora:
             for r in self.rows:
                 if r.target and r.target.startswith("model.lora."):
                     r.action, r.note = "dropped", "use_peft is off, so TRL ignores the LoRA keys"
-        self._rewards(overrides)
+
+    def _overrides(self, overrides: dict[str, Any]) -> None:
+        """What the command line gives that the recipe lacks: the model, the dataset and its config."""
+        s = self.spec
         if overrides.get("model"):
             s.model.name_or_path = str(overrides["model"])
             self.rows.append(
@@ -240,17 +269,6 @@ class _Mapper:
             )
         if overrides.get("dataset_config"):
             s.dataset.config = str(overrides["dataset_config"])
-        if self._eval_on() and s.dataset.eval_split is None and not s.dataset.mixture:
-            s.dataset.eval_split = "test"
-            self.rows.append(
-                Row(
-                    "(dataset_test_split)",
-                    "test",
-                    "converted",
-                    "dataset.eval_split",
-                    "TRL's default test split: the recipe evaluates (eval_strategy/do_eval)",
-                )
-            )
 
     def _eval_on(self) -> bool:
         t = self.spec.training
