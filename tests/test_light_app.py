@@ -152,6 +152,37 @@ def test_import_trl_runs_trls_parser_and_checks_outside_the_command(tmp_path: Pa
     assert "learning_rate: 1.0e-06" in out.read_text()
 
 
+INSPECT = """
+import json, sys
+from grpo_dashboard.checks.dataset_inspect import inspect_dataset
+
+spec = {"name": "inspect", "model": {"name_or_path": sys.argv[1]}, "dataset": {"data_files": sys.argv[2]},
+        "rewards": [{"name": "constant"}]}
+report = inspect_dataset(spec, max_prompt_tokens=100)
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {HEAVY})
+print(json.dumps({"tokens": report.prompt_tokens, "heavy": heavy}))
+"""
+
+
+def test_the_dataset_inspector_counts_with_the_models_tokenizer_in_a_child(tmp_path: Path, tiny_model: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("short", "x" * 300, "y" * 50)))
+    done = subprocess.run(
+        [sys.executable, "-c", _script(INSPECT), str(tiny_model), str(data)],
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    # exact counts (the tiny tokenizer: one token per character), not the ~4-characters estimate, and no
+    # transformers or torch in the inspecting process
+    assert out["tokens"]["approximate"] is False and out["tokens"]["max"] == 300, out
+    assert out["tokens"]["over"] == 1 and out["heavy"] == [], out
+
+
 def test_a_space_without_the_training_stack_serves_validates_and_launches_hf_jobs(
     hub: FakeHub, tmp_path: Path
 ) -> None:

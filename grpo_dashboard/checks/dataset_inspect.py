@@ -19,6 +19,7 @@ from typing import Any
 
 from grpo_dashboard.checks.chat_template import model_chat_template
 from grpo_dashboard.checks.dataset_files import DatasetFileError, is_conversational, read_sample
+from grpo_dashboard.checks.token_count import count_in_child, count_tokens
 from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.spec.paths import user_path
 from grpo_dashboard.spec.run_spec import DatasetSpec, RunSpec, load_spec
@@ -233,51 +234,6 @@ def chat_template_state(spec: RunSpec, base: Path) -> bool | None:
     return model_chat_template(spec, base)
 
 
-def load_tokenizer(spec: RunSpec, base: Path) -> Any:
-    """The model's tokenizer when it is on disk (local directory or Hub cache), else None (nothing is downloaded).
-
-    Never with the model's own code: `trust_remote_code` is the job's business, this process imports none of it.
-    """
-    local = _resolve(base, spec.model.name_or_path) if spec.model.name_or_path else None
-    names = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-    try:
-        if local is not None and local.is_dir():
-            if not any((local / n).is_file() for n in names):
-                return None
-            from transformers import AutoTokenizer
-
-            return AutoTokenizer.from_pretrained(str(local), trust_remote_code=False)
-        from huggingface_hub import try_to_load_from_cache
-
-        if not isinstance(
-            try_to_load_from_cache(spec.model.name_or_path, "tokenizer_config.json", revision=spec.model.revision), str
-        ):
-            return None
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(
-            spec.model.name_or_path, revision=spec.model.revision, local_files_only=True, trust_remote_code=False
-        )
-    except Exception:  # a tokenizer that cannot load only makes the token counts approximate
-        return None
-
-
-def count_tokens(prompt: str | list[dict[str, Any]], tokenizer: Any) -> int:
-    """Prompt length in tokens (chat template applied to message lists); ~4 characters per token without one."""
-    if isinstance(prompt, list):
-        text = "\n".join(str(m.get("content") or "") for m in prompt)
-        if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-            try:
-                text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-            except Exception:  # a broken template is reported separately
-                pass
-    else:
-        text = prompt
-    if tokenizer is None:
-        return (len(text) + 3) // 4
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
 def inspect_dataset(
     source: str | Path | dict[str, Any] | RunSpec,
     base_dir: str | Path | None = None,
@@ -486,8 +442,13 @@ def _measure(
     add: Any,
     load_tokenizers: bool = True,
 ) -> None:
-    tok = tokenizer if tokenizer is not None else load_tokenizer(spec, base) if load_tokenizers else None
-    lengths = [count_tokens(p, tok) for p in rendered]
+    counted: list[int] | None = None
+    if tokenizer is not None:
+        counted = [count_tokens(p, tokenizer) for p in rendered]
+    elif load_tokenizers:  # the model's tokenizer, loaded in a child: its library imports torch, this process never
+        counted = count_in_child(spec, base, rendered)
+    approximate = counted is None
+    lengths = counted if counted is not None else [count_tokens(p, None) for p in rendered]
     over = [n for n in lengths if n > threshold]
     report.prompt_tokens = {
         "max": max(lengths),
@@ -495,14 +456,14 @@ def _measure(
         "over": len(over),
         "threshold": threshold,
         "rows_measured": len(lengths),
-        "approximate": tok is None,
+        "approximate": approximate,
     }
     if over:
         add(
             "warning",
             "dataset",
             f"{len(over)} of {len(lengths)} sampled prompts are longer than {threshold} tokens "
-            f"(longest {max(lengths)}{', approximate' if tok is None else ''}). TRL does not truncate prompts, so "
+            f"(longest {max(lengths)}{', approximate' if approximate else ''}). TRL does not truncate prompts, so "
             f"they slow generation and use memory (and vLLM rejects prompts over its max_model_len). Filter or "
             f"shorten them, shorten the system prompt/template, or raise the threshold.",
         )
