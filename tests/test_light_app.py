@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from .conftest import REPO, free_port
 from .fake_hub import FakeHub, Plan
@@ -87,6 +88,20 @@ def _script(text: str) -> str:
     return text.replace("{HEAVY}", repr(set(HEAVY)))
 
 
+def _watched(script: str, tmp_path: Path, *args: str) -> Any:
+    """What `script` (one of the watching scripts above) printed last as JSON, run in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", _script(script), *args],
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPACE_ID", "SYSTEM")}
     return {
@@ -101,16 +116,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_the_app_build_and_validate_import_no_training_stack(tmp_path: Path) -> None:
     hf = hf_spec(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-c", _script(WATCH), str(REPO / "examples" / "smoke.yaml"), str(hf)],
-        cwd=REPO,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = _watched(WATCH, tmp_path, str(REPO / "examples" / "smoke.yaml"), str(hf))
     assert out == {"codes": [0, 0], "heavy": []}, out
 
 
@@ -135,16 +141,7 @@ def test_import_trl_runs_trls_parser_and_checks_outside_the_command(tmp_path: Pa
         "num_generations: 4\nper_device_train_batch_size: 3\nreward_funcs: [accuracy_reward]\n"
     )
     out = tmp_path / "spec.yaml"
-    done = subprocess.run(
-        [sys.executable, "-c", _script(IMPORT_TRL), str(recipe), str(out)],
-        cwd=REPO,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _watched(IMPORT_TRL, tmp_path, str(recipe), str(out))
     # TRL's own __post_init__ check ran (its refusal of this batch is reported) and the spec was written, yet the
     # command itself imported no trl
     assert result["code"] == 0 and result["heavy"] == [], result
@@ -167,16 +164,7 @@ print(json.dumps({"tokens": report.prompt_tokens, "heavy": heavy}))
 def test_the_dataset_inspector_counts_with_the_models_tokenizer_in_a_child(tmp_path: Path, tiny_model: Path) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("short", "x" * 300, "y" * 50)))
-    done = subprocess.run(
-        [sys.executable, "-c", _script(INSPECT), str(tiny_model), str(data)],
-        cwd=REPO,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = _watched(INSPECT, tmp_path, str(tiny_model), str(data))
     # exact counts (the tiny tokenizer: one token per character), not the ~4-characters estimate, and no
     # transformers or torch in the inspecting process
     assert out["tokens"]["approximate"] is False and out["tokens"]["max"] == 300, out
