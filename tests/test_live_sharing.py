@@ -150,15 +150,16 @@ def test_a_finished_runs_health_badge_is_saved_and_read_back_without_a_doctor_pa
     assert saved["r1"][1] == badge and json.loads(saved["r1"][0]) == list(store.change_token("r1"))
 
     overview.FINDINGS.entries.clear()  # a freshly started dashboard: nothing diagnosed in memory
+    overview.FINDINGS.badges.clear()
     fresh = Store(store.path)
     table = overview.runs_frame(fresh)
     assert table["health"].tolist() == [badge]
-    assert len(overview.FINDINGS.entries) == 0  # read, not re-diagnosed
+    assert len(overview.FINDINGS.entries) == len(overview.FINDINGS.badges) == 0  # read, not re-diagnosed
 
     append_log(path, range(201, 211), reward=1.0, reward_std=0.5, frac_reward_zero_std=0.0, loss=0.1, grad_norm=1.0)
     ingest_file(fresh, "r1", path)  # late records of a finished run: the saved badge no longer applies
     overview.runs_frame(fresh)
-    assert len(overview.FINDINGS.entries) > 0
+    assert len(overview.FINDINGS.badges) > 0  # judged again (the table needs one evaluation, not the history)
     assert json.loads(fresh.health_badges()["r1"][0]) == list(fresh.change_token("r1"))
 
 

@@ -7,6 +7,7 @@ Everything here only reads the store and run files; ingestion is the Monitor thr
 from __future__ import annotations
 
 import functools
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -129,10 +130,15 @@ HEALTH_CACHE_RUNS = 512  # findings kept in memory (by store and run); a finishe
 
 class FindingsCache:
     """The doctor's latest findings per (store, run) with the change token they were computed at, at most `size` runs;
-    concurrent requests for one run share one computation (SingleFlight)."""
+    concurrent requests for one run share one computation (SingleFlight). `replays` keeps each run's history replay
+    (`health.HistoryReplay`) between computations, so a live run's growing log replays only the cut points it passed
+    since (not every one from the start, each time); `badges` holds badges of live runs judged from the latest
+    evaluation alone (the runs table), with when."""
 
     def __init__(self, size: int = HEALTH_CACHE_RUNS) -> None:
         self.entries: LruCache[tuple[str, str], tuple[tuple[Any, ...], float, list[Any]]] = LruCache(size)
+        self.replays: LruCache[tuple[str, str], tuple[tuple[Any, ...], Any]] = LruCache(size)
+        self.badges: LruCache[tuple[str, str], tuple[tuple[Any, ...], float, str]] = LruCache(size)
         self.flight = SingleFlight()
 
 
@@ -177,24 +183,15 @@ def findings(store: Store, run: Run) -> list[Any]:
         if result is not None:
             return result
         try:
-            from grpo_dashboard.health import Finding, finding_history
+            from grpo_dashboard.health import Finding
         except ImportError:
             return []
-        config, thresholds = run_config(run)
         try:
             # The run's record: every finding that fired keeps its first onset (and is shown resolved, with when,
             # once it stops firing), the same replay `doctor` does on the run's metrics.jsonl.
-            saved = store.findings(run.id)
-            previous = [Finding(**{k: v for k, v in f.items() if k in _FINDING_FIELDS}) for f in saved]
-            result = list(
-                finding_history(
-                    metric_frame(store, run.id),
-                    config=config,
-                    thresholds=thresholds or None,
-                    completions=recent_samples(run.run_dir, output_dir=run.output_dir),
-                    previous=previous,
-                )
-            )
+            frame = metric_frame(store, run.id, token)
+            replay = _replay(store, run, key, frame, Finding)
+            result = list(replay.update(frame, recent_samples(run.run_dir, output_dir=run.output_dir)))
         except ValueError as exc:  # bad threshold overrides in the spec
             result = [_BadThresholds(str(exc))]
         else:
@@ -212,6 +209,25 @@ def findings(store: Store, run: Run) -> list[Any]:
     if stale is not None and FINDINGS.flight.busy(key):
         return stale[2]  # being recomputed by another caller: the previous findings rather than a wait
     return FINDINGS.flight.do(key, compute)
+
+
+def _replay(store: Store, run: Run, key: tuple[str, str], frame: Any, finding: Any) -> Any:
+    """The run's history replay, continued from the last computation while the log only grew (a run whose log was
+    cut, resumed from earlier or re-imported starts over from its saved record, as `finding_history` does)."""
+    from grpo_dashboard.health.history import HistoryReplay
+
+    origin = (run.spec_yaml, run.started_at)
+    kept = FINDINGS.replays.get(key)
+    if kept is not None and kept[0] == origin and kept[1].committed is not None:
+        committed = kept[1].committed
+        if any(np.any(c.steps == committed) for c in frame.columns.values()):
+            return kept[1]
+    config, thresholds = run_config(run)
+    saved = store.findings(run.id)
+    previous = [finding(**{k: v for k, v in f.items() if k in _FINDING_FIELDS}) for f in saved]
+    replay = HistoryReplay(config, thresholds or None, previous)
+    FINDINGS.replays.put(key, (origin, replay))
+    return replay
 
 
 _FINDING_FIELDS = ("rule", "severity", "step", "message", "remedy", "metric", "evidence", "status", "resolved_step")
@@ -238,12 +254,48 @@ def health_badge(store: Store, run: Run, saved: dict[str, tuple[str, str]] | Non
     known = (saved if saved is not None else store.health_badges()).get(run.id)
     if known is not None and known[0] == token_text(token):
         return known[1]
-    badge = badge_text([f for f in findings(store, run) if f.status == "active"])
+    badge = _judged_badge(store, run, token)
     if run.status in TERMINAL:  # a live run's badge moves with every record: kept in memory only (findings cache)
         try:
             store.save_health_badge(run.id, token, badge)
         except StoreError:  # a read-only data directory: the badge is only recomputed next time
             pass
+    return badge
+
+
+def _judged_badge(store: Store, run: Run, token: tuple[Any, ...]) -> str:
+    """The badge of the run's active findings. Those are exactly what the doctor finds on the log as it is now (the
+    history replay only adds resolved entries and earlier onsets), so the badge needs one evaluation, not the replay
+    of every cut point: a table of hundreds of never-seen runs is judged in one pass. Findings already in memory
+    (a run page was open) are used as they are; a rule that fails leaves its earlier findings standing in the
+    history, so then the history decides."""
+    key = (str(store.path), run.id)
+    cached = FINDINGS.entries.get(key)
+    if cached is not None and cached[0] == token:
+        return badge_text([f for f in cached[2] if f.status == "active"])
+    kept = FINDINGS.badges.get(key)
+    if kept is not None and (
+        kept[0] == token or (run.is_active and time.monotonic() - kept[1] < HEALTH_MIN_INTERVAL_S)
+    ):
+        return kept[2]
+    from grpo_dashboard.health import diagnose
+    from grpo_dashboard.health.findings import is_rule_failure
+
+    config, thresholds = run_config(run)
+    try:
+        now = diagnose(
+            metric_frame(store, run.id, token),
+            config,
+            thresholds or None,
+            recent_samples(run.run_dir, output_dir=run.output_dir),
+        )
+    except ValueError:  # bad threshold overrides: findings() reports them
+        now = None
+    if now is None or any(map(is_rule_failure, now)):
+        badge = badge_text([f for f in findings(store, run) if f.status == "active"])
+    else:
+        badge = badge_text(now)
+    FINDINGS.badges.put(key, (token, time.monotonic(), badge))
     return badge
 
 
@@ -296,8 +348,13 @@ def _badge(severity: str) -> str:
 
 
 # --- runs table ----------------------------------------------------------------------------------------------
+_MAY_TAG = re.compile(r"\b(tags|group)\b")
+
+
 def run_tags(run: Run) -> list[str]:
     """The run's tags and, as `group:NAME`, its group (from its spec; an imported run is tagged `imported`)."""
+    if not _MAY_TAG.search(run.spec_yaml):  # neither key anywhere in the text: no spec to parse (a fresh dashboard)
+        return []
     spec = run_spec(run)
     if spec is None:
         return []

@@ -1,0 +1,138 @@
+"""The runs table at scale without timing anything: what each load computes. A never-seen finished run's health
+badge comes from one doctor evaluation (equal to the active part of its replayed history), a live run's history
+replay continues where it stopped instead of starting over, and later loads parse no spec again."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from grpo_dashboard.health import finding_history
+from grpo_dashboard.store.db import Run, Store
+from grpo_dashboard.store.ingest import ingest_file
+from grpo_dashboard.views import overview, run_data
+
+from .store_helpers import append_log, new_run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _troubled(step: int) -> dict[str, float]:
+    """A run with a gradient spike at step 150, a reward that climbs then stalls, entropy that collapses."""
+    return {
+        "reward": min(0.8, step / 200),
+        "reward_std": 0.3 if step < 250 else 0.0,
+        "frac_reward_zero_std": 0.0 if step < 250 else 1.0,
+        "loss": 0.1,
+        "grad_norm": 40.0 if step in (150, 151) else 1.0 + 0.1 * math.sin(step),
+        "entropy": max(0.01, 1.0 - step / 300),
+        "completions/mean_length": 60.0 + (step % 7),
+    }
+
+
+def _log(path: Path, steps: range) -> None:
+    append_log(path, steps, **{k: (lambda s, k=k: _troubled(s)[k]) for k in _troubled(1)})
+
+
+def _clear() -> None:
+    for cache in (overview.FINDINGS.entries, overview.FINDINGS.replays, overview.FINDINGS.badges):
+        cache.clear()
+
+
+def test_a_never_seen_runs_badge_is_its_historys_active_findings(tmp_path: Path) -> None:
+    store = Store()
+    path = new_run(store, tmp_path)
+    _log(path, range(1, 401))
+    ingest_file(store, "r1", path)
+    store.finish_run("r1", "completed")
+    run = store.get_run("r1")
+    _clear()
+    badge = overview.health_badge(store, run)
+    assert len(overview.FINDINGS.entries) == 0  # judged without the replay
+    history = finding_history(run_data.metric_frame(store, "r1"), *overview.run_config(run)[:1])
+    active = [f for f in history if f.status == "active"]
+    assert badge == overview.badge_text(active) != overview.badge_text([])
+    # The run page's full history agrees with the saved badge.
+    assert overview.badge_text([f for f in overview.findings(store, run) if f.status == "active"]) == badge
+
+
+def test_a_live_runs_replay_continues_and_equals_a_fresh_history(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(overview, "HEALTH_MIN_INTERVAL_S", 0.0)
+    store = Store()
+    path = new_run(store, tmp_path)
+    _clear()
+    replays = []
+    for end in (30, 90, 200, 330, 420):
+        _log(path, range(1 if not replays else replays[-1][0] + 1, end + 1))
+        ingest_file(store, "r1", path)
+        run = store.get_run("r1")
+        got = overview.findings(store, run)
+        fresh = finding_history(run_data.metric_frame(store, "r1"), *overview.run_config(run)[:1])
+        assert [(f.rule, f.metric, f.severity, f.status, f.step, f.resolved_step) for f in got] == [
+            (f.rule, f.metric, f.severity, f.status, f.step, f.resolved_step) for f in fresh
+        ], end
+        replays.append((end, overview.FINDINGS.replays.get((str(store.path), "r1"))[1]))
+    assert len({id(r) for _, r in replays}) == 1  # one replay followed the whole run
+    assert any(f.rule == "grad_spike" for f in got)
+
+
+def test_a_log_cut_below_the_replayed_point_starts_the_replay_over(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(overview, "HEALTH_MIN_INTERVAL_S", 0.0)
+    store = Store()
+    path = new_run(store, tmp_path)
+    _clear()
+    _log(path, range(1, 301))
+    ingest_file(store, "r1", path)
+    overview.findings(store, store.get_run("r1"))
+    first = overview.FINDINGS.replays.get((str(store.path), "r1"))[1]
+    assert first.committed is not None and first.committed > 20
+    store.delete_run_rows("r1")  # the run's rows gone; a run of the same id logs from step 1 again
+    path = _renew(store, path)
+    _log(path, range(1, 21))
+    ingest_file(store, "r1", path)
+    got = overview.findings(store, store.get_run("r1"))
+    assert overview.FINDINGS.replays.get((str(store.path), "r1"))[1] is not first
+    assert all(f.step <= 20 for f in got)
+
+
+def _renew(store: Store, path: Path) -> Path:
+    import shutil
+
+    shutil.rmtree(path.parent)
+    return new_run(store, path.parent.parent, "r1")
+
+
+def test_later_loads_of_a_large_table_parse_no_spec_again(tmp_path: Path) -> None:
+    smoke = (ROOT / "examples" / "smoke.yaml").read_text(encoding="utf-8")
+    store = Store()
+    n = run_data.SPEC_CACHE // 16  # more runs than the old 128-entry cache, which every load emptied
+    for i in range(n):
+        text = smoke.replace("name: smoke", f"name: scale-{i:04d}", 1) + f"tags: [t{i % 3}]\n"
+        store.insert_run(
+            Run(
+                id=f"s{i:04d}",
+                name=f"scale-{i:04d}",
+                spec_yaml=text,
+                backend="local",
+                status="queued",
+                created_at=1.0 + i,
+                run_dir=str(tmp_path),
+            )
+        )
+    first = overview.runs_frame(store)
+    assert len(first) == n and set(first["tags"]) == {"t0", "t1", "t2"}
+    misses = run_data._parsed_spec.cache_info().misses
+    again = overview.runs_frame(store)
+    assert run_data._parsed_spec.cache_info().misses == misses
+    assert again["tags"].tolist() == first["tags"].tolist()
+    assert overview.run_tags(store.get_run("s0000")) == ["t0"]
+
+
+@pytest.mark.parametrize("text", ["name: x\n", "name: x\ntags: [a]\ngroup: g\n", 'name: x\n"tags": [b]\n'])
+def test_tags_are_read_whenever_the_spec_could_hold_them(text: str) -> None:
+    run = Run(id="r", name="x", spec_yaml=text, backend="local", status="queued", created_at=1.0, run_dir="/tmp")
+    spec = run_data.run_spec(run)
+    expected = [*spec.tags, *([f"group:{spec.group}"] if spec.group else [])] if spec else []
+    assert overview.run_tags(run) == expected
