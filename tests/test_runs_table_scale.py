@@ -136,3 +136,25 @@ def test_tags_are_read_whenever_the_spec_could_hold_them(text: str) -> None:
     spec = run_data.run_spec(run)
     expected = [*spec.tags, *([f"group:{spec.group}"] if spec.group else [])] if spec else []
     assert overview.run_tags(run) == expected
+
+
+def test_the_forecast_cell_from_the_reward_alone_equals_the_whole_frames(tmp_path: Path) -> None:
+    from grpo_dashboard.health.fits import FLAT_MODELS
+    from grpo_dashboard.health.forecast import forecast
+    from grpo_dashboard.views import forecast as forecast_view
+
+    store = Store()
+    path = new_run(store, tmp_path)
+    _log(path, range(1, 401))
+    ingest_file(store, "r1", path)
+    run = store.get_run("r1")
+    fc = forecast(run_data.metric_frame(store, "r1"), {}, bootstrap=False)
+    assert fc.plateau_reward is not None and fc.law is not None  # the whole frame fits the entropy law too
+    flat = fc.curve is not None and fc.curve.model in FLAT_MODELS
+    step = fc.plateau_step["value"] if fc.plateau_step else None
+    expected = (
+        f"flat {fc.plateau_reward['value']:.3g}"
+        if flat
+        else f"{fc.plateau_reward['value']:.3g}" + (f" by {step}" if step is not None else "")
+    )
+    assert forecast_view._cell(store, run) == expected

@@ -59,6 +59,9 @@ def test_help_text_keeps_tags_and_stars() -> None:
     assert "&lt;think&gt;" in shown and "&lt;answer&gt;" in shown
     assert r"\*args" in shown and "20% slower" in shown and "%%" not in shown
     assert "has &lt;think&gt;...&lt;/think&gt; then &lt;answer&gt;" in new_run._rewards_help()
+    # A field's info line is text (Gradio escapes its HTML and shows backslashes as they are): nothing escaped.
+    info = new_run.info_text(r"num_processes * per_device_train_batch_size in [2, 4, 8]; <think>; ~20%% slower")
+    assert info == "num_processes ∗ per_device_train_batch_size in [2, 4, 8]; <think>; ~20% slower"
 
 
 # 3. / 4. pre-flight

@@ -341,7 +341,9 @@ def _from_choice(field: FormField, label: Any) -> Any:
     for c in list(field.choices or ()) + [True, False, None]:
         if choice_label(c) == str(label):
             return c
-    return label if field.custom and label not in ("", None) else None
+    # A value no option shows (the YAML's `loss_type: foo`) is kept as it is: validation then reports it on its field
+    # with what is allowed, instead of a form edit dropping it from the YAML unseen.
+    return label if label not in ("", None) else None
 
 
 def _number(field: FormField, value: Any) -> Any:

@@ -21,7 +21,7 @@ from grpo_dashboard.ui import auth, byo_trl, compare, detail, guard, new_run, pr
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.guard import gate
 from grpo_dashboard.ui.serving import DashboardBlocks, page_head, short_circuit_missing_optional_imports
-from grpo_dashboard.views import overview
+from grpo_dashboard.views import charts, overview
 
 CSS = (Path(__file__).resolve().parent / "static" / "dashboard.css").read_text()
 # Ingestion passes: a live page shows a record at most this long (plus its push) after the job wrote it.
@@ -77,10 +77,11 @@ def build_app(
             with gr.Tab("Run detail", id="detail", elem_id="tab-detail") as t_detail:
                 det = detail.build(ctx)
             with gr.Tab("Compare", id="compare", elem_id="tab-compare") as t_compare:
-                compare_dd = compare.build(ctx)
+                compare_t = compare.build(ctx)
+                compare_dd = compare_t.runs
         tab_blocks = dict(zip(TAB_IDS, (t_new, t_pre, t_runs, t_detail, t_compare), strict=True))
         _wire_launch(ctx, new, det, tabs)
-        _wire_navigation(ctx, runs_t, det, compare_dd, tabs)
+        _wire_navigation(ctx, runs_t, det, compare_t, tabs, t_compare)
         _wire_page_state(ctx, demo, runs_t, det, compare_dd, tabs, tab_blocks)
 
         def who_text(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None) -> str:
@@ -132,6 +133,10 @@ def _wire_launch(ctx: UiContext, new: new_run.NewRunTab, det: detail.DetailTab, 
         [new.summary, *new.group_errors.values(), *new.inputs, det.run, tabs, launched],
         api_name="launch",
     )
+    # The page follows the new run as soon as Launch answers (URL, status and charts), not once the run picker's
+    # own change has gone round the queue; a launch that failed leaves the id unchanged and fires nothing.
+    assert det.live_inputs is not None
+    launched.change(None, [launched, *det.live_inputs[1:]], None, js=detail.FOLLOW_JS, api_visibility="private")
 
 
 def row_run_id(table: Any, row: int | None) -> str | None:
@@ -145,8 +150,15 @@ def row_run_id(table: Any, row: int | None) -> str | None:
 
 
 def _wire_navigation(
-    ctx: UiContext, runs_t: runs_tab.RunsTab, det: detail.DetailTab, compare_dd: gr.Dropdown, tabs: gr.Tabs
+    ctx: UiContext,
+    runs_t: runs_tab.RunsTab,
+    det: detail.DetailTab,
+    compare_t: compare.CompareTab,
+    tabs: gr.Tabs,
+    compare_tab: gr.Tab,
 ) -> None:
+    compare_dd, compare_refresh = compare_t.runs, compare_t.refresh
+
     def mine(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None) -> tuple[access.User, list[Any]]:
         user = auth.user_of(ctx, profile, oauth)
         return user, overview.run_choices(ctx.store, access.visible_runs(ctx.store, user, settings=ctx.settings))
@@ -191,6 +203,20 @@ def _wire_navigation(
             runs_t.last_choices: current,
         }
 
+    def compare_choices(
+        profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, chosen: list[str] | None
+    ) -> dict[Any, Any]:
+        # Opening Compare (or its Refresh) brings in runs launched since the page loaded; with nothing chosen yet,
+        # the newest two are, so the tab never opens empty.
+        _, current = mine(profile, oauth)
+        ids = [value for _, value in current]
+        keep = [r for r in (chosen or []) if r in ids]
+        return {compare_dd: gr.update(choices=current, value=keep or ids[:2])}
+
+    compare_open = gate(ctx, "compare_choices", compare_choices)
+    for trigger in (compare_tab.select, compare_refresh.click):
+        trigger(compare_open, [compare_dd], [compare_dd], show_progress="hidden", api_visibility="private")
+
     runs_t.timer.tick(
         gate(ctx, "run_choices", choices),
         [runs_t.last_choices],
@@ -218,6 +244,21 @@ def initial_view(
     return choices, run_id, tab
 
 
+def chart_settings(query: dict[str, str]) -> dict[str, Any]:
+    """The run page's chart settings from the URL (`smoothing=`, `log_y=1`, `x=`), each its default when absent or
+    not one the page offers."""
+    try:
+        smoothing = min(0.99, max(0.0, float(query.get("smoothing", "0.6"))))
+    except ValueError:
+        smoothing = 0.6
+    x = query.get("x", "step")
+    return {
+        "smoothing": smoothing,
+        "log_y": query.get("log_y") == "1",
+        "xaxis": x if x in charts.XAXES else "step",
+    }
+
+
 def _wire_page_state(
     ctx: UiContext,
     demo: gr.Blocks,
@@ -234,12 +275,19 @@ def _wire_page_state(
         user = auth.user_of(ctx, profile, oauth)
         query = dict(urllib.parse.parse_qsl((search or "").lstrip("?")))
         choices, run_id, tab = initial_view(ctx, user, query)
+        ids = [value for _, value in choices]
+        chosen = [r for r in (query.get("compare") or "").split(",") if r in ids]
+        settings_ = chart_settings(query)
+        _, smoothing, log_y, xaxis = det.live_inputs or [None] * 4
         return {
             det.run: gr.update(choices=choices, value=run_id),
-            compare_dd: gr.update(choices=choices),
+            compare_dd: gr.update(choices=choices, value=chosen),  # the newest two once Compare is opened
             tabs: gr.Tabs(selected=tab),
             runs_t.timer: gr.Timer(active=tab == "runs"),
             runs_t.last_choices: choices,
+            smoothing: settings_["smoothing"],
+            log_y: settings_["log_y"],
+            xaxis: settings_["xaxis"],
         }
 
     # The page's own query string (a queued event's request is Gradio's, not the page's URL).
@@ -248,11 +296,18 @@ def _wire_page_state(
     demo.load(
         gate(ctx, "page_state", load),
         [search],
-        [det.run, compare_dd, tabs, runs_t.timer, runs_t.last_choices],
+        [det.run, compare_dd, tabs, runs_t.timer, runs_t.last_choices, *(det.live_inputs or [])[1:]],
         api_name="page_state",
         show_progress="hidden",
         js=page_js,
     ).then(None, det.live_inputs, None, js=detail.FOLLOW_JS, api_visibility="private")
+    compare_dd.change(
+        None,
+        [compare_dd],
+        None,
+        js="(ids) => { window.grpoLive && window.grpoLive.setParam('compare', (ids || []).join(',')); return []; }",
+        api_visibility="private",
+    )
     for tab_id, block in tab_blocks.items():
         url_js = f"() => {{ window.grpoLive && window.grpoLive.setTab('{tab_id}'); return []; }}"
         timer_on = gate(ctx, "tab_timer", lambda tid=tab_id: gr.Timer(active=tid == "runs"))

@@ -85,8 +85,15 @@ def compare(
     return Comparison(metric=gr.update(choices=options, value=metric), plot=fig, diff=diff)
 
 
-def build(ctx: UiContext) -> gr.Dropdown:
-    """Lay out the tab; returns the run picker (its choices are refreshed by the app)."""
+class CompareTab(NamedTuple):
+    """What the app wires: the run picker (its choices are refreshed by the app) and the Refresh button."""
+
+    runs: gr.Dropdown
+    refresh: gr.Button
+
+
+def build(ctx: UiContext) -> CompareTab:
+    """Lay out the tab; returns its run picker and Refresh button."""
     choices = overview.run_choices(ctx.store, runs=[] if ctx.settings.on_space else None)
     # Custom values allowed: runs appear after the page was built (choices are refreshed by a timer, per session).
     runs_dd = gr.Dropdown(
@@ -101,7 +108,7 @@ def build(ctx: UiContext) -> gr.Dropdown:
         )
     plot = gr.Plot(show_label=False, elem_id="compare-plot")
     diff = gr.Dataframe(interactive=False, label="Spec fields that differ", elem_id="compare-diff", wrap=True)
-    refresh_btn = gr.Button("Refresh", size="sm")
+    refresh_btn = gr.Button("Refresh", size="sm", elem_id="compare-refresh")
 
     def update(
         profile: gr.OAuthProfile | None,
@@ -125,4 +132,4 @@ def build(ctx: UiContext) -> gr.Dropdown:
         trigger_mode="always_last",
         show_progress="hidden",
     )
-    return runs_dd
+    return CompareTab(runs_dd, refresh_btn)

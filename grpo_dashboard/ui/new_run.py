@@ -50,8 +50,18 @@ def as_text(text: str | None) -> str | None:
     return html.escape(_MARKDOWN_SPECIAL.sub(r"\\\1", text), quote=False)
 
 
+def info_text(text: str | None) -> str | None:
+    """Help or error text for a field's `info` line, as it reads. Gradio 6 shows `info` as text with only inline
+    `*emphasis*`, `**strong**` and `` `code` `` applied (HTML already escaped, backslash escapes shown as they are),
+    so nothing is escaped here; a `*` (TRL's `num_processes * per_device_train_batch_size`, `*args`) becomes `∗`,
+    which no emphasis swallows; argparse's `%%` reads `%`."""
+    if not text:
+        return None
+    return text.replace("%%", "%").replace("*", "∗")
+
+
 def _component(f: forms.FormField, value: Any) -> gr.components.Component:
-    info = as_text(f.help)
+    info = info_text(f.help)
     if f.widget in ("bool", "toggle"):
         return gr.Checkbox(value=bool(value), label=f.label, info=info, elem_id=_elem(f))
     if f.widget == "choice":
@@ -195,9 +205,27 @@ def _form_updates(
             kwargs["value"] = values[f.key]
         msgs = errors.get(f.key)
         if f.widget != "rewards":
-            kwargs["info"] = as_text("✖ " + " / ".join(_capped(msgs, 5))) if msgs else as_text(f.help)
+            kwargs["info"] = info_text("✖ " + " / ".join(_capped(msgs, 5))) if msgs else info_text(f.help)
         kwargs["elem_classes"] = ["has-error"] if msgs else []
+        if f.widget == "choice" and not f.custom and f.key in values:
+            options = forms.choice_options(f)
+            shown = values[f.key]
+            kwargs["choices"] = options if shown in (None, "") or shown in options else [*options, shown]
         out[component] = gr.update(**kwargs)
+    return out
+
+
+def unlisted_choices(tab: NewRunTab, values: dict[str, Any]) -> list[FieldError]:
+    """Choice fields whose value (from the YAML) is none of the dropdown's options: the dropdown could not show it
+    (Gradio blanks it, then refuses every later event of the form), so each is reported on its field with the
+    validator's wording, and the dropdown gets the value as one more option (`_form_updates`)."""
+    out = []
+    for f in tab.fields:
+        value = values.get(f.key)
+        if f.widget != "choice" or f.custom or value in (None, "") or value in forms.choice_options(f):
+            continue
+        allowed = ", ".join(repr(c) for c in (f.choices or (True, False)))
+        out.append(FieldError(f.key, value, f"must be one of {allowed}."))
     return out
 
 
@@ -218,7 +246,7 @@ def _capped(lines: list[str], most: int = MAX_LISTED_ERRORS) -> list[str]:
 def _summary(errors: list[FieldError], warnings: list[FieldError], ok_text: str) -> str:
     lines = []
     if errors:
-        lines.append(f"### ✖ {len(errors)} problem{'s' if len(errors) != 1 else ''} block the launch")
+        lines.append(f"### ✖ {len(errors)} problem{'s block' if len(errors) != 1 else ' blocks'} the launch")
         lines += [
             f"- **{shorten(e.field, MAX_FIELD_CHARS)}** = `{short_repr(e.value)}`: {e.message}"
             for e in errors[:MAX_LISTED_ERRORS]
@@ -318,10 +346,15 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
             bad = forms.unshowable(yaml_text)
         except SpecError as exc:
             return {tab.summary: _summary(exc.errors, [], "")}
-        if bad:  # never blank a field: it keeps its value and shows what is wrong with the YAML's
-            placed = {e.field: [str(e.message)] for e in bad}
-            updates = _form_updates(tab, {k: v for k, v in values.items() if k not in placed}, placed)
-            return {tab.summary: _summary(bad, [], ""), **updates}
+        unlisted = unlisted_choices(tab, values)
+        if bad or unlisted:  # never blank a field: it keeps its value and shows what is wrong with the YAML's
+            placed = {e.field: [str(e.message)] for e in [*bad, *unlisted]}
+            updates = _form_updates(tab, {k: v for k, v in values.items() if k not in bad_keys(bad)}, placed)
+            return {
+                tab.command: _command(yaml_text, ctx.backends),
+                tab.summary: _summary([*bad, *unlisted], [], ""),
+                **updates,
+            }
         return {
             tab.command: _command(yaml_text, ctx.backends),
             tab.summary: "YAML applied to the form.",
@@ -337,6 +370,11 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         show_progress="hidden",
         concurrency_limit=None,
     )
+
+
+def bad_keys(errors: list[FieldError]) -> set[str]:
+    """The fields of `errors`."""
+    return {e.field for e in errors}
 
 
 def validate_outputs(

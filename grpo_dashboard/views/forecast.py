@@ -109,7 +109,11 @@ def forecast_markdown(fc: Any) -> str:
 
 
 _CELLS: LruCache[tuple[str, str], tuple[tuple[Any, ...], float, str]] = LruCache(512)
-CELL_MIN_INTERVAL_S = 30.0  # a live run's forecast cell is refitted at most this often
+CELL_MIN_INTERVAL_S = 30.0
+CELL_KEYS = (
+    "reward",
+    "eval_reward",
+)  # what `health.forecast.reward_series` reads  # a live run's forecast cell is refitted at most this often
 
 
 def forecast_cell(store: Store, run: Run, saved: dict[str, tuple[str, str]] | None = None) -> str:
@@ -147,7 +151,13 @@ def _cell(store: Store, run: Run) -> str:
     from grpo_dashboard.health.fits import FLAT_MODELS
     from grpo_dashboard.health.forecast import forecast
 
-    fc = forecast(metric_frame(store, run.id), {"max_steps": run.max_steps} if run.max_steps else {}, bootstrap=False)
+    from grpo_dashboard.health.series import MetricFrame
+
+    # The cell's numbers (plateau, its step, the fitted family) come from the reward series alone; the rest of the
+    # frame would only feed the entropy law and the cost, which the cell does not show.
+    whole = metric_frame(store, run.id)
+    frame = MetricFrame({k: v for k, v in whole.columns.items() if k in CELL_KEYS}, whole.n_records)
+    fc = forecast(frame, {"max_steps": run.max_steps} if run.max_steps else {}, bootstrap=False)
     if fc.plateau_reward is None:
         return "—"
     if fc.curve is not None and fc.curve.model in FLAT_MODELS:

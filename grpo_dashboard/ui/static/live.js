@@ -5,7 +5,8 @@
   "use strict";
   const STREAM = "/grpo/live";
   const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
-  const state = { source: null, opts: null, t0: null, lens: {}, figs: {}, retry: 0, received: 0, loaded: false };
+  const state = { source: null, opts: null, t0: null, lens: {}, figs: {}, retry: 0, received: 0, loaded: false,
+                  texts: {} };
   // The query string the page was opened with: Gradio selects its first tab while mounting, before the app's
   // load handler has read ?run= and ?tab=.
   const initialSearch = window.location.search;
@@ -72,6 +73,7 @@
   }
 
   function drawMissing() {
+    paintTexts();
     if (!window.Plotly) return;
     for (const pid of Object.keys(state.figs)) {
       const fig = state.figs[pid];
@@ -172,17 +174,38 @@
     document.body.dataset.grpoEvents = String(state.received);
   }
 
+  // The last status and findings are kept and written again whenever their boxes are new or were emptied: Gradio
+  // renders a tab's content when it is first shown (and again on re-renders), often after the only message of a
+  // finished run arrived. A box remembers what was written into it (a property, not its normalised innerHTML).
+  function paint(id, html) {
+    const box = el(id);
+    if (!box || html === undefined || html === null) return;
+    if (box.grpoHtml === html && box.innerHTML) return;
+    box.innerHTML = html;
+    box.grpoHtml = html;
+  }
+
+  function paintTexts() {
+    paint("live-status", state.texts.status);
+    paint("live-findings", state.texts.findings);
+    const cancel = document.querySelector("#cancel-btn");
+    if (cancel && state.texts.active !== undefined) cancel.disabled = !state.texts.active;
+  }
+
+  function statusText(text) {
+    const div = document.createElement("div");
+    div.textContent = text;
+    state.texts.status = div.innerHTML;
+    paintTexts();
+  }
+
   function applyText(msg) {
     if (msg.status) {
-      const box = el("live-status");
-      if (box) box.innerHTML = msg.status.html;
-      const cancel = document.querySelector("#cancel-btn");
-      if (cancel) cancel.disabled = !msg.status.active;
+      state.texts.status = msg.status.html;
+      state.texts.active = msg.status.active;
     }
-    if (msg.findings !== null && msg.findings !== undefined) {
-      const box = el("live-findings");
-      if (box) box.innerHTML = msg.findings;
-    }
+    if (msg.findings !== null && msg.findings !== undefined) state.texts.findings = msg.findings;
+    paintTexts();
     if (msg.log !== null && msg.log !== undefined) {
       const pre = el("live-log");
       if (pre) {
@@ -226,9 +249,20 @@
         o.xaxis === opts.xaxis && state.source.readyState !== EventSource.CLOSED) return;  // already following it
     if (state.source) { state.source.close(); state.source = null; }
     clearTimeout(state.timer);
+    const other = !o || o.run !== opts.run;
     state.opts = opts;
     state.samples = undefined;
     setParam("run", run || null);
+    // The chart settings travel with a copied link (defaults are left out of it).
+    setParam("smoothing", opts.smoothing === 0.6 ? null : String(opts.smoothing));
+    setParam("log_y", opts.logY ? "1" : null);
+    setParam("x", opts.xaxis === "step" ? null : opts.xaxis);
+    if (other) {  // a different run: nothing of the previous one stays on the page under the new name
+      state.texts = { findings: "" };
+      statusText(run ? "Opening run " + run + "…" : "");
+      const pre = el("live-log");
+      if (pre) { pre.textContent = ""; delete pre.dataset.filled; }
+    }
     if (!run) { placeholders("Select a run (or launch one from New run)."); return; }
     placeholders("Waiting for the first log record…");
     connect(null);
@@ -247,15 +281,13 @@
     source.addEventListener("refused", e => {
       // Over the per-user cap of open streams: say why, and try again later (other tabs may have closed by then).
       source.close();
-      const box = el("live-status");
-      if (box) box.textContent = JSON.parse(e.data).error;
+      statusText(JSON.parse(e.data).error);
       state.timer = setTimeout(() => { if (state.source === source) connect(null); }, 10000);
     });
     source.onerror = () => {
       // EventSource reconnects by itself (sending Last-Event-ID); after a refusal (404/400) it stops: say so.
       if (source.readyState === EventSource.CLOSED && state.source === source) {
-        const box = el("live-status");
-        if (box && !box.innerHTML) box.textContent = "No such run among yours.";
+        if (!Object.keys(state.figs).length) statusText("No such run among yours.");
         state.retry = Math.min(5, state.retry + 1);
         state.timer = setTimeout(() => { if (state.source === source) connect(null); }, 1000 * state.retry);
       }
@@ -276,8 +308,13 @@
 
   // A deep link starts following its run at once, with the page's default options, while Gradio is still starting;
   // the app's own call with the same run and options then keeps this stream.
-  const linked = new URLSearchParams(initialSearch).get("run");
-  if (linked) open(linked, 0.6, false, "step");
+  const linkedQuery = new URLSearchParams(initialSearch);
+  const linked = linkedQuery.get("run");
+  if (linked) {
+    const sm = Number(linkedQuery.get("smoothing") || "0.6");
+    open(linked, isFinite(sm) ? Math.min(0.99, Math.max(0, sm)) : 0.6, linkedQuery.get("log_y") === "1",
+         linkedQuery.get("x") || "step");
+  }
 
-  window.grpoLive = { open, setTab, loaded, state, initialSearch };
+  window.grpoLive = { open, setTab, setParam, loaded, state, initialSearch };
 })();
