@@ -150,7 +150,6 @@ def forecast_cell(store: Store, run: Run, saved: dict[str, tuple[str, str]] | No
 def _cell(store: Store, run: Run) -> str:
     from grpo_dashboard.health.fits import FLAT_MODELS
     from grpo_dashboard.health.forecast import forecast
-
     from grpo_dashboard.health.series import MetricFrame
 
     # The cell's numbers (plateau, its step, the fitted family) come from the reward series alone; the rest of the
