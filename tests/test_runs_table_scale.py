@@ -158,3 +158,30 @@ def test_the_forecast_cell_from_the_reward_alone_equals_the_whole_frames(tmp_pat
         else f"{fc.plateau_reward['value']:.3g}" + (f" by {step}" if step is not None else "")
     )
     assert forecast_view._cell(store, run) == expected
+
+
+def test_a_finished_runs_stop_step_and_fit_stay_within_max_steps(tmp_path: Path) -> None:
+    """A run still rising when it reached max_steps: the fit's own stop step lies past the run's end; the run page
+    recommends the end itself, in its table and on the chart, and draws the fit no further."""
+    from grpo_dashboard.health.forecast import forecast
+    from grpo_dashboard.views import forecast as forecast_view
+
+    store = Store()
+    path = new_run(store, tmp_path)
+    path.write_text('{"v": 1, "type": "event", "event": "started", "time": 1000.0, "max_steps": 60}\n')
+    append_log(path, range(1, 61), reward=lambda s: 0.9 - 0.8 * math.exp(-s / 40.0) + 0.01 * math.sin(s))
+    with path.open("a") as f:
+        f.write('{"v": 1, "type": "event", "event": "finished", "time": 2000.0, "step": 60}\n')
+    ingest_file(store, "r1", path)
+    store.finish_run("r1", "completed")
+    run = store.get_run("r1")
+    raw = forecast(run_data.metric_frame(store, "r1"), {"max_steps": 60})
+    assert raw.stop_step["value"] > 60  # what the fit alone says
+    fc = forecast_view.run_forecast(store, run)
+    assert fc.max_steps == 60 and fc.stop_step["value"] == 60
+    curves = forecast_view.forecast_curves(fc, store, run)
+    assert curves["stop_step"] == 60 and max(curves["fit"]["x"]) == 60
+    (row,) = [
+        line for line in forecast_view.forecast_markdown(fc).splitlines() if line.startswith("| Recommended stop step")
+    ]
+    assert row.split("|")[2].strip() == "60", row

@@ -143,7 +143,11 @@ def test_launch_watch_completions_and_cancel(page: Any, app_url: tuple[str, Stor
     # A second run, canceled from its detail page.
     launch_from_form(page, max_steps=300)
     second_id = current_run_id(page, store, {run_id})
+    # Launch moves the page to the new run at once: the URL a user copies now names it, and the status line never
+    # shows the previous run under it.
+    page.wait_for_function(f"() => new URLSearchParams(location.search).get('run') === '{second_id}'", timeout=10_000)
     page.wait_for_function(f"() => document.querySelector('#detail-status').innerText.includes('{second_id}')")
+    assert run_id not in page.locator("#detail-status").inner_text()
     page.once("dialog", lambda d: d.accept())  # Cancel asks first
     page.locator("#cancel-btn").click()
     wait_for(lambda: store.get_run(second_id).status in TERMINAL, timeout=120)

@@ -50,7 +50,18 @@ def run_forecast(store: Store, run: Run, price_per_hour: float | None = None) ->
         hints["elapsed_s"] = max(0.0, run.last_time - run.started_at)
     price = price_per_hour if price_per_hour is not None else run_price(run)
     fc = forecast(metric_frame(store, run.id), hints, price_per_hour=price)
+    within_plan(fc)
     _CACHE.put(key, (token, fc, time.monotonic()))
+    return fc
+
+
+def within_plan(fc: Any) -> Any:
+    """The forecast's stop step held to the run's plan: never past `max_steps` (a run that reached its end is
+    stopped there, whatever the fit's own 99 % step says), so the panel's table and the chart's marker show one
+    recommendation inside the run. Returns `fc`, changed in place."""
+    stop = getattr(fc, "stop_step", None)
+    if stop and fc.max_steps and stop.get("value") is not None and stop["value"] > fc.max_steps:
+        fc.stop_step = {"value": fc.max_steps, "low": fc.max_steps, "high": fc.max_steps}
     return fc
 
 
@@ -175,7 +186,8 @@ def forecast_curves(fc: Any, store: Store, run: Run) -> dict[str, Any] | None:
     series, _ = reward_series(metric_frame(store, run.id))
     if series is None:
         return None
-    end = float(max(fc.max_steps or 0, series.steps[-1]))
+    # To the planned end (or the last logged step): never wider, so the fit does not stretch the chart's x axis.
+    end = float(fc.max_steps or series.steps[-1])
     x = np.linspace(float(series.steps[0]), end, 200)
     y = fc.curve(x)
     spread = fc.plateau_reward["high"] - fc.plateau_reward["value"] if fc.plateau_reward else 0.0

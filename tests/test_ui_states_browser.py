@@ -1,0 +1,219 @@
+"""Broken states a newcomer hit on the run page, each reproduced in headless Chromium against the real app: a
+finished run's status and health on a deep link and after re-renders (also at phone width), Compare's choices for
+runs made after the page loaded with its selection in the URL, chart settings in the URL, a YAML value the dropdown
+cannot show, and help text without raw Markdown escapes. (Launch moving the page to the new run at once is checked
+on a real launch in test_ui_browser.py.)"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grpo_dashboard.spec import presets
+from grpo_dashboard.store.db import ACTIVE, Run, Store
+from grpo_dashboard.store.ingest import ingest_file
+from grpo_dashboard.ui import build_app, launch_options
+
+from .conftest import free_port
+from .test_ui_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+
+pytestmark = pytest.mark.browser
+
+POINTS = "() => Number(document.body.dataset.grpoPoints || 0)"
+
+
+def finished_run(store: Store, data: Path, run_id: str, steps: int = 40, t0: float | None = None) -> None:
+    """A completed local run, its metrics.jsonl ingested as the monitor would (started, logs, finished)."""
+    run_dir = data / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    t0 = t0 or time.time() - 600
+    lines = [{"v": 1, "type": "event", "event": "started", "time": t0, "max_steps": steps}]
+    for s in range(1, steps + 1):
+        m = {
+            "reward": 0.2 + 0.5 * s / steps,
+            "reward_std": 0.3,
+            "frac_reward_zero_std": 0.1,
+            "kl": 0.01,
+            "loss": 0.01,
+            "entropy": 1.0 - 0.01 * s,
+            "grad_norm": 1.0,
+            "completions/mean_length": 20.0,
+            "completions/clipped_ratio": 0.0,
+            "rewards/acc/mean": s / steps,
+            "rewards/acc/std": 0.2,
+        }
+        lines.append({"v": 1, "type": "log", "split": "train", "step": s, "time": t0 + s, "metrics": m})
+    lines.append({"v": 1, "type": "event", "event": "finished", "time": t0 + steps + 1, "step": steps})
+    path = run_dir / "metrics.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    spec = presets.preset_yaml(presets.DEFAULT_PRESET).replace("name: smoke", f"name: {run_id}", 1)
+    store.insert_run(
+        Run(
+            id=run_id,
+            name=run_id,
+            spec_yaml=spec,
+            backend="local",
+            status="queued",
+            created_at=t0,
+            run_dir=str(run_dir),
+        )
+    )
+    ingest_file(store, run_id, path)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    data = tmp_path_factory.mktemp("states-browser-data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRPO_DASHBOARD_DATA_DIR", str(data))
+        store = Store()
+        finished_run(store, data, "first-run", t0=time.time() - 900)
+        finished_run(store, data, "done-run")
+        demo = build_app(store)
+        _, url, _ = demo.launch(
+            prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True, **launch_options()
+        )
+        try:
+            yield {"url": url, "store": store, "demo": demo, "data": data}
+        finally:
+            for run in store.list_runs(status=list(ACTIVE)):
+                store.finish_run(run.id, "canceled")
+            demo.close()
+            demo.monitor.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM.exists():
+        pytest.skip("needs Debian's chromium at /usr/bin/chromium")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _page(browser: Any, request: pytest.FixtureRequest, width: int, height: int) -> Iterator[Any]:
+    pg = browser.new_page(viewport={"width": width, "height": height}, is_mobile=width < 600)
+    pg.set_default_timeout(60_000)
+    pg.console_errors = []
+    pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
+    failed = request.session.testsfailed
+    yield pg
+    if request.session.testsfailed > failed:
+        ARTIFACTS.mkdir(exist_ok=True)
+        pg.screenshot(path=str(ARTIFACTS / f"failure-{request.node.name}.png"), full_page=True)
+    pg.close()
+
+
+@pytest.fixture
+def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    yield from _page(browser, request, 1440, 900)
+
+
+@pytest.fixture
+def phone(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    yield from _page(browser, request, 390, 844)
+
+
+def text_of(selector: str) -> str:
+    return f"(document.querySelector('{selector}') || {{}}).innerText || ''"
+
+
+def wait_status_and_health(pg: Any, run_id: str) -> None:
+    pg.wait_for_function(f"() => ({POINTS})() >= 1")
+    pg.wait_for_function(f"() => ({text_of('#live-status')}).includes('{run_id}')")
+    pg.wait_for_function(f"() => ({text_of('#live-status')}).includes('completed')")
+    pg.wait_for_function(f"() => ({text_of('#live-findings')}).trim().length > 0")
+
+
+# State 2: a finished run's deep link shows charts, status and health, on reload and after re-renders too.
+def test_a_finished_runs_link_shows_status_and_health_after_any_render(page: Any, served: dict) -> None:
+    for _ in range(2):  # open, then reload
+        page.goto(served["url"] + "?run=done-run&tab=detail")
+        wait_status_and_health(page, "done-run")
+    # Leave the tab and come back: Gradio renders the tab's content again; the finished run sends nothing new.
+    page.get_by_role("tab", name="Runs", exact=True).click()
+    page.get_by_role("tab", name="Run detail", exact=True).click()
+    wait_status_and_health(page, "done-run")
+    # Another run, then back: nothing of the other run stays under this one's name.
+    page.goto(served["url"] + "?run=first-run&tab=detail")
+    wait_status_and_health(page, "first-run")
+    assert "done-run" not in page.evaluate(f"() => {text_of('#live-status')}")
+    assert not page.console_errors
+
+
+def test_the_phone_shows_a_finished_runs_status_and_health(phone: Any, served: dict) -> None:
+    phone.goto(served["url"] + "?run=done-run&tab=detail")
+    wait_status_and_health(phone, "done-run")
+
+
+# State 4: Compare follows runs made after the page loaded; its selection and the chart settings are in the URL.
+def test_compare_choices_follow_new_runs_and_the_selection_survives_a_reload(page: Any, served: dict) -> None:
+    page.goto(served["url"])
+    page.wait_for_selector("#validate-btn")
+    page.wait_for_function("() => window.grpoLive && window.grpoLive.state.loaded")
+    finished_run(served["store"], served["data"], "late-run")  # launched after the page loaded
+    page.get_by_role("tab", name="Compare", exact=True).click()
+    page.wait_for_function(f"() => ({text_of('#compare-runs')}).includes('late-run')")  # preselected, newest two
+    page.wait_for_function(f"() => ({text_of('#compare-runs')}).includes('done-run')")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('compare') === 'late-run,done-run'")
+    page.wait_for_function("() => !!document.querySelector('#compare-plot .js-plotly-plot')")
+    page.reload()
+    page.get_by_role("tab", name="Compare", exact=True).click()
+    page.wait_for_function(f"() => ({text_of('#compare-runs')}).includes('late-run')")
+    assert "first-run" not in page.evaluate(f"() => {text_of('#compare-runs')}")
+
+
+def test_chart_settings_travel_with_the_link(page: Any, served: dict) -> None:
+    page.goto(served["url"] + "?run=done-run&tab=detail&smoothing=0.2&log_y=1")
+    page.wait_for_function(f"() => ({POINTS})() >= 1")
+    page.wait_for_function("() => document.querySelector('#log-y input').checked")
+    assert page.locator("#smoothing input[type=number]").input_value() == "0.2"
+    query = page.evaluate("() => Object.fromEntries(new URLSearchParams(location.search))")
+    assert query["smoothing"] == "0.2" and query["log_y"] == "1" and query["run"] == "done-run"
+
+
+# State 1: a YAML value the dropdown cannot show is reported on its field, and later edits keep reaching the YAML.
+def test_a_yaml_choice_the_dropdown_lacks_is_reported_and_edits_keep_flowing(page: Any, served: dict) -> None:
+    page.goto(served["url"])
+    page.wait_for_selector("#spec-yaml .cm-content")
+    text = page.locator("#spec-yaml .cm-content").inner_text()
+    assert "training:" in text
+    bad = text.replace("training:", "training:\n  loss_type: foo", 1)
+    page.locator("#spec-yaml .cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(bad)
+    field = "#field-training-loss-type"
+    page.wait_for_function(f"() => ({text_of(field)}).includes('must be one of')")
+    assert page.locator(f"{field} input").input_value() == "foo"  # shown, not blanked
+    assert "'grpo'" in page.locator(field).inner_text()
+    # A later edit of another field reaches the YAML, which keeps the value it had.
+    box = page.locator("#field-training-max-steps input")
+    box.fill("3")
+    box.press("Tab")
+    page.wait_for_function("() => document.querySelector('#spec-yaml').innerText.includes('max_steps: 3')")
+    assert "loss_type: foo" in page.locator("#spec-yaml").inner_text()
+    page.locator("#validate-btn").click()
+    page.wait_for_function(f"() => ({text_of('#new-run-summary')}).includes('the launch')")
+    summary = page.locator("#new-run-summary").inner_text()
+    assert "training.loss_type" in summary and "must be one of" in summary
+    assert page.locator(".toast-body").filter(has_text="not in the list of choices").count() == 0
+    assert page.locator("text=Error").count() < 3  # no red badge over every field
+
+
+# State 6: help text reads as text (no Markdown escapes, no escaped tags).
+def test_help_text_has_no_raw_markdown_escapes(page: Any, served: dict) -> None:
+    page.goto(served["url"])
+    page.wait_for_selector("#validate-btn")
+    infos = page.evaluate("() => Array.from(document.querySelectorAll('.info-text')).map(e => e.innerText)")
+    assert len(infos) > 20
+    raw = [t for t in infos if "\\_" in t or "\\[" in t or "\\*" in t or "&lt;" in t or "&gt;" in t]
+    assert not raw, raw[:3]
+    batch = page.locator("#field-training-per-device-train-batch-size").inner_text()
+    assert "per_device" in batch or "batch" in batch
