@@ -2,12 +2,13 @@
 
 Three figures, each for both dashboards:
 
-- deep link -> first chart: a fresh page opened on a finished run's link (ours `?run=ID&tab=detail`, trackio's
+- deep link -> first chart: a fresh page opened on a finished run's link (ours: the full app's
+  `?run=ID&tab=detail` and the light run page's `/grpo/run?run=ID`; trackio's
   `?project=P&runs=NAME`) until its first chart has drawn points (ours: the reward chart's logged points, as
   `data-grpo-points`; trackio: a chart canvas of the plot grid); median of `--loads` fresh pages;
 - page open -> usable: the same fresh page until the first chart is drawn *and* the page's controls are wired
-  (ours: the app's load handler has filled the pickers, `grpoLive.state.loaded`; trackio: its run list's
-  checkboxes are on the page); median of `--loads`;
+  (ours: the app's load handler has filled the pickers, `grpoLive.state.loaded`; the light page: the run's status
+  is on it; trackio: its run list's checkboxes are on the page); median of `--loads`;
 - record written -> drawn, p95 (and p50): a live run fed one GRPO record every `--interval` s (ours: the synthetic
   job writer of live_app.py appending to metrics.jsonl, ingested by the app's monitor; trackio: a writer process
   calling its SQLite storage's `bulk_log` with one record, as `trackio.log` ends up doing), each stamped with the
@@ -56,6 +57,8 @@ TARGET_FIRST_S, TARGET_USABLE_S, TARGET_P95_S = 1.0, 1.5, 0.5
 
 OURS_FIRST = "() => Number(document.body.dataset.grpoPoints || 0) > 0"
 OURS_USABLE = f"() => ({OURS_FIRST})() && !!(window.grpoLive && window.grpoLive.state.loaded)"
+# The light run page (/grpo/run) has no Gradio: usable once its first chart and the run's status are on it.
+LIGHT_USABLE = f"() => ({OURS_FIRST})() && !!document.getElementById('live-status').innerText.trim()"
 PEER_FIRST = """() => Array.from(document.querySelectorAll('.plot canvas')).some(c => c.width > 0 && c.height > 0)"""
 PEER_USABLE = f"() => ({PEER_FIRST})() && document.querySelectorAll('input[type=checkbox]').length > 0"
 
@@ -255,6 +258,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 ours_first, ours_usable = fresh_loads(
                     browser, f"{url}?run=done-run&tab=detail", OURS_FIRST, OURS_USABLE, args.loads
                 )
+                fresh_loads(browser, f"{url}grpo/run?run=done-run", OURS_FIRST, LIGHT_USABLE, 1)
+                light_first, light_usable = fresh_loads(
+                    browser, f"{url}grpo/run?run=done-run", OURS_FIRST, LIGHT_USABLE, args.loads
+                )
                 peer_first, peer_usable = fresh_loads(
                     browser, f"{peer_url}?project={PROJECT}&runs=done-run", PEER_FIRST, PEER_USABLE, args.loads
                 )
@@ -311,6 +318,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "ours_first_s": ours_first,
         "peer_first_s": peer_first,
         "ours_usable_s": ours_usable,
+        "light_first_s": light_first,
+        "light_usable_s": light_usable,
         "peer_usable_s": peer_usable,
         "ours_p50_s": statistics.median(ours_lat),
         "peer_p50_s": statistics.median(peer_lat),
@@ -324,13 +333,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     print(common.TABLE_HEAD)
     rows = (
-        ("deep link -> first chart (median)", "first", TARGET_FIRST_S),
-        ("page open -> usable (median)", "usable", TARGET_USABLE_S),
-        ("record written -> drawn, p50", "p50", None),
-        ("record written -> drawn, p95", "p95", TARGET_P95_S),
+        ("light run page: deep link -> first chart (median)", "light", "first", TARGET_FIRST_S),
+        ("light run page: page open -> usable (median)", "light", "usable", TARGET_USABLE_S),
+        ("full app: deep link -> first chart (median)", "ours", "first", TARGET_FIRST_S),
+        ("full app: page open -> usable (median)", "ours", "usable", TARGET_USABLE_S),
+        ("record written -> drawn, p50 (full app)", "ours", "p50", None),
+        ("record written -> drawn, p95 (full app)", "ours", "p95", TARGET_P95_S),
     )
-    for label, key, target in rows:
-        a, b = figures[f"ours_{key}_s"], figures[f"peer_{key}_s"]
+    for label, side, key, target in rows:
+        a, b = figures[f"{side}_{key}_s"], figures[f"peer_{key}_s"]
         print(
             common.row(
                 label,

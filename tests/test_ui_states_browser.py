@@ -217,3 +217,44 @@ def test_help_text_has_no_raw_markdown_escapes(page: Any, served: dict) -> None:
     assert not raw, raw[:3]
     batch = page.locator("#field-training-per-device-train-batch-size").inner_text()
     assert "per_device" in batch or "batch" in batch
+
+
+# The light run page: charts first (six or more above the fold at 1440 x 900), status and health, on the stream.
+ABOVE_FOLD = """() => Array.from(document.querySelectorAll('.grpo-panel')).filter(p =>
+  p.querySelector('.js-plotly-plot') && p.getBoundingClientRect().bottom <= window.innerHeight).length"""
+
+
+def test_the_light_run_page_draws_charts_first_with_status_and_health(page: Any, served: dict) -> None:
+    page.goto(served["url"] + "grpo/run?run=done-run")
+    wait_status_and_health(page, "done-run")
+    page.wait_for_function(f"() => ({ABOVE_FOLD})() >= 6")
+    href = page.locator("#full-link").get_attribute("href")
+    assert href == "/?run=done-run&tab=detail"
+    assert not page.console_errors
+
+
+def test_the_light_run_page_on_a_phone_opens_on_a_chart(phone: Any, served: dict) -> None:
+    phone.goto(served["url"] + "grpo/run?run=done-run")
+    wait_status_and_health(phone, "done-run")
+    top = phone.locator("#plot-reward .js-plotly-plot").evaluate("e => e.getBoundingClientRect().top")
+    width = phone.locator("#plot-reward .js-plotly-plot").evaluate("e => e.getBoundingClientRect().width")
+    assert top < 200 and width <= 390
+
+
+def test_the_light_run_page_echoes_nothing_and_shows_no_other_run(served: dict) -> None:
+    """Attack: the page's HTML is the same whatever the query says (nothing reflected), and a run that does not
+    exist (or is not the visitor's) gets nothing from the stream."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    base = served["url"] + "grpo/run"
+    evil = "<script>alert(1)</script>\"'><img src=x onerror=alert(2)>"
+    with urllib.request.urlopen(base, timeout=30) as r:  # localhost
+        plain = r.read()
+    with urllib.request.urlopen(base + "?run=" + urllib.parse.quote(evil), timeout=30) as r:  # localhost
+        attacked = r.read()
+    assert attacked == plain and b"alert(" not in attacked
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(served["url"] + "grpo/live?run=" + urllib.parse.quote(evil), timeout=30)  # localhost
+    assert err.value.code in (400, 404)

@@ -143,6 +143,7 @@ ROUTES: dict[str, Route] = {
     "/manifest.json": Route(ANYONE, _STATIC),
     "/grpo/static/{name}": Route(ANYONE, "plotly.js and the live page's script"),
     "/grpo/live": Route(ANYONE, "a run's live stream (the user's own runs only; streams capped per user)"),
+    "/grpo/run": Route(ANYONE, "the light run page (the same static HTML for everyone; its data is /grpo/live's)"),
     "/login/huggingface": Route(ANYONE, "start the Hugging Face sign-in"),
     "/login/callback": Route(ANYONE, "finish the Hugging Face sign-in"),
     "/logout": Route(ANYONE, "sign out"),

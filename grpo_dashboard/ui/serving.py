@@ -157,6 +157,9 @@ def install_routes(app: Any, ctx: Any) -> Any:
         return FileResponse(found[0], media_type=found[1], headers={"Cache-Control": "public, max-age=3600"})
 
     app.router.routes.insert(0, Route(STATIC_PATH + "/{name}", static, methods=["GET"]))
+    from grpo_dashboard.ui import run_page
+
+    run_page.install(app, STATIC_PATH)  # the light run page: static HTML on the same stream
     return stream.install(app, ctx, lambda request: request_user(ctx, request))
 
 

@@ -1,0 +1,82 @@
+"""The light run page, `GET /grpo/run?run=ID`: a run's live charts, status and health without Gradio's frontend.
+
+The full dashboard's run page waits for Gradio to mount every tab's components (the New-run form alone is about a
+hundred) before its first chart; this page is plain HTML with plotly.js and the same page script (static/live.js),
+following the same stream (`/grpo/live`, which checks who may see the run), so a shared link opens charts first.
+The HTML is the same for everyone and echoes nothing from the request: the run id is read by the script from the
+URL and sent to the stream, whose answer is the only data the page shows.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from grpo_dashboard.views import charts
+
+PATH = "/grpo/run"
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 0; padding: 8px 14px; color: #1f2328; }
+header { display: flex; gap: 14px; align-items: baseline; flex-wrap: wrap; margin-bottom: 4px; }
+header h1 { font-size: 16px; margin: 0; }
+header a { font-size: 13px; }
+#live-status { font-size: 13px; }
+#live-status p { margin: 0.1em 0; }
+details { font-size: 13px; margin: 4px 0; }
+/* Charts first: three to a row on a laptop screen (six above the fold at 1440 x 900), one on a phone. */
+.grpo-grid { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 8px; }
+.grpo-panel { min-height: 250px; min-width: 0; }
+.grpo-panel .js-plotly-plot, .grpo-panel .grpo-gd { height: 250px; }
+.grpo-placeholder { border: 1px dashed #c8d4e3; border-radius: 6px; height: 250px; padding: 6px 10px;
+  color: #57606a; box-sizing: border-box; font-size: 13px; }
+.grpo-placeholder h4 { margin: 0 0 6px 0; font-size: 13px; color: #2a3f5f; }
+#plot-other { grid-column: 1 / -1; }
+.grpo-log { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; max-height: 360px;
+  overflow: auto; background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 6px; padding: 8px; }
+@media (max-width: 1100px) { .grpo-grid { grid-template-columns: repeat(2, minmax(0, 1fr)); } }
+@media (max-width: 700px) { .grpo-grid { grid-template-columns: minmax(0, 1fr); } }
+"""
+
+
+def page_html(static_path: str) -> str:
+    """The page: header (links to the full dashboard), status, the charts' grid, then health and the job log
+    folded; `static_path`: where plotly.js and live.js are served."""
+    boxes = []
+    for p in charts.PANELS:
+        title = html.escape(p.title)
+        boxes.append(
+            f'<div class="grpo-panel" id="plot-{p.id}" data-title="{title}" role="figure" aria-label="{title}">'
+            f'<div class="grpo-placeholder"><h4>{title}</h4><p>Loading…</p></div></div>'
+        )
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width, initial-scale=1">'
+        "<title>GRPO Dashboard · run</title>"
+        f"<style>{_STYLE}</style>"
+        f'<script src="{static_path}/plotly.min.js" defer></script>'
+        f'<script src="{static_path}/live.js" defer></script>'
+        "</head><body>"
+        '<header><h1>GRPO Dashboard · run</h1><a id="full-link" href="/">Open in the full dashboard</a></header>'
+        '<div id="live-status" role="status" aria-live="polite"></div>'
+        '<div id="live-charts" class="grpo-grid">' + "".join(boxes) + "</div>"
+        '<details open><summary>Health</summary><div id="live-findings"></div></details>'
+        '<details><summary>Job log</summary><pre id="live-log" class="grpo-log" tabindex="0"></pre></details>'
+        # The full dashboard's link names the same run (read from this page's URL, never from the server).
+        "<script>(function(){var r=new URLSearchParams(location.search).get('run');"
+        "if(r){document.getElementById('full-link').href='/?run='+encodeURIComponent(r)+'&tab=detail';}})();"
+        "</script></body></html>"
+    )
+
+
+def install(app: Any, static_path: str) -> None:
+    """Add the page's route to a Starlette/FastAPI `app` (first, ahead of Gradio's)."""
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Route
+
+    body = page_html(static_path)
+
+    async def page(request: Any) -> Any:
+        return HTMLResponse(body, headers={"Cache-Control": "no-cache"})
+
+    app.router.routes.insert(0, Route(PATH, page, methods=["GET"]))
