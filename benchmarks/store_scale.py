@@ -1,6 +1,7 @@
 """Benchmark: the store at scale, 200 runs x 10,000 steps x 27 GRPO metrics (54 million values).
 
-Targets: the runs table (`overview.runs_frame(store)`, what the Runs tab loads) in < 200 ms, and the database size
+Targets: the runs table (`overview.runs_frame(store)`, what the Runs tab loads) in < 200 ms on a fresh process's first
+load, <= 50 ms on later loads, <= 5 s for the load that diagnoses every never-seen run once, and the database size
 per million metric values, compared with trackio's SQLite database fed the same records.
 
 How:
@@ -42,7 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-TARGET_MS = 200.0
+TARGET_MS = 200.0  # the first load of a fresh process
+TARGET_LATER_MS = 50.0  # later loads (the Runs tab's timer reloads the table every 2 s)
+TARGET_FIRST_PASS_S = 5.0  # the load that diagnoses every never-seen run once
 PROJECT = "bench"
 
 
@@ -269,8 +272,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{never_seen['first_s'] * 1e3:,.0f} ms",
             "-",
             "-",
-            "(orientation)",
-            None,
+            f"<= {TARGET_FIRST_PASS_S:.0f} s",
+            never_seen["first_s"] <= TARGET_FIRST_PASS_S,
         )
     )
     rows.append(
@@ -279,8 +282,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{timed['later_s'] * 1e3:,.1f} ms",
             peer_later,
             "-",
-            "< 200 ms",
-            timed["later_s"] * 1e3 < TARGET_MS,
+            f"<= {TARGET_LATER_MS:.0f} ms",
+            timed["later_s"] * 1e3 <= TARGET_LATER_MS,
         )
     )
     print(common.TABLE_HEAD)
