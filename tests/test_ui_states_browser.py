@@ -220,7 +220,7 @@ def test_help_text_has_no_raw_markdown_escapes(page: Any, served: dict) -> None:
 
 
 # The light run page: charts first (six or more above the fold at 1440 x 900), status and health, on the stream.
-ABOVE_FOLD = """() => Array.from(document.querySelectorAll('.grpo-panel')).filter(p =>
+ABOVE_FOLD = """() => Array.from(document.querySelectorAll('.grpo-panel')).filter(p => p.offsetParent !== null &&
   p.querySelector('.js-plotly-plot') && p.getBoundingClientRect().bottom <= window.innerHeight).length"""
 
 
@@ -228,6 +228,9 @@ def test_the_light_run_page_draws_charts_first_with_status_and_health(page: Any,
     page.goto(served["url"] + "grpo/run?run=done-run")
     wait_status_and_health(page, "done-run")
     page.wait_for_function(f"() => ({ABOVE_FOLD})() >= 6")
+    # Panels this run cannot fill (agent tools on an ordinary run) are hidden, named in one line; KL's note stays.
+    page.wait_for_function(f"() => ({text_of('#live-hidden')}).includes('Tool calls')")
+    assert not page.locator("#plot-tools").is_visible() and page.locator("#plot-kl").is_visible()
     href = page.locator("#full-link").get_attribute("href")
     assert href == "/?run=done-run&tab=detail"
     assert not page.console_errors

@@ -32,6 +32,7 @@ details { font-size: 13px; margin: 4px 0; }
   color: #57606a; box-sizing: border-box; font-size: 13px; }
 .grpo-placeholder h4 { margin: 0 0 6px 0; font-size: 13px; color: #2a3f5f; }
 #plot-other { grid-column: 1 / -1; }
+.grpo-hidden-note { font-size: 12px; color: #57606a; margin: 4px 0; }
 .grpo-log { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; max-height: 360px;
   overflow: auto; background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 6px; padding: 8px; }
 @media (max-width: 1100px) { .grpo-grid { grid-template-columns: repeat(2, minmax(0, 1fr)); } }

@@ -4,7 +4,10 @@
 (function () {
   "use strict";
   const STREAM = "/grpo/live";
-  const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
+  // No upload to Plotly's cloud; on a phone no toolbar over the chart titles (pinch and tap still work).
+  const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"],
+                   showSendToCloud: false, showEditInChartStudio: false,
+                   displayModeBar: window.matchMedia && window.matchMedia("(max-width: 700px)").matches ? false : "hover" };
   const state = { source: null, opts: null, t0: null, lens: {}, figs: {}, retry: 0, received: 0, loaded: false,
                   texts: {} };
   // The query string the page was opened with: Gradio selects its first tab while mounting, before the app's
@@ -162,7 +165,44 @@
     }
   }
 
+  // Panels a run cannot fill (agent tools, async rollouts on an ordinary run) are hidden once the run logs, with
+  // one line naming them; a panel keeps its place when it has points or a note (KL not logged: beta is 0), and
+  // comes back as soon as a delta brings it points.
+  function points(fig) {
+    const data = (fig.gd && fig.gd.data) || fig.data || [];
+    return Math.max(0, ...data.filter(t => t.meta && t.meta.s).map(t => (t.x ? t.x.length : 0)));
+  }
+
+  const GENERIC_NOTE = "not logged (yet)";  // views/charts.py's note of a panel with no series
+
+  function hideEmpty() {
+    const reward = state.figs.reward;
+    if (!reward || !points(reward)) return;
+    const hidden = [];
+    document.querySelectorAll("#live-charts .grpo-panel").forEach(box => {
+      const pid = box.id.replace(/^plot-/, "");
+      const fig = state.figs[pid];
+      // A note that says why (KL with beta 0, no system samples) keeps its panel; the generic one does not.
+      const notes = fig && fig.layout && (fig.layout.annotations || []).some(a => a.text && a.text !== GENERIC_NOTE);
+      const empty = !fig || (!points(fig) && !notes);
+      if (box.style.display !== (empty ? "none" : "")) box.style.display = empty ? "none" : "";  // no mutation loop
+      if (empty) hidden.push(box.dataset.title || pid);
+    });
+    let line = el("live-hidden");
+    if (!line) {
+      const grid = el("live-charts");
+      if (!grid) return;
+      line = document.createElement("p");
+      line.id = "live-hidden";
+      line.className = "grpo-hidden-note";
+      grid.parentNode.insertBefore(line, grid.nextSibling);
+    }
+    const text = hidden.length ? "Not shown, nothing logged for them by this run: " + hidden.join(", ") + "." : "";
+    if (line.textContent !== text) line.textContent = text;
+  }
+
   function markDrawn() {
+    hideEmpty();
     const gd = document.querySelector("#plot-reward .js-plotly-plot");
     // Logged series only (traces with a series in meta): the forecast's fit is drawn to max_steps at once.
     const logged = gd && gd.data ? gd.data.filter(t => t.meta && t.meta.s) : [];
@@ -226,7 +266,10 @@
 
   function placeholders(note) {
     state.figs = {};
+    const line = el("live-hidden");
+    if (line) line.textContent = "";
     document.querySelectorAll("#live-charts .grpo-panel").forEach(box => {
+      box.style.display = "";
       const gd = box.querySelector(".grpo-gd");
       if (gd && window.Plotly) Plotly.purge(gd);
       if (gd) gd.remove();
