@@ -278,7 +278,8 @@ def _wire_page_state(
         ids = [value for _, value in choices]
         chosen = [r for r in (query.get("compare") or "").split(",") if r in ids]
         settings_ = chart_settings(query)
-        _, smoothing, log_y, xaxis = det.live_inputs or [None] * 4
+        assert det.live_inputs is not None  # set by detail.build
+        _, smoothing, log_y, xaxis = det.live_inputs
         return {
             det.run: gr.update(choices=choices, value=run_id),
             compare_dd: gr.update(choices=choices, value=chosen),  # the newest two once Compare is opened
