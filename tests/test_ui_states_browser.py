@@ -145,6 +145,7 @@ def test_a_finished_runs_link_shows_status_and_health_after_any_render(page: Any
     page.goto(served["url"] + "?run=first-run&tab=detail")
     wait_status_and_health(page, "first-run")
     assert "done-run" not in page.evaluate(f"() => {text_of('#live-status')}")
+    assert page.locator("#light-link").get_attribute("href") == "/grpo/run?run=first-run"
     assert not page.console_errors
 
 

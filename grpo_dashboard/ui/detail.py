@@ -241,6 +241,13 @@ def build(ctx: UiContext) -> DetailTab:
         )
         cancel_btn = gr.Button("Cancel run", variant="stop", scale=1, elem_id="cancel-btn")
     gr.HTML('<div id="live-status" role="status" aria-live="polite"></div>', elem_id="detail-status", js_on_load=None)
+    # The light run page of the shown run (live.js keeps the link's run): a link to share that opens charts first.
+    gr.HTML(
+        '<a id="light-link" class="grpo-light-link" href="/grpo/run" target="_blank" rel="noopener">'
+        "Charts-only page of this run (opens fast; a link to share)</a>",
+        elem_id="detail-light-link",
+        js_on_load=None,
+    )
     byo_trl.detail_tools(ctx, run_dd)  # Resume from a checkpoint, Export metrics
     with gr.Accordion("Health", open=True):
         gr.HTML('<div id="live-findings"></div>', elem_id="detail-findings", js_on_load=None)

@@ -226,6 +226,9 @@
   }
 
   function paintTexts() {
+    const light = el("light-link"), run = state.opts && state.opts.run;
+    const href = "/grpo/run" + (run ? "?run=" + encodeURIComponent(run) : "");
+    if (light && light.getAttribute("href") !== href) light.setAttribute("href", href);
     paint("live-status", state.texts.status);
     paint("live-findings", state.texts.findings);
     const cancel = document.querySelector("#cancel-btn");
