@@ -185,3 +185,21 @@ def test_a_finished_runs_stop_step_and_fit_stay_within_max_steps(tmp_path: Path)
         line for line in forecast_view.forecast_markdown(fc).splitlines() if line.startswith("| Recommended stop step")
     ]
     assert row.split("|")[2].strip() == "60", row
+
+
+def test_the_cost_rows_follow_a_typed_price_and_the_page_names_no_cli_flag(tmp_path: Path) -> None:
+    from grpo_dashboard.views import forecast as forecast_view
+
+    store = Store()
+    path = new_run(store, tmp_path)
+    path.write_text('{"v": 1, "type": "event", "event": "started", "time": 1000.0, "max_steps": 400}\n')
+    append_log(path, range(1, 121), reward=lambda s: 0.9 - 0.8 * math.exp(-s / 30.0), step_time=12.0)
+    ingest_file(store, "r1", path)
+    run = store.get_run("r1")
+    panel = forecast_view.forecast_markdown(forecast_view.run_forecast(store, run))
+    assert "--flavor" not in panel and forecast_view.PAGE_PRICE_HINT in panel
+    priced = forecast_view.cost_markdown(store, run, 3.6)
+    # 120 steps of 12 s at $3.60 an hour: $1.44 so far.
+    assert "| Cost so far | $1.44 |" in priced and "Cost to max_steps" in priced
+    assert "must be a number ≥ 0" in forecast_view.cost_markdown(store, run, -1.0)
+    assert "Type the price" in forecast_view.cost_markdown(store, run, None)

@@ -97,6 +97,7 @@ ENDPOINTS: dict[str, Policy] = {
     "open_run": Policy(ANYONE, "open a row of the runs table (the user's own runs only)"),
     "open_run_by_ref": Policy(ANYONE, "open a run by id, prefix or name (the user's own runs only)", max_text=400),
     "run_choices": Policy(ANYONE, "the run pickers' choices (the user's own runs); " + _CHEAP),
+    "forecast_cost": Policy(ANYONE, "the forecast's cost at a typed price (the user's own runs only)"),
     "compare_choices": Policy(ANYONE, "Compare's run choices when opened (the user's own runs; private)"),
     "page_state": Policy(ANYONE, "the page's run and tab from its URL", max_text=2000),
     "who": Policy(ANYONE, "the sign-in line"),

@@ -251,6 +251,17 @@ def build(ctx: UiContext) -> DetailTab:
     byo_trl.detail_tools(ctx, run_dd)  # Resume from a checkpoint, Export metrics
     with gr.Accordion("Health", open=True):
         gr.HTML('<div id="live-findings"></div>', elem_id="detail-findings", js_on_load=None)
+    with gr.Accordion("Cost", open=False):
+        with gr.Row():
+            price = gr.Number(
+                None,
+                label="Hardware price, USD per hour (all GPUs)",
+                info="the forecast's cost rows use it (an HF Jobs run's flavor price is used without it)",
+                minimum=0,
+                elem_id="cost-price",
+                scale=1,
+            )
+            cost_md = gr.Markdown(elem_id="cost-rows")
     manage = manage_run.build(ctx, run_dd)
     with gr.Tabs(elem_id="detail-tabs", overflow_behavior="wrap"):
         with gr.Tab("Charts", id="charts", elem_id="tab-charts"):
@@ -371,6 +382,24 @@ def build(ctx: UiContext) -> DetailTab:
         None,
         js=FOLLOW_JS,
         api_visibility="private",
+    )
+
+    def cost(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None, usd: Any) -> Any:
+        if not run_id:
+            return "Select a run."
+        try:
+            run = access.get_run(ctx.store, run_id, user_of(ctx, profile, oauth), ctx.settings)
+        except RunNotFound as exc:  # missing, or another user's (AccessDenied)
+            return str(exc)
+        return forecast_view.cost_markdown(ctx.store, run, usd)
+
+    gr.on(
+        [price.submit, price.blur],
+        gate(ctx, "forecast_cost", cost),
+        [run_dd, price],
+        [cost_md],
+        api_name="forecast_cost",
+        show_progress="hidden",
     )
 
     def sort_choices(table: Any) -> Any:

@@ -107,7 +107,7 @@ def forecast_markdown(fc: Any) -> str:
         "|---|---|",
     ]
     for label, band, key, unit in rows:
-        text = _band(band, unit=unit) if band is not None else f"— {why.get(key, '')}"
+        text = _band(band, unit=unit) if band is not None else f"— {_page_reason(why.get(key, ''))}"
         if key == "reward_ceiling" and fc.law:
             text += f"; R² {fc.law['r2']}" + (f", {fc.law['reached']:.0%} reached" if fc.law.get("reached") else "")
         lines.append(f"| {label} | {text} |")
@@ -115,6 +115,42 @@ def forecast_markdown(fc: Any) -> str:
         lines.append(
             f"\nStopping at step {fc.saving['at_step']} would save ${fc.saving['value']:.2f} for an "
             f"expected loss of {fc.saving['reward_loss']:.3g} reward."
+        )
+    return "\n".join(lines)
+
+
+CLI_PRICE_HINT = "pass --flavor for HF Jobs or --price-per-hour"
+PAGE_PRICE_HINT = "type the hardware's price per hour in the Cost field"
+
+
+def _page_reason(reason: str) -> str:
+    """A forecast's reason as the run page says it: the page has a price field, not the CLI's flags."""
+    return reason.replace(CLI_PRICE_HINT, PAGE_PRICE_HINT)
+
+
+def cost_markdown(store: Store, run: Run, price_per_hour: float | None) -> str:
+    """The forecast's cost rows at `price_per_hour` (USD per hour of the run's hardware, all GPUs): so far, to the
+    plateau, to max_steps and what stopping at the recommended step saves; why where it cannot say."""
+    if price_per_hour is None:
+        return "Type the price per hour of the run's hardware (all GPUs, USD) to see what the run costs."
+    if not isinstance(price_per_hour, (int, float)) or not price_per_hour >= 0:
+        return f"✖ **price per hour** = {price_per_hour!r}: must be a number ≥ 0 (USD per hour, all GPUs)."
+    fc = run_forecast(store, run, price_per_hour=float(price_per_hour))
+    if fc is None:
+        return "No metrics logged yet: nothing to cost."
+    rows = [
+        ("Cost so far", fc.cost_so_far, "cost_so_far"),
+        ("Cost to the plateau", fc.cost_to_plateau, "cost_to_plateau"),
+        ("Cost to max_steps", fc.cost_to_max_steps, "cost_to_max_steps"),
+    ]
+    lines = [f"**Cost at ${price_per_hour:g}/h**", "", "| | forecast (90 % band) |", "|---|---|"]
+    for label, band, key in rows:
+        text = _band(band, unit="$", digits=3) if band is not None else f"— {_page_reason(fc.reasons.get(key, ''))}"
+        lines.append(f"| {label} | {text} |")
+    if fc.saving:
+        lines.append(
+            f"\nStopping at step {fc.saving['at_step']} would save ${fc.saving['value']:.2f} for an expected loss of "
+            f"{fc.saving['reward_loss']:.3g} reward."
         )
     return "\n".join(lines)
 
