@@ -195,6 +195,8 @@ def test_another_users_run_cannot_be_viewed(clients: dict[str, Client], two_runs
             [bob_run, two_runs["alice"]], None, 0.0, False, "step", api_name="/compare"
         )
         assert "bob-run" not in json.dumps(plot) and "bob-run" not in json.dumps(diff)
+        cost = clients[who].predict(bob_run, 3.6, api_name="/forecast_cost")
+        assert "among your runs" in cost and "$" not in cost
     out = clients["bob"].predict(*detail_args(bob_run), api_name="/detail_render")
     assert "running" in out[0] and "name: bob-run" in json.dumps(out)
 
