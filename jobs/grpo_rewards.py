@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpo_agents
+import grpo_open_r1
 import grpo_regex
 from grpo_answers import (  # noqa: F401 - re-exported for the dashboard and tests
     _ANSWER_TAG,
@@ -851,6 +852,7 @@ REWARDS: dict[str, RewardDef] = {
             },
         ),
         *grpo_agents.process_rewards(_def),
+        *grpo_open_r1.code_rewards(_def),
         _def(
             "python",
             _python_inline,

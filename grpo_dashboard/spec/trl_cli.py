@@ -44,6 +44,16 @@ def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) ->
         action="append",
         help="A reward to add (TRL name, open-r1 name, built-in or dotted path); repeatable.",
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="Refuse keys that neither TRL nor a known recipe format has (default: ignore them, as `trl grpo` does).",
+    )
+    p.add_argument(
+        "--allow-drop",
+        action="store_true",
+        help="Import without a weighted reward that cannot be reproduced (default: refuse, naming it).",
+    )
     p.add_argument("--json", action="store_true", help="Print the mapping table and the spec as JSON.")
     args = p.parse_args(argv)
     if not Path(args.recipe).is_file():
@@ -51,10 +61,19 @@ def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) ->
         return 2
     overrides = {"model": args.model, "dataset": args.dataset, "rewards": args.reward or []}
     try:
-        result = import_trl(args.recipe, args.trl_version, name=args.name, overrides=overrides, parse=parse)
+        result = import_trl(
+            args.recipe,
+            args.trl_version,
+            name=args.name,
+            overrides=overrides,
+            parse=parse,
+            strict=args.strict,
+            allow_drop=args.allow_drop,
+        )
     except SpecError as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    missing = result.missing()
     text = result.spec.to_yaml()
     if args.json:
         print(
@@ -64,6 +83,8 @@ def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) ->
                     "version_reason": result.version_reason,
                     "trl_check": result.trl_check,
                     "rows": [r.to_dict() for r in result.rows],
+                    "summary": result.summary(),
+                    "missing": missing,
                     "spec": result.spec.to_dict(),
                 },
                 indent=2,
@@ -83,6 +104,17 @@ def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) ->
         )
     elif not args.json:
         print(text)
+    if not args.json:
+        dropped = [f"{r.key}={r.value!r}" for r in result.rows if r.action == "dropped" and r.key == "reward_funcs"]
+        for reward in dropped:
+            print(
+                f"warning: the reward {reward} is dropped (--allow-drop): the spec trains without it.", file=sys.stderr
+            )
+        if missing:
+            from grpo_dashboard.spec.trl_import import missing_hint
+
+            print(f"incomplete: {missing_hint(missing)}.", file=sys.stderr)
+        print(f"import: {result.summary()}.", file=sys.stderr)
     return 0
 
 
