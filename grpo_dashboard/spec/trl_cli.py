@@ -118,6 +118,23 @@ def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) ->
     return 0
 
 
+def _prepare(script: Path, text: str, local: bool) -> None:
+    """Write the prepare script; run it at once when it reads only local files (a Hub dataset: the user runs it)."""
+    script.write_text(text, encoding="utf-8")
+    if not local:
+        print(f"wrote {script}: run it once (it downloads the dataset) before `trl grpo`", file=sys.stderr)
+        return
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        print(f"warning: {script} failed (exit {proc.returncode}); run it again before `trl grpo`:", file=sys.stderr)
+        print("\n".join(tail), file=sys.stderr)
+        return
+    print(f"wrote {script} and ran it: {proc.stdout.strip()}", file=sys.stderr)
+
+
 def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = None) -> int:
     """export-trl SPEC [-o RECIPE]: the flat TRL config of a spec, its rewards module, and the command lines.
 
@@ -141,7 +158,7 @@ def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = Non
     out = Path(args.output) if args.output else Path("recipe.yaml")
     try:
         spec = RunSpec.from_file(args.spec)
-        export = export_trl(spec, out)
+        export = export_trl(spec, out, base=Path.cwd())
     except SpecError as exc:
         print(str(exc), file=sys.stderr)
         return 1
@@ -156,7 +173,18 @@ def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = Non
         if export.rewards_module:
             module = out.parent / f"{export.rewards_module_name}.py"
             module.write_text(export.rewards_module, encoding="utf-8")
-            print(f"wrote {module} (reward_funcs import it: run trl from {out.parent})", file=sys.stderr)
+            print(
+                f"wrote {module} (reward_funcs import it; the recipe's env puts its folder on PYTHONPATH)",
+                file=sys.stderr,
+            )
+        if export.prepare_script:
+            _prepare(
+                out.parent / export.prepare_name,
+                export.prepare_script,
+                local=not (spec.dataset.path or spec.dataset.mixture),
+            )
+    for note in export.notes:
+        print(f"warning: {note}", file=sys.stderr)
     for kind, command in export.commands.items():
         print(f"{kind:>10}: {command}", file=sys.stderr)
     if job_export is not None:

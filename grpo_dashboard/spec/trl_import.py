@@ -630,6 +630,8 @@ class _Mapper:
         for section in ("model", "dataset"):
             for key, value in (h.get(section) or {}).items():
                 setattr(getattr(s, section), key, LoraSpec(**value) if key == "lora" else value)
+        for key in h.get("exported_env") or []:  # what export-trl added for `trl grpo` (the module's folder)
+            s.backend.env.pop(key, None)
         if "backend" in h or "health" in h:
             base = RunSpec.from_dict({"backend": h.get("backend", {}), "health": h.get("health", {})})
             base.backend.num_processes, base.backend.accelerate_config = (
