@@ -36,7 +36,13 @@ from grpo_dashboard.spec.run_spec import (
     RunSpec,
 )
 from grpo_dashboard.spec.trl_parse import HEADER
-from grpo_dashboard.spec.trl_prepare import absolute_paths, needs_prepare, prepare_script, prepared_files
+from grpo_dashboard.spec.trl_prepare import (
+    absolute_paths,
+    needs_prepare,
+    prepare_script,
+    prepared_files,
+    prepares_data,
+)
 from grpo_dashboard.spec.trl_rewards import GENERATED, TRL_REWARDS
 
 
@@ -73,9 +79,9 @@ def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml", base: Pat
     flat: dict[str, Any] = {}
     header: dict[str, Any] = {"name": spec.name}
     notes: list[str] = []
-    prepared = needs_prepare(spec)
+    prepared = prepares_data(spec)
     _put(header, "model", _model(spec.model, flat))
-    if prepared and (spec.dataset.path or spec.dataset.data_files or spec.dataset.mixture):
+    if prepared:
         files = prepared_files(path, spec)
         flat["datasets"] = [{"path": "json", "data_files": files["train"]}]
         header["dataset"] = dataclasses.asdict(spec.dataset)  # the spec's own source, for import-trl
@@ -99,7 +105,7 @@ def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml", base: Pat
         flat.setdefault("env", {})["PYTHONPATH"] = str(path.resolve().parent)
         header["exported_env"] = ["PYTHONPATH"]
     _header_rest(spec, header)
-    script = prepare_script(spec, path) if prepared else None
+    script = prepare_script(spec, path) if needs_prepare(spec) else None
     prepare_name = f"{path.stem}_prepare.py"
     return Export(
         _text(spec, path, header, flat),

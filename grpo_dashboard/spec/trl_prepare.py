@@ -55,12 +55,16 @@ def maps_prompts(d: DatasetSpec) -> bool:
     return d.prompt_column != "prompt" or bool(d.prompt_template) or bool(d.conversational) or bool(d.system_prompt)
 
 
-def needs_prepare(spec: RunSpec) -> bool:
-    """Whether `trl grpo` needs the prepare script to train what the job trains."""
+def prepares_data(spec: RunSpec) -> bool:
+    """Whether TRL must read prepared prompts: the job maps them, or applies the spec's chat template to them."""
     d = spec.dataset
     templated = bool(spec.model.chat_template) and (bool(d.conversational) or bool(d.system_prompt))
-    has_data = bool(d.path or d.data_files or d.mixture)
-    return has_data and (maps_prompts(d) or templated) or spec.model.build_tiny
+    return bool(d.path or d.data_files or d.mixture) and (maps_prompts(d) or templated)
+
+
+def needs_prepare(spec: RunSpec) -> bool:
+    """Whether `trl grpo` needs the prepare script to train what the job trains (the data, or the tiny model)."""
+    return prepares_data(spec) or spec.model.build_tiny
 
 
 def prepared_files(recipe: Path, spec: RunSpec) -> dict[str, str]:
@@ -75,7 +79,7 @@ def prepared_files(recipe: Path, spec: RunSpec) -> dict[str, str]:
 
 def prepare_script(spec: RunSpec, recipe: Path) -> str:
     """The script that builds what the job builds before TRL runs: the tiny model, and the mapped prompts."""
-    files = prepared_files(recipe, spec)
+    files = prepared_files(recipe, spec) if prepares_data(spec) else {}
     dataset = {**dataclasses.asdict(spec.dataset)}
     model = dataclasses.asdict(spec.model)
     model.pop("lora", None)
@@ -109,6 +113,8 @@ def main() -> None:
         train = grpo_job.load_split(DATASET, DATASET["split"], DATASET.get("data_files"))
         split, files = DATASET.get("eval_split"), DATASET.get("eval_data_files")
         test = grpo_job.load_split(DATASET, split, files) if split or files else None
+    if not FILES:
+        return
     tokenizer = grpo_job_setup.processing_class(model_path, MODEL)  # None unless the spec sets a chat template
     for split, data in (("train", train), ("test", test)):
         if data is None or split not in FILES:
