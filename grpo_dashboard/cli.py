@@ -347,7 +347,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     if not Path(args.spec).is_file():
         print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)
         return EXIT_USAGE
-    run = launch(args.spec)
+    run = launch(args.spec, on_warning=lambda w: print(f"warning: {w}", file=sys.stderr))
     store = Store()
     if args.json and not args.wait:
         print(json.dumps(_run_dict(run), indent=2))

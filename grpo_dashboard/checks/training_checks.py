@@ -174,6 +174,18 @@ def _max_steps(inp: CheckInput) -> Iterator[FieldError]:
         yield FieldError("training.max_steps", 0, "must be positive, or -1 to train for num_train_epochs.")
 
 
+def _save_steps_unused(inp: CheckInput) -> Iterator[FieldError]:
+    t = inp.spec.training
+    if "save_steps" in t and str(_eff(inp, "save_strategy")) == "no":
+        yield FieldError(
+            "training.save_steps",
+            t["save_steps"],
+            "is set, but save_strategy is 'no', so the job saves no checkpoint and the run cannot be resumed. "
+            "Set `save_strategy: steps` to save every save_steps steps, or remove save_steps.",
+            "warning",
+        )
+
+
 def _num_generations(inp: CheckInput) -> Iterator[FieldError]:
     g = _eff(inp, "num_generations")
     if isinstance(g, int) and g < 2:
@@ -357,6 +369,7 @@ def training_checks(trl_version: Callable[[], str], has_module: Callable[[str], 
         _in_range("top_p", upper=1.0),
         Check("training.epsilon_high.not_below_epsilon", (f"{t}epsilon_high", f"{t}epsilon"), _epsilon_high),
         Check("training.max_steps.nonzero", (f"{t}max_steps",), _max_steps),
+        Check("training.save_steps.needs_strategy", (f"{t}save_steps", f"{t}save_strategy"), _save_steps_unused),
         Check("training.num_generations.group", (f"{t}num_generations",), _num_generations),
         Check(
             "training.generation_batch.one_way",
