@@ -678,15 +678,18 @@ class _Mapper:
         if t.get("vllm_server_base_url") or t.get("vllm_server_host"):
             return
         n = s.backend.num_processes
-        s.generation = GenerationSpec(server_gpus=[n])
+        device = re.fullmatch(r"(?:cuda:)?(\d+)", str(self.config.get("vllm_device", "")).strip())
+        gpu = int(device.group(1)) if device else n  # the recipe's own vLLM GPU; "auto": the one after training's
+        s.generation = GenerationSpec(server_gpus=[gpu])
+        why = f"the recipe's vllm_device {self.config['vllm_device']!r}" if device else "the GPU after training's"
         self.rows.append(
             Row(
                 "(vllm server)",
-                n,
+                gpu,
                 "converted",
                 "generation.server_gpus",
                 f"vllm_mode: server with no server address: the backend starts `trl vllm-serve` on GPU "
-                f"{n} and trains on the other GPUs; change generation.server_gpus to fit your machine",
+                f"{gpu} ({why}) and trains on the other GPUs; change generation.server_gpus to fit your machine",
             )
         )
 
