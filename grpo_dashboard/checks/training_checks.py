@@ -17,7 +17,7 @@ from grpo_dashboard.checks.cluster_checks import world_note
 from grpo_dashboard.checks.named import Check, CheckInput
 from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec import trl_fields
-from grpo_dashboard.spec.run_spec import LOCAL, RunSpec, world_size
+from grpo_dashboard.spec.run_spec import RunSpec, world_size
 
 BAD = object()  # a value that is not of any type the field accepts
 CLEAN = "training.clean"  # facts key: the well-typed values of known, allowed fields (the cross-field rules use them)
@@ -337,22 +337,9 @@ def _eval_batch(inp: CheckInput) -> Iterator[FieldError]:
         )
 
 
-def _vllm_installed(has_module: Callable[[str], bool]) -> Callable[[CheckInput], Iterator[FieldError]]:
-    def run(inp: CheckInput) -> Iterator[FieldError]:
-        if _eff(inp, "use_vllm") and inp.spec.backend.kind == LOCAL and not has_module("vllm"):
-            yield FieldError(
-                "training.use_vllm",
-                True,
-                "vllm is not installed in this environment; the job will "
-                "fail to start unless it runs where vllm is installed.",
-                "warning",
-            )
-
-    return run
-
-
-def training_checks(trl_version: Callable[[], str], has_module: Callable[[str], bool]) -> list[Check]:
-    """The training checks in report order; `trl_version` names the installed TRL, `has_module` finds a package."""
+def training_checks(trl_version: Callable[[], str]) -> list[Check]:
+    """The training checks in report order; `trl_version` names the installed TRL. (Whether vLLM is installed is the
+    optional-packages check's, checks/spec_extras.py, which gives the fix: one warning, not two.)"""
     t = "training."
     batch = (
         f"{t}per_device_train_batch_size",
@@ -414,5 +401,4 @@ def training_checks(trl_version: Callable[[], str], has_module: Callable[[str], 
             ),
             _eval_batch,
         ),
-        Check("training.use_vllm.installed", (f"{t}use_vllm",), _vllm_installed(has_module)),
     ]
