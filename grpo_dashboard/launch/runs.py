@@ -112,8 +112,9 @@ def launch(
     """
     spec, report = check(source, base_dir)
     report.raise_if_errors()
-    for w in report.warnings if on_warning is not None else []:
-        on_warning(str(w))
+    if on_warning is not None:
+        for w in report.warnings:
+            on_warning(str(w))
     backend = (backends or shared()).get(spec.backend.kind)
     token = backend.launch_token(token)
     store = store or Store()
