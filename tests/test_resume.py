@@ -232,3 +232,22 @@ def test_a_completed_run_resumes_only_with_a_new_max_steps_and_stops_there(tiny_
     assert [s for s, _, _ in store.series(run.id, "reward")] == list(range(1, 7))
     state = json.loads((Path(run.output_dir) / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6 and state["max_steps"] == 6
+
+
+@pytest.mark.training
+def test_save_steps_without_a_save_strategy_is_warned_at_launch(tiny_model: Path, tmp_path: Path) -> None:
+    """`save_steps` with `save_strategy: "no"` saves no checkpoint, so the run could not be resumed: said before it
+    starts, on the command line too."""
+    spec = write_spec(tmp_path / "s.yaml", smoke_dict(tiny_model, max_steps=1, save_steps=1))  # smoke: "no"
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "launch", str(spec), "--wait"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("warning: training.save_steps")]
+    assert "save_strategy is 'no'" in line and "cannot be resumed" in line
+    (run,) = Store().list_runs()
+    assert not checkpoints(Store(), run)  # as warned: nothing to resume from
