@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("runs", help="List runs.")
     s.add_argument("--status", action="append", help="Only runs with this status (repeatable).")
+    s.add_argument("--tag", help="Only runs with this tag (or `group:NAME` for a group).")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("show", help="Status, progress and latest metrics of a run.")
@@ -95,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser(
         "doctor",
-        help="Diagnose a GRPO log (trainer_state.json, checkpoint dir, metrics.jsonl, JSONL).",
+        help="Diagnose a GRPO log (trainer_state.json, checkpoint dir, metrics.jsonl, JSONL) or a run by id or name.",
         add_help=False,
     )
     sub.add_parser(
@@ -142,6 +143,8 @@ def _parser() -> argparse.ArgumentParser:
         "trackio project, TensorBoard dir, W&B history) as a read-only run.",
         add_help=False,
     )
+    sub.add_parser("rename", help="Give a run another display name (RUN NAME).", add_help=False)
+    sub.add_parser("tag", help="Show, add (--add T) or remove (--remove T) a run's tags (RUN).", add_help=False)
     sub.add_parser(
         "export-metrics",
         help="Write a run's stored metrics (one row per step and split) to .csv, .jsonl or .parquet.",
@@ -188,9 +191,49 @@ def main(argv: list[str] | None = None, serve: Callable[[argparse.Namespace], in
 
 # Commands with a parser of their own, in the stage they belong to; each gets the arguments after its name.
 def _doctor(argv: list[str]) -> int:
-    from grpo_dashboard.health import doctor_main  # PATH [--json] [--threshold K=V]
+    """doctor PATH|RUN [--json] [--threshold K=V]: a log file or directory, or a run of the store by id or name."""
+    import tempfile
 
-    return doctor_main(argv)
+    from grpo_dashboard.health import doctor_main
+
+    with tempfile.TemporaryDirectory(prefix="grpo-doctor-") as tmp:
+        return doctor_main(_doctor_target(argv, Path(tmp)))
+
+
+def _doctor_target(argv: list[str], tmp: Path) -> list[str]:
+    """argv with a run reference (not an existing path) replaced by its log: a local run's directory (its
+    metrics.jsonl, samples and started config), else its stored train metrics written to `tmp/<run id>.jsonl`."""
+    i = 0
+    while i < len(argv):
+        if argv[i] in ("--threshold", "--config"):
+            i += 2
+            continue
+        if argv[i].startswith("-"):
+            i += 1
+            continue
+        break
+    if i >= len(argv) or Path(argv[i]).expanduser().exists():
+        return argv
+    from grpo_dashboard.errors import RunNotFound
+    from grpo_dashboard.store.db import Store
+    from grpo_dashboard.store.export import metric_rows
+
+    try:
+        store = Store()
+        run = store.find_run(argv[i])
+    except RunNotFound:
+        return argv  # the doctor says the path cannot be read
+    if run.run_dir and (Path(run.run_dir) / "metrics.jsonl").is_file():
+        target = run.run_dir
+    else:
+        path = tmp / f"{run.id}.jsonl"
+        with open(path, "w", encoding="utf-8") as f:
+            for row in metric_rows(store, run.id):
+                if row.pop("split") == "train":
+                    row.pop("time", None)
+                    f.write(json.dumps(row) + "\n")
+        target = str(path)
+    return [*argv[:i], target, *argv[i + 1 :]]
 
 
 def _forecast(argv: list[str]) -> int:
@@ -272,6 +315,18 @@ def _import_run(argv: list[str]) -> int:
     return import_run_main(argv)
 
 
+def _rename(argv: list[str]) -> int:
+    from grpo_dashboard.store.run_labels import rename_main  # RUN NAME
+
+    return rename_main(argv)
+
+
+def _tag(argv: list[str]) -> int:
+    from grpo_dashboard.store.run_labels import tag_main  # RUN [--add T] [--remove T]
+
+    return tag_main(argv)
+
+
 def _export_metrics(argv: list[str]) -> int:
     from grpo_dashboard.store.export import export_metrics_main  # RUN -o FILE
 
@@ -288,6 +343,8 @@ DELEGATED: dict[str, Callable[[list[str]], int]] = {
     "import-trl": _import_trl,
     "export-trl": _export_trl,
     "resume": _resume,
+    "rename": _rename,
+    "tag": _tag,
     "import-run": _import_run,
     "export-metrics": _export_metrics,
 }
@@ -347,7 +404,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     if not Path(args.spec).is_file():
         print(f"Spec file {args.spec!r} does not exist.", file=sys.stderr)
         return EXIT_USAGE
-    run = launch(args.spec)
+    run = launch(args.spec, on_warning=lambda w: print(f"warning: {w}", file=sys.stderr))
     store = Store()
     if args.json and not args.wait:
         print(json.dumps(_run_dict(run), indent=2))
@@ -411,6 +468,10 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     store = Store()
     refresh_active(store)
     runs = store.list_runs(status=args.status)
+    if args.tag:
+        from grpo_dashboard.views.overview import run_tags
+
+        runs = [r for r in runs if args.tag in run_tags(r)]
     if args.json:
         print(json.dumps([_run_dict(r) for r in runs], indent=2))
         return EXIT_OK

@@ -21,6 +21,7 @@ import importlib.util
 import inspect
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpo_agents
+import grpo_open_r1
 import grpo_regex
 from grpo_answers import (  # noqa: F401 - re-exported for the dashboard and tests
     _ANSWER_TAG,
@@ -851,6 +853,7 @@ REWARDS: dict[str, RewardDef] = {
             },
         ),
         *grpo_agents.process_rewards(_def),
+        *grpo_open_r1.code_rewards(_def),
         _def(
             "python",
             _python_inline,
@@ -941,7 +944,16 @@ class NamedReward:
         self.fn, self.__name__ = fn, name
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
-        return self.fn(*args, **kwargs)
+        out = self.fn(*args, **kwargs)
+        trace = os.environ.get(TRACE_ENV)
+        if trace:
+            record = {"reward": self.__name__, "prompts": kwargs.get("prompts"), "scores": out}
+            with open(trace, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record, default=str) + "\n")
+        return out
+
+
+TRACE_ENV = "GRPO_REWARD_TRACE"  # a file: each reward call appends its prompts and scores (to compare two runs)
 
 
 def _bind(fn: Callable[..., Any], params: dict[str, Any]) -> Callable[..., Any]:

@@ -177,6 +177,7 @@ class FakeHub:
         self.repos: dict[str, dict[str, Any]] = {}
         self.oidc = fake_hub_spaces.OidcState()
         self.no_credits = False
+        self.no_buckets = False  # a Hub without the Storage Buckets API: every /api/buckets route answers 404
         self.plans: collections.deque[Plan] = collections.deque()
         self.faults: dict[str, list[Any]] = collections.defaultdict(list)
         self.requests: list[Recorded] = []
@@ -422,6 +423,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 )
             if parts == ["api", "jobs", "hardware"]:
                 return self._json(200, HARDWARE)
+            if parts[:2] == ["api", "buckets"] and hub.no_buckets:
+                return self._error(404, "Not Found")
             if parts[:2] == ["api", "buckets"] and parts[-1] == "xet-write-token":
                 return self._json(
                     200, {"accessToken": "xet-fake", "exp": int(time.time()) + 3600, "casUrl": f"local://{hub.cas}"}
@@ -459,6 +462,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return
             if not self._authorized():
                 return
+            if parts[:2] == ["api", "buckets"] and hub.no_buckets:
+                return self._error(404, "Not Found")
             if parts[:2] == ["api", "buckets"] and self._forbidden(parts[2]):
                 return None
             if parts[:2] == ["api", "buckets"] and len(parts) == 4:

@@ -134,7 +134,6 @@ CHECKS_KIND_TESTS: dict[str, int] = {
     "cluster_estimate.py": 1,
     "hardware.py": 3,
     "spec_extras.py": 6,
-    "training_checks.py": 1,
 }
 
 

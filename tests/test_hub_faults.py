@@ -190,3 +190,16 @@ def test_a_slow_log_replay_after_a_restart_is_read_again_not_taken_for_an_empty_
     (found,) = reattach(restarted, token=TOKEN, namespace="alice")
     follow_until_done(restarted, found.id)
     assert_exactly_what_was_printed(restarted, run.id, lines)
+
+
+# --- a Hub without buckets ----------------------------------------------------------------------------------------
+def test_a_hub_without_the_buckets_api_is_named_not_a_missing_namespace(hub: FakeHub, tmp_path: Path) -> None:
+    hub.no_buckets = True
+    store = Store()
+    run = launch(hf_spec(tmp_path), store, base_dir=REPO, token=TOKEN)
+    assert run.status == "failed" and not hub.jobs
+    assert "has no Storage Buckets API" in run.error and "namespace 'alice' exists" in run.error, run.error
+    assert "was not found" not in run.error and TOKEN not in run.error
+    hub.no_buckets = False  # a namespace that really is missing keeps its own message
+    run = launch(hf_spec(tmp_path, namespace="nobody"), store, base_dir=REPO, token=TOKEN)
+    assert run.status == "failed" and "Buckets API" not in (run.error or "")

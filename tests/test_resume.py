@@ -204,3 +204,50 @@ def test_points_after_the_resumed_checkpoint_are_replaced_not_kept(tmp_path: Pat
         (s, 0.1 if s <= 4 else 0.9) for s in range(1, 10)
     ]
     assert [v for _, v, _ in store.series(run.id, "kl")] == [None] * 9
+
+
+@pytest.mark.training
+def test_a_completed_run_resumes_only_with_a_new_max_steps_and_stops_there(tiny_model: Path) -> None:
+    """Resuming a run at its end would train past max_steps and write over its final model: refused, with the
+    option that fixes it; with --max-steps it trains on from the last checkpoint to the new end, no step twice."""
+    store = Store()
+    run = wait(store, launch(smoke_dict(tiny_model, max_steps=4, save_strategy="steps", save_steps=2), store))
+    assert run.status == "completed", run.error
+    spec_before = (Path(run.run_dir) / "run.yaml").read_text()
+    with pytest.raises(ResumeError, match=r"reached max_steps 4 \(checkpoint at step 4\).*--max-steps 8"):
+        resume_run(store, run)
+    with pytest.raises(ResumeError, match="must be more than the checkpoint's step 4"):
+        resume_run(store, run, max_steps=4)
+    assert (Path(run.run_dir) / "run.yaml").read_text() == spec_before and store.get_run(run.id).status == "completed"
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "resume", run.id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 1 and "--max-steps" in proc.stderr
+    run = wait(Store(), resume_run(store, store.get_run(run.id), max_steps=6))
+    assert run.status == "completed", run.error
+    assert [s for s, _, _ in store.series(run.id, "reward")] == list(range(1, 7))
+    state = json.loads((Path(run.output_dir) / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6 and state["max_steps"] == 6
+
+
+@pytest.mark.training
+def test_save_steps_without_a_save_strategy_is_warned_at_launch(tiny_model: Path, tmp_path: Path) -> None:
+    """`save_steps` with `save_strategy: "no"` saves no checkpoint, so the run could not be resumed: said before it
+    starts, on the command line too."""
+    spec = write_spec(tmp_path / "s.yaml", smoke_dict(tiny_model, max_steps=1, save_steps=1))  # smoke: "no"
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard", "launch", str(spec), "--wait"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("warning: training.save_steps")]
+    assert "save_strategy is 'no'" in line and "cannot be resumed" in line
+    (run,) = Store().list_runs()
+    assert not checkpoints(Store(), run)  # as warned: nothing to resume from

@@ -51,8 +51,12 @@ def test_a_4xh100_zero3_run_lands_near_its_measured_45_to_60_s_per_step() -> Non
     literal = countdown()  # the recipe's numbers read as today's TRL reads them: 1 completion per micro-batch
     literal.training.update(per_device_train_batch_size=1)
     del literal.training["steps_per_generation"]
-    assert 45 / 3 <= step(literal).step_s <= 60 * 3, step(literal)  # 16 s here; the model before this gave 3.8 s
-    assert t.parts["ZeRO-3/FSDP communication"] > 1.0 and t.parts["weight sync to vLLM"] > 1.0
+    # One generation round instead of eight: less work than the authors' run (9 s here). It once passed the band
+    # above only because the weight sync was charged 20 ms per tensor, which is not how TRL 1.16 syncs.
+    assert step(literal).step_s < t.step_s
+    assert t.parts["ZeRO-3/FSDP communication"] > 1.0
+    # TRL 1.16: a few HTTP requests and one packed NCCL stream (3 GB over NVLink) after 339 ZeRO-3 gathers.
+    assert 0.1 < t.parts["weight sync to vLLM"] < 1.0
     plain = countdown()
     plain.backend.accelerate_config = None
     assert "ZeRO-3/FSDP communication" not in step(plain).parts and step(plain).step_s < t.step_s

@@ -234,12 +234,16 @@ def test_the_estimate_says_needs_n_plus_one_gpus_not_does_not_fit() -> None:
     spec = server_spec(gpus=[0], server_gpus=[1])
     spec.backend.kind, spec.backend.gpus, spec.backend.flavor, spec.backend.namespace = "hf_jobs", None, "h200", "me"
     spec.generation = None
-    spec.training.update(use_vllm=True, vllm_mode="server", vllm_server_base_url="http://x:8000")
+    spec.training.update(use_vllm=True, vllm_mode="server")  # TRL's default server address: on the job's machine
     report = hardware.estimate(spec, shape=KNOWN["qwen2.5-1.5b"])
     text = report.to_text()
     assert "needs 1+1 GPUs (1 training + 1 for the vLLM server); h200 has 1" in text
     assert "does not fit" not in text and "does NOT fit" not in text
     assert report.recommended is not None and report.recommended.fits
+    # A server of the user's own elsewhere (issue 26) takes no GPU of the job: one H200 is enough.
+    spec.training["vllm_server_base_url"] = "http://x:8000"
+    external = hardware.estimate(spec, shape=KNOWN["qwen2.5-1.5b"])
+    assert external.chosen is not None and external.chosen.fits and "1+1" not in external.to_text()
 
 
 @pytest.mark.training

@@ -133,9 +133,10 @@ def generation_common(spec: RunSpec, g: GenerationSpec, err: Any) -> bool:
     if t.get("use_cpu"):
         err(
             FieldError(
-                "generation",
-                "set",
-                "needs GPUs (vLLM serves on GPUs), but training.use_cpu is set. Remove `generation` for a CPU run.",
+                "training.use_cpu",
+                True,
+                "contradicts the generation section, which starts a vLLM server on GPUs. Remove `generation` for "
+                "a CPU run, or remove training.use_cpu to train on GPUs.",
             )
         )
     if not 0 < g.gpu_memory_utilization <= 1:

@@ -1,5 +1,19 @@
-"""The cluster parts of the hardware estimate (`hardware.py` documents the whole model): what ZeRO-3 / FSDP sharding
-costs in communication per step, the constants of the weight sync to vLLM, and a Slurm allocation taken as a flavor.
+"""The cluster parts of the hardware estimate (`hardware.py` documents the whole model): the model states ZeRO and FSDP
+keep per GPU, what ZeRO-3 / FSDP sharding costs in communication per step, the weight sync to vLLM as TRL 1.16 does
+it, and a Slurm allocation taken as a flavor.
+
+Model states with DeepSpeed ZeRO and mixed precision (Rajbhandari et al., 2020, "ZeRO: Memory Optimizations Toward
+Training Trillion Parameter Models", section 3.1): 2 bytes of bf16/fp16 weights, 2 of gradients and K = 12 of
+optimizer state (the fp32 master weights and Adam's two fp32 moments), 16 bytes per parameter; ZeRO-1 shards the 12,
+ZeRO-2 the gradients too, ZeRO-3 the weights too. FSDP with mixed precision keeps the same 16 bytes, as fp32 weights
+(accelerate upcasts a bf16 model for FSDP's mixed precision), fp32 gradients and two fp32 moments, all sharded.
+
+Weight sync (trl/generation/vllm_generation.py `sync_weights`, vllm_client.py `update_named_params`, TRL 1.16): to a
+server, the main process announces every tensor in one `update_weights` request (with start/finish/reset-cache
+requests around it) and streams them all in one packed NCCL broadcast, so the cost is a few HTTP round trips plus
+the bytes over the link between the training GPU and the server's (NVLink on the node, the network across nodes);
+under ZeRO-3 each parameter is first gathered on its own (one collective each). Colocated, each tensor is handed to
+vLLM's `load_weights` in the same process.
 """
 
 from __future__ import annotations
@@ -20,8 +34,34 @@ GATHER_LATENCY_S = 0.0005  # per gathered module and pass (ZeRO-3 fetches module
 INTERNODE_LATENCY_S = 0.001
 MODULES_PER_LAYER = 7  # q, k, v, o, gate, up, down
 TENSORS_PER_LAYER = 12  # the weight tensors of a block, as TRL's weight sync sends them (with biases and norms)
-SYNC_SERVER_S = 0.020  # per tensor to a vLLM server: one HTTP call + one NCCL broadcast
-SYNC_COLOCATE_S = 0.001
+SYNC_REQUESTS = 4  # start_weight_update, update_weights, finish_weight_update, reset_prefix_cache
+HTTP_REQUEST_S = 0.010  # one request to the vLLM server (same cluster)
+SYNC_SERVER_S = SYNC_REQUESTS * HTTP_REQUEST_S  # the fixed cost of one sync to a server
+SYNC_COLOCATE_S = 0.001  # per tensor: vLLM's load_weights in the training process
+# Bytes per parameter of the model states (weights, gradients, optimizer) with mixed precision.
+DEEPSPEED_STATES = (2, 2, 12)
+FSDP_STATES = (4, 4, 8)
+FP32_STATES = (4, 4, 8)
+
+
+def sharded_states(w: Any) -> tuple[int, int, int]:
+    """Bytes per parameter of weights, gradients and optimizer state under ZeRO / FSDP (module docstring)."""
+    if w.fsdp:
+        return FSDP_STATES
+    return DEEPSPEED_STATES if w.mixed else FP32_STATES
+
+
+def weight_sync(shape: ModelShape, w: Any, flavor: Flavor) -> float:
+    """Seconds one weight sync to vLLM takes, as TRL 1.16 does it (module docstring)."""
+    tensors = shape.layers * TENSORS_PER_LAYER + 3
+    weights = shape.params * w.weight_bytes
+    if w.vllm_mode != "server":
+        return tensors * SYNC_COLOCATE_S + weights / (flavor.bandwidth_gbs * 1e9 * 0.7)
+    link = NVLINK_GBS.get(flavor.gpu or "", PCIE_GBS)
+    if w.server_off_node:
+        link = min(link, INTERNODE_GBS)
+    gathers = tensors * (INTERNODE_LATENCY_S if w.nodes > 1 else GATHER_LATENCY_S) if w.zero >= 3 else 0.0
+    return SYNC_SERVER_S + weights / (link * 1e9) + gathers
 
 
 def sharding_communication(shape: ModelShape, w: Any, flavor: Flavor) -> float:

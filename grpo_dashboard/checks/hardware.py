@@ -7,6 +7,8 @@ at once per GPU (B × steps_per_generation), h / i / L / V = hidden size / MLP s
   weights      P·w                                      (÷N with ZeRO-3 / FSDP)
   gradients    P·w                                      (÷N with ZeRO-2/3)
   optimizer    2·P·w: AdamW's two moments, in the weights' dtype as torch keeps them (÷N with ZeRO-1/2/3)
+  with ZeRO / FSDP and mixed precision the three are 16 bytes per parameter instead (cluster_estimate: 2 + 2 + 12
+               with DeepSpeed, fp32 master weights and moments; 4 + 4 + 8 with FSDP), sharded as above
   LoRA         instead of the three above for the adapter (A = r·(9h + 2·kv·hd + 3i)·L parameters): frozen base
                P·w + 16 bytes per adapter parameter (fp32 weight, gradient, two moments)
   reference    P·w when beta > 0 without LoRA (TRL keeps a frozen copy; with LoRA the base model is the reference)
@@ -16,8 +18,9 @@ at once per GPU (B × steps_per_generation), h / i / L / V = hidden size / MLP s
   KV cache     G·T·L·2·kv·hd·2 bytes while generating with transformers
   overhead     1 GiB CUDA context, then +10 % for allocator fragmentation and library workspaces
 vLLM colocate reserves `vllm_gpu_memory_utilization` of each card; training must fit in the rest. vLLM server mode
-needs its own GPUs besides the training processes (one, or the `generation` section's server GPUs / nodes); N is the
-world size across every training node.
+needs its own GPUs besides the training processes (one, or the `generation` section's server GPUs / nodes), except
+when the spec names a server of its own (vllm_server_base_url / vllm_server_host): that one runs outside the run's
+GPUs. N is the world size across every training node. CPU flavors fit only tiny test models without vLLM.
 
 Time per step = generation (C decoding steps, each bounded by reading the weights from GPU memory, at least 20 ms
 per step with transformers' generate and 4 ms with vLLM, shared over num_iterations) + training (2·P per token per
@@ -28,8 +31,9 @@ and runs once per `steps_per_generation` micro-batches (rounds = gradient_accumu
 ZeRO-3 / FSDP gather the sharded weights for every pass over the model (forward, recompute, backward, reference
 forward) and reduce-scatter the gradients, per micro-batch: bytes P·w·(N−1)/N each at the interconnect's effective
 bandwidth (NVLink for SXM cards, PCIe otherwise, the inter-node network once training spans nodes), plus a latency per
-gathered module (7 per layer) and pass. vLLM gets the new weights once per generation: per weight tensor (12 per
-layer) one gather and one transfer, 20 ms each to a server (HTTP call + NCCL broadcast), 1 ms colocated.
+gathered module (7 per layer) and pass. vLLM gets the new weights once per generation, as TRL 1.16 sends them
+(cluster_estimate.weight_sync): to a server a few HTTP requests and one packed NCCL stream of every tensor over the
+link (plus one gather per tensor under ZeRO-3); colocated, 1 ms per tensor (12 per layer) and a copy in GPU memory.
 Total = startup (5 min for the image and `uv` installing torch and trl, plus the model download at 150 MB/s) +
 steps × step time. Timeout = total × 1.5, at least 30 min, rounded up to 15 min. Every number is an estimate: the
 UI and the CLI show the parts and the assumptions.
@@ -45,11 +49,10 @@ from typing import Any
 
 from grpo_dashboard.checks.cluster_estimate import (  # re-exported: the estimator's vocabulary
     CLUSTER_SOURCE,
-    SYNC_COLOCATE_S,
-    SYNC_SERVER_S,
-    TENSORS_PER_LAYER,
     cluster_flavor,
+    sharded_states,
     sharding_communication,
+    weight_sync,
 )
 from grpo_dashboard.checks.model_shape import DTYPE_BYTES, ModelShape, model_shape
 from grpo_dashboard.spec.flavors import (  # noqa: F401 - re-exported: the estimator's public vocabulary
@@ -99,6 +102,9 @@ class Workload:
     notes: list[str] = field(default_factory=list)
     server_gpus: int = 0
     nodes: int = 1
+    fsdp: bool = False
+    mixed: bool = True  # bf16 or fp16 training (TRL's default: bf16 unless fp16)
+    server_off_node: bool = False  # the vLLM server's GPUs are on another node than training's
 
 
 def workload(
@@ -127,8 +133,9 @@ def workload(
         use_vllm, mode = True, "server"
     share = float(eff("vllm_gpu_memory_utilization") or 0.3) if mode == "colocate" else 0.0
     g = spec.generation
-    if mode != "server":
-        served = 0
+    external = bool(t.get("vllm_server_base_url") or t.get("vllm_server_host")) and g is None
+    if mode != "server" or external:
+        served = 0  # no server, or one of the user's own outside the run's GPUs
     elif g is not None and g.server_gpus:
         served = len(g.server_gpus)
     elif g is not None and spec.backend.kind == SLURM:
@@ -165,6 +172,9 @@ def workload(
         notes,
         served,
         training_nodes(spec),
+        acc.startswith("fsdp") and procs > 1,
+        eff("bf16") is not False or bool(eff("fp16")),
+        mode == "server" and (external or server_nodes(spec) > 0),
     )
 
 
@@ -227,10 +237,19 @@ def estimate_memory(shape: ModelShape, w: Workload) -> MemoryEstimate:
         a = lora_params(shape, w.lora_r)
         parts["weights (frozen base)"] = p * wb / (n if w.zero >= 3 else 1)
         parts[f"LoRA adapter r={w.lora_r} ({a / 1e6:.1f}M params, fp32 + grads + AdamW)"] = a * 16
+    elif w.zero:
+        wt, gr, op = sharded_states(w)
+        parts["weights"] = p * wt / (n if w.zero >= 3 else 1)
+        parts["gradients"] = p * gr / n if w.zero >= 2 else p * gr
+        parts["optimizer (fp32 master weights + AdamW moments)" if op == 12 else "optimizer (AdamW moments)"] = (
+            p * op / n
+        )
+        if w.beta > 0:
+            parts["reference model (beta > 0)"] = p * wb / (n if w.zero >= 3 else 1)
     else:
-        parts["weights"] = p * wb / (n if w.zero >= 3 else 1)
-        parts["gradients"] = p * wb / (n if w.zero >= 2 else 1)
-        parts["optimizer (AdamW moments)"] = 2 * p * wb / (n if w.zero >= 1 else 1)
+        parts["weights"] = p * wb
+        parts["gradients"] = p * wb
+        parts["optimizer (AdamW moments)"] = 2 * p * wb
         if w.beta > 0:
             parts["reference model (beta > 0)"] = p * wb / (n if w.zero >= 3 else 1)
     tokens = w.batch * (w.prompt + w.completion)
@@ -282,9 +301,7 @@ def estimate_time(shape: ModelShape, w: Workload, flavor: Flavor) -> TimeEstimat
     if w.zero >= 3 and w.processes > 1:
         parts["ZeRO-3/FSDP communication"] = sharding_communication(shape, w, flavor)
     if w.vllm_mode:
-        tensors = shape.layers * TENSORS_PER_LAYER + 3
-        per_tensor = SYNC_SERVER_S if w.vllm_mode == "server" else SYNC_COLOCATE_S
-        parts["weight sync to vLLM"] = (tensors * per_tensor + weights / bandwidth) / max(1, w.iterations)
+        parts["weight sync to vLLM"] = weight_sync(shape, w, flavor) / max(1, w.iterations)
     step = sum(parts.values()) * 1.1
     startup = STARTUP_S + weights / DOWNLOAD_BPS
     return TimeEstimate(step, w.steps, startup, startup + step * w.steps if w.steps else None, parts)
@@ -496,11 +513,18 @@ def _eligible(flavor: Flavor, shape: ModelShape, bf16: bool) -> bool:
     return flavor.bf16 or not bf16
 
 
+def cpu_can_train(shape: ModelShape, w: Workload) -> bool:
+    """Whether a CPU flavor can run this at all: a tiny test model, without vLLM (which needs a GPU)."""
+    return shape.params < TINY_PARAMS and w.vllm_mode is None
+
+
 def _fit(shape: ModelShape, w: Workload, memory: MemoryEstimate, flavor: Flavor) -> FlavorFit:
-    fits = memory.fits(flavor)
+    fits = memory.fits(flavor) and (flavor.is_gpu or cpu_can_train(shape, w))
     t = estimate_time(shape, w, flavor)
     hours = t.total_s / 3600 if t.total_s is not None else None
     note = "" if flavor.is_gpu else "CPU only: for tiny test models"
+    if not flavor.is_gpu and not cpu_can_train(shape, w):
+        note = f"CPU only: a {shape.billions:.1f}B" + (" vLLM" if w.vllm_mode else "") + " run needs GPUs"
     if memory.fits_memory(flavor) and not memory.enough_gpus(flavor):
         note = memory.gpu_shortfall(flavor)
     priced = hours is not None and flavor.source != CLUSTER_SOURCE  # a cluster's own nodes have no price here

@@ -22,6 +22,8 @@ from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec.jobfiles import rewards_module
 from grpo_dashboard.spec.run_spec import DTYPES
 
+IMPORT_HINT = " For a spec imported from a TRL recipe that names none: `import-trl RECIPE {opt}` gives it."
+
 
 def _name(inp: CheckInput) -> Iterator[FieldError]:
     name = inp.spec.name
@@ -37,7 +39,8 @@ def _model_source(inp: CheckInput) -> Iterator[FieldError]:
         yield FieldError(
             "model.name_or_path",
             m.name_or_path,
-            "is required: a Hub model id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or a local directory.",
+            "is required: a Hub model id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or a local directory."
+            + IMPORT_HINT.format(opt="--model ORG/MODEL"),
         )
         return
     local = resolve(inp.base, m.name_or_path)
@@ -96,7 +99,7 @@ def _source(inp: CheckInput) -> Iterator[FieldError]:
             "dataset",
             {"path": d.path, "data_files": d.data_files},
             "needs exactly one source: `path` (a Hub dataset id) or `data_files` (local .json/.jsonl/"
-            ".csv/.parquet files).",
+            ".csv/.parquet files)." + (IMPORT_HINT.format(opt="--dataset ORG/DATASET") if not d.data_files else ""),
         )
 
 
@@ -210,7 +213,10 @@ def _rows(inp: CheckInput) -> Iterator[FieldError]:
 def _rewards_present(inp: CheckInput) -> Iterator[FieldError]:
     if not inp.spec.rewards and inp.spec.agent is None:  # an environment's get_reward may be the source (agents)
         yield FieldError(
-            "rewards", [], f"needs at least one reward function; built-ins: {sorted(rewards_module().REWARDS)}."
+            "rewards",
+            [],
+            f"needs at least one reward function; built-ins: {sorted(rewards_module().REWARDS)}."
+            + IMPORT_HINT.format(opt="--reward NAME"),
         )
 
 

@@ -34,12 +34,18 @@ def _packages(inp: CheckInput) -> Iterator[FieldError]:
     where = "here (and on the cluster's nodes)" if spec.backend.kind == SLURM else "here"
     for dep in missing_locally(spec):
         # vLLM stays a warning: a server-mode run gets its generation from a server started elsewhere.
+        how = f"`pip install {dep.pip}` {where}"
+        if dep.alternative == "kernels":
+            how = (
+                f"`pip install kernels` {where} (transformers then loads a prebuilt flash-attention from the Hub), "
+                f"or build {dep.pip} against your torch (`pip install {dep.pip} --no-build-isolation`)"
+            )
         yield FieldError(
             dep.field,
             _shown(spec, dep.field),
             f"needs the {dep.pip!r} package ({dep.reason}), "
-            f"which is not installed here, so the job would fail at start: `pip install {dep.pip}` "
-            f"{where}, or run it on hf_jobs (a Jobs container gets it installed).",
+            f"which is not installed here, so the job would fail at start: {how}, or run it on hf_jobs (a Jobs "
+            "container gets it installed).",
             "warning" if dep.module == "vllm" else "error",
         )
 

@@ -17,7 +17,7 @@ from grpo_dashboard.checks.cluster_checks import world_note
 from grpo_dashboard.checks.named import Check, CheckInput
 from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec import trl_fields
-from grpo_dashboard.spec.run_spec import LOCAL, RunSpec, world_size
+from grpo_dashboard.spec.run_spec import RunSpec, world_size
 
 BAD = object()  # a value that is not of any type the field accepts
 CLEAN = "training.clean"  # facts key: the well-typed values of known, allowed fields (the cross-field rules use them)
@@ -174,6 +174,18 @@ def _max_steps(inp: CheckInput) -> Iterator[FieldError]:
         yield FieldError("training.max_steps", 0, "must be positive, or -1 to train for num_train_epochs.")
 
 
+def _save_steps_unused(inp: CheckInput) -> Iterator[FieldError]:
+    t = inp.spec.training
+    if "save_steps" in t and str(_eff(inp, "save_strategy")) == "no":
+        yield FieldError(
+            "training.save_steps",
+            t["save_steps"],
+            "is set, but save_strategy is 'no', so the job saves no checkpoint and the run cannot be resumed. "
+            "Set `save_strategy: steps` to save every save_steps steps, or remove save_steps.",
+            "warning",
+        )
+
+
 def _num_generations(inp: CheckInput) -> Iterator[FieldError]:
     g = _eff(inp, "num_generations")
     if isinstance(g, int) and g < 2:
@@ -325,22 +337,9 @@ def _eval_batch(inp: CheckInput) -> Iterator[FieldError]:
         )
 
 
-def _vllm_installed(has_module: Callable[[str], bool]) -> Callable[[CheckInput], Iterator[FieldError]]:
-    def run(inp: CheckInput) -> Iterator[FieldError]:
-        if _eff(inp, "use_vllm") and inp.spec.backend.kind == LOCAL and not has_module("vllm"):
-            yield FieldError(
-                "training.use_vllm",
-                True,
-                "vllm is not installed in this environment; the job will "
-                "fail to start unless it runs where vllm is installed.",
-                "warning",
-            )
-
-    return run
-
-
-def training_checks(trl_version: Callable[[], str], has_module: Callable[[str], bool]) -> list[Check]:
-    """The training checks in report order; `trl_version` names the installed TRL, `has_module` finds a package."""
+def training_checks(trl_version: Callable[[], str]) -> list[Check]:
+    """The training checks in report order; `trl_version` names the installed TRL. (Whether vLLM is installed is the
+    optional-packages check's, checks/spec_extras.py, which gives the fix: one warning, not two.)"""
     t = "training."
     batch = (
         f"{t}per_device_train_batch_size",
@@ -357,6 +356,7 @@ def training_checks(trl_version: Callable[[], str], has_module: Callable[[str], 
         _in_range("top_p", upper=1.0),
         Check("training.epsilon_high.not_below_epsilon", (f"{t}epsilon_high", f"{t}epsilon"), _epsilon_high),
         Check("training.max_steps.nonzero", (f"{t}max_steps",), _max_steps),
+        Check("training.save_steps.needs_strategy", (f"{t}save_steps", f"{t}save_strategy"), _save_steps_unused),
         Check("training.num_generations.group", (f"{t}num_generations",), _num_generations),
         Check(
             "training.generation_batch.one_way",
@@ -401,5 +401,4 @@ def training_checks(trl_version: Callable[[], str], has_module: Callable[[str], 
             ),
             _eval_batch,
         ),
-        Check("training.use_vllm.installed", (f"{t}use_vllm",), _vllm_installed(has_module)),
     ]

@@ -64,12 +64,6 @@ def typed_view(spec: RunSpec) -> RunSpec:
     return view
 
 
-def _has_module(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
-
-
 def _trl_version() -> str:
     version = trl_schema.installed_versions()["trl"]  # from the package metadata: trl is not imported
     return version or f"{trl_schema.schema()['versions']['trl']} (the dashboard's schema; trl is not installed here)"
@@ -90,7 +84,7 @@ HEAD: list[Check] = [
     *spec_checks.DATASET_CHECKS,
     *spec_checks.REWARDS,
     *agents.CHECKS,
-    *training_checks(lambda: _trl_version(), lambda name: _has_module(name)),
+    *training_checks(lambda: _trl_version()),
     Check(
         "backend.settings",
         ("backend.kind", "backend.stall_timeout_s", "backend.num_processes", "backend.accelerate_config"),

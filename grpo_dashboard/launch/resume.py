@@ -5,7 +5,9 @@ The checkpoints of a run are the `checkpoint` events its job reported (every bac
 resumed job logs those steps again, from the checkpoint's state), sets `training.resume_from_checkpoint` in the run's
 run.yaml and starts a new job of the same run on its backend; a local job appends to the same metrics.jsonl (its byte
 offsets carry on), a Jobs job gets a new log (its events are renumbered to follow the old ones). Bad input (a run still
-active, no such checkpoint, a checkpoint of another run) raises ResumeError and changes nothing.
+active, no such checkpoint, a checkpoint of another run) raises ResumeError and changes nothing. A run that already
+reached its end (completed, or a checkpoint at `max_steps`) resumes only with a larger `max_steps`: otherwise TRL
+would train past the end and write over the final model.
 """
 
 from __future__ import annotations
@@ -100,9 +102,11 @@ def resume_run(
     checkpoint: int | str | None = None,
     token: str | None = None,
     backends: Backends | None = None,
+    max_steps: int | None = None,
 ) -> Run:
     """Start the run again from a checkpoint (see the module docstring); ResumeError, nothing changed, if it cannot.
-    `backends`: the app's (default: the process's, `backends.shared()`)."""
+    `backends`: the app's (default: the process's, `backends.shared()`); `max_steps`: a new end for the run (needed
+    to go on with a run that reached its end)."""
     table = backends or shared()
     if run.status in ACTIVE:
         raise ResumeError(
@@ -119,9 +123,12 @@ def resume_run(
             f"Run {run.id} has no readable spec (imported or recovered run), so it cannot be resumed: {exc}"
         ) from exc
     step, path = choose(store, run, checkpoint, table)
+    end = _new_end(run, spec, step, max_steps)
     backend = table.get(run.backend)
     token = backend.launch_token(token)
     resumed = copy.deepcopy(spec)
+    if end is not None:
+        resumed.training["max_steps"] = end
     path = backend.checkpoint_path(step, path)
     resumed.training["resume_from_checkpoint"] = path
     run_dir = Path(run.run_dir)
@@ -146,6 +153,28 @@ def resume_run(
     return backend.submit(store, store.get_run(run.id), resumed, token, run_dir)
 
 
+def _new_end(run: Run, spec: RunSpec, step: int, max_steps: int | None) -> int | None:
+    """The max_steps the resumed job gets (None: the spec's); ResumeError when the run ended and none is given."""
+    old = spec.training.get("max_steps")
+    old = old if isinstance(old, int) and old > 0 else None
+    if max_steps is not None:
+        if not isinstance(max_steps, int) or max_steps <= step:
+            raise ResumeError(
+                f"--max-steps {max_steps} must be more than the checkpoint's step {step}: the resumed job trains "
+                f"from step {step + 1} up to it. Give a larger number."
+            )
+        return max_steps
+    ended = run.status == RunStatus.COMPLETED.value or (old is not None and step >= old)
+    if ended:
+        where = f"max_steps {old}" if old is not None else "the end of its epochs"
+        raise ResumeError(
+            f"Run {run.id} reached {where} (checkpoint at step {step}); resuming it as it is would train past "
+            f"that and write over its final model. Pass a new end, e.g. `--max-steps {step + (old or step)}`, "
+            "to train on from the checkpoint."
+        )
+    return None
+
+
 def resume_main(argv: list[str]) -> int:
     """resume RUN [--checkpoint N|PATH] [--wait]: continue a run from its latest or a chosen checkpoint."""
     from grpo_dashboard.launch.runs import wait
@@ -157,11 +186,16 @@ def resume_main(argv: list[str]) -> int:
     )
     p.add_argument("run", help="Run id, unique id prefix, or name.")
     p.add_argument("--checkpoint", help="Checkpoint step (or path) to resume from (default: the latest).")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        help="A new max_steps, above the checkpoint's step (needed to go on with a run that reached its end).",
+    )
     p.add_argument("--wait", action="store_true", help="Follow the run until it ends; exit code reflects the result.")
     args = p.parse_args(argv)
     store = Store()
     try:
-        run = resume_run(store, store.find_run(args.run), args.checkpoint)
+        run = resume_run(store, store.find_run(args.run), args.checkpoint, max_steps=args.max_steps)
     except RunNotFound as exc:
         print(str(exc), file=sys.stderr)
         return 3

@@ -100,16 +100,21 @@ def launch(
     owner: str | None = None,
     token: str | None = None,
     backends: Backends | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> Run:
     """Validate the spec and start it on its backend; raises SpecError (and writes nothing) if invalid.
 
     `token`: the launching user's Hugging Face token (default: the saved login, never on a Space). An hf_jobs run
     gets it as the job's secret (BackendError, nothing written, when there is none); a local job as its HF_TOKEN,
     the only token it gets (its environment is allow-listed: `local.job_environment`). Never stored. A refused
-    submission is a failed run. `backends`: the app's (default: the process's, `backends.shared()`).
+    submission is a failed run. `backends`: the app's (default: the process's, `backends.shared()`). `on_warning`
+    gets each warning of the validation (the CLI prints them), before anything starts.
     """
     spec, report = check(source, base_dir)
     report.raise_if_errors()
+    if on_warning is not None:
+        for w in report.warnings:
+            on_warning(str(w))
     backend = (backends or shared()).get(spec.backend.kind)
     token = backend.launch_token(token)
     store = store or Store()

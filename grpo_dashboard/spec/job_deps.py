@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.spec.paths import user_path
-from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.spec.run_spec import HF_JOBS, RunSpec
 
 TRACKERS = {
     "trackio": ("trackio", "trackio"),
@@ -33,14 +33,29 @@ class Dep:
     module: str
     field: str
     reason: str
+    alternative: str | None = None  # another package that serves the same (pip name = module name), e.g. kernels
 
     @property
     def installed(self) -> bool:
-        """True when it imports in this environment."""
-        try:
-            return importlib.util.find_spec(self.module) is not None
-        except (ImportError, ValueError):
-            return False
+        """True when it (or its alternative) imports in this environment."""
+        return any(_finds(m) for m in (self.module, self.alternative) if m)
+
+
+def _finds(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# transformers 5 (modeling_flash_attention_utils FLASH_ATTN_KERNEL_FALLBACK, modeling_utils
+# `_check_and_adjust_attn_implementation`): `flash_attention_2` / `_3` without the flash-attn package, with `kernels`
+# installed, loads the Hub's prebuilt build instead. flash-attn itself has no wheel for a Jobs image and its source
+# build needs torch at build time, so on Jobs the kernels route is the one that installs.
+FLASH_KERNELS = {
+    "flash_attention_2": "kernels-community/flash-attn2",
+    "flash_attention_3": "kernels-community/vllm-flash-attn3",
+}
 
 
 def _report_to(training: dict[str, Any]) -> list[str]:
@@ -75,10 +90,16 @@ def job_deps(spec: RunSpec) -> list[Dep]:
     if t.get("use_liger_kernel") or t.get("use_liger_loss"):
         deps.append(Dep("liger-kernel", "liger_kernel", "training.use_liger_kernel", "Liger kernels"))
     attn = str(m.attn_implementation or "")
-    if attn == "flash_attention_2":
-        deps.append(Dep("flash-attn", "flash_attn", "model.attn_implementation", "flash-attention 2"))
-    elif attn == "flash_attention_3":
-        deps.append(Dep("flash-attn-3", "flash_attn_interface", "model.attn_implementation", "flash-attention 3"))
+    if attn in FLASH_KERNELS:
+        version = attn[-1]
+        if b.kind == HF_JOBS:
+            reason = f"flash-attention {version}: transformers loads the Hub's prebuilt {FLASH_KERNELS[attn]}"
+            deps.append(Dep("kernels", "kernels", "model.attn_implementation", reason))
+        else:
+            pip, module = ("flash-attn", "flash_attn") if version == "2" else ("flash-attn-3", "flash_attn_interface")
+            deps.append(
+                Dep(pip, module, "model.attn_implementation", f"flash-attention {version}", alternative="kernels")
+            )
     init = t.get("model_init_kwargs") or {}
     if "/" in attn or (isinstance(init, dict) and init.get("use_kernels")):
         deps.append(

@@ -4,7 +4,10 @@ On top of PyYAML's safe loader (no tags beyond plain data), it refuses what lets
 of CPU and gigabytes of memory or crash the parser:
 
 - aliases and anchors (`*name`, `&name`): a "billion laughs" bomb of ~400 bytes expands to a billion nodes as soon
-  as anything walks the result; the loader stops at the first alias or anchor, before any expansion;
+  as anything walks the result; the loader stops at the first alias or anchor, before any expansion. TRL recipes
+  (`anchors=True`: published ones use anchors, and TRL's parser reads them) may use them as long as the document
+  expanded stays within MAX_EXPANDED nodes: each node's expanded size is counted once, while composing, so the
+  bomb is refused after a few hundred nodes of work;
 - text over MAX_BYTES: even with libyaml's parser, composing and constructing costs up to ~2 µs a byte (~8 µs in
   pure Python), and a run spec is normally a few KiB;
 - nesting deeper than MAX_DEPTH, checked while composing (the composer recurses, so `[[[[...` would otherwise raise
@@ -29,6 +32,7 @@ from grpo_dashboard.errors import FieldError, SpecError, shorten
 
 MAX_BYTES = 128 * 1024
 MAX_DEPTH = 50
+MAX_EXPANDED = 100_000  # nodes of a document with every alias written out (a large recipe has a few thousand)
 
 
 def read_text(path: str | Path) -> str:
@@ -65,7 +69,9 @@ class _Guard:
     what = "the run spec"
     field = "(yaml)"
     head = ""
+    allow_anchors = False
     _depth = 0
+    _sizes: dict[int, int] | None = None  # id(node) -> its size with aliases expanded (anchors=True only)
 
     def _refuse(self, value: str, message: str) -> SpecError:
         return SpecError([FieldError(self.field, value, message)])
@@ -73,6 +79,8 @@ class _Guard:
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()  # type: ignore[attr-defined]
         no_refs = f"aliases (`*name`) and anchors (`&name`) are not supported in {self.what}; write the value out."
+        if self.allow_anchors:
+            return self._compose_counted(parent, index, event)
         if isinstance(event, AliasEvent):
             name = shorten(str(event.anchor), 40)
             raise self._refuse(f"*{name}", f"uses the alias `*{name}`{_line(event)}; {no_refs}")
@@ -91,6 +99,42 @@ class _Guard:
             return Composer.compose_node(self, parent, index)
         finally:
             self._depth -= 1
+
+    def _compose_counted(self, parent: Any, index: Any, event: Any) -> Any:
+        """compose_node with anchors allowed: every node's expanded size from its children's (an alias costs what
+        its anchor's node expands to), refused once any node passes MAX_EXPANDED."""
+        if self._sizes is None:
+            self._sizes = {}
+        if not isinstance(event, AliasEvent) and self._depth >= MAX_DEPTH:
+            raise self._refuse(
+                self.head,
+                f"nests deeper than {MAX_DEPTH} levels{_line(event)}; at most "
+                f"{MAX_DEPTH} levels are allowed in {self.what} (a normal spec uses 3 or 4). "
+                "Flatten the structure.",
+            )
+        self._depth += 1
+        try:
+            node = Composer.compose_node(self, parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(event, AliasEvent):
+            size = self._sizes.get(id(node), 1)
+        elif isinstance(node.value, list):
+            items = [x for pair in node.value for x in pair] if node.id == "mapping" else node.value
+            size = 1 + sum(self._sizes.get(id(x), 1) for x in items)
+        else:
+            size = 1
+        self._sizes[id(node)] = size
+        if size > MAX_EXPANDED:
+            name = shorten(str(getattr(event, "anchor", None) or ""), 40)
+            where = f" (the alias `*{name}`{_line(event)})" if isinstance(event, AliasEvent) else _line(event)
+            raise self._refuse(
+                f"*{name}" if isinstance(event, AliasEvent) else self.head,
+                f"expands to more than {MAX_EXPANDED} nodes with its aliases written out{where}; {self.what} "
+                f"may use anchors and aliases up to that size (a recipe needs a few thousand). Write repeated "
+                "values out, or reuse fewer of them.",
+            )
+        return node
 
 
 class PySafeLoader(_Guard, yaml.SafeLoader):
@@ -127,7 +171,14 @@ def _size(n: int) -> str:
     return f"{n / 1024 / 1024:.1f} MiB" if n >= 1024 * 1024 else f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} bytes"
 
 
-def load(text: str, *, what: str = "the run spec", field: str = "(yaml)", loader: type | None = None) -> Any:
+def load(
+    text: str,
+    *,
+    what: str = "the run spec",
+    field: str = "(yaml)",
+    loader: type | None = None,
+    anchors: bool = False,
+) -> Any:
     """Parse YAML `text` (plain data only), raising SpecError on bad syntax and on anything that could explode.
 
     Args:
@@ -135,6 +186,7 @@ def load(text: str, *, what: str = "the run spec", field: str = "(yaml)", loader
         what: what the text is, for messages ("the run spec", "reward params").
         field: the field the FieldError names ("(yaml)" for a whole spec, or e.g. "rewards[0].params").
         loader: the loader class (default: the libyaml-backed one where available); for tests.
+        anchors: accept anchors and aliases within MAX_EXPANDED expanded nodes (TRL recipes), instead of refusing.
     """
 
     head = shorten(text[:80], 60)
@@ -153,7 +205,7 @@ def load(text: str, *, what: str = "the run spec", field: str = "(yaml)", loader
     ldr: Any = None
     try:
         ldr = (loader or Loader)(text)
-        ldr.what, ldr.field, ldr.head = what, field, head
+        ldr.what, ldr.field, ldr.head, ldr.allow_anchors = what, field, head, anchors
         return ldr.get_single_data()
     except SpecError:
         raise

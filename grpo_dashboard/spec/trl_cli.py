@@ -44,6 +44,16 @@ def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) ->
         action="append",
         help="A reward to add (TRL name, open-r1 name, built-in or dotted path); repeatable.",
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="Refuse keys that neither TRL nor a known recipe format has (default: ignore them, as `trl grpo` does).",
+    )
+    p.add_argument(
+        "--allow-drop",
+        action="store_true",
+        help="Import without a weighted reward that cannot be reproduced (default: refuse, naming it).",
+    )
     p.add_argument("--json", action="store_true", help="Print the mapping table and the spec as JSON.")
     args = p.parse_args(argv)
     if not Path(args.recipe).is_file():
@@ -51,10 +61,19 @@ def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) ->
         return 2
     overrides = {"model": args.model, "dataset": args.dataset, "rewards": args.reward or []}
     try:
-        result = import_trl(args.recipe, args.trl_version, name=args.name, overrides=overrides, parse=parse)
+        result = import_trl(
+            args.recipe,
+            args.trl_version,
+            name=args.name,
+            overrides=overrides,
+            parse=parse,
+            strict=args.strict,
+            allow_drop=args.allow_drop,
+        )
     except SpecError as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    missing = result.missing()
     text = result.spec.to_yaml()
     if args.json:
         print(
@@ -64,6 +83,8 @@ def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) ->
                     "version_reason": result.version_reason,
                     "trl_check": result.trl_check,
                     "rows": [r.to_dict() for r in result.rows],
+                    "summary": result.summary(),
+                    "missing": missing,
                     "spec": result.spec.to_dict(),
                 },
                 indent=2,
@@ -83,7 +104,35 @@ def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) ->
         )
     elif not args.json:
         print(text)
+    if not args.json:
+        dropped = [f"{r.key}={r.value!r}" for r in result.rows if r.action == "dropped" and r.key == "reward_funcs"]
+        for reward in dropped:
+            print(
+                f"warning: the reward {reward} is dropped (--allow-drop): the spec trains without it.", file=sys.stderr
+            )
+        if missing:
+            from grpo_dashboard.spec.trl_import import missing_hint
+
+            print(f"incomplete: {missing_hint(missing)}.", file=sys.stderr)
+        print(f"import: {result.summary()}.", file=sys.stderr)
     return 0
+
+
+def _prepare(script: Path, text: str, local: bool) -> None:
+    """Write the prepare script; run it at once when it reads only local files (a Hub dataset: the user runs it)."""
+    script.write_text(text, encoding="utf-8")
+    if not local:
+        print(f"wrote {script}: run it once (it downloads the dataset) before `trl grpo`", file=sys.stderr)
+        return
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        print(f"warning: {script} failed (exit {proc.returncode}); run it again before `trl grpo`:", file=sys.stderr)
+        print("\n".join(tail), file=sys.stderr)
+        return
+    print(f"wrote {script} and ran it: {proc.stdout.strip()}", file=sys.stderr)
 
 
 def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = None) -> int:
@@ -109,7 +158,7 @@ def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = Non
     out = Path(args.output) if args.output else Path("recipe.yaml")
     try:
         spec = RunSpec.from_file(args.spec)
-        export = export_trl(spec, out)
+        export = export_trl(spec, out, base=Path.cwd())
     except SpecError as exc:
         print(str(exc), file=sys.stderr)
         return 1
@@ -124,7 +173,18 @@ def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = Non
         if export.rewards_module:
             module = out.parent / f"{export.rewards_module_name}.py"
             module.write_text(export.rewards_module, encoding="utf-8")
-            print(f"wrote {module} (reward_funcs import it: run trl from {out.parent})", file=sys.stderr)
+            print(
+                f"wrote {module} (reward_funcs import it; the recipe's env puts its folder on PYTHONPATH)",
+                file=sys.stderr,
+            )
+        if export.prepare_script:
+            _prepare(
+                out.parent / export.prepare_name,
+                export.prepare_script,
+                local=not (spec.dataset.path or spec.dataset.mixture),
+            )
+    for note in export.notes:
+        print(f"warning: {note}", file=sys.stderr)
     for kind, command in export.commands.items():
         print(f"{kind:>10}: {command}", file=sys.stderr)
     if job_export is not None:

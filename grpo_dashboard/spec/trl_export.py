@@ -5,7 +5,10 @@ rewards, `num_processes` / `accelerate_config`, `env`). What TRL has no key for 
 reward parameters, backend and health settings) rides in one `# grpo-dashboard:` comment line, which TRL ignores and
 `trl_import` reads back, so `import_trl(export_trl(spec))` gives the spec again. Rewards that are not one of TRL's own
 are reached through a generated module beside the recipe (`<recipe>_rewards.py`) that builds this dashboard's
-built-ins; `reward_funcs` names them by dotted path, as TRL's grpo script expects.
+built-ins; `reward_funcs` names them by dotted path, as TRL's grpo script expects, and the recipe's `env` puts the
+recipe's folder on PYTHONPATH so that module imports from any working directory. A spec whose prompts the job maps
+(prompt column, template, system prompt, chat template) or whose tiny model the job builds gets a prepare script
+(trl_prepare) and a recipe that names the prepared data by absolute path.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ from grpo_dashboard.spec.run_spec import (
     RunSpec,
 )
 from grpo_dashboard.spec.trl_parse import HEADER
+from grpo_dashboard.spec.trl_prepare import (
+    absolute_paths,
+    needs_prepare,
+    prepare_script,
+    prepared_files,
+    prepares_data,
+)
 from grpo_dashboard.spec.trl_rewards import GENERATED, TRL_REWARDS
 
 
@@ -44,6 +54,9 @@ class Export:
     rewards_module: str | None
     rewards_module_name: str
     commands: dict[str, str]
+    prepare_script: str | None = None  # run once before `trl grpo` (trl_prepare); None: nothing to prepare
+    prepare_name: str = ""
+    notes: list[str] = dataclasses.field(default_factory=list)  # what the export cannot carry to `trl grpo`
 
 
 def _trl_name(r: RewardSpec) -> str | None:
@@ -54,23 +67,55 @@ def _trl_name(r: RewardSpec) -> str | None:
     return None
 
 
-def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml") -> Export:
-    """The flat TRL config of `spec` (SpecError when a setting cannot be written as TRL keys)."""
+def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml", base: Path | None = None) -> Export:
+    """The flat TRL config of `spec` (SpecError when a setting cannot be written as TRL keys).
+
+    `base`: the directory the spec's relative paths are taken against (the CLI's working directory); with it every
+    local path in the recipe is absolute, so `trl grpo` finds them from any directory."""
+    if base is not None:
+        spec = absolute_paths(spec, base)
     path = Path(recipe_path)
     module = _module_name(path)
     flat: dict[str, Any] = {}
     header: dict[str, Any] = {"name": spec.name}
+    notes: list[str] = []
+    prepared = prepares_data(spec)
     _put(header, "model", _model(spec.model, flat))
-    _dataset(spec.dataset, flat)
-    _put(header, "dataset", _dataset_header(spec.dataset))
-    rewards_py = _rewards(spec, flat, module)
+    if prepared:
+        files = prepared_files(path, spec)
+        flat["datasets"] = [{"path": "json", "data_files": files["train"]}]
+        header["dataset"] = dataclasses.asdict(spec.dataset)  # the spec's own source, for import-trl
+        if "test" in files:
+            notes.append(
+                f"the eval set is prepared as {files['test']}, but TRL's grpo script reads one `datasets` split: "
+                "`trl grpo` trains without evaluation"
+            )
+    else:
+        _dataset(spec.dataset, flat)
+        _put(header, "dataset", _dataset_header(spec.dataset))
+    templated = prepared and bool(spec.model.chat_template)
+    rewards_py = _rewards(spec, flat, module, own_trl=not templated)
     header["rewards"] = [_plain(dataclasses.asdict(r)) for r in spec.rewards]
     flat.update(spec.training)
     if spec.output_dir:
         flat["output_dir"] = spec.output_dir
     _put(header, "backend", _backend(spec.backend, flat))
+    if rewards_py is not None and "PYTHONPATH" not in flat.get("env", {}):
+        # TRL imports a dotted reward from the working directory; `trl grpo` sets `env` before it starts the script.
+        flat.setdefault("env", {})["PYTHONPATH"] = str(path.resolve().parent)
+        header["exported_env"] = ["PYTHONPATH"]
     _header_rest(spec, header)
-    return Export(_text(spec, path, header, flat), rewards_py, module, commands(spec, path))
+    script = prepare_script(spec, path) if needs_prepare(spec) else None
+    prepare_name = f"{path.stem}_prepare.py"
+    return Export(
+        _text(spec, path, header, flat),
+        rewards_py,
+        module,
+        commands(spec, path, prepare_name if script else None, rewards_py is not None),
+        script,
+        prepare_name,
+        notes,
+    )
 
 
 def _module_name(path: Path) -> str:
@@ -186,7 +231,9 @@ def _dataset(d: DatasetSpec, flat: dict[str, Any]) -> None:
         flat["dataset_streaming"] = True
 
 
-def _rewards(spec: RunSpec, flat: dict[str, Any], module: str) -> str | None:
+def _rewards(spec: RunSpec, flat: dict[str, Any], module: str, own_trl: bool = True) -> str | None:
+    """`reward_funcs` / `reward_weights` into `flat`; the generated module's text (None without one). `own_trl`:
+    TRL's own rewards by name (they read conversational completions: not for prompts prepared as templated text)."""
     funcs: list[str] = []
     generated: dict[str, dict[str, Any]] = {}
     for i, r in enumerate(spec.rewards):
@@ -205,7 +252,7 @@ def _rewards(spec: RunSpec, flat: dict[str, Any], module: str) -> str | None:
                 )
             flat["reward_model_name_or_path"] = r.model
             continue
-        trl = _trl_name(r)
+        trl = _trl_name(r) if own_trl else None
         if trl:
             funcs.append(trl)
             continue
@@ -239,9 +286,9 @@ def _plain(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k == "name" or v != defaults.get(k)}
 
 
-def commands(spec: RunSpec, recipe: Path) -> dict[str, str]:
+def commands(spec: RunSpec, recipe: Path, prepare: str | None = None, rewards_module: bool = False) -> dict[str, str]:
     """The equivalent command lines: `trl grpo` and `accelerate launch` of TRL's script (the HF Jobs ones, which
-    upload our job's files, come from launch/hf_jobs/export.py)."""
+    upload our job's files, come from launch/hf_jobs/export.py); first the prepare script when there is one."""
     from grpo_dashboard.spec import trl_schema
 
     b = spec.backend
@@ -259,10 +306,11 @@ def commands(spec: RunSpec, recipe: Path) -> dict[str, str]:
             else Path(b.accelerate_config)
         )
         launch += ["--config_file", str(cfg)]
-    return {
-        "trl": f"trl grpo --config {shlex.quote(str(recipe))}",
-        "accelerate": shlex.join([*launch, str(script), "--config", str(recipe)]),
-    }
+    out = {"prepare": shlex.join(["python", str(recipe.parent / prepare)])} if prepare else {}
+    accelerate = shlex.join([*launch, str(script), "--config", str(recipe)])
+    if rewards_module:  # `accelerate launch` starts the script with the environment as it is: the module's folder
+        accelerate = f"PYTHONPATH={shlex.quote(str(recipe.resolve().parent))} {accelerate}"
+    return {**out, "trl": f"trl grpo --config {shlex.quote(str(recipe))}", "accelerate": accelerate}
 
 
 class _Dumper(yaml.SafeDumper):

@@ -4,8 +4,9 @@ The file is parsed by TRL's own parser (`TrlParser` over `GRPOScriptArguments`, 
 `DatasetMixtureConfig`, a fresh one per file: it keeps the defaults it was given). Every key is then mapped to the
 spec, and each step is one row of the mapping table: mapped as it is, converted (renamed keys, open-r1's reward
 names, dotted reward paths, `vllm_device`), pinned (a default of the recipe's TRL version that 1.16 changed, written
-out explicitly), dropped (TRL 1.16 no longer has it) or unsupported (with the reason). A key that neither TRL nor a
-known recipe format has is an error that names it; nothing is written then.
+out explicitly), dropped (TRL 1.16 no longer has it), unsupported (with the reason) or ignored (a key neither TRL nor
+a known recipe format has, e.g. a fork's own script arguments: `trl grpo` ignores them too; `strict` refuses them,
+every one in one error). A weighted reward that cannot be reproduced is an error naming it, unless `allow_drop`.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Row:
 
     key: str
     value: Any
-    action: str  # mapped | converted | pinned | dropped | unsupported
+    action: str  # mapped | converted | pinned | dropped | unsupported | ignored
     target: str | None = None
     note: str = ""
 
@@ -61,12 +62,48 @@ class ImportResult:
     version_reason: str = ""
     trl_check: str | None = None
 
+    def missing(self) -> list[str]:
+        """What the spec needs and the recipe did not name: 'model', 'dataset', 'reward'."""
+        s = self.spec
+        have = {
+            "model": bool(s.model.name_or_path),
+            "dataset": bool(s.dataset.path or s.dataset.data_files or s.dataset.mixture),
+            "reward": bool(s.rewards),
+        }
+        return [k for k, ok in have.items() if not ok]
+
+    def summary(self) -> str:
+        """One line: how many keys were kept, converted, pinned and dropped (unsupported and ignored among them)."""
+        n = {a: sum(r.action == a for r in self.rows) for a in ACTIONS}
+        dropped = n["dropped"] + n["unsupported"] + n["ignored"]
+        detail = [f"{n[a]} {label}" for a, label in (("unsupported", "unsupported"), ("ignored", "unknown")) if n[a]]
+        return f"{n['mapped']} kept, {n['converted']} converted, {n['pinned']} pinned, {dropped} dropped" + (
+            f" ({', '.join(detail)})" if detail else ""
+        )
+
     def table(self) -> str:
         """The mapping table as aligned text."""
         lines = [f"{'KEY':<34} {'ACTION':<11} {'SPEC FIELD':<38} NOTE"]
         for r in self.rows:
             lines.append(f"{r.key:<34} {r.action:<11} {r.target or '-':<38} {r.note}".rstrip())
         return "\n".join(lines)
+
+
+ACTIONS = ("mapped", "converted", "pinned", "dropped", "unsupported", "ignored")
+MISSING_HINT = {
+    "model": "--model ORG/MODEL",
+    "dataset": "--dataset ORG/DATASET",
+    "reward": "--reward NAME (a TRL or open-r1 reward name, a built-in, or a dotted path)",
+}
+
+
+def missing_hint(missing: list[str]) -> str:
+    """The line that tells what a recipe lacks and the import-trl options that give it."""
+    return (
+        f"the recipe names no {', no '.join(missing)}: import it again with "
+        + " ".join(MISSING_HINT[m] for m in missing)
+        + ", or set it in the spec"
+    )
 
 
 # --- mapping --------------------------------------------------------------------------------------------------
@@ -76,12 +113,14 @@ def import_trl(
     name: str | None = None,
     overrides: dict[str, Any] | None = None,
     parse: Callable[[dict[str, Any], dict[str, Any]], TrlParse] | None = None,
+    strict: bool = False,
+    allow_drop: bool = False,
 ) -> ImportResult:
     """Parse a flat TRL config file with TRL's parser and map it to a run spec (SpecError naming the key when it
     cannot). `overrides`: what the recipe lacks, e.g. {"model": "Qwen/...", "dataset": "owner/data", "rewards": [..]};
-    `parse`: as for `import_recipe`.
+    `parse`, `strict`, `allow_drop`: as for `import_recipe`.
     """
-    return import_recipe(recipe_from_file(path), trl_version, name, overrides, parse)
+    return import_recipe(recipe_from_file(path), trl_version, name, overrides, parse, strict, allow_drop)
 
 
 def import_recipe(
@@ -90,10 +129,15 @@ def import_recipe(
     name: str | None = None,
     overrides: dict[str, Any] | None = None,
     parse: Callable[[dict[str, Any], dict[str, Any]], TrlParse] | None = None,
+    strict: bool = False,
+    allow_drop: bool = False,
 ) -> ImportResult:
     """import_trl for a Recipe (a file, pasted text or an upload): the files it names are refused on a Space and
     read with a size budget locally, before TRL's parser and checks run on it: `parse` (the dashboard passes
-    checks.trl_check.parse_isolated for a visitor's recipe), by default in this process."""
+    checks.trl_check.parse_isolated for a visitor's recipe), by default in this process.
+
+    Keys no known format has are ignored rows, as `trl grpo` ignores them (`strict`: refused, all in one error); a
+    reward with a non-zero weight that cannot be reproduced is an error naming it (`allow_drop`: a dropped row)."""
     config, header = recipe.config, recipe.header
     if trl_version is not None and trl_version not in TRL_DEFAULTS:
         raise SpecError(
@@ -110,16 +154,17 @@ def import_recipe(
     parsed = (parse or parse_here)(config, inline)
     values, unknown, check = parsed.values, parsed.unknown, parsed.check
     m = _Mapper(recipe, values, fields_of(parsed))
-    errors = [
-        m.unknown_key_error(k)
+    m.allow_drop = allow_drop
+    m.strange = [
+        k
         for k in unknown
         if k not in trl_keys.FOREIGN
         and k not in trl_keys.UNSUPPORTED
         and k not in trl_keys.REWARD_PARAM_KEYS
         and k not in trl_keys.LAUNCH_KEYS
     ]
-    if errors:
-        raise SpecError(errors)
+    if strict and m.strange:
+        raise SpecError([m.unknown_key_error(k, strict=True) for k in m.strange])
     m.run(unknown, overrides or {})
     m.pin_defaults(version)
     m.apply_header()
@@ -147,21 +192,28 @@ class _Mapper:
         self.reward_params: dict[str, dict[str, Any]] = {}
         self._kept: list[bool] = []  # per reward_funcs entry: whether it became a spec reward (for its weight)
         self._extra: list[str] = []  # rewards given on the command line (--reward)
+        self.strange: list[str] = []  # keys of no known format: ignored rows (as `trl grpo` ignores them)
+        self.allow_drop = False
 
     def row(self, key: str, action: str, target: str | None, note: str = "") -> None:
         self.rows.append(Row(key, self.config.get(key), action, target, note))
 
-    def unknown_key_error(self, key: str) -> FieldError:
+    def unknown_key_error(self, key: str, strict: bool = False) -> FieldError:
         known = [*self.fields, *trl_keys.MODEL_KEYS, *trl_keys.LORA_KEYS, *trl_keys.DATASET_KEYS, *trl_keys.FOREIGN]
         close = difflib.get_close_matches(key, known, n=2)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        return FieldError(
-            key,
-            self.config.get(key),
+        what = (
             f"is not a key of TRL {LATEST} (GRPOConfig, ModelConfig, the "
-            f"grpo script's arguments) nor of a recipe format this importer knows (open-r1, Unsloth)."
-            f"{hint} Fix or remove it in {self.path}; nothing was written.",
+            f"grpo script's arguments) nor of a recipe format this importer knows (open-r1, Unsloth).{hint}"
         )
+        if strict:
+            return FieldError(
+                key,
+                self.config.get(key),
+                f"{what} Fix or remove it in {self.path}, or import without --strict to ignore it as `trl grpo` "
+                "does; nothing was written.",
+            )
+        return FieldError(key, self.config.get(key), what)
 
     # Each known key goes to one place; the order of the table follows the file.
     def run(self, unknown: list[str], overrides: dict[str, Any]) -> None:
@@ -192,6 +244,9 @@ class _Mapper:
             if isinstance(env, dict):
                 s.backend.env.update({str(k): str(x) for k, x in env.items()})
             self.row(key, "mapped", "backend.env")
+        elif key in self.strange:
+            note = self.unknown_key_error(key).message.removeprefix("is ")
+            self.row(key, "ignored", None, f"{note} `trl grpo` ignores it too (your script's own argument?)")
         elif key in unknown:
             self._foreign(key)
         elif key in trl_keys.MODEL_KEYS:
@@ -438,6 +493,7 @@ class _Mapper:
             if reward is not None:
                 rewards.append(reward)
         weights = v.get("reward_weights")
+        self._refuse_drops(names, weights)
         if weights is not None:
             # TRL's order: the reward model first, then reward_funcs (entries that became no reward keep no weight).
             keep = [True] * (1 if v.get("reward_model_name_or_path") else 0) + self._kept
@@ -446,6 +502,36 @@ class _Mapper:
                 r.weight = float(w)
             self.row("reward_weights", "mapped", "rewards[*].weight", "one weight per reward entry")
         s.rewards = rewards
+
+    def _refuse_drops(self, names: list[Any], weights: list[Any] | None) -> None:
+        """A reward_funcs entry with a non-zero weight that became no reward: an error, or with allow_drop a row."""
+        first = 1 if self.values.get("reward_model_name_or_path") else 0  # TRL weighs the reward model first
+        for i, (fn, kept) in enumerate(zip(names, self._kept, strict=False), start=first):
+            weight = weights[i] if weights is not None and i < len(weights) else 1.0
+            if kept or not weight:
+                continue
+            row = next(
+                (
+                    r
+                    for r in self.rows
+                    if r.key == "reward_funcs" and str(r.value) == str(fn) and r.action == "unsupported"
+                ),
+                None,
+            )
+            if row is None:  # an unknown name: already an error of its own
+                continue
+            if self.allow_drop:
+                row.action, row.note = "dropped", f"{row.note}; dropped with --allow-drop (its weight was {weight})"
+                continue
+            self.errors.append(
+                FieldError(
+                    "reward_funcs",
+                    fn,
+                    f"is a reward of weight {weight} that cannot be reproduced ({row.note}). Importing "
+                    "without it would train a different run: give a replacement with --reward, import with "
+                    "--allow-drop to go on without it, or remove it from the recipe; nothing was written.",
+                )
+            )
 
     def _reward(self, fn: str, given: bool) -> RewardSpec | None:
         key = "(--reward)" if given else "reward_funcs"
@@ -544,6 +630,8 @@ class _Mapper:
         for section in ("model", "dataset"):
             for key, value in (h.get(section) or {}).items():
                 setattr(getattr(s, section), key, LoraSpec(**value) if key == "lora" else value)
+        for key in h.get("exported_env") or []:  # what export-trl added for `trl grpo` (the module's folder)
+            s.backend.env.pop(key, None)
         if "backend" in h or "health" in h:
             base = RunSpec.from_dict({"backend": h.get("backend", {}), "health": h.get("health", {})})
             base.backend.num_processes, base.backend.accelerate_config = (
@@ -590,15 +678,18 @@ class _Mapper:
         if t.get("vllm_server_base_url") or t.get("vllm_server_host"):
             return
         n = s.backend.num_processes
-        s.generation = GenerationSpec(server_gpus=[n])
+        device = re.fullmatch(r"(?:cuda:)?(\d+)", str(self.config.get("vllm_device", "")).strip())
+        gpu = int(device.group(1)) if device else n  # the recipe's own vLLM GPU; "auto": the one after training's
+        s.generation = GenerationSpec(server_gpus=[gpu])
+        why = f"the recipe's vllm_device {self.config['vllm_device']!r}" if device else "the GPU after training's"
         self.rows.append(
             Row(
                 "(vllm server)",
-                n,
+                gpu,
                 "converted",
                 "generation.server_gpus",
                 f"vllm_mode: server with no server address: the backend starts `trl vllm-serve` on GPU "
-                f"{n} and trains on the other GPUs; change generation.server_gpus to fit your machine",
+                f"{gpu} ({why}) and trains on the other GPUs; change generation.server_gpus to fit your machine",
             )
         )
 

@@ -119,7 +119,8 @@ UNSUPPORTED: dict[str, str] = {
     "push_to_hub_revision": "open-r1's callback switch",
     "code_eval_test_batch_size": "an open-r1 code-reward setting (remote execution through E2B/Morph/Piston)",
     "code_eval_scoring_mode": "an open-r1 code-reward setting (remote execution through E2B/Morph/Piston)",
-    "parallel_code_exec_per_proc": "an open-r1 code-reward setting (remote execution through E2B/Morph/Piston)",
+    "parallel_code_exec_per_proc": "open-r1's parallel requests to E2B/Morph per process; the open_r1_code "
+    "built-in tests its `workers` (2) completions at once in the job's sandbox",
     "code_provider": "open-r1's remote code-execution provider",
     "e2b_router_url": "open-r1's remote code-execution router",
     "morph_router_url": "open-r1's remote code-execution router",

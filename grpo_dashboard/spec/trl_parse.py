@@ -35,7 +35,7 @@ class Recipe:
 
 def parse_config(text: str, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A recipe text's mapping and its header (what an export wrote for what TRL has no key for; {} otherwise)."""
-    data = safe_yaml.load(text, what="a TRL config", field="(file)")
+    data = safe_yaml.load(text, what="a TRL config", field="(file)", anchors=True)
     if not isinstance(data, dict):
         raise SpecError([FieldError("(file)", label, "must be a YAML mapping of TRL config keys.")])
     header: dict[str, Any] = {}

@@ -74,11 +74,11 @@ OPEN_R1_REWARDS: dict[str, tuple[str, dict[str, Any]] | str] = {
     "soft_overlong_punishment": ("soft_overlong", {"max_completion_len": 16384, "soft_punish_cache": 4096}),
     "code_format": ("regex", {"pattern": open_r1_code_format("python")}),
     "reasoning_steps": ("python", {"code": OPEN_R1_REASONING_STEPS, "function": "reward"}),
-    "code": "open-r1 runs the code through E2B/Morph sandboxes on `verification_info` test cases; use the "
-    "code_tests built-in with a tests column instead",
-    "binary_code": "open-r1 runs the code through E2B/Morph sandboxes; use the code_tests built-in instead",
+    "code": ("open_r1_code", {}),
+    "binary_code": ("open_r1_code", {"binary": True}),
     "ioi_code": "needs open-r1's IOI judge (Piston workers)",
-    "cf_code": "needs open-r1's Codeforces judge (Piston workers)",
+    "cf_code": "needs open-r1's Codeforces judge: Piston workers compile the C++ or Python submission and run each "
+    "problem's generated checker on its official and generated tests; not reproducible in the job's sandbox",
     "length": "open-r1's Kimi length reward needs the accuracy of each completion; not a built-in yet",
 }
 

@@ -412,8 +412,18 @@ class Store:
 
     # --- naming, notes and deleting runs ------------------------------------------------------------------------
     def rename_run(self, run_id: str, name: str) -> None:
-        """Give a run another display name (its id and directory stay); RunNotFound for an unknown id."""
+        """Give a run another display name (its id and directory stay); RunNotFound for an unknown id, ValueError for
+        a name another run has (name lookups would then find the newer of the two)."""
         with self.transaction() as conn:
+            taken = conn.execute(
+                "SELECT id FROM runs WHERE name = ? AND id != ? ORDER BY created_at DESC LIMIT 1",
+                (redact(name), run_id),
+            ).fetchone()
+            if taken is not None:
+                raise ValueError(
+                    f"name {name!r} is already the name of run {taken['id']}: `show`, `logs` and the other commands "
+                    "find runs by name, so two runs may not share one. Choose another name (or rename that run first)."
+                )
             if conn.execute("UPDATE runs SET name = ? WHERE id = ?", (redact(name), run_id)).rowcount == 0:
                 raise RunNotFound(f"No run with id {run_id!r}. List runs with `python -m grpo_dashboard runs`.")
 

@@ -75,7 +75,12 @@ def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
         result = import_recipe(recipe, parse=trl_check.parse_isolated if space else trl_check.parse_local)
     except (SpecError, FileRefused) as exc:
         raise gr.Error(_shown(str(exc), space)) from None
+    from grpo_dashboard.spec.trl_import import missing_hint
+
     table = mapping_markdown(result.rows, result.trl_version, result.version_reason, result.trl_check)
+    missing = result.missing()
+    table += "\n\n" + (f"**Incomplete:** {missing_hint(missing)}.\n\n" if missing else "")
+    table += f"**Import:** {result.summary()}."
     return result.spec.to_yaml(), _shown(table, space)
 
 

@@ -41,7 +41,10 @@ def rename(ctx: UiContext, user: access.User, run_id: str | None, name: str) -> 
     if not name or len(name) > MAX_NAME or "\n" in name:
         raise gr.Error(f"name: {name[:40]!r} is not usable: give 1 to {MAX_NAME} characters on one line.")
     run = _mine(ctx, user, run_id)
-    ctx.store.rename_run(run.id, name)
+    try:
+        ctx.store.rename_run(run.id, name)
+    except ValueError as exc:  # another run has that name
+        raise gr.Error(str(exc)) from None
     return f"Renamed `{run.id}` to **{name}**."
 
 

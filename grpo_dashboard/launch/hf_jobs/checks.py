@@ -23,12 +23,16 @@ def _flavor(inp: CheckInput) -> Flavor | None:
 def _generation(inp: CheckInput) -> list[FieldError]:
     if inp.spec.generation is None:
         return []
+    import dataclasses
+
+    g = inp.spec.generation
+    shown = {f.name: getattr(g, f.name) for f in dataclasses.fields(g) if getattr(g, f.name) != f.default}
     return [
         FieldError(
             "generation",
-            "set",
-            "is not supported on hf_jobs (one container, no second process to "
-            "serve). Use vllm_mode: colocate there, or run on local / slurm.",
+            shown or {},
+            "(a vLLM server the backend starts) is not supported on hf_jobs (one container, no second process to "
+            "serve). Remove the generation section and use vllm_mode: colocate there, or run on local / slurm.",
         )
     ]
 

@@ -65,6 +65,36 @@ def _retry(call: Any, action: str, namespace: str, attempts: int = 4) -> Any:
     raise AssertionError("unreachable")
 
 
+def create_bucket(api: Any, bucket: str, namespace: str) -> None:
+    """Create the artifacts bucket (`_retry`); a 404 in a namespace the token's account has is a Hub without the
+    Storage Buckets API (an older or private deployment), which the message says instead of "namespace not found"."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        _retry(
+            lambda: api.create_bucket(bucket, private=True, exist_ok=True), "create the artifacts bucket", namespace
+        )
+    except BackendError as exc:
+        cause = exc.__cause__
+        if not (
+            isinstance(cause, HfHubHTTPError) and cause.response is not None and cause.response.status_code == 404
+        ):
+            raise
+        try:
+            me = api.whoami()
+        except Exception:
+            raise exc from cause  # cannot tell: the namespace message stands
+        names = {me.get("name"), *(o.get("name") for o in me.get("orgs") or [])}
+        if namespace not in names:
+            raise
+        raise BackendError(
+            f"This Hub ({api.endpoint}) has no Storage Buckets API: creating the bucket {bucket} answered 404, "
+            f"though namespace {namespace!r} exists. The Jobs backend keeps each job's files and checkpoints in a "
+            "bucket, so it needs a Hub with buckets (huggingface.co has them): point HF_ENDPOINT at one, or run "
+            "on the local or Slurm backend."
+        ) from cause
+
+
 def _secrets(spec: RunSpec, token: str) -> dict[str, str]:
     """HF_TOKEN and the spec's named secrets from the launching environment (never a Space's: those are the
     owner's); BackendError naming what is missing."""

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from grpo_dashboard.checks.named import Check
 from grpo_dashboard.errors import BackendError, RunNotFound
 from grpo_dashboard.launch.hf_jobs.checks import CHECKS
-from grpo_dashboard.launch.hf_jobs.hub_calls import _create_job, _retry, _secrets, _volume, job_timeout
+from grpo_dashboard.launch.hf_jobs.hub_calls import _create_job, _retry, _secrets, _volume, create_bucket, job_timeout
 from grpo_dashboard.launch.hf_jobs.payload import (
     APP,
     BUCKET_NAME,
@@ -104,7 +104,7 @@ class HfJobsBackend:
             files["run.yaml"] = job_dir / "run.yaml"
             api = make_api(token, endpoint)
             bucket = f"{ns}/{BUCKET_NAME}"
-            _retry(lambda: api.create_bucket(bucket, private=True, exist_ok=True), "create the artifacts bucket", ns)
+            create_bucket(api, bucket, ns)
             add = [(str(path), f"{run.id}/{name}") for name, path in files.items()]
             _retry(lambda: api.batch_bucket_files(bucket, add=add), "upload the job's files", ns)
             command = job_command(inner)
