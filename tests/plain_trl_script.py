@@ -34,6 +34,7 @@ def main() -> None:
     p.add_argument("--guard", action="store_true", help="the callback stops on an error finding")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds each step waits (a slower run)")
     p.add_argument("--logging-steps", type=int, default=1)
+    p.add_argument("--log-history", help="write the trainer's own log history (JSON) here after training")
     p.add_argument("--eval-steps", type=int, default=0, help="evaluate every N steps (0: never)")
     args = p.parse_args()
 
@@ -84,6 +85,11 @@ def main() -> None:
         callbacks=callbacks,
     )
     trainer.train()
+    if args.log_history:
+        import json
+
+        with open(args.log_history, "w", encoding="utf-8") as f:
+            json.dump(trainer.state.log_history, f)
 
 
 if __name__ == "__main__":
