@@ -9,8 +9,11 @@ the health guard/alerts from the dashboard's rules with the same `health:` optio
 `guard_persist`, `thresholds`, `alerts`, `webhook_url`). Only the main process (rank 0 under accelerate/torchrun)
 writes; every process takes the guard's decision from it, as in a launched job.
 
-Transport: a directory, the dashboard's data directory (local or a shared filesystem): the run is written to
-`runs/<id>/` (store/external.py says which files) and a running dashboard picks it up and follows it.
+Transports: a directory, the dashboard's data directory (local or a shared filesystem): the run is written to
+`runs/<id>/` (store/external.py says which files) and a running dashboard picks it up and follows it; or a URL
+(`http://host:7860`, a Space's `https://...hf.space`): the same files are spooled locally and sent in batches
+(integrations/http.py), with `token` (default `$HF_TOKEN`) on a Space, where the run belongs to the token's user;
+the dashboard's Cancel then stops the trainer cleanly.
 """
 
 from __future__ import annotations
@@ -82,9 +85,20 @@ class DashboardCallback(TrainerCallback):
         tags: list[str] | None = None,
         health: Mapping[str, Any] | None = None,
         samples: bool = True,
+        token: str | None = None,
+        spool: str | os.PathLike[str] | None = None,
+        flush_s: float = 60.0,
     ) -> None:
         self.job = job_module()
-        self.root = Path(target).expanduser() if target is not None else data_dir()
+        self.url = str(target) if str(target or "").startswith(("http://", "https://")) else None
+        if self.url:
+            default_spool = Path(os.environ.get("GRPO_DASHBOARD_SPOOL") or "~/.cache/grpo_dashboard/spool")
+            self.root = Path(spool or default_spool).expanduser()
+        else:
+            self.root = Path(target).expanduser() if target is not None else data_dir()
+        self.token = token or os.environ.get("HF_TOKEN")
+        self.flush_s = flush_s
+        self.sender: Any = None
         self.name = name
         self.tags = list(tags or [])
         self.health_settings = _health_settings(health)
@@ -105,7 +119,7 @@ class DashboardCallback(TrainerCallback):
         title = title or Path(sys.argv[0]).stem or "external"
         slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40] or "run"
         self.run_id = f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
-        self.run_dir = self.root / "runs" / self.run_id
+        self.run_dir = (self.root / self.run_id) if self.url else (self.root / "runs" / self.run_id)
         self.run_dir.mkdir(parents=True)
         config = self.job._config_dict(args)
         spec = spec_from_config(
@@ -121,7 +135,7 @@ class DashboardCallback(TrainerCallback):
         self.emitter.event("starting", pid=os.getpid())
         marker = {
             "v": 1,
-            "transport": "directory",
+            "transport": "http" if self.url else "directory",
             "pid": os.getpid(),
             "started_ticks": external.process_ticks(os.getpid()),
             "host": socket.gethostname(),
@@ -132,6 +146,10 @@ class DashboardCallback(TrainerCallback):
         tmp = self.run_dir / f".{external.MARKER_FILE}.tmp"
         tmp.write_text(json.dumps(marker), encoding="utf-8")
         os.replace(tmp, self.run_dir / external.MARKER_FILE)  # last: the directory is complete once it is there
+        if self.url:
+            from grpo_dashboard.integrations.http import Sender
+
+            self.sender = Sender(self.run_dir, self.url, self.run_id, self.token).start()
         self._watch_exit()
 
     def _watch_exit(self) -> None:
@@ -156,6 +174,8 @@ class DashboardCallback(TrainerCallback):
             message=str(exc)[:4000] if exc else "the script exited during training (no on_train_end)",
         )
         self.emitter.close()
+        if self.sender is not None:
+            self.sender.close(min(self.flush_s, 10.0))
 
     # --- TrainerCallback ---------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -186,7 +206,9 @@ class DashboardCallback(TrainerCallback):
             self.inner.on_log(args, state, control, logs=dict(logs) if logs else logs, **kwargs)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Stop when asked to."""
+        """Stop when asked to (the dashboard's Cancel, over HTTP)."""
+        if self.sender is not None and self.sender.stop_asked and self.inner is not None:
+            self.inner.stop_requested = True
         if self.inner is not None:
             self.inner.on_step_end(args, state, control, **kwargs)
 
@@ -207,3 +229,5 @@ class DashboardCallback(TrainerCallback):
         self.emitter.event("canceled" if self.inner.stop_requested else "finished", step=step)
         self.emitter.close()
         self._ended = True
+        if self.sender is not None:
+            self.sender.close(self.flush_s)

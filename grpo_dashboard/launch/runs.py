@@ -24,7 +24,7 @@ from grpo_dashboard.launch.local.job import metrics_path  # noqa: F401 - re-expo
 from grpo_dashboard.launch.logs import log_path  # noqa: F401 - re-exported for callers and tests
 from grpo_dashboard.spec import agent_spec
 from grpo_dashboard.spec.run_spec import RunSpec, load_spec
-from grpo_dashboard.store import external
+from grpo_dashboard.store import external, remote_ingest
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, data_dir
 from grpo_dashboard.store.external import EXTERNAL
 from grpo_dashboard.store.importers import IMPORTED
@@ -182,6 +182,9 @@ def cancel(
     """
     if run.status in TERMINAL:
         return run
+    if run.backend == EXTERNAL and (external.read_marker(Path(run.run_dir)) or {}).get("transport") == "http":
+        remote_ingest.request_stop(run)  # the callback's next batch is answered `stop`: the trainer stops cleanly
+        return store.get_run(run.id)
     if run.backend in (EXTERNAL, IMPORTED):
         raise BackendError(
             f"Run {run.id} runs in a script of its own (recorded through a directory): the dashboard cannot stop "

@@ -146,7 +146,7 @@ def install_routes(app: Any, ctx: Any) -> Any:
     from starlette.responses import FileResponse, PlainTextResponse
     from starlette.routing import Route
 
-    from grpo_dashboard.ui import stream
+    from grpo_dashboard.ui import ingest_route, stream
 
     files = static_files()
 
@@ -157,6 +157,7 @@ def install_routes(app: Any, ctx: Any) -> Any:
         return FileResponse(found[0], media_type=found[1], headers={"Cache-Control": "public, max-age=3600"})
 
     app.router.routes.insert(0, Route(STATIC_PATH + "/{name}", static, methods=["GET"]))
+    ingest_route.install(app, ctx, lambda request: request_user(ctx, request))
     return stream.install(app, ctx, lambda request: request_user(ctx, request))
 
 
