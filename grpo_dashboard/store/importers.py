@@ -18,6 +18,7 @@ import secrets
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -253,7 +254,7 @@ def trackio_runs(path: str | Path, limits: ImportLimits = LIMITS) -> list[import
     return import_trackio.list_runs(p, str(p), limits)
 
 
-def import_run_main(argv: list[str]) -> int:
+def import_run_main(argv: list[str], follower: Callable[..., Run] | None = None) -> int:
     """import-run PATH [--name N] [--tag T]... [--run NAME|ID | --all-runs | --list-runs]: import a run made
     elsewhere, read-only."""
     p = argparse.ArgumentParser(
@@ -268,8 +269,17 @@ def import_run_main(argv: list[str]) -> int:
     p.add_argument("--run", help="trackio: which run of the project, by name or trackio run id (default: the latest).")
     p.add_argument("--list-runs", action="store_true", help="trackio: list the project's runs and import nothing.")
     p.add_argument("--all-runs", action="store_true", help="trackio: import every run of the project.")
+    p.add_argument(
+        "--follow", action="store_true", help="keep reading a source still being written (live until it stops)"
+    )
+    p.add_argument("--idle", type=float, default=30.0, help="--follow: seconds without change that end the run")
     args = p.parse_args(argv)
     try:
+        if args.follow and follower is not None:
+            print(f"following {args.path} (ends {args.idle:g} s after it stops changing)", flush=True)
+            run = follower(args.path, name=args.name, tags=args.tag, run_name=args.run, idle_s=args.idle)
+            print(f"followed {run.id} ({run.n_records} records, steps up to {run.last_step}) from {args.path}")
+            return 0
         if args.list_runs or args.all_runs:
             runs = trackio_runs(args.path)
             if args.list_runs:
