@@ -63,7 +63,7 @@ def read_offline(p: Path, budget: Budget) -> Source:
     name = file.parent.name
     last_step, seen_global = 0, False
     for data in _records(file, budget.label):
-        rec = wandb_internal_pb2.Record()
+        rec = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
         try:
             rec.ParseFromString(data)
         except Exception:  # a truncated last record of a run still being written
