@@ -71,6 +71,7 @@ def test_plain_script_with_the_callback_is_followed_live_like_a_launched_run(
         run = live[0]
         assert run.backend == EXTERNAL and run.status == "running"
         assert runs.job_summary(run) and "DashboardCallback" in runs.job_summary(run)
+        assert not runs.can_cancel(run)  # no Cancel button: nothing in the dashboard can reach the script
         with pytest.raises(Exception, match="Stop the script where it runs"):
             runs.cancel(store, run)
         out, _ = proc.communicate(timeout=300)

@@ -53,6 +53,7 @@ def test_dashboard_down_mid_run_loses_and_duplicates_nothing_and_cancel_stops_th
         # Cancel over HTTP: the trainer stops at the end of a step and the run ends canceled
         proc = start_script(tiny_model, tmp_path / "c", url, "--steps", "200", "--step-sleep", "0.3")
         other = wait_for(lambda: [r for r in store.list_runs() if r.id != run.id and r.n_records >= 1], timeout=180)[0]
+        assert runs.can_cancel(other)
         runs.cancel(store, other)
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-3000:]

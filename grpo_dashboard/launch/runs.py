@@ -193,6 +193,16 @@ def cancel(
     return (backends or shared()).get(run.backend).cancel(store, run, wait=wait, token=token, grace_s=grace_s)
 
 
+def can_cancel(run: Run) -> bool:
+    """Whether the dashboard can stop the run: not an imported or followed one, nor a callback's run written
+    through a directory (only its HTTP transport hears a Cancel)."""
+    if run.backend == IMPORTED:
+        return False
+    if run.backend == EXTERNAL:
+        return (external.read_marker(Path(run.run_dir)) or {}).get("transport") == "http"
+    return True
+
+
 def resume(store: Store, run: Run, token: str | None, backends: Backends | None = None) -> bool:
     """After a restart: follow an active run again with the user's `token`; True when following started now."""
     if run.backend in (EXTERNAL, IMPORTED):
