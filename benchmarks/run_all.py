@@ -36,6 +36,7 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("push_viewers", [], "11. 50 viewers on 5 live runs, pushed vs polled"),
     ("push_refresh", [], "12. refresh work of 100 new records, pushed vs polled"),
     ("light_start", [], "13. validate and the app start without torch/trl, against the old trl import"),
+    ("external_callback", [], "14. DashboardCallback in a user's own TRL script, directory and HTTP, vs none"),
 ]
 
 

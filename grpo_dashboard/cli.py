@@ -140,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "import-run",
         help="Import a run made elsewhere (trainer_state.json, checkpoint dir, TRL JSONL, "
-        "trackio project, TensorBoard dir, W&B history) as a read-only run.",
+        "trackio project, TensorBoard dir, W&B run dir or history) as a read-only run; --follow: live.",
         add_help=False,
     )
     sub.add_parser("rename", help="Give a run another display name (RUN NAME).", add_help=False)
@@ -310,9 +310,9 @@ def _resume(argv: list[str]) -> int:
 
 
 def _import_run(argv: list[str]) -> int:
-    from grpo_dashboard.store.importers import import_run_main  # PATH [--name N] [--tag T]
+    from grpo_dashboard.store.follow import main  # PATH [--name N] [--tag T] [--follow]
 
-    return import_run_main(argv)
+    return main(argv)
 
 
 def _rename(argv: list[str]) -> int:

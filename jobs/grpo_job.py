@@ -86,8 +86,9 @@ TINY_CHAT_TEMPLATE = (
 class Emitter:
     """Writes protocol records to stdout (behind the marker) and appends them to metrics.jsonl, one flush per line."""
 
-    def __init__(self, path: Path | None, enabled: bool = True) -> None:
+    def __init__(self, path: Path | None, enabled: bool = True, stdout: bool = True) -> None:
         self.enabled = enabled
+        self.stdout = stdout  # False: metrics.jsonl only (a user's own script with the dashboard's callback)
         self._file = open(path, "a", encoding="utf-8") if (path is not None and enabled) else None
         self._lock = threading.Lock()  # the system sampler's thread emits too: whole lines only
 
@@ -99,8 +100,9 @@ class Emitter:
             if self._file is not None:
                 self._file.write(line + "\n")
                 self._file.flush()
-            sys.stdout.write(MARKER + line + "\n")
-            sys.stdout.flush()
+            if self.stdout:
+                sys.stdout.write(MARKER + line + "\n")
+                sys.stdout.flush()
 
     def event(self, event: str, **fields: Any) -> None:
         self.emit({"type": "event", "event": event, "time": time.time(), **fields})
@@ -378,6 +380,26 @@ def make_callback(
     return DashboardCallback()
 
 
+def health_events(emitter: Any, health: Any, step: int, output_dir: str | Path, train_s: float) -> None:
+    """After training: `guard_stop` when the guard stopped it, and `health_summary` (both only with `health`)."""
+    if health is None:
+        return
+    stop = health.stop
+    if stop is not None:
+        checkpoint = Path(output_dir) / f"checkpoint-{step}"
+        emitter.event(
+            "guard_stop",
+            step=step,
+            rule=stop.rule,
+            severity=stop.severity,
+            onset=stop.step,
+            message=stop.message,
+            remedy=stop.remedy,
+            checkpoint=str(checkpoint) if checkpoint.is_dir() else None,
+        )
+    emitter.event("health_summary", **health.summary(train_s))
+
+
 def _reward_config(trainer: Any) -> dict[str, Any]:
     """Reward function names and weights, for the health rules (format vs accuracy rewards, remedies)."""
     if trainer is None:
@@ -550,21 +572,7 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         if health is not None:
             health.close()
     step = trainer.state.global_step
-    if health is not None:
-        stop = health.stop
-        if stop is not None:
-            checkpoint = Path(output_dir) / f"checkpoint-{step}"
-            emitter.event(
-                "guard_stop",
-                step=step,
-                rule=stop.rule,
-                severity=stop.severity,
-                onset=stop.step,
-                message=stop.message,
-                remedy=stop.remedy,
-                checkpoint=str(checkpoint) if checkpoint.is_dir() else None,
-            )
-        emitter.event("health_summary", **health.summary(time.perf_counter() - t0))
+    health_events(emitter, health, step, output_dir, time.perf_counter() - t0)
     if callback.stop_requested:
         emitter.event("canceled", step=step)
         return EXIT_CANCELED

@@ -140,7 +140,7 @@ def test_trackio_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         system_panel.panel_keys(store.metric_keys(run.id))
     )
     _assert_imported(store, run.id, "trackio")
-    with pytest.raises(ImportRunError, match="no run named 'nope'"):
+    with pytest.raises(ImportRunError, match="no run named or with the id 'nope'"):
         import_run(db, store, run_name="nope")
     other = tmp_path / "other.db"  # a trackio database of a schema version this importer does not read
     conn = sqlite3.connect(other)

@@ -15,7 +15,7 @@ from pathlib import Path
 from .conftest import REPO
 
 ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py", "redaction.py", "settings.py"}
-STAGES = {"spec", "checks", "store", "launch", "health", "views", "space", "ui"}
+STAGES = {"spec", "checks", "store", "launch", "integrations", "health", "views", "space", "ui"}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:

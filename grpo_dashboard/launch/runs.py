@@ -24,7 +24,9 @@ from grpo_dashboard.launch.local.job import metrics_path  # noqa: F401 - re-expo
 from grpo_dashboard.launch.logs import log_path  # noqa: F401 - re-exported for callers and tests
 from grpo_dashboard.spec import agent_spec
 from grpo_dashboard.spec.run_spec import RunSpec, load_spec
+from grpo_dashboard.store import external, remote_ingest
 from grpo_dashboard.store.db import ACTIVE, TERMINAL, Run, RunStatus, Store, data_dir
+from grpo_dashboard.store.external import EXTERNAL
 from grpo_dashboard.store.importers import IMPORTED
 
 
@@ -151,6 +153,8 @@ def refresh(store: Store, run: Run, backends: Backends | None = None) -> Run:
     """Ingest new records of an active run and settle its status if its job has ended."""
     if run.backend == IMPORTED:
         return run  # a run made elsewhere (store/importers.py): nothing runs it
+    if run.backend == EXTERNAL:
+        return external.refresh(store, run)  # a user's own script with the dashboard's callback
     return (backends or shared()).get(run.backend).refresh(store, run)
 
 
@@ -159,8 +163,13 @@ def refresh_active(store: Store, backends: Backends | None = None) -> list[Run]:
     backends = backends or shared()
     for backend in backends:
         backend.reap(store)
+    external.discover(store)
     # A run of a backend this dashboard does not know (made by another version) is left as it is.
-    return [refresh(store, r, backends) for r in store.list_runs(status=list(ACTIVE)) if r.backend in backends]
+    return [
+        refresh(store, r, backends)
+        for r in store.list_runs(status=list(ACTIVE))
+        if r.backend in backends or r.backend == EXTERNAL
+    ]
 
 
 def cancel(
@@ -178,11 +187,31 @@ def cancel(
     """
     if run.status in TERMINAL:
         return run
+    if run.backend == EXTERNAL and (external.read_marker(Path(run.run_dir)) or {}).get("transport") == "http":
+        remote_ingest.request_stop(run)  # the callback's next batch is answered `stop`: the trainer stops cleanly
+        return store.get_run(run.id)
+    if run.backend in (EXTERNAL, IMPORTED):
+        raise BackendError(
+            f"Run {run.id} runs in a script of its own (recorded through a directory): the dashboard cannot stop "
+            "it. Stop the script where it runs."
+        )
     return (backends or shared()).get(run.backend).cancel(store, run, wait=wait, token=token, grace_s=grace_s)
+
+
+def can_cancel(run: Run) -> bool:
+    """Whether the dashboard can stop the run: not an imported or followed one, nor a callback's run written
+    through a directory (only its HTTP transport hears a Cancel)."""
+    if run.backend == IMPORTED:
+        return False
+    if run.backend == EXTERNAL:
+        return (external.read_marker(Path(run.run_dir)) or {}).get("transport") == "http"
+    return True
 
 
 def resume(store: Store, run: Run, token: str | None, backends: Backends | None = None) -> bool:
     """After a restart: follow an active run again with the user's `token`; True when following started now."""
+    if run.backend in (EXTERNAL, IMPORTED):
+        return False
     return (backends or shared()).get(run.backend).resume(store, run, token)
 
 
@@ -230,6 +259,8 @@ def job_summary(run: Run, backends: Backends | None = None) -> str | None:
     """One line saying where the run's job went (job URL, hardware, timeout), or None when there is nothing to say."""
     if run.backend == IMPORTED:
         return None
+    if run.backend == EXTERNAL:
+        return "recorded by DashboardCallback in a script of its own (read-only here)"
     return (backends or shared()).get(run.backend).job_summary(run)
 
 
@@ -243,6 +274,8 @@ def wait(store: Store, run: Run, poll_s: float = 0.5, on_update: Any = None, bac
             on_update(run)
             last = token
         if run.status in TERMINAL:
+            if run.backend == EXTERNAL:
+                return run
             return (backends or shared()).get(run.backend).await_exit(store, run)
         time.sleep(poll_s)
 

@@ -145,6 +145,11 @@ ROUTES: dict[str, Route] = {
     "/grpo/static/{name}": Route(ANYONE, "plotly.js and the live page's script"),
     "/grpo/live": Route(ANYONE, "a run's live stream (the user's own runs only; streams capped per user)"),
     "/grpo/run": Route(ANYONE, "the light run page (the same static HTML for everyone; its data is /grpo/live's)"),
+    "/grpo/ingest": Route(
+        SIGNED_IN,
+        "DashboardCallback's batches (body capped, per-user rate, a run writable by its owner's token only)",
+        ("POST",),
+    ),
     "/login/huggingface": Route(ANYONE, "start the Hugging Face sign-in"),
     "/login/callback": Route(ANYONE, "finish the Hugging Face sign-in"),
     "/logout": Route(ANYONE, "sign out"),

@@ -11,49 +11,28 @@ nothing is written.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import re
 import secrets
 import shutil
-import sqlite3
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.spec.paths import user_path
-from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.store import import_trackio, import_wandb
 from grpo_dashboard.store.db import Run, RunStatus, Store, data_dir
-from grpo_dashboard.store.import_guard import (
-    LIMITS,
-    Budget,
-    ImportLimits,
-    ImportRunError,
-    check_size,
-    open_sqlite,
-    private_copy,
-    sqlite_problem,
-)
+from grpo_dashboard.store.import_common import Row, Source, split_of, trl_key
+from grpo_dashboard.store.import_guard import LIMITS, Budget, ImportLimits, ImportRunError, check_size, private_copy
+from grpo_dashboard.store.import_spec import spec_from_config
 from grpo_dashboard.store.ingest import ingest_file
 from grpo_dashboard.store.series import SYSTEM_SPLIT
 
 IMPORTED = "imported"  # the backend kind of an imported run: nothing runs it, nothing refreshes it
-TRACKIO_SCHEMAS = (1, 2)  # `PRAGMA user_version` of trackio project databases this importer reads
-
-
-@dataclass
-class Source:
-    """What was found at a path: its kind and the records it holds, in step order."""
-
-    kind: str
-    path: Path
-    records: list[tuple[str, int, float | None, dict[str, Any]]]  # (split, step, time, metrics)
-    config: dict[str, Any]
-    name: str
+TRACKIO_SCHEMAS = import_trackio.TRACKIO_SCHEMAS
 
 
 def detect(
@@ -81,20 +60,18 @@ def detect(
     if p.is_file():
         check_size(p, label, limits)
     if p.is_file() and p.suffix == ".db":
-        return _trackio(p, run_name, budget, immutable)
+        return import_trackio.read(p, run_name, budget, immutable)
+    if import_wandb.is_offline_run(p):
+        return import_wandb.read_offline(p, budget)
     if p.is_dir() and any(p.rglob("events.out.tfevents.*")):
         return _tensorboard(p, budget)
     if p.is_file() and p.name.startswith("events.out.tfevents."):
         return _tensorboard(p.parent, budget)
     if p.is_file() and p.suffix == ".csv":
-        return _wandb_csv(p, budget)
+        return import_wandb.read_csv(p, budget)
     if p.is_file() and p.suffix == ".jsonl" and _first_has(p, "_step"):
-        return _wandb_jsonl(p, budget)
+        return import_wandb.read_jsonl(p, budget)
     return _trl_log(p, budget)
-
-
-def _split(metrics: dict[str, Any]) -> str:
-    return "eval" if any(k.startswith("eval_") or k.startswith("eval/") for k in metrics) else "train"
 
 
 def _trl_log(p: Path, budget: Budget) -> Source:
@@ -107,146 +84,14 @@ def _trl_log(p: Path, budget: Budget) -> Source:
     except ValueError as exc:
         raise ImportRunError(f"{budget.label} cannot be imported: {_named(str(exc), p, budget.label)}.") from None
     kind = "trainer_state" if file.name == "trainer_state.json" else "jsonl"
-    rows: list[tuple[str, int, float | None, dict[str, Any]]] = []
+    rows: list[Row] = []
     for r in records:
         metrics = {k: v for k, v in r.items() if k != "step"}
         budget.add(metrics)
-        rows.append((_split(r), int(r["step"]), None, metrics))
+        rows.append((split_of(r), int(r["step"]), None, metrics))
     config = {k: v for k, v in hints.items() if isinstance(v, (int, float, str, bool)) and k != "source"}
     name = file.parent.parent.name if file.parent.name.startswith("checkpoint-") else file.parent.name
     return Source(kind, p, rows, config, name or file.stem)
-
-
-def _trackio(p: Path, run_name: str | None, budget: Budget, immutable: bool = False) -> Source:
-    label = budget.label
-    try:
-        conn = open_sqlite(p, label, budget.limits, immutable)
-    except sqlite3.Error as exc:
-        raise sqlite_problem(exc, label, budget.limits) from None
-    try:
-        return _trackio_read(conn, p, run_name, budget)
-    except sqlite3.Error as exc:
-        raise sqlite_problem(exc, label, budget.limits) from None
-    finally:
-        conn.close()
-
-
-TRACKIO_TABLES = ("metrics", "configs", "system_metrics")
-
-
-def _trackio_read(conn: sqlite3.Connection, p: Path, run_name: str | None, budget: Budget) -> Source:
-    label = budget.label
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    kinds = dict(conn.execute("SELECT name, type FROM sqlite_master WHERE name IN (?, ?, ?)", TRACKIO_TABLES))
-    tables = {name for name, kind in kinds.items() if kind == "table"}
-    views = sorted(set(kinds) - tables)
-    if views:  # trackio writes tables; a view's query (a recursive CTE...) would be run by reading it
-        raise ImportRunError(
-            f"{label}: {', '.join(f'`{v}`' for v in views)} is a {kinds[views[0]]}, not a table; "
-            "a trackio project's metrics, configs and system_metrics are tables. Give the .db "
-            "trackio wrote. Nothing was written."
-        )
-    if "metrics" not in tables or version not in TRACKIO_SCHEMAS:
-        raise ImportRunError(
-            f"{label} is a trackio database of schema version {version} (tables: "
-            f"{sorted(tables)}); this importer reads trackio schema versions {TRACKIO_SCHEMAS}. Open "
-            "it once with a trackio release that migrates it (trackio>=0.43), or export the run's "
-            "metrics to CSV and import that. Nothing was written."
-        )
-    runs = [r[0] for r in conn.execute("SELECT run_name FROM metrics GROUP BY run_name ORDER BY MIN(id) LIMIT 1001")]
-    if not runs:
-        raise ImportRunError(f"{label}: the trackio project has no logged metrics.")
-    name = run_name or runs[-1]
-    if name not in runs:
-        raise ImportRunError(f"{label} has no run named {name!r}; its runs are {runs[:20]}. Pass one with --run.")
-    rows = []
-    for step, stamp, blob in conn.execute(
-        "SELECT step, timestamp, metrics FROM metrics WHERE run_name = ? ORDER BY step, id", (name,)
-    ):
-        metrics = _flat(_json(blob))
-        budget.add(metrics)
-        rows.append((_split(metrics), _int(step, label), _stamp(stamp), metrics))
-    if "system_metrics" in tables:
-        rows.extend(_trackio_system(conn, name, budget))
-    config: dict[str, Any] = {}
-    if "configs" in tables:
-        for (blob,) in conn.execute("SELECT config FROM configs WHERE run_name = ? ORDER BY id DESC LIMIT 1", (name,)):
-            raw = _json(blob)
-            config = {k: v for k, v in raw.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
-    return Source("trackio", p, rows, config, f"{Path(label).stem}/{name}")
-
-
-def _int(value: Any, label: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ImportRunError(f"{label} has a step {value!r} that is not a number. Nothing was written.") from None
-
-
-_GIB_AS_GB = 1024**3 / 1e9
-# trackio's system metric names (trackio/gpu.py, cpu.py) -> ours (jobs/grpo_job_setup.SystemSampler) and a factor.
-_TRACKIO_SYSTEM = {
-    "utilization": ("utilization", 1.0),
-    "allocated_memory": ("memory_used_gb", _GIB_AS_GB),
-    "total_memory": ("memory_total_gb", _GIB_AS_GB),
-    "memory_usage": ("memory_pct", 100.0),
-}
-_TRACKIO_HOST = {
-    "cpu/utilization": ("system/cpu/utilization", 1.0),
-    "memory/used": ("system/memory/used_gb", _GIB_AS_GB),
-    "memory/total": ("system/memory/total_gb", _GIB_AS_GB),
-    "memory/percent": ("system/memory/pct", 1.0),
-}
-
-
-def _trackio_system(
-    conn: sqlite3.Connection, name: str, budget: Budget
-) -> list[tuple[str, int, float | None, dict[str, Any]]]:
-    """The run's trackio system metrics (`trackio.log_system`, its GPU/CPU monitor) as `system` records stepped by
-    wall time in ms, as our jobs log them; names trackio and our System panel share are renamed, the rest kept
-    under `system/`."""
-    rows: list[tuple[str, int, float | None, dict[str, Any]]] = []
-    for stamp, blob in conn.execute(
-        "SELECT timestamp, metrics FROM system_metrics WHERE run_name = ? ORDER BY timestamp, id", (name,)
-    ):
-        t = _stamp(stamp)
-        if t is None:
-            continue
-        metrics: dict[str, Any] = {}
-        for key, value in _flat(_json(blob)).items():
-            gpu = re.fullmatch(r"gpu/(\d+)/(\w+)", key)
-            if gpu:
-                ours, factor = _TRACKIO_SYSTEM.get(gpu.group(2), (gpu.group(2), 1.0))
-                ours = f"system/gpu{gpu.group(1)}/{ours}"
-            else:
-                ours, factor = _TRACKIO_HOST.get(key, (f"system/{key}", 1.0))
-            metrics[ours] = None if value is None else value * factor
-        budget.add(metrics)
-        if metrics:
-            rows.append((SYSTEM_SPLIT, int(t * 1000), t, metrics))
-    return rows
-
-
-def _json(blob: str | bytes) -> dict[str, Any]:
-    """A JSON object column of trackio's database (text, or bytes in older projects); {} for anything else."""
-    try:
-        value = json.loads(blob.decode("utf-8") if isinstance(blob, bytes) else blob)
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _stamp(text: Any) -> float | None:
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(str(text)).timestamp()
-    except ValueError:
-        return None
-
-
-def _flat(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in metrics.items() if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
 
 
 def _tensorboard(d: Path, budget: Budget) -> Source:
@@ -270,18 +115,18 @@ def _tensorboard(d: Path, budget: Budget) -> Source:
         acc.Reload()
         for tag in acc.Tags().get("scalars", []):
             for e in acc.Scalars(tag):
-                by_step.setdefault(e.step, {})[_tb_key(tag)] = float(e.value)
+                by_step.setdefault(e.step, {})[trl_key(tag)] = float(e.value)
                 times[e.step] = e.wall_time
         for tag in acc.Tags().get("tensors", []):
             for e in acc.Tensors(tag):
                 if e.tensor_proto.dtype in (1, 2) and not e.tensor_proto.tensor_shape.dim:  # float/double scalars
                     from tensorboard.util import tensor_util
 
-                    by_step.setdefault(e.step, {})[_tb_key(tag)] = float(tensor_util.make_ndarray(e.tensor_proto))
+                    by_step.setdefault(e.step, {})[trl_key(tag)] = float(tensor_util.make_ndarray(e.tensor_proto))
                     times[e.step] = e.wall_time
     if not by_step:
         raise ImportRunError(f"{budget.label}: the TensorBoard event files hold no scalar metrics.")
-    rows: list[tuple[str, int, float | None, dict[str, Any]]] = []
+    rows: list[Row] = []
     for step in sorted(by_step):
         train = {k: v for k, v in by_step[step].items() if not k.startswith("eval_")}
         evals = {k: v for k, v in by_step[step].items() if k.startswith("eval_")}
@@ -292,15 +137,6 @@ def _tensorboard(d: Path, budget: Budget) -> Source:
     return Source("tensorboard", d, rows, {}, d.name)
 
 
-def _tb_key(tag: str) -> str:
-    """transformers' TensorBoardCallback writes `train/<key>` and `eval/<key>`: back to TRL's log keys."""
-    if tag.startswith("train/"):
-        return tag[len("train/") :]
-    if tag.startswith("eval/"):
-        return "eval_" + tag[len("eval/") :]
-    return tag
-
-
 def _first_has(p: Path, key: str) -> bool:
     try:
         with p.open(encoding="utf-8") as f:
@@ -308,76 +144,6 @@ def _first_has(p: Path, key: str) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(first, dict) and key in first
-
-
-def _wandb_rows(
-    items: Iterator[dict[str, Any]], budget: Budget
-) -> list[tuple[str, int, float | None, dict[str, Any]]]:
-    rows = []
-    for row in items:
-        step = row.get("_step", row.get("train/global_step"))
-        if step is None:
-            continue
-        metrics = {_wandb_key(k): v for k, v in row.items() if not k.startswith("_") and k != "train/global_step"}
-        metrics = {k: v for k, v in _flat(metrics).items() if v is not None}
-        budget.add(metrics)
-        if metrics:
-            stamp = row.get("_timestamp")
-            when = float(stamp) if stamp not in (None, "") else None
-            rows.append((_split(metrics), _int(_number(step), budget.label), when, metrics))
-    return rows
-
-
-def _wandb_key(key: str) -> str:
-    return _tb_key(key)  # transformers' WandbCallback uses the same train/ and eval/ prefixes
-
-
-def _wandb_csv(p: Path, budget: Budget) -> Source:
-    def items() -> Iterator[dict[str, Any]]:
-        with p.open(encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f)
-            budget.columns(len(reader.fieldnames or []))
-            for row in reader:
-                yield {k: _number(v) for k, v in row.items() if k is not None}
-
-    try:
-        rows = _wandb_rows(items(), budget)
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise ImportRunError(f"{budget.label} is not a readable CSV ({exc}). Export the W&B history again.") from None
-    if not rows:
-        raise ImportRunError(
-            f"{budget.label}: no rows with a `_step` column and numeric metrics; export the W&B "
-            "run's history with `run.history().to_csv(...)` (it has `_step`)."
-        )
-    return Source("wandb", p, rows, {}, p.stem)
-
-
-def _number(text: Any) -> Any:
-    if text in (None, ""):
-        return None
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return text
-    return int(value) if value.is_integer() and "." not in str(text) and "e" not in str(text).lower() else value
-
-
-def _wandb_jsonl(p: Path, budget: Budget) -> Source:
-    def items() -> Iterator[dict[str, Any]]:
-        with p.open(encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    if isinstance(row, dict):
-                        yield row
-
-    try:
-        rows = _wandb_rows(items(), budget)
-    except (UnicodeDecodeError, ValueError) as exc:
-        if isinstance(exc, ImportRunError):
-            raise
-        raise ImportRunError(f"{budget.label} is not a readable JSONL file ({exc}). Nothing was written.") from None
-    return Source("wandb", p, rows, {}, p.stem)
 
 
 def _named(text: str, path: Path, label: str) -> str:
@@ -425,8 +191,11 @@ def import_run(
     slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40] or "run"
     run_id = f"imported-{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
     run_dir = (data_dir() / "runs" / run_id).resolve()
-    spec = RunSpec(
-        name=title, tags=[*(tags or []), IMPORTED, source.kind], description=f"imported from {shown} ({source.kind})"
+    spec = spec_from_config(
+        source.config,
+        name=title,
+        tags=[*(tags or []), IMPORTED, source.kind],
+        description=f"imported from {shown} ({source.kind})",
     )
     lines = [
         {
@@ -476,20 +245,52 @@ def _nan_safe(value: Any) -> Any:
     return None if isinstance(value, float) and math.isnan(value) else str(value)
 
 
-def import_run_main(argv: list[str]) -> int:
-    """import-run PATH [--name N] [--tag T]... [--run NAME]: import a run made elsewhere, read-only."""
+def trackio_runs(path: str | Path, limits: ImportLimits = LIMITS) -> list[import_trackio.TrackioRun]:
+    """Every run of the trackio project at `path` (a `.db`), oldest first: what `--run` chooses from."""
+    p = user_path(path)
+    if not (p.is_file() and p.suffix == ".db"):
+        raise ImportRunError(f"{p} is not a trackio project database (.db); --list-runs and --all-runs read one.")
+    check_size(p, str(p), limits)
+    return import_trackio.list_runs(p, str(p), limits)
+
+
+def import_run_main(argv: list[str], follower: Callable[..., Run] | None = None) -> int:
+    """import-run PATH [--name N] [--tag T]... [--run NAME|ID | --all-runs | --list-runs]: import a run made
+    elsewhere, read-only."""
     p = argparse.ArgumentParser(
         prog="import-run",
         description="Import a run made elsewhere (read-only): "
         "trainer_state.json, checkpoint/output dir, TRL JSONL, trackio project .db, "
-        "TensorBoard dir, W&B history .csv/.jsonl.",
+        "TensorBoard dir, W&B offline run dir or history .csv/.jsonl.",
     )
     p.add_argument("path")
     p.add_argument("--name", help="Run name (default: from the source).")
     p.add_argument("--tag", action="append", help="Tag the run (repeatable).")
-    p.add_argument("--run", help="trackio: which run of the project (default: the latest).")
+    p.add_argument("--run", help="trackio: which run of the project, by name or trackio run id (default: the latest).")
+    p.add_argument("--list-runs", action="store_true", help="trackio: list the project's runs and import nothing.")
+    p.add_argument("--all-runs", action="store_true", help="trackio: import every run of the project.")
+    p.add_argument(
+        "--follow", action="store_true", help="keep reading a source still being written (live until it stops)"
+    )
+    p.add_argument("--idle", type=float, default=30.0, help="--follow: seconds without change that end the run")
     args = p.parse_args(argv)
     try:
+        if args.follow and follower is not None:
+            print(f"following {args.path} (ends {args.idle:g} s after it stops changing)", flush=True)
+            run = follower(args.path, name=args.name, tags=args.tag, run_name=args.run, idle_s=args.idle)
+            print(f"followed {run.id} ({run.n_records} records, steps up to {run.last_step}) from {args.path}")
+            return 0
+        if args.list_runs or args.all_runs:
+            runs = trackio_runs(args.path)
+            if args.list_runs:
+                for r in runs:
+                    print(f"{r.run_id}\t{r.name}\t{r.rows} rows\tfrom {r.first}")
+                return 0
+            for r in runs:
+                title = args.name and f"{args.name}-{r.name}"
+                run = import_run(args.path, name=title, tags=args.tag, run_name=r.run_id)
+                print(f"imported {run.id} ({run.n_records} records, steps up to {run.last_step}) from {r.run_id}")
+            return 0
         run = import_run(args.path, name=args.name, tags=args.tag, run_name=args.run)
     except ImportRunError as exc:
         print(str(exc), file=sys.stderr)

@@ -8,6 +8,7 @@ import gradio as gr
 
 from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.space import access
+from grpo_dashboard.store.external import EXTERNAL
 from grpo_dashboard.store.importers import IMPORTED
 from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.ui.auth import user_of
@@ -78,7 +79,8 @@ def compare(
                 got = (charts.on_metric({ident: got}, ctx.store.arrays(run.id, opts.xaxis)) or {}).get(ident)
             if got is not None and len(got):
                 what = differs.get(run.id)
-                mark = " [imported]" if run.backend == IMPORTED else ""  # made elsewhere: read-only
+                # made elsewhere: imported (read-only) or external (a script of its own, DashboardCallback)
+                mark = f" [{run.backend}]" if run.backend in (IMPORTED, EXTERNAL) else ""
                 series.append((f"{run.name} ({run.id[-6:]}{': ' + what if what else ''}){mark}", got))
     fig = charts.overlay_figure(metric or "", series, opts)
     diff = overview.spec_diff(found) if len(found) > 1 else None

@@ -147,7 +147,7 @@ def render(
         status += f"\n\n**{problem}**"
     out = DetailParts(status=gr.skip() if live else access.redact(status, user.token))
     if state.get("cancel") != (run.id, run.is_active):  # an update re-creates the button: only when it changes
-        out.cancel = gr.update(interactive=run.is_active)
+        out.cancel = gr.update(interactive=run.is_active, visible=runs.can_cancel(run))  # absent for a read-only run
         state["cancel"] = (run.id, run.is_active)
 
     chart_key = (run.id, token, opts.smoothing, opts.log_y, opts.xaxis)

@@ -146,7 +146,7 @@ def install_routes(app: Any, ctx: Any) -> Any:
     from starlette.responses import FileResponse, PlainTextResponse
     from starlette.routing import Route
 
-    from grpo_dashboard.ui import stream
+    from grpo_dashboard.ui import ingest_route, stream
 
     files = static_files()
 
@@ -160,6 +160,7 @@ def install_routes(app: Any, ctx: Any) -> Any:
     from grpo_dashboard.ui import run_page
 
     run_page.install(app, STATIC_PATH)  # the light run page: static HTML on the same stream
+    ingest_route.install(app, ctx, lambda request: request_user(ctx, request))
     return stream.install(app, ctx, lambda request: request_user(ctx, request))
 
 

@@ -1,0 +1,179 @@
+"""The callback's HTTP transport: the run is spooled to a local directory as the directory transport writes it, and
+a background thread sends its new complete lines to the dashboard's `POST /grpo/ingest` in batches.
+
+Training never waits on the network: the job's code writes the spool files, the sender only reads them. The
+dashboard acknowledges how many bytes of each file it holds and the sender resumes from there, so a dashboard that
+is down, restarted or slow gets every line exactly once when it answers again (store/remote_ingest.py). Retries back
+off up to `MAX_BACKOFF_S`; a refused token (401/403) is warned about once and the sender keeps spooling and retrying.
+At the end of training the sender tries for `flush_s` more seconds; what is left stays in the spool and is sent by
+`python -m grpo_dashboard.integrations.send SPOOL_DIR URL`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+STREAMS = {"metrics": "metrics.jsonl", "samples": "samples.jsonl"}
+BATCH_BYTES = 1024 * 1024
+BATCH_LINES = 2000
+MAX_BACKOFF_S = 10.0
+SENT_FILE = "sent.json"
+
+
+class Sender:
+    """Sends the spool directory's new lines to `url` with `token` (a Hugging Face token on a Space)."""
+
+    def __init__(self, spool: Path, url: str, run_id: str, token: str | None, interval_s: float = 0.5) -> None:
+        self.spool, self.run_id, self.token = spool, run_id, token
+        self.base_url = url.rstrip("/")
+        self.url = self.base_url + "/grpo/ingest"
+        self.interval_s = interval_s
+        self.sent = self._load()
+        self.stop_asked = False  # the dashboard asked to stop the trainer (Cancel)
+        self.warned: set[str] = set()
+        self.posts = 0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._spec_sent = bool(self.sent.get("metrics"))
+
+    def start(self) -> Sender:
+        """Start the background thread."""
+        self._thread = threading.Thread(target=self._run, name="grpo-dashboard-sender", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self, flush_s: float) -> bool:
+        """Stop after sending what is spooled, trying for at most `flush_s`; True when everything was sent."""
+        deadline = time.monotonic() + flush_s
+        while time.monotonic() < deadline and not self.done():
+            self._wake.set()
+            time.sleep(0.1)
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        done = self.done()
+        if not done:
+            self._warn(
+                "left",
+                f"not all of run {self.run_id} reached {self.url} before the script ended; it stays in {self.spool}. "
+                f"Send it later with: python -m grpo_dashboard.integrations.send {self.spool} {self.base_url}",
+            )
+        return done
+
+    def done(self) -> bool:
+        """Every complete line of every spool file was acknowledged."""
+        return all(not self._read(name, self.sent.get(stream, 0))[0] for stream, name in STREAMS.items())
+
+    def _run(self) -> None:
+        backoff = self.interval_s
+        while not self._stop.is_set():
+            try:
+                wait = 0.0 if self.send_once() else self.interval_s
+                backoff = self.interval_s
+            except _Retry:
+                backoff = wait = min(MAX_BACKOFF_S, backoff * 2)
+            if wait:
+                self._wake.wait(wait)
+                self._wake.clear()
+
+    def send_once(self) -> bool:
+        """Send one batch of each stream that has new lines; True if something was sent. _Retry on failure."""
+        sent_any = False
+        for stream, name in STREAMS.items():
+            lines, start = self._read(name, self.sent.get(stream, 0))
+            if not lines and (stream != "metrics" or self._spec_sent):
+                continue
+            if stream == "samples" and not self._spec_sent:
+                continue  # the run is created by its first metrics batch
+            batch: dict[str, Any] = {"v": 1, "run": self.run_id, "stream": stream, "offset": start, "lines": lines}
+            if not self._spec_sent:
+                batch["spec"] = (self.spool / "run.yaml").read_text(encoding="utf-8")
+            answer = self._post(batch)
+            self._spec_sent = True
+            self.sent[stream] = int(answer["received"])
+            self.stop_asked = self.stop_asked or bool(answer.get("stop"))
+            self._save()
+            sent_any = True
+        return sent_any
+
+    def _read(self, name: str, offset: int) -> tuple[list[str], int]:
+        try:
+            with open(self.spool / name, "rb") as f:
+                f.seek(offset)
+                chunk = f.read(BATCH_BYTES)
+        except OSError:
+            return [], offset
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return [], offset
+        lines = chunk[:end].split(b"\n")[:BATCH_LINES]
+        return [line.decode("utf-8", "surrogateescape") for line in lines], offset
+
+    def _post(self, batch: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps(batch).encode("utf-8", "surrogatepass")
+        request = urllib.request.Request(self.url, data=body, method="POST")
+        request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        self.posts += 1
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return dict(json.loads(response.read()))
+        except urllib.error.HTTPError as exc:
+            detail = _error_text(exc)
+            if exc.code == 409:  # the dashboard has fewer bytes than we thought (its disk was restored): resend
+                received = json.loads(detail or "{}").get("received", 0) if detail.startswith("{") else 0
+                self.sent[batch["stream"]] = int(received)
+                raise _Retry() from None
+            if exc.code == 404 and detail.startswith("{") and "received" in detail:
+                self._spec_sent = False  # the dashboard lost the run (a fresh data directory): create it again
+                self.sent = {}
+                raise _Retry() from None
+            if exc.code in (401, 403):
+                self._warn("auth", f"{self.url} refused the token ({exc.code}: {detail}); spooling to {self.spool}")
+            elif exc.code == 400:
+                self._warn("400", f"{self.url} refused a batch of run {self.run_id}: {detail}")
+            else:
+                self._warn(str(exc.code), f"{self.url} answered {exc.code} ({detail}); retrying")
+            raise _Retry() from None
+        except (OSError, ValueError) as exc:
+            self._warn("down", f"{self.url} is not answering ({exc}); spooling to {self.spool} and retrying")
+            raise _Retry() from None
+
+    def _warn(self, kind: str, message: str) -> None:
+        if kind not in self.warned:
+            self.warned.add(kind)
+            sys.stderr.write(f"[grpo-dashboard] {message}\n")
+
+    def _load(self) -> dict[str, int]:
+        try:
+            data = json.loads((self.spool / SENT_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return {k: int(v) for k, v in data.items() if k in STREAMS} if isinstance(data, dict) else {}
+
+    def _save(self) -> None:
+        tmp = self.spool / f".{SENT_FILE}.tmp"
+        tmp.write_text(json.dumps(self.sent), encoding="utf-8")
+        os.replace(tmp, self.spool / SENT_FILE)
+
+
+class _Retry(Exception):
+    """This round failed; try again after a back-off."""
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    try:
+        return exc.read().decode("utf-8", "replace")[:500]
+    except OSError:
+        return ""

@@ -1,0 +1,40 @@
+"""A run's spec from the resolved config a logger or callback recorded (TRL's `GRPOConfig.to_dict()`, as
+transformers' trackio and W&B callbacks and our own callback store it), so an external run shows the same
+settings panels, doctor context (`beta`, `max_completion_length`...) and Compare config diff as a launched one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_dashboard.spec import trl_fields
+from grpo_dashboard.spec.run_spec import ModelSpec, RunSpec
+
+
+def training_from_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The GRPOConfig fields of `config` whose values differ from TRL's defaults (what a launched spec holds)."""
+    fields = trl_fields.grpo_fields()
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        field = fields.get(key)
+        if field is None or key in trl_fields.RESERVED or "token" in key.lower():
+            continue
+        if not isinstance(value, (int, float, str, bool)) or value == field.default:
+            continue
+        if not isinstance(value, field.types) and not (isinstance(value, int) and float in field.types):
+            continue
+        out[key] = value
+    return out
+
+
+def spec_from_config(config: dict[str, Any], **fields: Any) -> RunSpec:
+    """A RunSpec with the config's GRPOConfig fields as `training` and its model (`_name_or_path` or
+    `model_name_or_path`) as the model; `fields` are the spec's other fields (name, tags, description)."""
+    model = config.get("model_name_or_path") or config.get("_name_or_path")
+    spec = RunSpec(training=training_from_config(config), **fields)
+    if isinstance(model, str) and model:
+        spec.model = ModelSpec(name_or_path=model)
+    try:
+        return RunSpec.from_yaml(spec.to_yaml())
+    except ValueError:  # a value the spec refuses: the run keeps its metrics, with TRL's defaults shown
+        return RunSpec(**fields)
