@@ -136,11 +136,20 @@ def test_short_log_with_zero_spread_on_most_logs_fires_and_stays_active_through_
     # The log as it was at step 4: one batch with spread after three without does not end the state.
     at4 = {f.rule: f for f in finding_history(records[:4])}
     assert at4["zero_variance"].status == "active"
-    # Two batches with spread in a row (3 of 6 spread-less): resolved.
+    # Two batches with spread in a row: the snapshot no longer fires, but the record waits for a sustained return
+    # (history.RESOLVE_DWELL cuts); the third one resolves it, at that step.
     recovered = _l3([1, 1, 1, 0, 0, 0], [0, 0, 0, -0.25, 0.4, 0.5], [0, 0, 0, 0.46, 0.4, 0.4])
-    later = {f.rule: f for f in finding_history(recovered)}
-    assert later["zero_variance"].status == "resolved"
     assert "zero_variance" not in rules(diagnose(recovered))
+    assert {f.rule: f for f in finding_history(recovered)}["zero_variance"].status == "active"
+    recovered = _l3([1, 1, 1, 0, 0, 0, 0], [0, 0, 0, -0.25, 0.4, 0.5, 0.3], [0, 0, 0, 0.46, 0.4, 0.4, 0.4])
+    later = {f.rule: f for f in finding_history(recovered)}["zero_variance"]
+    assert later.status == "resolved" and later.resolved_step == 7
+    # A note on the first two logs (too few for a state), an error from the third, resolved at the seventh.
+    assert [(e["event"], e["severity"]) for e in later.evidence["events"]] == [
+        ("raised", "info"),
+        ("escalated", "error"),
+        ("resolved", "error"),
+    ]
 
 
 def test_short_log_without_a_majority_state_or_without_zero_spread_is_silent() -> None:
@@ -163,8 +172,9 @@ def test_a_kl_spike_on_the_latest_log_is_a_note_until_the_next_log_unless_it_is_
     assert "came back down" not in f.message and "resume" not in f.remedy
     stays = healthy(n + 1, kl=np.append(kl, 0.35))  # the next log is still up: no longer a blip
     assert only(diagnose(stays, config=BETA), "kl_spike").severity == "warning"
-    kl[-1] = 2.5  # 50x on the latest log: an error at once
-    assert only(diagnose(healthy(n, kl=kl), config=BETA), "kl_spike").severity == "error"
+    kl[-1] = 2.5  # 50x on the latest log: a warning at once, an error once the next log is still up
+    assert only(diagnose(healthy(n, kl=kl), config=BETA), "kl_spike").severity == "warning"
+    assert only(diagnose(healthy(n + 1, kl=np.append(kl, 2.5)), config=BETA), "kl_spike").severity == "error"
     kl[-1] = 0.35  # the same 7x spike with a large beta is a warning at once
     assert only(diagnose(healthy(n, kl=kl), config={"beta": 0.5}), "kl_spike").severity == "warning"
 
@@ -172,9 +182,10 @@ def test_a_kl_spike_on_the_latest_log_is_a_note_until_the_next_log_unless_it_is_
 def test_one_spread_less_batch_after_batches_with_spread_is_not_a_zero_variance_state() -> None:
     assert "zero_variance" not in rules(diagnose(_l3([0, 0, 1], [0.7, 1.5, -0.1], [1.2, 0.6, 0.0])))
     assert "zero_variance" not in rules(diagnose(_l3([0, 1], [0.7, -0.1], [1.2, 0.0])))
-    # Two in a row at the end, or the whole (short) log, is a state.
+    # Two in a row at the end of three logs, or the whole log from three logs on, is a state; a log of two is a note.
     assert only(diagnose(_l3([0, 1, 1], [0.7, 0, 0], [1.2, 0, 0])), "zero_variance").severity == "error"
-    assert only(diagnose(_l3([1, 1], [0, 0], [0, 0])), "zero_variance").severity == "error"
+    assert only(diagnose(_l3([1, 1], [0, 0], [0, 0])), "zero_variance").severity == "info"
+    assert only(diagnose(_l3([1, 1, 1], [0, 0, 0], [0, 0, 0])), "zero_variance").severity == "error"
 
 
 def test_real_angle_log_kl_spikes_are_notes_at_every_length() -> None:

@@ -88,6 +88,9 @@ def _zero_variance_state(ctx: Context, v: np.ndarray, sm: np.ndarray) -> tuple[s
         # A short log with most groups spread-less on (nearly) every log: a state, no persistence window needed; one
         # batch that happened to have spread neither hides it nor ends it.
         severity, run = (ERROR if mostly(v > err_t, share) else WARNING), n - int(np.argmax(v > warn_t))
+    if severity is not None and n < 3:
+        # One or two logs show the groups' spread, not yet a state of the run: a note until a third log says.
+        severity = INFO
     return severity, run
 
 
