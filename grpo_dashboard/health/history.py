@@ -11,7 +11,9 @@ those cuts, with hysteresis:
 * once raised, its severity moves up only after ``ESCALATE_DWELL`` consecutive cuts at the higher level, down only
   after ``DEMOTE_DWELL`` at the lower one, and it is resolved only after ``RESOLVE_DWELL`` consecutive cuts without
   it (a sustained return; one good record resolves nothing); a resolved finding that fires again for
-  ``RAISE_DWELL`` cuts is reopened with its first onset;
+  ``RAISE_DWELL`` cuts is reopened with its first onset; every reversal (a reopening, a severity change against the one
+  before) doubles the dwell it and later ones need (flap damping: a statistic hovering at its threshold settles
+  instead of flipping at each crossing);
 * every change is an event in the finding's ``evidence["events"]`` (raised / escalated / demoted / resolved /
   reopened, each with the cut step and severity), so the end report keeps what a live user was shown.
 
@@ -108,6 +110,8 @@ class _Track:
     peak: str
     pending: str | None = None  # "resolved" or the severity a change would move to
     count: int = 0
+    flaps: int = 0  # reversals so far (a reopening; a severity change against the one before): damping
+    direction: int = 0  # +1 / -1: the last severity change went up / down
 
 
 @dataclass
@@ -250,8 +254,9 @@ class HistoryReplay:
 
     def _observe(self, track: _Track, f: Finding, cut: int) -> None:
         shown = track.shown
-        # The latest evaluation's wording and evidence, with the first onset and the severity the record holds.
-        fresh = replace(f, step=min(shown.step, f.step), severity=shown.severity, status=shown.status)
+        # The latest evaluation's wording and evidence, with the onset shown when it was raised (what the live user
+        # saw first; the message's "since step N" may move) and the severity the record holds.
+        fresh = replace(f, step=shown.step, severity=shown.severity, status=shown.status)
         fresh.resolved_step = shown.resolved_step
         if shown.status == "resolved":
             track.shown = replace(shown)  # keeps the resolved wording until it is reopened
@@ -269,9 +274,19 @@ class HistoryReplay:
         if track.pending != target:
             track.pending, track.count = target, 0
         track.count += 1
-        if track.count < dwell:
-            return
         shown = track.shown
+        if target == "resolved":
+            flap = False
+        elif shown.status == "resolved":
+            flap = True
+        else:
+            direction = 1 if SEVERITY_RANK[target] > SEVERITY_RANK[shown.severity] else -1
+            flap = track.direction == -direction
+        # Flap damping: each reversal doubles the evidence the next one needs, so a statistic hovering at its
+        # threshold settles instead of flipping at every crossing.
+        if track.count < dwell << (track.flaps + flap):
+            return
+        track.flaps += flap
         if target == "resolved":
             track.shown = replace(shown, status="resolved", resolved_step=cut)
             track.events.append({"event": "resolved", "step": cut, "severity": shown.severity})
@@ -283,6 +298,7 @@ class HistoryReplay:
             up = SEVERITY_RANK[target] > SEVERITY_RANK[shown.severity]
             track.shown = replace(fresh or shown, severity=target)
             track.events.append({"event": "escalated" if up else "demoted", "step": cut, "severity": target})
+            track.direction = 1 if up else -1
         if SEVERITY_RANK[track.shown.severity] > SEVERITY_RANK[track.peak]:
             track.peak = track.shown.severity
         track.pending, track.count = None, 0
