@@ -423,7 +423,8 @@ def corr(a: np.ndarray, b: np.ndarray) -> float:
     if a.size < 3:
         return 0.0
     sa, sb = float(a.std()), float(b.std())
-    if sa == 0.0 or sb == 0.0:
+    # Constant up to rounding (a std of 1e-17 from summing equal floats) is constant: no correlation to speak of.
+    if sa <= 1e-9 * max(1.0, abs(float(a.mean()))) or sb <= 1e-9 * max(1.0, abs(float(b.mean()))):
         return 0.0
     return float(np.mean((a - a.mean()) * (b - b.mean())) / (sa * sb))
 
