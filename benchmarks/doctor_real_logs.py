@@ -229,9 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             rep = replay_log(records, hints, every=args.every)
             replays.append((path.name, rep))
             flips = {k[0]: v for k, v in rep.severity_changes.items() if v > 2}
+            returns = sum(rep.returns_new_onset.values())
             print(
-                f"    replay every {args.every} records ({rep.prefixes} prefixes): most severity changes of one finding "
-                f"{rep.max_severity_changes}, returns with a new first-seen step {sum(rep.returns_new_onset.values())}, "
+                f"    replay every {args.every} records ({rep.prefixes} prefixes): most severity changes of one "
+                f"finding {rep.max_severity_changes}, returns with a new first-seen step {returns}, "
                 f"shown != end record {len(rep.mismatches)}, provisional shown {rep.provisional}"
                 + (f"; more than 2 changes: {flips}" if flips else "")
             )

@@ -22,7 +22,9 @@ def _logs() -> list:
         if folder is None:
             continue
         expect = json.loads((folder / "expect.json").read_text())
-        out += [pytest.param(folder / n, id=n[:60]) for n in expect if not n.startswith("_") and (folder / n).is_file()]
+        out += [
+            pytest.param(folder / n, id=n[:60]) for n in expect if not n.startswith("_") and (folder / n).is_file()
+        ]
     return out
 
 
