@@ -193,11 +193,13 @@ class HealthMonitor:
     def _passed_dense_cut(self, rec: Mapping[str, Any]) -> bool:
         """Whether this record starts a new step just after one of a run's first ``DENSE_CUTS`` logged steps (or
         restarts the steps: a new run appended, the finished one gets its last cut), i.e. a cut owed now."""
-        step = rec.get("step")
-        restart = bool(self._steps) and step is not None and step <= self._steps[0] < self._steps[-1]
+        if rec.get("step") is None:
+            return False
+        step = int(rec["step"])
+        restart = bool(self._steps) and step <= self._steps[0] < self._steps[-1]
         if restart:
             self._steps = []
-        elif step is None or (self._steps and step <= self._steps[-1]):
+        elif self._steps and step <= self._steps[-1]:
             return False
         self._steps.append(step)
         return restart or 2 <= len(self._steps) <= DENSE_CUTS + 1
