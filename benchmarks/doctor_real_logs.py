@@ -30,7 +30,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grpo_dashboard.health import diagnose, finding_history, load_log_frame, load_log_records  # noqa: E402
+from grpo_dashboard.health import (  # noqa: E402
+    MetricFrame,
+    diagnose,
+    finding_history,
+    load_log_frame,
+    load_log_records,
+)
+from grpo_dashboard.health.history import HistoryReplay  # noqa: E402
 from grpo_dashboard.health.replay import replay_log  # noqa: E402
 
 CORPORA = (ROOT / "tests" / "fixtures" / "real_logs", ROOT.parent / "shared" / "realdata" / "grpo_logs")
@@ -93,16 +100,17 @@ def ours(
 
 
 def live_alarms(path: Path, forbid: set[str]) -> dict[str, int]:
-    """Forbidden rules the live panel would have shown at warning or error after some record: ``diagnose`` on the log
-    cut after every logged step (the panel's last evaluation is the log as it is then, whatever the history's fixed
-    cut points hold), each with the first step it was shown at."""
-    frame, hints = load_log_frame(path)
-    steps = sorted({int(s) for col in frame.columns.values() for s in col.steps})
+    """Forbidden rules the live panel would have shown at warning or error after some record: ``finding_history``
+    (the record plus what is provisional) on the log cut after every logged record, fed to one ``HistoryReplay``
+    (what ``finding_history`` gives on each prefix), each with the first step it was shown at."""
+    records, hints = load_log_records(path)
+    replay = HistoryReplay(hints)
     first: dict[str, int] = {}
-    for step in steps:
-        for f in diagnose(frame.upto(step), hints):
+    for k in range(1, len(records) + 1):
+        frame = MetricFrame.from_records(records[:k])
+        for f in replay.update(frame):
             if f.rule in forbid and f.severity in ("warning", "error"):
-                first.setdefault(f.rule, step)
+                first.setdefault(f.rule, int(frame.last_step() or 0))
     return first
 
 
@@ -221,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         for rule, line in raised:
             print(f"    raised during the run: {line}{' FORBIDDEN' if rule in forbid else ''}")
         for rule, step in sorted(live.items(), key=lambda kv: kv[1]):
-            print(f"    shown live after a record (diagnose at every length): {rule} first at step {step} FORBIDDEN")
+            print(f"    shown live after a record (record + provisional): {rule} first at step {step} FORBIDDEN")
         if segments := len(frame.segments) - 1:
             print(f"    steps restart {segments} time(s): {len(frame.segments)} runs in this log, each diagnosed")
         if not args.no_replay:
@@ -258,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.cuts_only:
         print(
-            "| forbidden alarms shown live after some record (diagnose after every logged step) | "
+            "| forbidden alarms shown live after some record (the record and provisional findings, every record) | "
             f"{o['live_alarms']} | - | - | 0 | {'yes' if o['live_alarms'] == 0 else 'NO'} |"
         )
     if replays:

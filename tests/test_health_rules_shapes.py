@@ -283,3 +283,27 @@ def test_entropy_that_collapsed_within_the_warm_up_window_stays_a_collapse_on_th
     assert f.severity == "error" and f.status == "active" and f.step <= 6
     near_zero = np.full(n, 0.05)  # near zero from the very first log: still the "since the first log" warning
     assert only(diagnose(healthy(n, entropy=near_zero), {}), "entropy_collapse").severity == "warning"
+
+
+def test_a_reward_spread_less_within_batches_but_not_constant_is_no_constant_reward_error() -> None:
+    """A per-prompt reward (one prompt per step): std 0 within every batch, but 1.0 on a third of the logs and 0
+    otherwise. It is not "0 on every sample"; a warning that says what it is, never the constant-reward error."""
+    n = 30
+    records = [
+        {
+            "step": s,
+            "reward": 0.4 + 0.01 * s,
+            "reward_std": 0.3,
+            "rewards/bonus/mean": 1.0 if s % 3 == 0 else 0.0,
+            "rewards/bonus/std": 0.0,
+            "entropy": 1.0,
+        }
+        for s in range(1, n + 1)
+    ]
+    f = only(diagnose(records), "flat_reward")
+    assert f.severity in ("info", "warning") and "not a constant" in f.message and "10 of 30 logs" in f.message
+    assert "on every sample" not in f.message
+    for r in records:
+        r["rewards/bonus/mean"] = 0.0
+    constant = only(diagnose(records), "flat_reward")
+    assert "on every sample" in constant.message and "not a constant" not in constant.message

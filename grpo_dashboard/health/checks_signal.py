@@ -218,6 +218,8 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
         value = float(mean.values[-1])
         lo, hi = reward_range(mean.values)
         saturated = start > 0 and value >= float(np.max(mean.values)) - atol and value > lo
+        # Spread-less within each batch is not a constant function when its batch means differ across the log.
+        varied = int(np.sum(np.abs(mean.values - value) > atol))
         flat.append(
             {
                 "name": name,
@@ -228,11 +230,16 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
                 "from_start": start == 0,
                 "saturated": saturated,
                 "confirmed": run >= persist,
+                "varied": varied,
+                "nonzero": int(np.sum(np.abs(mean.values) > atol)),
+                "of": int(mean.values.size),
             }
         )
     if not flat:
         return []
-    all_flat = len(flat) == len(functions) and all(f["confirmed"] and not f["saturated"] for f in flat)
+    all_flat = len(flat) == len(functions) and all(
+        f["confirmed"] and not f["saturated"] and not f["varied"] for f in flat
+    )
     findings = []
     cfg = ctx.config
     for f in flat:
@@ -243,6 +250,22 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
                 f"{f['onset']}: it is saturated and no longer contributes signal."
             )
             remedy = "Consider lowering its weight in reward_weights or removing it now that it is always satisfied."
+        elif f["varied"]:
+            # Its batch means differ: it is not a constant function, it just gives every sample of a batch the same
+            # value (a per-prompt score, or a rarely firing penalty). A warning at most, and said as it is.
+            severity = WARNING if f["confirmed"] else INFO
+            message = (
+                f"rewards/{f['name']} has std 0 within the batch on the last {f['logs']} logs (now {fmt(f['value'])}), "
+                f"but it is not a constant: its batch mean is non-zero on {f['nonzero']} of {f['of']} logs and "
+                "differs between batches. "
+                "Every sample of a batch gets the same value, so it adds no spread within a group."
+            )
+            remedy = join_fixes(
+                [
+                    f"check whether {f['name']} scores the prompt rather than the completion",
+                    "if it is a rarely firing penalty, that is expected; else make it depend on the completion",
+                ]
+            )
         else:
             # Constant on a few first logs only (fewer than `persist`): a warning when no reward function gives any
             # signal (the run cannot learn), else a note until it holds (a rarely firing penalty looks the same).
