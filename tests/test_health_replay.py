@@ -76,6 +76,9 @@ def test_two_runs_appended_in_one_log_are_diagnosed_each_and_said_so(tmp_path: P
     assert zero and all(f.evidence["segment"] == 1 for f in zero)
     assert zero[0].message.startswith("In run 1 of 2 in this log (steps 1-30), an earlier run")
     assert not [f for f in found if f.evidence.get("segment") == 2 and f.severity in ("warning", "error")]
+    # Every finding of the first run is named as such, and none is resolved by the time the second run takes.
+    run1 = [f for f in found if f.evidence.get("segment", 1) == 1]
+    assert run1 and all("run 1 of 2" in f.message and f.status == "active" for f in run1)
     # The replay sees the first run's finding before the restart, and keeps it (same first-seen step) after it.
     report = replay_log(records, every=5, end=found)
     assert not report.mismatches and not report.returns_new_onset
@@ -92,3 +95,14 @@ def test_a_resume_overwrites_the_steps_logged_again_and_is_not_a_new_run() -> No
     frame = MetricFrame.from_records(resumed)
     assert frame.earlier == () and frame.resumes == ((11, 15),)
     assert frame.last_step() == 20 and frame.n_records == 25
+
+
+def test_doctor_report_says_the_log_holds_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from grpo_dashboard.health import doctor_main
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in _run(30, collapse_at=10) + _run(30, collapse_at=None)))
+    doctor_main([str(log), "--no-samples"])
+    out = capsys.readouterr().out
+    assert "the steps restart 1 time(s): 2 runs in this log (steps 1-30, steps 1-30)" in out
+    assert "In run 1 of 2 in this log" in out

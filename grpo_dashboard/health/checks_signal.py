@@ -255,7 +255,8 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
             # value (a per-prompt score, or a rarely firing penalty). A warning at most, and said as it is.
             severity = WARNING if f["confirmed"] else INFO
             message = (
-                f"rewards/{f['name']} has std 0 within the batch on the last {f['logs']} logs (now {fmt(f['value'])}), "
+                f"rewards/{f['name']} has std 0 within the batch on the last {f['logs']} logs "
+                f"(now {fmt(f['value'])}), "
                 f"but it is not a constant: its batch mean is non-zero on {f['nonzero']} of {f['of']} logs and "
                 "differs between batches. "
                 "Every sample of a batch gets the same value, so it adds no spread within a group."

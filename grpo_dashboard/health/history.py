@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .findings import SEVERITY_RANK, Finding, is_rule_failure, order_key
-from .rules import RULES, Rule, diagnose
+from .rules import RULES, Rule, diagnose, in_segment
 from .series import MetricFrame
 from .thresholds import RULE_IDS
 
@@ -192,8 +192,10 @@ class HistoryReplay:
             if self.committed is None or (seg, step) > self.committed:
                 if budget_ok is not None and position[seg] >= DENSE_CUTS and not budget_ok():
                     break
+                if self.committed is not None and seg > self.committed[0]:
+                    self._finish_runs(frame, seg)
                 now = diagnose(frame.segment_upto(seg, step), self.config, self.thresholds, rules=self.rules)
-                self._merge(now, step, quick=position[seg] < QUICK_CUTS)
+                self._merge(now, step, quick=position[seg] < QUICK_CUTS, segment=seg)
                 self.committed = (seg, step)
                 self.cuts += 1
         return cuts
@@ -226,7 +228,14 @@ class HistoryReplay:
         message = f"Resolved at step {f.resolved_step}. {f.message}" if f.status == "resolved" else f.message
         return replace(f, evidence=evidence, message=message)
 
-    def _merge(self, now: list[Finding], cut: int, quick: bool) -> None:
+    def _finish_runs(self, frame: MetricFrame, segment: int) -> None:
+        """The log restarted: the findings of the runs before ``segment`` are named as such (their record stands)."""
+        for key, track in self.state.tracks.items():
+            if key[3] - 1 < segment and "segment" not in track.shown.evidence:
+                f = replace(track.shown, evidence={**track.shown.evidence, "segment": key[3]})
+                track.shown = in_segment(f, frame, key[3] - 1, "an earlier run: the steps restart after it")
+
+    def _merge(self, now: list[Finding], cut: int, quick: bool, segment: int = 0) -> None:
         state = self.state
         current = {finding_key(f): f for f in now}
         failed = {f.rule for f in now if is_rule_failure(f)}  # unchecked at this cut: their record stands
@@ -249,6 +258,9 @@ class HistoryReplay:
                 continue
             self._observe(track, f, cut)
         for key, track in state.tracks.items():
+            # A finished run's findings are not resolved by the time the next run takes: its record stands.
+            if key[3] - 1 < segment:
+                continue
             if key not in current and track.shown.status == "active" and key[0] not in failed:
                 self._pend(track, "resolved", RESOLVE_DWELL, cut)
 

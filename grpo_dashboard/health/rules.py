@@ -146,13 +146,14 @@ def segment_findings(
     out: list[Finding] = []
     for i, seg in enumerate(frame.earlier):
         for f in diagnose(seg, config, thresholds, rules=rules, strict=strict):
-            out.append(_in_segment(f, frame, i, "an earlier run: the steps restart after it"))
+            out.append(in_segment(f, frame, i, "an earlier run: the steps restart after it"))
     for f in current:
-        out.append(_in_segment(f, frame, len(frame.earlier), "the latest run"))
+        out.append(in_segment(f, frame, len(frame.earlier), "the latest run"))
     return out
 
 
-def _in_segment(f: Finding, frame: MetricFrame, index: int, what: str) -> Finding:
+def in_segment(f: Finding, frame: MetricFrame, index: int, what: str) -> Finding:
+    """``f`` (of run ``index``, 0-based) marked with its segment and named in its message."""
     f.evidence = {**f.evidence, "segment": index + 1}
     f.message = f"In {segment_label(frame, index)}, {what}: {f.message}"
     return f
