@@ -307,3 +307,14 @@ def test_a_reward_spread_less_within_batches_but_not_constant_is_no_constant_rew
         r["rewards/bonus/mean"] = 0.0
     constant = only(diagnose(records), "flat_reward")
     assert "on every sample" in constant.message and "not a constant" not in constant.message
+
+
+def test_a_gradient_explosion_in_the_first_logs_is_caught_before_any_baseline() -> None:
+    """grad_norm 0.8, 1.1, 3e4 on the first three logs: by the absolute and the relative test an explosion, although
+    no trailing baseline exists yet; the same jump from 0.8 to 40 (not large in absolute terms) is not one."""
+    base = [{"step": s, "reward": 0.3, "entropy": 1.0} for s in range(1, 4)]
+    boom = [{**r, "grad_norm": g} for r, g in zip(base, (0.8, 1.1, 3e4), strict=True)]
+    f = only(diagnose(boom), "grad_spike")
+    assert f.severity == "error" and f.step == 3 and "before a baseline" in f.message
+    mild = [{**r, "grad_norm": g} for r, g in zip(base, (0.8, 1.1, 40.0), strict=True)]
+    assert "grad_spike" not in rules(diagnose(mild))
