@@ -2,7 +2,8 @@
 
 ``diagnose`` judges the log as it is *now*; a state near a threshold can flip with every record. ``finding_history``
 replays the doctor on the log as it was at a fixed, deterministic series of cut points (every logged step of a run's
-first ``DENSE_CUTS``, then ``PER_OCTAVE`` cuts per doubling of the log) and what it shows is the state *committed* at
+first ``DENSE_CUTS``, then ``PER_OCTAVE`` cuts per doubling of the log up to ``LONG_LOG`` logs, one per ``GROWTH``-fold
+more logs beyond) and what it shows is the state *committed* at
 those cuts, with hysteresis:
 
 * a finding is raised at the first cut it fires at in a run's first ``QUICK_CUTS`` logged steps or when the rule's
@@ -41,6 +42,8 @@ from .thresholds import RULE_IDS
 
 DENSE_CUTS = 32
 PER_OCTAVE = 32
+LONG_LOG = 2048
+GROWTH = 1.5
 QUICK_CUTS = 3
 RAISE_DWELL = 2
 ESCALATE_DWELL = 2
@@ -56,11 +59,23 @@ def _stride(j: int) -> int:
 
 def is_fixed_index(j: int) -> bool:
     """Whether a run's ``j``-th logged step (0-based) is one of the fixed cut points (see ``cut_steps``)."""
-    return j < DENSE_CUTS or (j + 1) % _stride(j) == 0
+    if j < LONG_LOG:
+        return j < DENSE_CUTS or (j + 1) % _stride(j) == 0
+    # Past LONG_LOG logs every cut costs a diagnose of a long log: one per GROWTH-fold more logs, so a
+    # 100,000-step log still replays in about three evaluations' time (the record lags more there).
+    i = float(LONG_LOG)
+    while int(i) - 1 < j:
+        i *= GROWTH
+    return int(i) - 1 == j
 
 
 def _fixed_indices(n: int) -> list[int]:
-    return [j for j in range(n) if is_fixed_index(j)]
+    out = [j for j in range(min(n, LONG_LOG)) if is_fixed_index(j)]
+    i = float(LONG_LOG)
+    while int(i) - 1 < n:
+        out.append(int(i) - 1)
+        i *= GROWTH
+    return sorted({j for j in out if j < n})
 
 
 def cut_steps(steps: np.ndarray, finished: bool = False) -> list[int]:
