@@ -10,7 +10,12 @@ no rldoctor detector maps to is left out of rldoctor's denominator. Under each l
 the findings history raised during the run (rule, metric, severity, first step, and the step it resolved at),
 marked FORBIDDEN when the log's labels forbid that rule, so the totals can be checked by hand.
 
-    python benchmarks/doctor_real_logs.py [--verbose]
+The record-by-record replay (``health.replay.replay_log``: the findings after every 5 records, as a live panel that
+refreshes) counts per log: the most severity changes of one finding, findings that disappear and come back with a new
+first-seen step, (prefix, finding) pairs where what was shown differs from what the end report's record (its events)
+says held then, and provisional findings shown (seen on the latest records, not part of the record yet).
+
+    python benchmarks/doctor_real_logs.py [--verbose] [--no-replay]
 """
 
 from __future__ import annotations
@@ -25,7 +30,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grpo_dashboard.health import diagnose, finding_history, load_log_frame  # noqa: E402
+from grpo_dashboard.health import (  # noqa: E402
+    MetricFrame,
+    diagnose,
+    finding_history,
+    load_log_frame,
+    load_log_records,
+)
+from grpo_dashboard.health.history import HistoryReplay  # noqa: E402
+from grpo_dashboard.health.replay import replay_log  # noqa: E402
 
 CORPORA = (ROOT / "tests" / "fixtures" / "real_logs", ROOT.parent / "shared" / "realdata" / "grpo_logs")
 SHARED_FALLBACK = Path("/work/shared/realdata/grpo_logs")
@@ -87,16 +100,17 @@ def ours(
 
 
 def live_alarms(path: Path, forbid: set[str]) -> dict[str, int]:
-    """Forbidden rules the live panel would have shown at warning or error after some record: ``diagnose`` on the log
-    cut after every logged step (the panel's last evaluation is the log as it is then, whatever the history's fixed
-    cut points hold), each with the first step it was shown at."""
-    frame, hints = load_log_frame(path)
-    steps = sorted({int(s) for col in frame.columns.values() for s in col.steps})
+    """Forbidden rules the live panel would have shown at warning or error after some record: ``finding_history``
+    (the record plus what is provisional) on the log cut after every logged record, fed to one ``HistoryReplay``
+    (what ``finding_history`` gives on each prefix), each with the first step it was shown at."""
+    records, hints = load_log_records(path)
+    replay = HistoryReplay(hints)
     first: dict[str, int] = {}
-    for step in steps:
-        for f in diagnose(frame.upto(step), hints):
+    for k in range(1, len(records) + 1):
+        frame = MetricFrame.from_records(records[:k])
+        for f in replay.update(frame):
             if f.rule in forbid and f.severity in ("warning", "error"):
-                first.setdefault(f.rule, step)
+                first.setdefault(f.rule, int(frame.last_step() or 0))
     return first
 
 
@@ -151,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cuts-only", action="store_true", help="skip diagnose after every record (the live panel's view; slower)"
     )
+    parser.add_argument("--no-replay", action="store_true", help="skip the record-by-record replay")
+    parser.add_argument("--every", type=int, default=5, help="records between two replayed prefixes (default 5)")
     args = parser.parse_args(argv)
+    replays: list[tuple[str, Any]] = []
     logs = labelled_logs()
     if not logs:
         print("no labelled logs found")
@@ -212,7 +229,21 @@ def main(argv: list[str] | None = None) -> int:
         for rule, line in raised:
             print(f"    raised during the run: {line}{' FORBIDDEN' if rule in forbid else ''}")
         for rule, step in sorted(live.items(), key=lambda kv: kv[1]):
-            print(f"    shown live after a record (diagnose at every length): {rule} first at step {step} FORBIDDEN")
+            print(f"    shown live after a record (record + provisional): {rule} first at step {step} FORBIDDEN")
+        if segments := len(frame.segments) - 1:
+            print(f"    steps restart {segments} time(s): {len(frame.segments)} runs in this log, each diagnosed")
+        if not args.no_replay:
+            records, hints = load_log_records(path)
+            rep = replay_log(records, hints, every=args.every)
+            replays.append((path.name, rep))
+            flips = {k[0]: v for k, v in rep.severity_changes.items() if v > 2}
+            returns = sum(rep.returns_new_onset.values())
+            print(
+                f"    replay every {args.every} records ({rep.prefixes} prefixes): most severity changes of one "
+                f"finding {rep.max_severity_changes}, returns with a new first-seen step {returns}, "
+                f"shown != end record {len(rep.mismatches)}, provisional shown {rep.provisional}"
+                + (f"; more than 2 changes: {flips}" if flips else "")
+            )
     print("(* = labelled healthy; E/W = error/warning findings active at the end; caught counts resolved ones too)")
     print("| figure | ours | peer (rldoctor 0.2) | ratio | target | met |\n|---|---|---|---|---|---|")
     o, r = totals["ours"], totals["rld"]
@@ -235,8 +266,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.cuts_only:
         print(
-            "| forbidden alarms shown live after some record (diagnose after every logged step) | "
+            "| forbidden alarms shown live after some record (the record and provisional findings, every record) | "
             f"{o['live_alarms']} | - | - | 0 | {'yes' if o['live_alarms'] == 0 else 'NO'} |"
+        )
+    if replays:
+        over = sum(sum(v > 2 for v in rep.severity_changes.values()) for _, rep in replays)
+        most = max(rep.max_severity_changes for _, rep in replays)
+        status = max((max(rep.status_changes.values(), default=0) for _, rep in replays), default=0)
+        returns = sum(sum(rep.returns_new_onset.values()) for _, rep in replays)
+        mismatch = sum(len(rep.mismatches) for _, rep in replays)
+        prefixes = sum(rep.prefixes for _, rep in replays)
+        print(
+            f"| replay every {args.every} records ({prefixes} prefixes): findings changing severity more than twice "
+            f"(most changes of one) | {over} ({most}) | - | - | 0 | {'yes' if over == 0 else 'NO'} |"
+        )
+        print(f"| replay: most active/resolved changes of one finding | {status} | - | - | - | - |")
+        print(
+            f"| replay: findings that disappear and return with a new first-seen step | {returns} | - | - | 0 | "
+            f"{'yes' if returns == 0 else 'NO'} |"
+        )
+        print(
+            f"| replay: (prefix, finding) shown differently from the end report's record | {mismatch} | - | - | 0 | "
+            f"{'yes' if mismatch == 0 else 'NO'} |"
         )
     if healthy_runs:
         ok = o.get("healthy_errors", 0) == 0 and o.get("healthy_max_warnings", 0) <= 1

@@ -4,7 +4,9 @@ Each log is cut at 25 %, 50 % and 75 % of its steps; the forecast made from the 
 last step) is compared with what happened: the final reward, taken as the mean of the last 5 % of its logs (at least
 one), so that one noisy last batch does not decide. Printed per cut: the median absolute error as a share of the
 reward's range (max - min of the logged reward over the whole log), and how often the forecast's 90 % band covers
-the final reward. Also the entropy-law ceiling where it fits, next to the best reward actually reached.
+the final reward; a cell marked L is a forecast that said its confidence is low (the cut log already collapsed and
+recovered), and those cuts are counted on their own row too. Also the entropy-law ceiling where it fits, next to the
+best reward actually reached.
 
     python benchmarks/forecast_backtest.py [--verbose]
 """
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     rows: dict[float, list[tuple[float, bool]]] = {c: [] for c in CUTS}
+    flagged: dict[float, list[bool]] = {c: [] for c in CUTS}  # coverage of the cuts said to be low confidence
     skipped: list[str] = []
     print(f"{'log':<52} {'n':>5} {'final':>7} " + " ".join(f"{'@' + str(int(c * 100)) + '%':>22}" for c in CUTS))
     for path, _ in labelled_logs():
@@ -62,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             err = abs(band["value"] - final) / span
             covered = band["low"] <= final <= band["high"]
             rows[cut].append((err, covered))
-            cells.append(f"{band['value']:>7.3f} [{band['low']:.2f},{band['high']:.2f}]{'+' if covered else '-'}")
+            low_conf = fc.confidence == "low"
+            if low_conf:
+                flagged[cut].append(covered)
+            mark = ("+" if covered else "-") + ("L" if low_conf else " ")
+            cells.append(f"{band['value']:>7.3f} [{band['low']:.2f},{band['high']:.2f}]{mark}")
         print(f"{path.name[:50]:<52} {values.size:>5} {final:>7.3f} " + " ".join(f"{c:>22}" for c in cells))
         if args.verbose:
             fc = forecast(frame, hints)
@@ -87,6 +94,14 @@ def main(argv: list[str] | None = None) -> int:
             f"error / reward range, 90 % band coverage | {med:.1%}, {cov:.0%} | - (no peer forecasts) | - | "
             f"{target} | {'yes' if met else 'NO'} |"
         )
+    for cut in CUTS:
+        if flagged[cut]:
+            print(
+                f"| low-confidence forecasts (collapsed and recovered before the cut) at {int(cut * 100)} %: "
+                "covered | "
+                f"{sum(flagged[cut])}/{len(flagged[cut])} | - | - | all | "
+                f"{'yes' if all(flagged[cut]) else 'NO'} |"
+            )
     return 0
 
 

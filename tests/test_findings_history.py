@@ -87,8 +87,15 @@ def test_a_finding_that_stops_firing_is_shown_resolved_with_when() -> None:
 def test_the_cut_points_depend_only_on_the_log() -> None:
     steps = np.arange(1, 1001)
     cuts = cut_steps(steps)
-    assert cuts[:12] == list(range(1, 13)) and cuts[-1] == 1000 and len(cuts) < 30
-    assert cut_steps(steps[:500]) == [c for c in cuts if c < 500] + [500]  # a longer log only adds cuts
+    # Every step of the first 64, then 32 cuts per doubling: about 3 % of the log at most between two cuts.
+    assert cuts[:64] == list(range(1, 65)) and 150 < len(cuts) < 250
+    assert max(np.diff(cuts)[63:] / np.array(cuts[64:])) <= 1 / 16
+    assert cut_steps(steps[:500]) == [c for c in cuts if c <= 500]  # a longer log only adds cuts
+    assert cut_steps(steps[:500], finished=True)[-1] == 500  # a run the log restarted after: its last step too
+    # Past 2,048 logs one cut per 1.5x more logs keeps a 100,000-step log's replay near three evaluations' cost.
+    long = cut_steps(np.arange(1, 100_001))
+    assert len(long) < 250 and long[: len(cut_steps(np.arange(1, 3001)))] == cut_steps(np.arange(1, 3001))
+    assert len(set(long)) == len(long)
 
 
 def test_store_keeps_the_earliest_onset(tmp_path: Path) -> None:

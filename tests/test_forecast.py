@@ -245,3 +245,19 @@ def test_run_detail_panel_runs_table_column_and_chart_overlay(tmp_path: Path) ->
     short = store.get_run("r2")
     assert forecast_view.forecast_cell(store, short) == "—"
     assert "too few reward points" in forecast_view.panel_markdown(store, short)
+
+
+def test_a_run_that_collapsed_and_recovered_says_its_confidence_is_low() -> None:
+    """The shared-corpus shape (exp1a rho1.00 seed 43): 0.9 for 7 logs, a collapse to 0.02-0.08, back to 0.9; the
+    final collapse comes after the cut. The forecast from the cut says its confidence is low and its band reaches
+    the reward's floor, so it covers a second collapse; a noisy flat run with no such fall keeps normal confidence."""
+    rng = np.random.default_rng(1)
+    y = np.concatenate((np.full(7, 0.88), [0.08, 0.02, 0.05], np.full(10, 0.88))) + rng.normal(0, 0.04, 20)
+    records = [{"step": 5 * (i + 1), "reward": float(v)} for i, v in enumerate(y)]
+    fc = forecast(MetricFrame.from_records(records), max_steps=200)
+    assert fc.confidence == "low" and "collapsed once and recovered" in fc.reasons["confidence"]
+    band = fc.reward_at_max_steps
+    assert band is not None and band["low"] <= 0.0 <= 0.9 <= band["high"]
+    assert fc.to_dict()["confidence"] == "low"
+    flat = [{"step": 5 * (i + 1), "reward": float(0.5 + rng.normal(0, 0.1))} for i in range(40)]
+    assert forecast(MetricFrame.from_records(flat), max_steps=400).confidence == "normal"

@@ -98,3 +98,36 @@ def test_no_agent_rule_fires_without_tools() -> None:
     }
     assert not agent_rules & set(rules(plain))
     assert not agent_rules & set(rules(logs()))  # tools used, all healthy
+
+
+def test_task_regression_with_two_task_columns() -> None:
+    """examples/agent_mixed.yaml logged with two task columns (`task` and `environment` name the same split): the game
+    task falls 1.12 -> 0.40 while calc rises. Each column is judged on its own, so the other column's view of the
+    same rows no longer hides the regression; with one column it fires as before."""
+    game = lambda i: 1.12 - 0.04 * i  # noqa: E731
+    calc = lambda i: 0.30 + 0.03 * i  # noqa: E731
+    columns = {}
+    for col in ("task", "environment"):
+        columns[f"tasks/{col}/game/reward_mean"] = game
+        columns[f"tasks/{col}/calc/reward_mean"] = calc
+    found = [f for f in diagnose(logs(20, **columns)) if f.rule == "task_regression"]
+    assert {f.metric for f in found} == {"tasks/task/game/reward_mean", "tasks/environment/game/reward_mean"}
+    one = {k: v for k, v in columns.items() if "/task/" in k}
+    assert [f.metric for f in diagnose(logs(20, **one)) if f.rule == "task_regression"] == [
+        "tasks/task/game/reward_mean"
+    ]
+
+
+def test_sparse_agent_logs_say_how_much_evidence_they_have() -> None:
+    """Tool metrics on 2 of 20 records: the failure share is reported with its evidence, and as a warning at most
+    (too few logs for a sustained state), not an error "from the last 1 logs"."""
+    records = logs(20)
+    for i, rec in enumerate(records):
+        if i not in (17, 19):
+            del rec["tools/failure_frequency"], rec["tools/call_frequency"]
+        else:
+            rec["tools/failure_frequency"] = 0.9
+    f = rules(records)["tool_failures"]
+    assert f.severity == "warning"
+    assert "Evidence: 2 of the 2 logs that carry tools/failure_frequency (20 records in all)" in f.message
+    assert "a first reading" in f.message

@@ -28,6 +28,19 @@ SHARED = next(
 # not bent to it; see the corpus INDEX.md for the reading). Strict: once the doctor is fixed the test passes and the
 # entry must go.
 OPEN_DISAGREEMENTS: dict[str, str] = {}
+# The same for the shared corpus. Both alarms were shown live before the findings record kept what the live panel
+# showed (benchmarks/doctor_real_logs.py listed them as "shown live after a record ... FORBIDDEN"); the record now
+# keeps them, so the label check sees them.
+SHARED_OPEN_DISAGREEMENTS: dict[str, str] = {
+    "Nithin2311__grpo-machine-unlearning__train_run4.jsonl": (
+        "length_collapse warning on steps 10-17: mean length 105 -> 8-37 tokens for 6 logs in a row, then back to "
+        "60-95; labelled forbidden (noise of a swinging length), a sustained fall by the numbers"
+    ),
+    "ijinyu1113__Learned-Remasking-Policy-for-dLLM__pretrained_checkpoints-checkpoint-2000.jsonl": (
+        "reward_drop warning at steps 328-352 of a healthy noisy run (a 1/16-quantised reward at 0.06 for 16 logs "
+        "after 0.23): 4.2 standard errors of its scatter, labelled forbidden"
+    ),
+}
 
 
 def _labelled(folder: Path | None) -> list:
@@ -38,7 +51,7 @@ def _labelled(folder: Path | None) -> list:
     for name, label in expect.items():
         if name.startswith("_"):
             continue
-        reason = OPEN_DISAGREEMENTS.get(name) if folder == OURS else None
+        reason = (OPEN_DISAGREEMENTS if folder == OURS else SHARED_OPEN_DISAGREEMENTS).get(name)
         marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
         out.append(pytest.param(folder / name, label, marks=marks, id=name[:60]))
     return out
@@ -64,9 +77,9 @@ def _check(path: Path, label: dict) -> None:
     if label["healthy"]:
         assert not [f for f in active if f.severity == "error"], path.name
         assert sum(f.severity == "warning" for f in active) <= 1, (path.name, [(f.rule, f.severity) for f in active])
-    # The doctor's snapshot of the whole log is what the history's active part says now.
-    now = {(f.rule, f.metric, f.severity) for f in diagnose(frame, hints)}
-    assert {(f.rule, f.metric, f.severity) for f in active} == now
+    # Every error the doctor's snapshot of the whole log shows is in the report (recorded or provisional).
+    now = {(f.rule, f.metric) for f in diagnose(frame, hints) if f.severity == "error"}
+    assert now <= {(f.rule, f.metric) for f in history}, (path.name, now)
 
 
 def test_our_corpus_has_provenance_and_labels_for_every_log() -> None:

@@ -28,6 +28,16 @@ def _onset(s: Series, mask: np.ndarray) -> int:
     return int(s.steps[-streak]) if streak else int(s.steps[-1])
 
 
+def _evidence(ctx: Context, s: Series, streak: int, persist: int) -> str:
+    """How much the finding rests on: agent metrics are logged on some records only (a sparse log)."""
+    total = ctx.frame.n_records
+    text = f" Evidence: {streak} of the {len(s)} logs that carry {s.key}"
+    text += f" ({total} records in all)." if total > len(s) else "."
+    if streak < persist:
+        text += f" Fewer than the {persist} logs a sustained state needs: a first reading, to be confirmed."
+    return text
+
+
 def check_tool_failures(ctx: Context) -> list[Finding]:
     """A high (or steadily rising) share of tool calls fails: TRL feeds `{"error": ...}` back as the result."""
     s = _series(ctx, "tools/failure_frequency")
@@ -39,14 +49,16 @@ def check_tool_failures(ctx: Context) -> list[Finding]:
     need = min(persist, max(1, len(s) // 2))
     for level, severity in ((ctx.t("tool_failures.error"), ERROR), (ctx.t("tool_failures.warn"), WARNING)):
         mask = sm >= level
-        if trailing_streak(mask) >= need:
+        streak = trailing_streak(mask)
+        if streak >= need:
+            # Sparse logs: too few logs for a sustained state are a warning at most, and say so.
             return [
                 make_finding(
                     "tool_failures",
-                    severity,
+                    severity if streak >= persist else WARNING,
                     _onset(s, mask),
                     f"{fmt(float(sm[-1]) * 100)}% of tool calls fail (tools/failure_frequency, smoothed) for the last "
-                    f"{trailing_streak(mask)} logs.",
+                    f"{streak} log{'s' if streak != 1 else ''}." + _evidence(ctx, s, streak, persist),
                     "read the failing calls in the trajectory view (the exception text is the tool result): fix the "
                     "tool or its docstring so the model learns valid arguments, catch expected errors inside the tool "
                     "and return a helpful message, or add the repeated_failure_penalty / tool_success process rewards",
@@ -112,17 +124,19 @@ def check_turn_limit(ctx: Context) -> list[Finding]:
         return []
     sm = _smoothed(ctx, s)
     mask = sm >= ctx.t("turn_limit.warn")
-    need = min(int(ctx.t("turn_limit.persist")), max(1, len(s) // 2))
+    persist = int(ctx.t("turn_limit.persist"))
+    need = min(persist, max(1, len(s) // 2))
     if trailing_streak(mask) < need:
         return []
     limit = ctx.config.now("max_tool_calling_iterations")
+    evidence = _evidence(ctx, s, trailing_streak(mask), persist)
     return [
         make_finding(
             "turn_limit",
             WARNING,
             _onset(s, mask),
             f"{fmt(float(sm[-1]) * 100)}% of episodes used every tool-calling round and were cut off "
-            f"(max_tool_calling_iterations{limit}).",
+            f"(max_tool_calling_iterations{limit})." + evidence,
             "raise max_tool_calling_iterations (and max_completion_length, which bounds the whole trajectory), or "
             "reward finishing with an answer; check the trajectories for loops calling the same tool",
             "agent/turn_limit_ratio",
@@ -138,15 +152,17 @@ def check_malformed_tool_calls(ctx: Context) -> list[Finding]:
         return []
     sm = _smoothed(ctx, s)
     mask = sm >= ctx.t("malformed_tool_calls.warn")
-    need = min(int(ctx.t("malformed_tool_calls.persist")), max(1, len(s) // 2))
+    persist = int(ctx.t("malformed_tool_calls.persist"))
+    need = min(persist, max(1, len(s) // 2))
     if trailing_streak(mask) < need:
         return []
+    evidence = _evidence(ctx, s, trailing_streak(mask), persist)
     return [
         make_finding(
             "malformed_tool_calls",
             WARNING,
             _onset(s, mask),
-            f"{fmt(float(sm[-1]) * 100)}% of episodes hold a tool call that could not be parsed.",
+            f"{fmt(float(sm[-1]) * 100)}% of episodes hold a tool call that could not be parsed." + evidence,
             "check that the tokenizer's response_template matches the chat template's tool-call format, warm the "
             "model on tool-calling examples (SFT), or reward well-formed calls",
             "agent/malformed_ratio",
@@ -165,6 +181,11 @@ def _task_series(ctx: Context, suffix: str) -> dict[str, Series]:
     return out
 
 
+def _column(task: str) -> str:
+    """The sample column a task name comes from (``column/value``; older logs: no column)."""
+    return task.rsplit("/", 1)[0] if "/" in task else ""
+
+
 def check_task_regression(ctx: Context) -> list[Finding]:
     """One environment or task regresses, or loses all reward variance, while the others improve."""
     means = _task_series(ctx, "/reward_mean")
@@ -176,8 +197,10 @@ def check_task_regression(ctx: Context) -> list[Finding]:
     drop = ctx.t("task_regression.min_drop") * scale
     out: list[Finding] = []
     for task, gain in gains.items():
-        others = [g for t, g in gains.items() if t != task]
-        if gain <= -drop and all(g >= 0 for g in others) and max(others) > drop:
+        # Tasks are compared within their column (``tasks/<column>/<value>/...``): each column splits the same
+        # samples, so another column's view of the regressing rows is not one of "the others".
+        others = [g for t, g in gains.items() if t != task and _column(t) == _column(task)]
+        if others and gain <= -drop and all(g >= 0 for g in others) and max(others) > drop:
             s = means[task]
             out.append(
                 make_finding(
@@ -195,7 +218,7 @@ def check_task_regression(ctx: Context) -> list[Finding]:
     persist = int(ctx.t("task_regression.persist"))
     for task, s in stds.items():
         flat = s.values <= 1e-9
-        other_stds = [o for t, o in stds.items() if t != task]
+        other_stds = [o for t, o in stds.items() if t != task and _column(t) == _column(task)]
         if (
             trailing_streak(flat) >= min(persist, len(s))
             and other_stds

@@ -137,7 +137,9 @@ def _level_drop(
         return None
     se = sigma * np.sqrt(1.0 / used + 1.0 / after.size)
     z = (peak_level - now) / se if se > 0 else float("inf")
-    tail = (1.0 - NormalDist().cdf(ctx.t("reward_drop.noise_z"))) / candidates
+    # Both ends are picked from the log: the best of the levels before the onset, and the episode since it (found
+    # because it is low: one of about n / len(episode) windows of its length). The bar is raised for both choices.
+    tail = (1.0 - NormalDist().cdf(ctx.t("reward_drop.noise_z"))) / (candidates * max(1.0, v.size / after.size))
     if z < NormalDist().inv_cdf(1.0 - tail):
         return None
     few = min(used, after.size) < 25.0 * _skewness(v) ** 2

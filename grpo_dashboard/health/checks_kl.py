@@ -126,19 +126,26 @@ def _grade_kl_spike(ctx: Context, v: np.ndarray, spike: np.ndarray, ref: np.ndar
     # The median of the last logs and the latest one: a one-log spike inside that window must not read as the level.
     now = float(np.median(v[-s:]))
     # The latest log spiking, or above the spike limit: whether it falls back is not known yet.
-    latest = bool(spike[-1]) or float(v[-1]) > ratio * reference
+    floor = ctx.t("kl_spike.abs_floor")
+    # Above the spike limit means both the multiple and the absolute margin: 1e-5 over a 1e-7 median is no spike.
+    high = (v > ratio * reference) & (v - reference >= floor)
+    latest = bool(spike[-1]) or bool(high[-1])
     recovered = now <= ratio * reference and not latest
     if spike[-1]:
         high_ratio = float(ratios[-1])
     else:
         high_ratio = float(v[-1]) / max(reference, 1e-12) if latest else max_ratio
-    severity = ERROR if high_ratio >= ctx.t("kl_spike.error_ratio") and not recovered else WARNING
+    # An error needs kl to stay up: the level now above the limit, or the last two logs both high. A single high
+    # latest log is not known to stay (a warning until the next log says).
+    sustained = (now > ratio * reference and now - reference >= floor) or (v.size >= 2 and bool(high[-2:].all()))
+    severity = ERROR if high_ratio >= ctx.t("kl_spike.error_ratio") and not recovered and sustained else WARNING
     rising = _reward_rising(ctx)
     blips = recovered and _isolated_blips(v, idx, ratio * ref) and rising
     # A high latest log after spikes that were all blips: under the error multiple it is a note until the next log
     # shows whether it falls back (a warning then if it does not).
     earlier = idx[:-1] if spike[-1] else idx
-    pending = latest and severity != ERROR and _isolated_blips(v, earlier, ratio * ref) and rising
+    huge = high_ratio >= ctx.t("kl_spike.error_ratio")
+    pending = latest and not huge and _isolated_blips(v, earlier, ratio * ref) and rising
     beta = ctx.config.beta
     if (blips or pending) and (beta is None or beta <= ctx.t("kl_spike.blip_beta")):
         severity = INFO

@@ -328,12 +328,24 @@ def check_length_collapse(ctx: Context) -> list[Finding]:
     start = extend_onset(post & (v < ratio * base), n - run, s)
     onset = int(length.steps[start])
     current = float(v[-1]) if s == 1 else float(sm[-1])
+    # Judged against the metric's own noise: a length that keeps coming back above the threshold within the episode
+    # (a quarter of its logs or more) swings, it has not collapsed. A note, not a warning.
+    episode = v[start:]
+    back = int(np.sum(episode >= ratio * base))
+    swings = episode.size >= 4 and back >= 0.25 * episode.size
     if current <= ctx.t("length_collapse.empty_tokens"):
         severity = ERROR
+    elif swings:
+        severity = INFO
     message = (
         f"{length.key} fell from {fmt(base)} (median of the first {nb} logs) to {fmt(current)} tokens "
         f"({current / base:.0%}; threshold {ratio:.0%}) since step {onset}."
     )
+    if swings:
+        message += (
+            f" It swings: {back} of the {episode.size} logs since then are back above {ratio:.0%} of that level, so "
+            "this is the length's noise more than a collapse."
+        )
     rising = []
     for name, (mean_key, _) in ctx.frame.reward_functions().items():
         series = ctx.frame.columns[mean_key].finite()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, make_finding
-from .series import extend_onset, fmt, trailing_mean, trailing_median_ref, trailing_streak
+from .series import Series, extend_onset, fmt, trailing_mean, trailing_median_ref, trailing_streak
 
 NAN_KEYS = ("loss", "grad_norm", "entropy", "kl", "reward")
 CLIP_REGION_KEYS = ("clip_ratio/region_mean", "clip_ratio", "cispo_clip_ratio")
@@ -76,6 +76,9 @@ def check_grad_spike(ctx: Context) -> list[Finding]:
     series = series.finite()
     v = series.values
     zero_frac = ctx.t("grad_spike.zero_frac")
+    early = _early_explosion(ctx, series)
+    if early is not None:
+        return [early]
     if v.size < ctx.t("grad_spike.min_history") + 1 or np.mean(v == 0.0) >= zero_frac:
         return []
     med, count, zero_share = trailing_median_ref(v, int(ctx.t("grad_spike.history")))
@@ -123,6 +126,44 @@ def check_grad_spike(ctx: Context) -> list[Finding]:
             spike_steps=[int(s) for s in series.steps[spikes[:20]]],
         )
     ]
+
+
+def _early_explosion(ctx: Context, series: Series) -> Finding | None:
+    """Within the first logs, before any baseline: grad_norm orders of magnitude above the smallest earlier log
+    (relative test) and large in absolute terms too, so a run that explodes at once is caught from its first records.
+    """
+    v, k = series.values, int(ctx.t("grad_spike.min_history"))
+    ratio_t, abs_t = ctx.t("grad_spike.early_ratio"), ctx.t("grad_spike.early_abs")
+    for i in range(1, min(k, v.size)):
+        before = v[:i][v[:i] > 0]
+        if before.size and v[i] >= abs_t and v[i] >= ratio_t * float(before.min()):
+            ratio = float(v[i] / before.min())
+            back = bool(v.size > i + 1 and v[-1] < abs_t and v[-1] < float(v[i]) / ratio_t**0.5)
+            message = (
+                f"grad_norm exploded to {fmt(float(v[i]))} at step {int(series.steps[i])}, {ratio:.0f}x its "
+                f"smallest earlier log ({fmt(float(before.min()))}) within the first {i + 1} logs, before a baseline "
+                f"exists (tests: >= {ratio_t:g}x and >= {abs_t:g})"
+                + (
+                    f"; it came back to {fmt(float(v[-1]))} by the latest log."
+                    if back
+                    else f"; latest {fmt(float(v[-1]))}."
+                )
+            )
+            return make_finding(
+                "grad_spike",
+                WARNING if back else ERROR,
+                int(series.steps[i]),
+                message,
+                f"Lower learning_rate{ctx.config.now('learning_rate')} and add warmup (warmup_ratio=0.05); keep "
+                f"max_grad_norm{ctx.config.now('max_grad_norm')} on; check the model loads in the dtype it was "
+                "trained in and that the first batches' completions are not garbage.",
+                series.key,
+                max_value=float(v[i]),
+                max_step=int(series.steps[i]),
+                max_ratio=ratio,
+                early=True,
+            )
+    return None
 
 
 def _saturated_reference(ctx: Context, steps: np.ndarray, history: int) -> np.ndarray:

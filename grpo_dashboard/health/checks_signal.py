@@ -88,6 +88,9 @@ def _zero_variance_state(ctx: Context, v: np.ndarray, sm: np.ndarray) -> tuple[s
         # A short log with most groups spread-less on (nearly) every log: a state, no persistence window needed; one
         # batch that happened to have spread neither hides it nor ends it.
         severity, run = (ERROR if mostly(v > err_t, share) else WARNING), n - int(np.argmax(v > warn_t))
+    if severity is not None and n < 3:
+        # One or two logs show the groups' spread, not yet a state of the run: a note until a third log says.
+        severity = INFO
     return severity, run
 
 
@@ -215,6 +218,8 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
         value = float(mean.values[-1])
         lo, hi = reward_range(mean.values)
         saturated = start > 0 and value >= float(np.max(mean.values)) - atol and value > lo
+        # Spread-less within each batch is not a constant function when its batch means differ across the log.
+        varied = int(np.sum(np.abs(mean.values - value) > atol))
         flat.append(
             {
                 "name": name,
@@ -225,11 +230,16 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
                 "from_start": start == 0,
                 "saturated": saturated,
                 "confirmed": run >= persist,
+                "varied": varied,
+                "nonzero": int(np.sum(np.abs(mean.values) > atol)),
+                "of": int(mean.values.size),
             }
         )
     if not flat:
         return []
-    all_flat = len(flat) == len(functions) and all(f["confirmed"] and not f["saturated"] for f in flat)
+    all_flat = len(flat) == len(functions) and all(
+        f["confirmed"] and not f["saturated"] and not f["varied"] for f in flat
+    )
     findings = []
     cfg = ctx.config
     for f in flat:
@@ -240,6 +250,23 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
                 f"{f['onset']}: it is saturated and no longer contributes signal."
             )
             remedy = "Consider lowering its weight in reward_weights or removing it now that it is always satisfied."
+        elif f["varied"]:
+            # Its batch means differ: it is not a constant function, it just gives every sample of a batch the same
+            # value (a per-prompt score, or a rarely firing penalty). A warning at most, and said as it is.
+            severity = WARNING if f["confirmed"] else INFO
+            message = (
+                f"rewards/{f['name']} has std 0 within the batch on the last {f['logs']} logs "
+                f"(now {fmt(f['value'])}), "
+                f"but it is not a constant: its batch mean is non-zero on {f['nonzero']} of {f['of']} logs and "
+                "differs between batches. "
+                "Every sample of a batch gets the same value, so it adds no spread within a group."
+            )
+            remedy = join_fixes(
+                [
+                    f"check whether {f['name']} scores the prompt rather than the completion",
+                    "if it is a rarely firing penalty, that is expected; else make it depend on the completion",
+                ]
+            )
         else:
             # Constant on a few first logs only (fewer than `persist`): a warning when no reward function gives any
             # signal (the run cannot learn), else a note until it holds (a rarely firing penalty looks the same).

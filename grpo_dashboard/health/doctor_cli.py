@@ -112,6 +112,14 @@ def render_report(
     out.write(f"  {frame.n_records} log records, steps {first}-{last}")
     known = [f"{k}={config[k]}" for k in _CONFIG_SHOWN if config.get(k) is not None]
     out.write(f"; config: {', '.join(known)}\n" if known else "; no config in the log (rules infer it)\n")
+    if frame.earlier:
+        runs = ", ".join(f"steps {seg.first_step()}-{seg.last_step()}" for seg in frame.segments)
+        out.write(
+            f"  the steps restart {len(frame.earlier)} time(s): {len(frame.segments)} runs in this log ({runs}), "
+            "each diagnosed on its own\n"
+        )
+    for back, last in frame.resumes:
+        out.write(f"  resumed: the log goes back to step {back} after step {last} (the later records are kept)\n")
     for note in coverage_notes(frame, config):
         out.write(textwrap.fill(note, _WIDTH, initial_indent="  note: ", subsequent_indent="        ") + "\n")
     out.write("\n")

@@ -71,6 +71,8 @@ class Forecast:
     curve: Blend | None = None
     law: dict[str, Any] | None = None
     reasons: dict[str, str] = field(default_factory=dict)
+    # "low" when the log so far already collapsed and recovered (the reward bands then span the levels it visited)
+    confidence: str = "normal"
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: the named keys, each a ``{value, low, high}`` object or None, plus ``reasons``."""
@@ -102,6 +104,7 @@ class Forecast:
         )
         out["entropy_law"] = self.law
         out["reasons"] = dict(self.reasons)
+        out["confidence"] = self.confidence
         return out
 
 
@@ -252,12 +255,26 @@ def forecast(
     draws = resampled_draws(curve, bx, by, np.array(targets)) if bootstrap else np.empty((0, len(targets) + 2))
     spread = curve.holdout_rmse if math.isfinite(curve.holdout_rmse) else curve.rmse
 
+    visited = collapse_and_recovery(bx, by)
+    if visited is not None:
+        out.confidence = "low"
+        out.reasons["confidence"] = (
+            f"the reward already collapsed once and recovered (its level fell to {visited[0]:.3g} and came back): "
+            "a smooth curve cannot say whether it happens again, so the reward bands reach from the reward's floor "
+            f"({lo:.3g}) to the best it logged"
+        )
+        visited = (lo, float(y.max()))
+
     def band_at(i: int, value: float) -> dict[str, Any]:
         if draws.size == 0:
-            return _band(value, value - 1.645 * spread, value + 1.645 * spread)
-        d_lo, d_hi = np.percentile(draws[:, i], _BAND)
-        # Model error (what the held-out fifth showed) widens the bootstrap band of the mean curve.
-        return _band(value, float(d_lo) - spread, float(d_hi) + spread)
+            low, high = value - 1.645 * spread, value + 1.645 * spread
+        else:
+            d_lo, d_hi = np.percentile(draws[:, i], _BAND)
+            # Model error (what the held-out fifth showed) widens the bootstrap band of the mean curve.
+            low, high = float(d_lo) - spread, float(d_hi) + spread
+        if visited is not None:
+            low, high = min(low, visited[0]), max(high, visited[1])
+        return _band(value, low, high)
 
     plateau_idx = len(targets)
     out.plateau_reward = band_at(plateau_idx, curve.plateau)
@@ -301,6 +318,32 @@ def forecast(
     out.stop_step = {"value": stop, "low": stop, "high": stop}
     _cost(out, frame, hints, price_per_hour, curve)
     return out
+
+
+def collapse_and_recovery(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
+    """(lowest, highest) level the reward visited when it fell by half its visited range below an earlier level
+    (by five standard errors of a level at least) and then came back within a quarter of the range of that level;
+    None otherwise. Levels are means of about a tenth of the log (at least three points), so one bad batch is not a
+    collapse."""
+    w = max(3, y.size // 10)
+    if y.size < 3 * w:
+        return None
+    levels = np.convolve(y, np.ones(w) / w, mode="valid")
+    span = float(levels.max() - levels.min())
+    if span <= 0:
+        return None
+    peak = np.maximum.accumulate(levels)
+    fell = np.flatnonzero(levels <= peak - 0.5 * span)
+    if fell.size == 0:
+        return None
+    bottom = int(fell[0] + np.argmin(levels[fell[0] :]))
+    # Judged against the reward's own noise too: the fall must be far beyond what a level of w noisy logs moves.
+    sigma = float(np.sqrt(np.mean(np.diff(y) ** 2) / 2.0))
+    if peak[fell[0]] - levels[bottom] < 5.0 * sigma / np.sqrt(w):
+        return None
+    if not (levels[bottom:] >= peak[fell[0]] - 0.25 * span).any():
+        return None
+    return float(levels.min()), float(levels.max())
 
 
 def _int(x: float) -> int | None:

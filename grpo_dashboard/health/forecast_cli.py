@@ -108,6 +108,8 @@ def render(
             f"  fit: {fc.curve.model} ({fc.curve.describe()}, weighted by 1 / held-out error squared; rmse "
             f"{fc.curve.rmse:.3g})\n"
         )
+    if fc.confidence == "low":
+        out.write(f"  confidence: LOW: {fc.reasons.get('confidence', '')}\n")
     for key, label, unit in SUMMARY:
         if key == "reward_at_step" and not asked:
             continue

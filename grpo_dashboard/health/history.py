@@ -1,68 +1,101 @@
-"""Findings that hold still: a finding that has fired stays in the run's history with its first onset.
+"""Findings that hold still: one record of what the doctor showed on a growing log, the same live and post hoc.
 
-``diagnose`` judges the log as it is *now*, so a state that fired early (an entropy collapse at step 5) can drop out
-once smoothing windows and baselines move, and onsets drift as the window slides. ``finding_history`` replays the
-doctor on the log as it was at a fixed, deterministic series of cut points (every one of the first logged steps,
-then geometrically spaced, and the last step) and merges what it saw: each (rule, metric) keeps the onset it first
-fired with and its worst severity; one that no longer fires at the end is ``resolved`` at the first cut it stopped
-firing at. The cuts depend only on the log, so the live panel and ``doctor`` on the same log agree.
+``diagnose`` judges the log as it is *now*; a state near a threshold can flip with every record. ``finding_history``
+replays the doctor on the log as it was at a fixed, deterministic series of cut points (every logged step of a run's
+first ``DENSE_CUTS``, then ``PER_OCTAVE`` cuts per doubling of the log up to ``LONG_LOG`` logs, one per ``GROWTH``-fold
+more logs beyond) and what it shows is the state *committed* at
+those cuts, with hysteresis:
+
+* a finding is raised at the first cut it fires at in a run's first ``QUICK_CUTS`` logged steps or when the rule's
+  own episode already spans earlier records (its onset is before the cut), else only once it fired at
+  ``RAISE_DWELL`` consecutive cuts (one noisy record raises nothing);
+* once raised, its severity moves up only after ``ESCALATE_DWELL`` consecutive cuts at the higher level, down only
+  after ``DEMOTE_DWELL`` at the lower one, and it is resolved only after ``RESOLVE_DWELL`` consecutive cuts without
+  it (a sustained return; one good record resolves nothing); a resolved finding that fires again for
+  ``RAISE_DWELL`` cuts is reopened with its first onset; every reversal (a reopening, a severity change against the one
+  before) doubles the dwell it and later ones need (flap damping: a statistic hovering at its threshold settles
+  instead of flipping at each crossing);
+* every change is an event in the finding's ``evidence["events"]`` (raised / escalated / demoted / resolved /
+  reopened, each with the cut step and severity), so the end report keeps what a live user was shown.
+
+The cuts depend only on the log and only committed states are recorded, so the record after any prefix of a log is
+exactly the end record's state at that prefix's step: the live panel, the job's monitor and ``doctor`` agree. The one
+exception is marked: what the latest records show that the record does not hold yet (a finding still in its raise
+dwell, or one seen after the last cut, e.g. a NaN at the last record) is added as ``provisional`` (evidence key) and
+is not part of the record. A log whose
+steps restart (runs appended to one file) is replayed run by run; each run's findings carry their ``segment``.
 Findings are ordered causes first: by severity, then by onset.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from .findings import SEVERITY_RANK, Finding, is_rule_failure, order_key
-from .rules import Rule, diagnose
+from .rules import RULES, Rule, diagnose, in_segment
 from .series import MetricFrame
 from .thresholds import RULE_IDS
 
-DENSE_CUTS = 12
+DENSE_CUTS = 32
+PER_OCTAVE = 32
+LONG_LOG = 2048
 GROWTH = 1.5
+QUICK_CUTS = 3
+RAISE_DWELL = 2
+ESCALATE_DWELL = 2
+DEMOTE_DWELL = 3
+RESOLVE_DWELL = 3
+# Rules that read the samples (not the metrics): judged on the latest samples only, never replayed.
+SAMPLE_RULES = ("duplicate_completions",)
+
+
+def _stride(j: int) -> int:
+    return 1 if j < DENSE_CUTS else 1 << int(np.log2(j / DENSE_CUTS * (PER_OCTAVE / DENSE_CUTS)) + 1e-9)
 
 
 def is_fixed_index(j: int) -> bool:
-    """Whether the ``j``-th logged step (0-based) is one of the fixed cut points (see ``_fixed_indices``)."""
-    if j < DENSE_CUTS:
-        return True
-    i = float(DENSE_CUTS)
+    """Whether a run's ``j``-th logged step (0-based) is one of the fixed cut points (see ``cut_steps``)."""
+    if j < LONG_LOG:
+        return j < DENSE_CUTS or (j + 1) % _stride(j) == 0
+    # Past LONG_LOG logs every cut costs a diagnose of a long log: one per GROWTH-fold more logs, so a
+    # 100,000-step log still replays in about three evaluations' time (the record lags more there).
+    i = float(LONG_LOG)
     while int(i) - 1 < j:
         i *= GROWTH
     return int(i) - 1 == j
 
 
 def _fixed_indices(n: int) -> list[int]:
-    """Indices (into the logged steps) replayed whatever the log's length: the first ``DENSE_CUTS``, then every
-    ``GROWTH``-fold more logs."""
-    idx = list(range(min(n, DENSE_CUTS)))
-    i = float(DENSE_CUTS)
-    while i < n:
-        idx.append(int(i) - 1)
+    out = [j for j in range(min(n, LONG_LOG)) if is_fixed_index(j)]
+    i = float(LONG_LOG)
+    while int(i) - 1 < n:
+        out.append(int(i) - 1)
         i *= GROWTH
-    return idx
+    return sorted({j for j in out if j < n})
 
 
-def cut_steps(steps: np.ndarray) -> list[int]:
-    """Steps at which the log is replayed: the first ``DENSE_CUTS`` logged steps, then every ``GROWTH``-fold more
-    logs, and always the last step."""
+def cut_steps(steps: np.ndarray, finished: bool = False) -> list[int]:
+    """Steps of one run at which the log is replayed: each of the first ``DENSE_CUTS`` logged steps, then every
+    ``stride``-th with the stride doubling every doubling of the log (``PER_OCTAVE`` cuts per doubling); a finished
+    run (one the log restarted after) also at its last step. A longer log only adds cuts."""
     n = int(steps.size)
-    if n == 0:
-        return []
-    return sorted({int(steps[j]) for j in [*_fixed_indices(n), n - 1]})
+    idx = _fixed_indices(n)
+    if finished and n and (not idx or idx[-1] != n - 1):
+        idx.append(n - 1)
+    return [int(steps[j]) for j in idx]
 
 
-Key = tuple[str, str | None, bool]
+Key = tuple[str, str | None, bool, int]
 
 
 def finding_key(f: Finding) -> Key:
-    """(rule, metric, rule failed): what identifies a finding in a run's record."""
+    """(rule, metric, rule failed, run segment): what identifies a finding in a run's record."""
     # A rule's "rule failed" finding is its own entry: it neither takes over nor resolves what the rule found before.
-    return f.rule, f.metric, is_rule_failure(f)
+    return f.rule, f.metric, is_rule_failure(f), int(f.evidence.get("segment", 1))
 
 
 def order(findings: Sequence[Finding]) -> list[Finding]:
@@ -75,12 +108,39 @@ def _logged_steps(frame: MetricFrame) -> np.ndarray:
     return np.unique(np.concatenate([s.steps for s in frame.columns.values()])) if frame.columns else np.empty(0)
 
 
+def cut_points(frame: MetricFrame) -> list[tuple[int, int]]:
+    """(segment, step) of every cut of ``frame``'s log, in log order."""
+    cuts: list[tuple[int, int]] = []
+    for i, seg in enumerate(frame.segments):
+        cuts.extend((i, step) for step in cut_steps(_logged_steps(seg), finished=i < len(frame.earlier)))
+    return cuts
+
+
+@dataclass
+class _Track:
+    """What the record shows for one finding, and the evidence pending for a change."""
+
+    shown: Finding
+    events: list[dict[str, Any]]
+    peak: str
+    pending: str | None = None  # "resolved" or the severity a change would move to
+    count: int = 0
+    flaps: int = 0  # reversals so far (a reopening; a severity change against the one before): damping
+    direction: int = 0  # +1 / -1: the last severity change went up / down
+
+
+@dataclass
+class _State:
+    tracks: dict[Key, _Track] = field(default_factory=dict)
+    new: dict[Key, tuple[int, Finding]] = field(default_factory=dict)  # not raised yet: consecutive cuts, onset
+
+
 class HistoryReplay:
     """The replay behind ``finding_history``, kept between calls for a log that grows (the job's monitor).
 
-    ``update(frame)`` replays every fixed cut point the log has passed since the last call (each once, in order),
-    then evaluates the log as it is now without committing that last evaluation, so calling it after every record
-    gives, at any length, exactly what ``finding_history`` gives on the log of that length.
+    ``update(frame)`` replays every cut point the log has passed since the last call (each once, in order) and
+    returns the committed record; calling it after every record gives, at any length, exactly what
+    ``finding_history`` gives on the log of that length.
     """
 
     def __init__(
@@ -90,76 +150,197 @@ class HistoryReplay:
         previous: Sequence[Finding] = (),
         rules: Mapping[str, Rule] | None = None,
     ) -> None:
-        self.config, self.thresholds, self.rules = config, thresholds, rules
-        self.seen: dict[Key, Finding] = {finding_key(f): f for f in previous}
-        self.fired: dict[Key, int] = {finding_key(f): 2 for f in previous}  # consecutive cuts fired at
-        self.recorded = set(self.fired)
-        self.replayed: set[Key] = set()
-        self.committed: int | None = None  # the last fixed cut step replayed
+        self.config, self.thresholds = config, thresholds
+        self.rules = {k: v for k, v in (RULES if rules is None else rules).items() if k not in SAMPLE_RULES}
+        self.sample_rules = {k: v for k, v in (RULES if rules is None else rules).items() if k in SAMPLE_RULES}
+        self.previous = {finding_key(f): f for f in previous}
+        self.state = _State()
+        self.committed: tuple[int, int] | None = None  # the last (segment, step) cut replayed
+        self.cuts = 0
 
-    def update(self, frame: MetricFrame, completions: list[dict[str, Any]] | None = None) -> list[Finding]:
-        """Every finding that fired on ``frame`` so far (the log as it is now), causes first."""
-        steps = self.advance(frame)
-        if steps.size == 0:
-            return []
-        last = int(steps[-1])
-        final = self._copy()
-        final._merge(diagnose(frame, self.config, self.thresholds, completions, self.rules), last, last=True)
-        out = []
-        for f in final.seen.values():
-            if f.status == "resolved":
-                f = replace(f, message=f"Resolved at step {f.resolved_step}. " + f.message)
-            out.append(f)
+    @property
+    def seen(self) -> dict[Key, Finding]:
+        """The committed record by key (what ``findings`` returns, unordered)."""
+        return {k: self._out(t) for k, t in self.state.tracks.items()}
+
+    def update(
+        self,
+        frame: MetricFrame,
+        completions: list[dict[str, Any]] | None = None,
+        budget_ok: Callable[[], bool] | None = None,
+    ) -> list[Finding]:
+        """Every finding the record holds for ``frame`` (the log as it is now), causes first; with ``completions``
+        the sample rules' findings on them are added (they judge the latest samples, not the log's history).
+        ``budget_ok``: as for ``advance``; a record left behind the log gets no provisional findings."""
+        cuts = self.advance(frame, budget_ok)
+        out = self.findings()
+        steps = _logged_steps(frame)
+        if cuts and steps.size and self.committed == cuts[-1]:
+            at_cut = cuts[-1] == (len(frame.earlier), int(steps[-1]))
+            out.extend(self._provisional(None if at_cut else frame))
+        if completions and self.sample_rules:
+            out.extend(diagnose(frame, self.config, self.thresholds, completions, self.sample_rules))
         return order(out)
 
-    def advance(self, frame: MetricFrame) -> np.ndarray:
-        """Replay the fixed cut points before the log's last step not replayed yet; returns the logged steps."""
-        steps = _logged_steps(frame)
-        if steps.size:
-            last = int(steps[-1])
-            for cut in sorted({int(steps[j]) for j in _fixed_indices(int(steps.size))}):
-                if cut < last and (self.committed is None or cut > self.committed):
-                    found = diagnose(frame.upto(cut), self.config, self.thresholds, rules=self.rules)
-                    self._merge(found, cut, last=False)
-                    self.committed = cut
-        return steps
+    def findings(self) -> list[Finding]:
+        """The committed record, with the saved record's findings the replay has not seen (``previous``)."""
+        out = []
+        for key, track in self.state.tracks.items():
+            f = self._out(track)
+            before = self.previous.get(key)
+            if before is not None and before.step < f.step:
+                f = replace(f, step=before.step)
+            out.append(f)
+        out.extend(f for k, f in self.previous.items() if k not in self.state.tracks)
+        return order(out)
 
-    def _copy(self) -> HistoryReplay:
-        other = HistoryReplay(self.config, self.thresholds, rules=self.rules)
-        other.seen, other.fired = dict(self.seen), dict(self.fired)
-        other.recorded, other.replayed, other.committed = set(self.recorded), set(self.replayed), self.committed
-        return other
+    def advance(self, frame: MetricFrame, budget_ok: Callable[[], bool] | None = None) -> list[tuple[int, int]]:
+        """Replay the cut points of ``frame`` not replayed yet, in order; returns all its cut points.
 
-    def _merge(self, now: list[Finding], cut: int, last: bool) -> None:
-        seen, fired = self.seen, self.fired
+        ``budget_ok`` (the job's monitor): asked before each cut past a run's first ``DENSE_CUTS``; when it says no,
+        the replay stops there and the record lags the log until a later call catches up (the same cuts, so the
+        same record)."""
+        cuts = cut_points(frame)
+        position: dict[int, int] = {}
+        for seg, step in cuts:
+            position[seg] = position.get(seg, -1) + 1
+            if self.committed is None or (seg, step) > self.committed:
+                if budget_ok is not None and position[seg] >= DENSE_CUTS and not budget_ok():
+                    break
+                if self.committed is not None and seg > self.committed[0]:
+                    self._finish_runs(frame, seg)
+                now = diagnose(frame.segment_upto(seg, step), self.config, self.thresholds, rules=self.rules)
+                self._merge(now, step, quick=position[seg] < QUICK_CUTS, segment=seg)
+                self.committed = (seg, step)
+                self.cuts += 1
+        return cuts
+
+    def _provisional(self, frame: MetricFrame | None) -> list[Finding]:
+        """What the log as it is now shows that the record does not hold yet (pending its dwell, or seen after the
+        last cut: ``frame`` given): marked ``provisional``, not part of the record; later cuts confirm it or not."""
+        if frame is None:
+            found = [f for _, f in self.state.new.values()]
+        else:
+            found = diagnose(frame, self.config, self.thresholds, rules=self.rules)
+        out = []
+        for f in found:
+            if not is_rule_failure(f) and finding_key(f) not in self.state.tracks:
+                out.append(
+                    replace(
+                        f,
+                        evidence={**f.evidence, "provisional": True},
+                        message=f"Provisional (seen on the latest records, not confirmed yet): {f.message}",
+                    )
+                )
+        return out
+
+    @staticmethod
+    def _out(track: _Track) -> Finding:
+        f = track.shown
+        evidence = {**f.evidence, "events": [dict(e) for e in track.events]}
+        if SEVERITY_RANK[track.peak] > SEVERITY_RANK[f.severity]:
+            evidence["peak_severity"] = track.peak
+        message = f"Resolved at step {f.resolved_step}. {f.message}" if f.status == "resolved" else f.message
+        return replace(f, evidence=evidence, message=message)
+
+    def _finish_runs(self, frame: MetricFrame, segment: int) -> None:
+        """The log restarted: the findings of the runs before ``segment`` are named as such (their record stands)."""
+        for key, track in self.state.tracks.items():
+            if key[3] - 1 < segment and "segment" not in track.shown.evidence:
+                f = replace(track.shown, evidence={**track.shown.evidence, "segment": key[3]})
+                track.shown = in_segment(f, frame, key[3] - 1, "an earlier run: the steps restart after it")
+
+    def _merge(self, now: list[Finding], cut: int, quick: bool, segment: int = 0) -> None:
+        state = self.state
         current = {finding_key(f): f for f in now}
         failed = {f.rule for f in now if is_rule_failure(f)}  # unchecked at this cut: their record stands
-        for key in list(fired):
-            if key not in current and fired[key] < 2 and key[0] not in failed:
-                # Fired at one cut only and gone at the next: a flicker of the first noisy logs, not a record.
-                del fired[key]
-                seen.pop(key, None)
+        for key in list(state.new):
+            if key not in current:
+                del state.new[key]
         for key, f in current.items():
-            fired[key] = fired.get(key, 0) + 1
-            before = seen.get(key)
-            if before is None:
-                seen[key] = replace(f, status="active", resolved_step=None)
+            track = state.tracks.get(key)
+            if track is None:
+                count, first = state.new.get(key, (0, f))
+                count += 1
+                onset = replace(f, step=min(first.step, f.step))
+                if quick or count >= RAISE_DWELL:
+                    state.new.pop(key, None)
+                    event = {"event": "raised", "step": cut, "severity": f.severity}
+                    shown = replace(onset, status="active", resolved_step=None)
+                    state.tracks[key] = _Track(shown, [event], f.severity)
+                else:
+                    state.new[key] = (count, onset)
                 continue
-            worst = max(before.severity, f.severity, key=SEVERITY_RANK.__getitem__)
-            onset = min(before.step, f.step)
-            # The latest evaluation's wording and evidence, with the first onset and the worst severity seen.
-            seen[key] = replace(
-                f, step=onset, severity=worst if not last else f.severity, status="active", resolved_step=None
-            )
-            if last and SEVERITY_RANK[worst] > SEVERITY_RANK[f.severity]:
-                seen[key].evidence = {**f.evidence, "peak_severity": worst}
-        for key, f in list(seen.items()):
-            if key in current or f.status != "active" or key[0] in failed:
+            self._observe(track, f, cut)
+        for key, track in state.tracks.items():
+            # A finished run's findings are not resolved by the time the next run takes: its record stands.
+            if key[3] - 1 < segment:
                 continue
-            if key in self.recorded and not last and key not in self.replayed:
-                continue  # known from the saved record but not reached yet by the replay of the early log
-            seen[key] = replace(f, status="resolved", resolved_step=cut)
-        self.replayed.update(current)
+            if key not in current and track.shown.status == "active" and key[0] not in failed:
+                self._pend(track, "resolved", RESOLVE_DWELL, cut)
+
+    def _observe(self, track: _Track, f: Finding, cut: int) -> None:
+        shown = track.shown
+        # The latest evaluation's wording and evidence, with the onset shown when it was raised (what the live user
+        # saw first; the message's "since step N" may move) and the severity the record holds.
+        fresh = replace(f, step=shown.step, severity=shown.severity, status=shown.status)
+        fresh.resolved_step = shown.resolved_step
+        if shown.status == "resolved":
+            track.shown = replace(shown)  # keeps the resolved wording until it is reopened
+            self._pend(track, f.severity, RAISE_DWELL, cut, fresh)
+            return
+        track.shown = fresh
+        if f.severity == shown.severity:
+            track.pending, track.count = None, 0
+            return
+        up = SEVERITY_RANK[f.severity] > SEVERITY_RANK[shown.severity]
+        self._pend(track, f.severity, ESCALATE_DWELL if up else DEMOTE_DWELL, cut, fresh)
+
+    @staticmethod
+    def _pend(track: _Track, target: str, dwell: int, cut: int, fresh: Finding | None = None) -> None:
+        if track.pending != target:
+            track.pending, track.count = target, 0
+        track.count += 1
+        shown = track.shown
+        if target == "resolved":
+            flap = False
+        elif shown.status == "resolved":
+            flap = True
+        else:
+            direction = 1 if SEVERITY_RANK[target] > SEVERITY_RANK[shown.severity] else -1
+            flap = track.direction == -direction
+        # Flap damping: each reversal doubles the evidence the next one needs, so a statistic hovering at its
+        # threshold settles instead of flipping at every crossing.
+        if track.count < dwell << (track.flaps + flap):
+            return
+        track.flaps += flap
+        if target == "resolved":
+            track.shown = replace(shown, status="resolved", resolved_step=cut)
+            track.events.append({"event": "resolved", "step": cut, "severity": shown.severity})
+        elif shown.status == "resolved":
+            assert fresh is not None
+            track.shown = replace(fresh, severity=target, status="active", resolved_step=None)
+            track.events.append({"event": "reopened", "step": cut, "severity": target})
+        else:
+            up = SEVERITY_RANK[target] > SEVERITY_RANK[shown.severity]
+            track.shown = replace(fresh or shown, severity=target)
+            track.events.append({"event": "escalated" if up else "demoted", "step": cut, "severity": target})
+            track.direction = 1 if up else -1
+        if SEVERITY_RANK[track.shown.severity] > SEVERITY_RANK[track.peak]:
+            track.peak = track.shown.severity
+        track.pending, track.count = None, 0
+
+
+def state_at(finding: Finding | Mapping[str, Any], step: int) -> tuple[str, str] | None:
+    """(status, severity) the record of ``finding`` held once the cut at ``step`` was replayed (from its
+    ``evidence["events"]``), or None when it was not raised yet."""
+    evidence = finding.get("evidence", {}) if isinstance(finding, Mapping) else finding.evidence
+    state = None
+    for e in evidence.get("events", []):
+        if int(e["step"]) > step:
+            break
+        state = ("resolved" if e["event"] == "resolved" else "active", str(e["severity"]))
+    return state
 
 
 def finding_history(
@@ -170,12 +351,12 @@ def finding_history(
     previous: Sequence[Finding] = (),
     rules: Mapping[str, Rule] | None = None,
 ) -> list[Finding]:
-    """Every finding that fired on the log so far, with its first onset; active ones carry their latest message.
+    """Every finding the record holds for the log so far (see the module docstring), causes first.
 
     Args:
         records / config / thresholds / completions / rules: as for ``diagnose``.
-        previous: a history saved earlier for the same run (e.g. from the store): its onsets and resolutions are
-            kept when they are earlier than what the replay sees (a log that was cut or resumed since).
+        previous: a history saved earlier for the same run (e.g. from the store): its earlier onsets are kept, and
+            its findings the replay does not see (a log that was cut or resumed since) stay as they were.
     """
     frame = records if isinstance(records, MetricFrame) else MetricFrame.from_records(records)
     return HistoryReplay(config, thresholds, previous, rules).update(frame, completions)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .findings import ERROR, SEVERITY_RANK, WARNING, Finding, is_rule_failure
-from .history import HistoryReplay, Key, finding_key, is_fixed_index, order
+from .history import DENSE_CUTS, HistoryReplay, Key, finding_key
 from .rules import Rule
 from .series import MetricFrame
 from .thresholds import resolve_thresholds
@@ -84,12 +84,12 @@ class HealthMonitor:
         self._steps: list[int] = []  # distinct steps in the order they were first logged
         self.evaluations = 0
         self.spent_s = 0.0  # all of it: evaluations and the replays of fixed cut points
-        self.replays = 0
         self.replay_s = 0.0
         self._started: float | None = None
         self._alerted: dict[Key, Finding] = {}  # (rule, metric, rule failed) -> what was last alerted
         self._error_since: dict[str, int] = {}  # rule -> number of records when it was first seen as an error
         self._last_cost = 0.0
+        self._t_eval = 0.0
 
     @property
     def overhead(self) -> float:
@@ -107,27 +107,44 @@ class HealthMonitor:
         if step is not None:
             rec["step"] = int(step)
         self.records.append(rec)
-        replayed = self._replay_passed_cut(rec)
+        owed = self._passed_dense_cut(rec)
         if self._affordable(now) or self._persistence_due():
-            return self.evaluate()
-        if replayed:
-            # The replay just brought the record up to the cut before this step, and its time is already spent:
-            # alerts and the guard act on that record now (a fast run's budget may allow no evaluation for long).
-            return self._decide(order(list(self.history.seen.values())), MonitorUpdate())
+            return self.evaluate(budgeted=True)
+        if owed:
+            # A run's first cuts are owed whatever the budget (short prefixes, cheap): the record, and so alerts and
+            # the guard, keep up with the first records of a fast run whose budget affords no evaluation for long.
+            t0 = self.clock()
+            self.history.advance(MetricFrame.from_records(self.records), budget_ok=lambda: False)
+            cost = self.clock() - t0
+            self.spent_s += cost
+            self.replay_s += cost
+            return self._decide(self.history.findings(), MonitorUpdate())
         return MonitorUpdate()
 
-    def evaluate(self) -> MonitorUpdate:
+    def evaluate(self, budgeted: bool = False) -> MonitorUpdate:
         """Bring the findings history up to every record so far, whatever the budget (also used once at the end of
-        training)."""
+        training); ``budgeted``: the cuts past a run's first ones only while the budget allows (the rest later)."""
         update = MonitorUpdate(evaluated=True)
         if not self.records:
             return update
-        t0 = self.clock()
-        findings = self.history.update(MetricFrame.from_records(self.records))
+        t0 = self._t_eval = self.clock()
+        frame = MetricFrame.from_records(self.records)
+        findings = self.history.update(frame, budget_ok=self._within_budget if budgeted else None)
         self._last_cost = self.clock() - t0
         self.spent_s += self._last_cost
         self.evaluations += 1
         return self._decide(findings, update)
+
+    @property
+    def replays(self) -> int:
+        """Cut points replayed so far (see ``history.cut_points``)."""
+        return self.history.cuts
+
+    def _within_budget(self) -> bool:
+        assert self._started is not None
+        return self.budget is None or self.spent_s + (self.clock() - self._t_eval) <= self.budget * (
+            self.clock() - self._started
+        )
 
     def _decide(self, findings: list[Finding], update: MonitorUpdate) -> MonitorUpdate:
         """Alerts and the guard's decision on the run's record ``findings`` (the record as of the last evaluation or
@@ -173,24 +190,19 @@ class HealthMonitor:
                 out.append(gone)
         return sorted(out, key=lambda f: (f.status != "active", f.step, -SEVERITY_RANK[f.severity]))
 
-    def _replay_passed_cut(self, rec: Mapping[str, Any]) -> bool:
-        """When a record starts a new step and the step before it is one of the history's fixed cut points, replay
-        that cut now: the record then matches ``finding_history`` on the same log whenever it is evaluated, and the
-        replays (12 short prefixes, then one per 1.5x more logs: together about two evaluations of the whole log) are
-        spread out instead of landing on one evaluation. Their time counts against the budget like any other."""
-        step = rec.get("step")
-        if step is None or (self._steps and step <= self._steps[-1]):
+    def _passed_dense_cut(self, rec: Mapping[str, Any]) -> bool:
+        """Whether this record starts a new step just after one of a run's first ``DENSE_CUTS`` logged steps (or
+        restarts the steps: a new run appended, the finished one gets its last cut), i.e. a cut owed now."""
+        if rec.get("step") is None:
+            return False
+        step = int(rec["step"])
+        restart = bool(self._steps) and step <= self._steps[0] < self._steps[-1]
+        if restart:
+            self._steps = []
+        elif self._steps and step <= self._steps[-1]:
             return False
         self._steps.append(step)
-        if len(self._steps) >= 2 and is_fixed_index(len(self._steps) - 2):
-            t0 = self.clock()
-            self.history.advance(MetricFrame.from_records(self.records))
-            cost = self.clock() - t0
-            self.spent_s += cost
-            self.replay_s += cost
-            self.replays += 1
-            return True
-        return False
+        return restart or 2 <= len(self._steps) <= DENSE_CUTS + 1
 
     def _affordable(self, now: float) -> bool:
         assert self._started is not None

@@ -117,10 +117,46 @@ def diagnose(
                     raise RuleError(rule_id, exc) from exc
                 log.exception("health rule %s failed", rule_id)
                 findings.append(rule_failure(rule_id, exc, frame.last_step() or 0))
+    if frame.earlier:
+        findings = segment_findings(frame, findings, config, thresholds, rules, strict)
     order = {rule_id: i for i, rule_id in enumerate(RULE_IDS)}
     # Causes before symptoms: the worst first, then the earliest onset (a collapse before the zero spread it causes).
     findings.sort(key=lambda f: order_key(f, order))
     return findings
+
+
+def segment_label(frame: MetricFrame, index: int) -> str:
+    """How a report names run ``index`` (0-based) of a log that holds several (the steps restart after each)."""
+    seg = frame.segments[index]
+    first, last = seg.first_step(), seg.last_step()
+    return f"run {index + 1} of {len(frame.segments)} in this log (steps {first}-{last})"
+
+
+def segment_findings(
+    frame: MetricFrame,
+    current: list[Finding],
+    config: Mapping[str, Any] | None,
+    thresholds: Mapping[str, Any] | None,
+    rules: Mapping[str, Rule] | None,
+    strict: bool | None,
+) -> list[Finding]:
+    """The findings of every run of a log whose steps restart (runs appended to one file), each run diagnosed on its
+    own and its findings marked with its ``segment`` (1-based) and named in the message; ``current`` are the last
+    run's."""
+    out: list[Finding] = []
+    for i, seg in enumerate(frame.earlier):
+        for f in diagnose(seg, config, thresholds, rules=rules, strict=strict):
+            out.append(in_segment(f, frame, i, "an earlier run: the steps restart after it"))
+    for f in current:
+        out.append(in_segment(f, frame, len(frame.earlier), "the latest run"))
+    return out
+
+
+def in_segment(f: Finding, frame: MetricFrame, index: int, what: str) -> Finding:
+    """``f`` (of run ``index``, 0-based) marked with its segment and named in its message."""
+    f.evidence = {**f.evidence, "segment": index + 1}
+    f.message = f"In {segment_label(frame, index)}, {what}: {f.message}"
+    return f
 
 
 def worst_severity(findings: Sequence[Finding]) -> str | None:

@@ -59,9 +59,30 @@ class ColumnBuilder:
         self._row_steps: dict[tuple[str, ...], list[int]] = {}
         self._parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         self.n_records = 0
+        self._earlier: list[MetricFrame] = []  # finished runs of the same file (the steps restarted after each)
+        self._resumes: list[tuple[int, int]] = []  # (step the log went back to, last step before it)
+        self._first: int | None = None  # first and last step of the segment being built
+        self._last: int | None = None
+        self._seg_records = 0
 
     def add(self, record: Mapping[str, Any], step: int) -> None:
-        """Add one log dict (its own ``step`` key, if any, is ignored in favour of ``step``)."""
+        """Add one log dict (its own ``step`` key, if any, is ignored in favour of ``step``).
+
+        A step lower than the one before is a discontinuity: back to (or before) the first step of the current
+        segment, a new run appended to the same log starts (the finished one is kept apart, see
+        ``MetricFrame.earlier``); back into the segment's range, a resume from a checkpoint (its records overwrite
+        the steps logged again, see ``MetricFrame.resumes``)."""
+        if self._last is not None and step < self._last:
+            assert self._first is not None
+            if step <= self._first:
+                self._earlier.append(self._finish(self._seg_records))
+                self._resumes, self._first, self._seg_records = [], None, 0
+            else:
+                self._resumes.append((int(step), int(self._last)))
+        if self._first is None:
+            self._first = int(step)
+        self._last = int(step)
+        self._seg_records += 1
         signature = tuple(record)
         rows = self._rows.get(signature)
         if rows is None:
@@ -97,7 +118,13 @@ class ColumnBuilder:
             self._parts.setdefault(normalize_key(key), []).append((col_steps, col_values))
 
     def build(self) -> MetricFrame:
-        """Finish: one sorted, de-duplicated (last write wins, as after a resume) series per key."""
+        """Finish: one sorted, de-duplicated (last write wins, as after a resume) series per key, for the last run
+        in the log; the runs before a step restart are the frame's ``earlier`` frames."""
+        frame = self._finish(self._seg_records)
+        frame.earlier, frame.resumes = tuple(self._earlier), tuple(self._resumes)
+        return frame
+
+    def _finish(self, n_records: int) -> MetricFrame:
         for signature in list(self._rows):
             self._flush(signature)
         columns: dict[str, Series] = {}
@@ -110,7 +137,7 @@ class ColumnBuilder:
             keep[:-1] = steps[1:] != steps[:-1]
             columns[key] = Series(key, steps[keep], values[keep])
         self._parts = {}
-        return MetricFrame(columns, self.n_records)
+        return MetricFrame(columns, n_records)
 
 
 def _to_float_array(rows: list[Any], ndim: int) -> np.ndarray | None:
@@ -151,9 +178,32 @@ def record_step(record: Mapping[str, Any], index: int) -> int:
 class MetricFrame:
     """All metrics of one run, keyed by TRL metric name (eval ones keep their ``eval_`` prefix)."""
 
-    def __init__(self, columns: dict[str, Series], n_records: int) -> None:
+    def __init__(
+        self,
+        columns: dict[str, Series],
+        n_records: int,
+        earlier: Sequence[MetricFrame] = (),
+        resumes: Sequence[tuple[int, int]] = (),
+    ) -> None:
         self.columns = columns
         self.n_records = n_records
+        # Runs logged before this one in the same file (the steps restarted after each), oldest first.
+        self.earlier: tuple[MetricFrame, ...] = tuple(earlier)
+        # Resumes within this run: (step the log went back to, the last step logged before it).
+        self.resumes: tuple[tuple[int, int], ...] = tuple(resumes)
+
+    @property
+    def segments(self) -> tuple[MetricFrame, ...]:
+        """Every run in the log, oldest first (this one last)."""
+        return (*self.earlier, self)
+
+    def segment_upto(self, segment: int, step: int) -> MetricFrame:
+        """The log as it was when ``step`` of run ``segment`` (0-based, see ``segments``) was the last one logged."""
+        if segment >= len(self.earlier):
+            return self.upto(step)
+        cut = self.earlier[segment].upto(step)
+        cut.earlier = self.earlier[:segment]
+        return cut
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]]) -> MetricFrame:
@@ -195,7 +245,8 @@ class MetricFrame:
             if end:
                 columns[key] = Series(key, series.steps[:end], series.values[:end])
         steps = [s.steps for s in columns.values()]
-        return MetricFrame(columns, _distinct_steps(steps) if steps else 0)
+        resumes = [r for r in self.resumes if r[0] <= step]
+        return MetricFrame(columns, _distinct_steps(steps) if steps else 0, self.earlier, resumes)
 
     def get(self, *keys: str) -> Series | None:
         """The first of ``keys`` that was logged at least once (aliases across TRL versions)."""
@@ -372,7 +423,8 @@ def corr(a: np.ndarray, b: np.ndarray) -> float:
     if a.size < 3:
         return 0.0
     sa, sb = float(a.std()), float(b.std())
-    if sa == 0.0 or sb == 0.0:
+    # Constant up to rounding (a std of 1e-17 from summing equal floats) is constant: no correlation to speak of.
+    if sa <= 1e-9 * max(1.0, abs(float(a.mean()))) or sb <= 1e-9 * max(1.0, abs(float(b.mean()))):
         return 0.0
     return float(np.mean((a - a.mean()) * (b - b.mean())) / (sa * sb))
 

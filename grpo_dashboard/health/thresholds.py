@@ -190,6 +190,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("grad_spike.min_history", 5, "fewest earlier logs before a spike can be judged"),
     Threshold("grad_spike.typical_floor", 1.0, "the reference is at least this multiple of the run's median so far"),
     Threshold("grad_spike.zero_frac", 0.5, "skip when this fraction of the window is exactly 0 (see zero_gradient)"),
+    Threshold(
+        "grad_spike.early_ratio", 100.0, "before a baseline: grad_norm this multiple of the smallest earlier log"
+    ),
+    Threshold("grad_spike.early_abs", 100.0, "before a baseline: and at least this large (absolute test)"),
     # zero_gradient
     Threshold("zero_gradient.warn_frac", 0.5, "fraction of trailing logs with grad_norm exactly 0: warning", "TRL"),
     Threshold("zero_gradient.error_frac", 0.9, "... error"),
