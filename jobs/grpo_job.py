@@ -428,6 +428,17 @@ def _config_dict(args: Any) -> dict[str, Any]:
     return out
 
 
+def _preparing(emitter: Emitter) -> Callable[[str, int | None, int | None], None]:
+    """A progress callback for work before training (the agent model's warm-up): a `preparing` event (the
+    dashboard shows its message as the run's status) and the same line in the log."""
+
+    def report(message: str, done: int | None, total: int | None) -> None:
+        emitter.event("preparing", message=message, done=done, total=total)
+        print(message, flush=True)
+
+    return report
+
+
 def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_dir: Path) -> int:
     """Build dataset, model and rewards from `spec` (the resolved run.yaml) and train; return the exit code."""
     callback_holder: dict[str, Any] = {}
@@ -451,7 +462,9 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     model_path = str(need(model_spec, "name_or_path", "model."))
     if need(model_spec, "build_tiny", "model."):
         if agent and agent.get("tiny_warmup"):  # the tiny model taught tool calls (jobs/grpo_agent_model.py)
-            built = grpo_agent_model.build_warm_model(model_path, build_tiny_model, save_atomically)
+            built = grpo_agent_model.build_warm_model(
+                model_path, build_tiny_model, save_atomically, progress=_preparing(emitter)
+            )
         else:
             built = build_tiny_model(model_path)
         model_path = str(built)
