@@ -28,6 +28,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpo_rollout
+
 # Text a tool call leaves behind when the tokenizer could not parse it (TRL then keeps the turn as plain text).
 CALL_MARKERS = ("<call>", "<tool_call>", "<|python_tag|>", "<function=", "<|tool_call|>")
 TRAINERS = ("grpo", "async_grpo")
@@ -440,8 +443,9 @@ def trainer_kwargs(agent: Mapping[str, Any] | None, base_dir: str | Path | None 
     env = environment_factory(agent, base_dir)
     if env is not None:
         out["environment_factory"] = env
-    if agent.get("rollout_func"):
-        out["rollout_func"] = _import_target(str(agent["rollout_func"]), base_dir, "rollout_func")
+    if agent.get("rollout_func"):  # its first output is checked against TRL's contract (jobs/grpo_rollout.py)
+        target = str(agent["rollout_func"])
+        out["rollout_func"] = grpo_rollout.CheckedRollout(_import_target(target, base_dir, "rollout_func"), target)
     return out
 
 

@@ -399,6 +399,10 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
     advantages = list(logs.get("advantages", []))
     rewards = {name: list(vals) for name, vals in (logs.get("rewards") or {}).items()}
     extra = {name: list(vals) for name, vals in (logs.get("extra") or {}).items()}
+    # A rollout_func's own `turns` (one conversation per prompt) replace TRL's one-message decoding of its tokens
+    turns = getattr(getattr(trainer, "rollout_func", None), "last_turns", None)
+    if isinstance(turns, list) and len(turns) == len(completions):
+        completions = turns
     rows = []
     for i, completion in enumerate(completions[:limit]):
         rows.append(
