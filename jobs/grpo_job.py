@@ -566,6 +566,7 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     finally:
         if health is not None:
             health.close()
+        grpo_agents.grpo_openenv.stop_servers()  # the OpenEnv servers this run started end with it
     step = trainer.state.global_step
     if health is not None:
         stop = health.stop

@@ -295,7 +295,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     for i, target in enumerate(agent.get("tools") or []):
         checks.tool(f"agent.tools[{i}]", target)
     for where, target in _environments(agent.get("environment_factory")):
-        checks.environment(where, target)
+        if not str(target).startswith("openenv:"):  # probed outside the sandbox: checks/agents_openenv.py
+            checks.environment(where, target)
     if agent.get("rollout_func"):
         checks.rollout_func(agent["rollout_func"], request.get("rollout_batch"))
     if checks.is_async:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.checks.agents_async import ASYNC_CHECKS
+from grpo_dashboard.checks.agents_openenv import OPENENV_CHECKS
 from grpo_dashboard.checks.dataset_files import DatasetFileError, DatasetSample, read_sample
 from grpo_dashboard.checks.named import DATASET_SAMPLE, Check, CheckInput, collected, run_checks, sample_of
 from grpo_dashboard.errors import FieldError
@@ -450,6 +451,7 @@ CHECKS = [
     Check("agent.log_columns", ("agent.log_columns",), _log_columns),
     Check("agent.environment_column", ("agent.environment_factory", "dataset.data_files"), _environment_column),
     Check("agent.sandboxed_worker", ("agent",), _worker),
+    *OPENENV_CHECKS,
     Check("agent.reward_source", ("rewards", "agent.environment_factory"), _reward_source),
     *ASYNC_CHECKS,
 ]
