@@ -94,9 +94,7 @@ def start_server(app: str, log: Callable[[str], None] = print) -> str:
         except OSError:
             if time.monotonic() > deadline:
                 stop_servers(log)
-                raise RuntimeError(
-                    f"the OpenEnv server {app!r} did not answer {url}/health in {START_TIMEOUT_S:.0f} s"
-                )
+                raise RuntimeError(f"the OpenEnv server {app!r} did not answer {url}/health in time") from None
             time.sleep(0.2)
     log(f"openenv: serving {app} at {url} (pid {proc.pid})")
     return url
@@ -178,8 +176,10 @@ def make_factory(url: str, schema: dict[str, Any], name: str = "") -> type:
         text = _text(result.observation)
         return text if text not in ("", "{}") else None
 
-    def tool(self: Any, **kwargs: Any) -> str:
-        result = self._client.step(dict(kwargs))
+    names = [a for a, _, _ in args]
+
+    def tool(self: Any, *values: Any, **kwargs: Any) -> str:
+        result = self._client.step({**dict(zip(names, values, strict=False)), **kwargs})
         self._reward = float(result.reward or 0.0)
         return _text(result.observation)
 
