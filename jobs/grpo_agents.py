@@ -502,6 +502,14 @@ def grpo_only(agent: Mapping[str, Any] | None, **kwargs: Any) -> dict[str, Any]:
     return {} if agent and agent.get("trainer") == "async_grpo" else kwargs
 
 
+def async_hooks(agent: Mapping[str, Any] | None, base_dir: str | Path | None, **context: Any) -> dict[str, Any]:
+    """AsyncGRPOTrainer's `rollout_worker=` / `weight_transfer=`, each built by the spec's factory with `context`."""
+    if not agent or agent.get("trainer") != "async_grpo":
+        return {}
+    keys = ("rollout_worker", "weight_transfer")
+    return {k: _import_target(str(agent[k]), base_dir, f"agent.{k}")(**context) for k in keys if agent.get(k)}
+
+
 def trainer_classes(agent: Mapping[str, Any] | None) -> tuple[Any, Any]:
     """(config class, trainer class): GRPOConfig/GRPOTrainer, or TRL's experimental AsyncGRPOConfig/Trainer."""
     if agent and agent.get("trainer") == "async_grpo":

@@ -554,6 +554,9 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         processing_class=grpo_job_setup.processing_class(model_path, model_spec),
         **grpo_agents.grpo_only(agent, eval_dataset=eval_ds),
         **grpo_agents.trainer_kwargs(agent, base_dir),
+        **grpo_agents.async_hooks(
+            agent, base_dir, model=model_path, args=config, train_dataset=train, reward_funcs=funcs
+        ),
     )
     names = [str(r["name"]) for r in reward_specs]
     if len(getattr(trainer, "reward_func_names", [])) == len(names):

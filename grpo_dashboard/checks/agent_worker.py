@@ -242,6 +242,25 @@ class _Checks:
                 "(one float per completion token, or None) and optional env_mask / extra keys.",
             )
 
+    def hook(self, key: str, target: Any) -> None:
+        """An async trainer hook's factory: importable, callable with the job's keyword arguments."""
+        try:
+            fn = self.agents.load_tool(str(target), self.base)
+            params = inspect.signature(fn).parameters
+        except BaseException as exc:
+            self.problem(f"agent.{key}", target, f"cannot be imported: {_short(exc)}.")
+            return
+        context = ("model", "args", "train_dataset", "reward_funcs")
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            missing = [c for c in context if c not in params]
+            if missing:
+                self.problem(
+                    f"agent.{key}",
+                    target,
+                    f"must accept the keyword arguments {list(context)} (or **kwargs); it lacks {missing}. The job "
+                    f"calls it to build AsyncGRPOTrainer's `{key}=`.",
+                )
+
     def rewards(self, rewards: list[dict[str, Any]]) -> None:
         from grpo_dashboard.spec.jobfiles import rewards_module
 
@@ -301,6 +320,9 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         checks.rollout_func(agent["rollout_func"], request.get("rollout_batch"))
     if checks.is_async:
         checks.rewards(request.get("rewards") or [])
+        for key in ("rollout_worker", "weight_transfer"):
+            if agent.get(key):
+                checks.hook(key, agent[key])
     template, model = request.get("template"), request.get("model")
     if template and (checks.tools or agent.get("environment_factory")):
         checks.template(template, model, dict(agent.get("chat_template_kwargs") or {}))

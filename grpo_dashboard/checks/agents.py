@@ -345,7 +345,7 @@ def _rollout_batch(spec: RunSpec, base: Path, sample: DatasetSample | None, warn
     why = None if model is not None else "the model is not a small local one"
     if sample is None or not sample.rows:
         why = why or "no local dataset rows to build a batch from"
-    if why:
+    if why or sample is None:
         warn(
             FieldError(
                 "agent.rollout_func",
