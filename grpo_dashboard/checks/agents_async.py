@@ -154,7 +154,7 @@ def _eval(inp: CheckInput) -> Iterator[FieldError]:
 
 
 def _hooks(inp: CheckInput) -> Iterator[FieldError]:
-    a = _agent(inp)
+    a = inp.spec.agent
     for key in ("rollout_worker", "weight_transfer"):
         value = getattr(a, key, None) if a is not None else None
         if value and a.trainer != "async_grpo":
