@@ -155,9 +155,11 @@ def _eval(inp: CheckInput) -> Iterator[FieldError]:
 
 def _hooks(inp: CheckInput) -> Iterator[FieldError]:
     a = inp.spec.agent
+    if a is None or a.trainer == "async_grpo":
+        return
     for key in ("rollout_worker", "weight_transfer"):
-        value = getattr(a, key, None) if a is not None else None
-        if value and a.trainer != "async_grpo":
+        value = getattr(a, key, None)
+        if value:
             yield FieldError(
                 f"agent.{key}",
                 value,

@@ -11,7 +11,7 @@ import tempfile
 from typing import Any
 
 
-def _zero_reward(completions: list[Any], **kwargs: Any) -> list[float]:
+def _zero_reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
     return [0.0] * len(completions)
 
 
