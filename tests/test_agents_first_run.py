@@ -80,9 +80,9 @@ def test_the_warm_up_builder_reports_its_steps(tmp_path: Path) -> None:
     assert "building the agent model: step 40/100" in seen[20][0]
 
 
-def test_the_prebuilt_model_is_the_defaults_build() -> None:
-    """The shipped copy is what `build_warm_model` makes with its defaults: same tokenizer and template, and it
-    emits a tool call for a calculator problem."""
+def test_the_prebuilt_model_has_the_builders_templates_and_calls_tools() -> None:
+    """The shipped copy (built by `build_warm_model` with its defaults) carries the builder's chat and response
+    templates, and it emits a well-formed calculator call for a problem it never saw."""
     import grpo_agent_model
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
