@@ -82,7 +82,7 @@ def test_the_warm_up_builder_reports_its_steps(tmp_path: Path) -> None:
 
 def test_the_prebuilt_model_has_the_builders_templates_and_calls_tools() -> None:
     """The shipped copy (built by `build_warm_model` with its defaults) carries the builder's chat and response
-    templates, and it emits a well-formed calculator call for a problem it never saw."""
+    templates, and it emits a well-formed calculator call for a calculator problem."""
     import grpo_agent_model
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
