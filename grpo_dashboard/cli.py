@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -418,19 +419,36 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         latest = store.latest_metrics(r.id)
         reward = latest.get("reward")
         shown = f" reward={reward:.4g}" if isinstance(reward, float) else ""
-        print(f"  {r.status} step {r.last_step or 0}/{r.max_steps or '?'}{shown}", flush=True)
+        preparing = _preparing(store, r) if r.last_step is None else None
+        if preparing:  # work before the first step (the agent model's warm-up) reports its own progress
+            print(f"  {r.status}: {preparing}", flush=True)
+        else:
+            print(f"  {r.status} step {r.last_step or 0}/{r.max_steps or '?'}{shown}", flush=True)
 
+    def terminated(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # SIGTERM to `launch --wait` cancels the run, as Ctrl-C does
+
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         run = wait(store, run, on_update=progress)
     except KeyboardInterrupt:
         from grpo_dashboard.launch.runs import cancel
 
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cancel short
         print("interrupted: canceling the run...", file=sys.stderr)
         run = cancel(store, store.get_run(run.id), wait=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(_run_dict(run), indent=2))
     print(f"{run.id}: {run.status}" + (f" — {run.error}" if run.error else ""))
     return {RunStatus.COMPLETED.value: EXIT_OK, RunStatus.CANCELED.value: EXIT_CANCELED}.get(run.status, EXIT_FAILED)
+
+
+def _preparing(store: Any, run: Any) -> str | None:
+    """The message of the run's latest `preparing` event (work before training), if no step has been logged."""
+    events = [e for e in store.events(run.id) if e.get("event") == "preparing"]
+    return str(events[-1].get("message") or "") or None if events else None
 
 
 def _print_job(run: Any) -> None:

@@ -121,6 +121,15 @@ def agent_tokenizer(base: str | Path) -> Any:
     return tokenizer
 
 
+PACKAGED = Path(__file__).resolve().parent / f"agent_model_v{AGENT_VERSION}"  # the warmed model, shipped prebuilt
+PHASE = "building the agent model"
+Progress = Callable[[str, int | None, int | None], None]  # (message, step, total)
+
+
+def _print_progress(message: str, step: int | None, total: int | None) -> None:
+    print(message, flush=True)
+
+
 def build_warm_model(
     path: str | Path,
     build_base: Callable[[Path], Path],
@@ -129,20 +138,30 @@ def build_warm_model(
     steps: int = 1500,
     batch: int = 32,
     lr: float = 3e-3,
+    progress: Progress | None = None,
+    packaged: Path | None = PACKAGED,
 ) -> Path:
     """The tiny model taught the tool-call format: the char-level tiny model (`build_base`) with `<call>`/`</call>`
     tokens, a tool role, AGENT_CHAT_TEMPLATE and AGENT_RESPONSE_TEMPLATE, after a short SFT on `warmup_transcripts`.
 
-    Built on first use at `path` (idempotent; `save` writes it atomically, as the tiny model's builder does): a random
-    char-level model never emits a tool call, so GRPO would have no tool use to reinforce.
+    Made on first use at `path` and cached there (idempotent; `save` writes it atomically, as the tiny model's builder
+    does): a random char-level model never emits a tool call, so GRPO would have no tool use to reinforce. The
+    package ships this very model prebuilt (`packaged`, built with the defaults; about 10 CPU minutes to train), so
+    a first run copies it; without it (or with other settings) it is trained here, reporting
+    `building the agent model: step N/steps` through `progress(message, step, total)` (default: printed).
     """
     target = Path(path).expanduser()
     if (target / "config.json").is_file():
         return target
+    report = progress or _print_progress
+    target.parent.mkdir(parents=True, exist_ok=True)
+    defaults = (seed, steps, batch, lr) == (0, 1500, 32, 3e-3)
+    if defaults and packaged is not None and (packaged / "config.json").is_file():
+        return _copy_packaged(packaged, target, report)
     import torch
     from transformers import AutoModelForCausalLM
 
-    target.parent.mkdir(parents=True, exist_ok=True)
+    report(f"{PHASE}: the tiny model and its tool-call transcripts", 0, steps)
     base = build_base(target.parent / f".{target.name}.base-{os.getpid()}")
     tokenizer = agent_tokenizer(base)
     torch.manual_seed(seed)
@@ -156,7 +175,8 @@ def build_warm_model(
     model.train()
     rng = random.Random(seed)
     pad = tokenizer.pad_token_id
-    for _ in range(steps):
+    every = max(1, steps // 50)
+    for i in range(steps):
         chunk = rng.sample(rows, batch)
         width = max(len(r) for r in chunk)
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in chunk])
@@ -166,8 +186,28 @@ def build_warm_model(
         loss.backward()
         optim.step()
         optim.zero_grad()
+        if (i + 1) % every == 0 or i + 1 == steps:
+            report(f"{PHASE}: step {i + 1}/{steps} (loss {loss.item():.3f})", i + 1, steps)
     model.eval()
     import shutil
 
     shutil.rmtree(base, ignore_errors=True)
     return save(model, tokenizer, target)
+
+
+def _copy_packaged(packaged: Path, target: Path, report: Progress) -> Path:
+    """Copy the shipped warm model into the cache at `target` (atomically: a temporary sibling, then a rename)."""
+    import shutil
+
+    report(f"{PHASE}: copying the prebuilt model shipped with the package ({packaged.name})", 0, 1)
+    tmp = target.parent / f".{target.name}.copy-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(packaged, tmp)
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(f"{PHASE}: done, cached at {target}", 1, 1)
+    return target

@@ -7,8 +7,9 @@ result reads as a failure (`is_failure`, TRL's `{"error": ...}` result) and the 
 (`tool_turns`), which the dashboard's trajectory view calls.
 
 The spec's `agent:` section (run.yaml, TRL's names): `tools` (built-in names or `file.py:function` /
-`package.module:function`), `environment_factory` (a built-in name or `file.py:Class`, or a mapping name -> one of
-those selected per row by an `environment` column), `max_tool_calling_iterations`, `chat_template_kwargs`,
+`package.module:function`), `environment_factory` (a built-in name, `file.py:Class` or an OpenEnv server
+`openenv:URL` / `openenv:module:app` (grpo_openenv.py), or a mapping name -> one of those selected per row by an
+`environment` column), `max_tool_calling_iterations`, `chat_template_kwargs`,
 `rollout_func` (`file.py:function`), `log_columns` (dataset columns recorded with every sample, e.g. a task column),
 `trainer` (`grpo` or `async_grpo`), `async_config` (AsyncGRPOConfig fields) and `tiny_warmup` (the warmed tiny model
 of `grpo_agent_model.py`).
@@ -27,6 +28,10 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpo_openenv
+import grpo_rollout
 
 # Text a tool call leaves behind when the tokenizer could not parse it (TRL then keeps the turn as plain text).
 CALL_MARKERS = ("<call>", "<tool_call>", "<|python_tag|>", "<function=", "<|tool_call|>")
@@ -424,9 +429,17 @@ def environment_factory(agent: Mapping[str, Any], base_dir: str | Path | None = 
     env = agent.get("environment_factory")
     if not env:
         return None
+
+    def load(target: str, name: str = "") -> Callable[[], Any]:  # `openenv:` targets: jobs/grpo_openenv.py
+        return (
+            grpo_openenv.factory(target, name)
+            if grpo_openenv.is_target(target)
+            else load_environment(target, base_dir)
+        )
+
     if isinstance(env, Mapping):
-        return {str(k): load_environment(str(v), base_dir) for k, v in env.items()}
-    return load_environment(str(env), base_dir)
+        return {str(k): load(str(v), str(k)) for k, v in env.items()}
+    return load(str(env))
 
 
 def trainer_kwargs(agent: Mapping[str, Any] | None, base_dir: str | Path | None = None) -> dict[str, Any]:
@@ -440,8 +453,9 @@ def trainer_kwargs(agent: Mapping[str, Any] | None, base_dir: str | Path | None 
     env = environment_factory(agent, base_dir)
     if env is not None:
         out["environment_factory"] = env
-    if agent.get("rollout_func"):
-        out["rollout_func"] = _import_target(str(agent["rollout_func"]), base_dir, "rollout_func")
+    if agent.get("rollout_func"):  # its first output is checked against TRL's contract (jobs/grpo_rollout.py)
+        target = str(agent["rollout_func"])
+        out["rollout_func"] = grpo_rollout.CheckedRollout(_import_target(target, base_dir, "rollout_func"), target)
     return out
 
 
@@ -486,6 +500,14 @@ def grpo_only(agent: Mapping[str, Any] | None, **kwargs: Any) -> dict[str, Any]:
     """`kwargs` for GRPOConfig/GRPOTrainer; {} for async GRPO, whose config and trainer lack them (reward_weights,
     eval_dataset)."""
     return {} if agent and agent.get("trainer") == "async_grpo" else kwargs
+
+
+def async_hooks(agent: Mapping[str, Any] | None, base_dir: str | Path | None, **context: Any) -> dict[str, Any]:
+    """AsyncGRPOTrainer's `rollout_worker=` / `weight_transfer=`, each built by the spec's factory with `context`."""
+    if not agent or agent.get("trainer") != "async_grpo":
+        return {}
+    keys = ("rollout_worker", "weight_transfer")
+    return {k: _import_target(str(agent[k]), base_dir, f"agent.{k}")(**context) for k in keys if agent.get(k)}
 
 
 def trainer_classes(agent: Mapping[str, Any] | None) -> tuple[Any, Any]:

@@ -421,6 +421,10 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
     advantages = list(logs.get("advantages", []))
     rewards = {name: list(vals) for name, vals in (logs.get("rewards") or {}).items()}
     extra = {name: list(vals) for name, vals in (logs.get("extra") or {}).items()}
+    # A rollout_func's own `turns` (one conversation per prompt) replace TRL's one-message decoding of its tokens
+    turns = getattr(getattr(trainer, "rollout_func", None), "last_turns", None)
+    if isinstance(turns, list) and len(turns) == len(completions):
+        completions = turns
     rows = []
     for i, completion in enumerate(completions[:limit]):
         rows.append(
@@ -450,6 +454,17 @@ def _config_dict(args: Any) -> dict[str, Any]:
     return out
 
 
+def _preparing(emitter: Emitter) -> Callable[[str, int | None, int | None], None]:
+    """A progress callback for work before training (the agent model's warm-up): a `preparing` event (the
+    dashboard shows its message as the run's status) and the same line in the log."""
+
+    def report(message: str, done: int | None, total: int | None) -> None:
+        emitter.event("preparing", message=message, done=done, total=total)
+        print(message, flush=True)
+
+    return report
+
+
 def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_dir: Path) -> int:
     """Build dataset, model and rewards from `spec` (the resolved run.yaml) and train; return the exit code."""
     callback_holder: dict[str, Any] = {}
@@ -473,7 +488,9 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     model_path = str(need(model_spec, "name_or_path", "model."))
     if need(model_spec, "build_tiny", "model."):
         if agent and agent.get("tiny_warmup"):  # the tiny model taught tool calls (jobs/grpo_agent_model.py)
-            built = grpo_agent_model.build_warm_model(model_path, build_tiny_model, save_atomically)
+            built = grpo_agent_model.build_warm_model(
+                model_path, build_tiny_model, save_atomically, progress=_preparing(emitter)
+            )
         else:
             built = build_tiny_model(model_path)
         model_path = str(built)
@@ -559,6 +576,9 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
         processing_class=grpo_job_setup.processing_class(model_path, model_spec),
         **grpo_agents.grpo_only(agent, eval_dataset=eval_ds),
         **grpo_agents.trainer_kwargs(agent, base_dir),
+        **grpo_agents.async_hooks(
+            agent, base_dir, model=model_path, args=config, train_dataset=train, reward_funcs=funcs
+        ),
     )
     names = [str(r["name"]) for r in reward_specs]
     if len(getattr(trainer, "reward_func_names", [])) == len(names):
@@ -571,6 +591,7 @@ def run(spec: dict[str, Any], emitter: Emitter, samples_path: Path | None, base_
     finally:
         if health is not None:
             health.close()
+        grpo_agents.grpo_openenv.stop_servers()  # the OpenEnv servers this run started end with it
     step = trainer.state.global_step
     health_events(emitter, health, step, output_dir, time.perf_counter() - t0)
     if callback.stop_requested:

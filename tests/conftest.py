@@ -46,8 +46,8 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def agent_model() -> Path:
-    """The warmed tiny tool-calling model (jobs/grpo_agents.py), built once and cached under .cache/ where the agent
-    presets find it (its SFT warm-up takes about a minute on one core)."""
+    """The warmed tiny tool-calling model (jobs/grpo_agent_model.py), copied once from its prebuilt copy in
+    jobs/agent_model_v1 into .cache/, where the agent presets find it."""
     sys.path.insert(0, str(REPO / "jobs"))
     import grpo_agent_model
     import grpo_job

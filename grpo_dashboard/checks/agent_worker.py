@@ -3,7 +3,8 @@ runs only inside the sandbox (`checks/agents.py` starts it with `sandbox.run_mod
 user code.
 
 stdin: `{"agent": {...AgentSpec...}, "base_dir": str, "model": str | null, "template": "agent" | "model" | null,
-"async": bool, "rewards": [{name, builtin, function, params}]}`.
+"async": bool, "rewards": [{name, builtin, function, params}], "rollout_batch": {"prompts", "model", "training"} |
+null}` (with a batch, the rollout function runs once on it: `rollout_probe.py`).
 stdout: one line `@@AGENT_WORKER@@ {json}`: `{"problems": [{"field", "value", "message", "severity"}],
 "environments": {field: {"tools": [...], "get_reward": bool}}}`.
 """
@@ -204,7 +205,7 @@ class _Checks:
                     "rollout process. Define the class at the top level of a module.",
                 )
 
-    def rollout_func(self, target: Any) -> None:
+    def rollout_func(self, target: Any, batch: dict[str, Any] | None) -> None:
         try:
             fn = self.agents.load_tool(str(target), self.base)
             if len(inspect.signature(fn).parameters) < 2:
@@ -213,8 +214,52 @@ class _Checks:
                     target,
                     "must accept (prompts, trainer) and return a dict with prompt_ids, completion_ids and logprobs.",
                 )
+                return
         except BaseException as exc:
             self.problem("agent.rollout_func", target, f"cannot be imported: {_short(exc)}.")
+            return
+        if batch is None:
+            return
+        from grpo_dashboard.checks.rollout_probe import probe
+
+        try:
+            problems = probe(fn, batch)
+        except BaseException as exc:
+            self.problem(
+                "agent.rollout_func",
+                target,
+                f"failed on one real batch of {len(batch['prompts'])} prompts (a GRPOTrainer on CPU with "
+                f"{batch['model']}): {_short(exc)}.",
+            )
+            return
+        if problems:
+            self.problem(
+                "agent.rollout_func",
+                target,
+                f"returned what TRL cannot train on, for one real batch of {len(batch['prompts'])} prompts: "
+                + "; ".join(problems)
+                + ". TRL needs a dict with prompt_ids and completion_ids (one token-id list per prompt), logprobs "
+                "(one float per completion token, or None) and optional env_mask / extra keys.",
+            )
+
+    def hook(self, key: str, target: Any) -> None:
+        """An async trainer hook's factory: importable, callable with the job's keyword arguments."""
+        try:
+            fn = self.agents.load_tool(str(target), self.base)
+            params = inspect.signature(fn).parameters
+        except BaseException as exc:
+            self.problem(f"agent.{key}", target, f"cannot be imported: {_short(exc)}.")
+            return
+        context = ("model", "args", "train_dataset", "reward_funcs")
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            missing = [c for c in context if c not in params]
+            if missing:
+                self.problem(
+                    f"agent.{key}",
+                    target,
+                    f"must accept the keyword arguments {list(context)} (or **kwargs); it lacks {missing}. The job "
+                    f"calls it to build AsyncGRPOTrainer's `{key}=`.",
+                )
 
     def rewards(self, rewards: list[dict[str, Any]]) -> None:
         from grpo_dashboard.spec.jobfiles import rewards_module
@@ -269,11 +314,15 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     for i, target in enumerate(agent.get("tools") or []):
         checks.tool(f"agent.tools[{i}]", target)
     for where, target in _environments(agent.get("environment_factory")):
-        checks.environment(where, target)
+        if not str(target).startswith("openenv:"):  # probed outside the sandbox: checks/agents_openenv.py
+            checks.environment(where, target)
     if agent.get("rollout_func"):
-        checks.rollout_func(agent["rollout_func"])
+        checks.rollout_func(agent["rollout_func"], request.get("rollout_batch"))
     if checks.is_async:
         checks.rewards(request.get("rewards") or [])
+        for key in ("rollout_worker", "weight_transfer"):
+            if agent.get(key):
+                checks.hook(key, agent[key])
     template, model = request.get("template"), request.get("model")
     if template and (checks.tools or agent.get("environment_factory")):
         checks.template(template, model, dict(agent.get("chat_template_kwargs") or {}))

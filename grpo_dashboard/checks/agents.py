@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.checks.agents_async import ASYNC_CHECKS
+from grpo_dashboard.checks.agents_openenv import OPENENV_CHECKS
 from grpo_dashboard.checks.dataset_files import DatasetFileError, DatasetSample, read_sample
 from grpo_dashboard.checks.named import DATASET_SAMPLE, Check, CheckInput, collected, run_checks, sample_of
 from grpo_dashboard.errors import FieldError
@@ -29,6 +30,8 @@ from grpo_dashboard.spec.run_spec import RunSpec
 TOOLS_MIN, ENVIRONMENTS_MIN = "5.0.0", "5.2.0"  # transformers versions TRL 1.16 requires (GRPOTrainer.__init__)
 ENV_ROWS = 100_000  # rows read to compare the environment column with the mapping
 WORKER_TIMEOUT_S = 120.0
+ROLLOUT_PROBE_S = 120.0  # more for a worker that also builds a GRPOTrainer and runs the rollout_func once
+ROLLOUT_PROBE_MAX_BYTES = 200_000_000  # a local model up to this size runs the rollout_func during validation
 
 
 def owns_prompts(spec: RunSpec) -> bool:
@@ -173,7 +176,7 @@ def _worker(inp: CheckInput) -> list[FieldError]:
         return []
 
     def body(err: Any, warn: Any) -> None:
-        inp.facts[ENVIRONMENTS] = _run_worker(inp.spec, inp.base, err, warn)
+        inp.facts[ENVIRONMENTS] = _run_worker(inp.spec, inp.base, err, warn, sample_of(inp))
 
     return collected(body)
 
@@ -316,12 +319,62 @@ def _template_mode(spec: RunSpec, base: Path) -> tuple[str | None, str | None]:
     return ("model", spec.model.name_or_path) if spec.model.name_or_path else (None, None)
 
 
-def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any) -> dict[str, Any]:
+def _rollout_model(spec: RunSpec, base: Path) -> Path | None:
+    """A local model small enough to run a rollout_func on during validation: the spec's model directory, or the
+    warmed tiny agent model (its cached copy, else the one the package ships)."""
+    local = resolve(base, spec.model.name_or_path) if spec.model.name_or_path else None
+    if local is not None and (local / "config.json").is_file():
+        size = sum(f.stat().st_size for f in local.glob("*.safetensors"))
+        return local if size <= ROLLOUT_PROBE_MAX_BYTES else None
+    if spec.model.build_tiny and spec.agent is not None and spec.agent.tiny_warmup:
+        from grpo_dashboard.spec.jobfiles import job_module
+
+        packaged: Path = job_module().grpo_agent_model.PACKAGED  # the job script imports it (light at import)
+        return packaged if (packaged / "config.json").is_file() else None
+    return None
+
+
+def _rollout_batch(spec: RunSpec, base: Path, sample: DatasetSample | None, warn: Any) -> dict[str, Any] | None:
+    """One real batch for the rollout_func (the dataset's first rows, each repeated num_generations times and
+    rendered as the job renders them), the model and the training fields that shape a rollout; None (with a
+    warning) when it cannot be run here."""
+    a = spec.agent
+    if a is None or not a.rollout_func:
+        return None
+    model = _rollout_model(spec, base)
+    why = None if model is not None else "the model is not a small local one"
+    if sample is None or not sample.rows:
+        why = why or "no local dataset rows to build a batch from"
+    if why or sample is None:
+        warn(
+            FieldError(
+                "agent.rollout_func",
+                a.rollout_func,
+                f"was not run on a real batch here ({why}); the job checks its first output against TRL's "
+                "contract (prompt_ids, completion_ids, logprobs).",
+                "warning",
+            )
+        )
+        return None
+    from grpo_dashboard.spec.jobfiles import job_module
+
+    t = dict(spec.training)
+    g = int(t.get("num_generations") or 8)
+    rows = max(1, int(t.get("per_device_train_batch_size") or 8) // g)
+    job_dataset = spec.to_job_dict()["dataset"]
+    render = job_module().prompt_renderer(job_dataset)
+    prompts = [render(r) for r in sample.rows[:rows] for _ in range(g)]
+    keep = ("num_generations", "max_completion_length", "temperature", "seed", "chat_template_kwargs")
+    return {"prompts": prompts, "model": str(model), "training": {k: t[k] for k in keep if t.get(k) is not None}}
+
+
+def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any, sample: DatasetSample | None = None) -> dict[str, Any]:
     from grpo_dashboard.checks.sandbox import reward_paths, run_module
 
     a = spec.agent
     assert a is not None
     template, model = _template_mode(spec, base)
+    batch = _rollout_batch(spec, base, sample, warn)
     is_async = a.trainer == "async_grpo"
     custom = [
         t
@@ -343,12 +396,15 @@ def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any) -> dict[str, Any
         "template": template,
         "async": is_async,
         "rewards": [dataclasses.asdict(r) for r in spec.rewards],
+        "rollout_batch": batch,
     }
+    if batch is not None:
+        visible.append(batch["model"])
     res = run_module(
         "grpo_dashboard.checks.agent_worker",
         json.dumps(request, default=str),
         # transformers and trl load native libraries (ctypes.dlopen), which the default policy refuses
-        timeout_s=WORKER_TIMEOUT_S,
+        timeout_s=WORKER_TIMEOUT_S + (ROLLOUT_PROBE_S if batch is not None else 0),
         allow_subprocess=True,
         extra_path=[str(base)],
         read_only=[p for p in visible if Path(p).exists()],
@@ -395,6 +451,7 @@ CHECKS = [
     Check("agent.log_columns", ("agent.log_columns",), _log_columns),
     Check("agent.environment_column", ("agent.environment_factory", "dataset.data_files"), _environment_column),
     Check("agent.sandboxed_worker", ("agent",), _worker),
+    *OPENENV_CHECKS,
     Check("agent.reward_source", ("rewards", "agent.environment_factory"), _reward_source),
     *ASYNC_CHECKS,
 ]

@@ -153,6 +153,21 @@ def _eval(inp: CheckInput) -> Iterator[FieldError]:
         )
 
 
+def _hooks(inp: CheckInput) -> Iterator[FieldError]:
+    a = inp.spec.agent
+    if a is None or a.trainer == "async_grpo":
+        return
+    for key in ("rollout_worker", "weight_transfer"):
+        value = getattr(a, key, None)
+        if value:
+            yield FieldError(
+                f"agent.{key}",
+                value,
+                "applies only to `agent.trainer: async_grpo` (AsyncGRPOTrainer's own argument); remove it or set "
+                "the trainer.",
+            )
+
+
 def _rollout_func(inp: CheckInput) -> Iterator[FieldError]:
     if _fields(inp) is not None and _agent(inp).rollout_func:
         yield FieldError(
@@ -204,6 +219,7 @@ ASYNC_CHECKS = [
     Check("agent.async_grpo.accelerate", ("agent.trainer", "backend.accelerate_config"), _accelerate),
     Check("agent.async_grpo.reward_weights", ("agent.trainer", "rewards"), _weights),
     Check("agent.async_grpo.no_eval", ("agent.trainer", "dataset.eval_split", "dataset.eval_data_files"), _eval),
+    Check("agent.async_grpo.hooks", ("agent.rollout_worker", "agent.weight_transfer"), _hooks),
     Check("agent.async_grpo.no_rollout_func", ("agent.trainer", "agent.rollout_func"), _rollout_func),
     Check("agent.async_grpo.gpu", ("agent.trainer", "training.use_cpu"), _gpu),
     Check("agent.async_grpo.vllm_installed", ("agent.trainer",), _vllm_here),

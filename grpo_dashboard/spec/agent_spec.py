@@ -19,13 +19,16 @@ class AgentSpec:
     """Tool-using, multi-turn GRPO (GRPOTrainer's `tools=`, `environment_factory=`, `rollout_func=`).
 
     `tools`: built-in names (calculator) or `file.py:function` / `package.module:function`.
-    `environment_factory`: a built-in (guess_number) or `file.py:Class`, or a mapping name -> one of those, selected
+    `environment_factory`: a built-in (guess_number), `file.py:Class`, or an OpenEnv server (`openenv:http://...`,
+    or `openenv:package.module:app`, which the run starts and stops), or a mapping name -> one of those, selected
     per row by the dataset's `environment` column. Without a dataset source the environment owns the prompts (its
     `reset()` returns them) and `training.max_steps` is required. `max_tool_calling_iterations` and
     `chat_template_kwargs` are GRPOConfig's own fields. `log_columns`: dataset columns recorded with every sample
-    (for per-task charts and filters). `trainer: async_grpo` trains with TRL's experimental AsyncGRPOTrainer (a vLLM
-    server and a GPU; `async_config` holds AsyncGRPOConfig's own fields). `tiny_warmup`: with `model.build_tiny`,
-    the tiny model is taught the tool-call format on synthetic transcripts before GRPO.
+    (for per-task charts and filters). `trainer: async_grpo` trains with TRL's experimental AsyncGRPOTrainer (a
+    vLLM server and a GPU; `async_config` holds AsyncGRPOConfig's own fields; `rollout_worker` / `weight_transfer`
+    name `package.module:factory` callables building AsyncGRPOTrainer's `rollout_worker=` / `weight_transfer=`,
+    called with the keyword arguments `model`, `args`, `train_dataset`, `reward_funcs`). `tiny_warmup`: with
+    `model.build_tiny`, the tiny model is taught the tool-call format before GRPO (prebuilt, shipped in jobs/).
     """
 
     tools: list[str] = field(default_factory=list)
@@ -36,6 +39,8 @@ class AgentSpec:
     log_columns: list[str] = field(default_factory=list)
     trainer: str = "grpo"
     async_config: dict[str, Any] = field(default_factory=dict)
+    rollout_worker: str | None = None
+    weight_transfer: str | None = None
     tiny_warmup: bool = False
 
     def __post_init__(self) -> None:
@@ -62,6 +67,9 @@ class AgentSpec:
             out.append(("agent.environment_factory" + (f".{name}" if name is not None else ""), target))
         if self.rollout_func:
             out.append(("agent.rollout_func", self.rollout_func))
+        for key in ("rollout_worker", "weight_transfer"):
+            if getattr(self, key):
+                out.append((f"agent.{key}", str(getattr(self, key))))
         return out
 
 

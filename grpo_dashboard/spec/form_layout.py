@@ -143,6 +143,10 @@ SPEC_HELP: dict[str, str] = {
     "agent.rollout_func": "Optional file.py:function(prompts, trainer) replacing TRL's generation (experimental).",
     "agent.log_columns": "Dataset columns recorded with every sample (per-task charts and trajectory filters).",
     "agent.trainer": "grpo, or async_grpo (TRL's experimental AsyncGRPOTrainer: a vLLM server and a GPU).",
+    "agent.rollout_worker": "async_grpo only: package.module:factory(model, args, train_dataset, reward_funcs) "
+    "returning AsyncGRPOTrainer's rollout_worker (empty: TRL's vLLM worker).",
+    "agent.weight_transfer": "async_grpo only: package.module:factory(...) returning AsyncGRPOTrainer's "
+    "weight_transfer (empty: TRL's NCCL transfer to the vLLM server).",
     "agent.tiny_warmup": "With model.build_tiny: teach the tiny model the tool-call format (short SFT) first.",
     "model.lora.target_modules": "Modules to adapt: all-linear, or names comma-separated (q_proj, v_proj).",
     "model.lora.target_parameters": "Parameters to adapt directly (e.g. MoE expert weights), comma-separated.",

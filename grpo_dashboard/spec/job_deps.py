@@ -115,6 +115,10 @@ def job_deps(spec: RunSpec) -> list[Dep]:
         for r in spec.rewards
     ):
         deps.append(Dep("jsonschema", "jsonschema", "rewards", "JSON-schema rewards"))
+    if spec.agent is not None and any(t.startswith("openenv:") for t in spec.agent.environments.values()):
+        deps.append(
+            Dep("openenv-core>=0.3,<0.4", "openenv", "agent.environment_factory", "OpenEnv environments (client)")
+        )
     unique: dict[str, Dep] = {}  # the first of each pip name, in order
     for d in deps:
         unique.setdefault(d.pip, d)

@@ -14,6 +14,9 @@ PRESETS: dict[str, str] = {
     "agent: calculator tool (offline CPU, warmed tiny model)": "agent_calculator.yaml",
     "agent: guessing-game environment (offline CPU, no dataset)": "agent_guess.yaml",
     "agent: two environments by an `environment` column (offline CPU)": "agent_mixed.yaml",
+    "agent: custom multi-turn rollout_func (offline CPU)": "agent_rollout.yaml",
+    "agent: OpenEnv server the run starts (offline CPU, no dataset)": "agent_openenv.yaml",
+    "agent: calculator + OpenEnv game by an `environment` column (offline CPU)": "agent_openenv_mixed.yaml",
 }
 BLANK = "blank form"
 DEFAULT_PRESET = next(iter(PRESETS))
