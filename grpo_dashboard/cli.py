@@ -447,8 +447,8 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
 def _preparing(store: Any, run: Any) -> str | None:
     """The message of the run's latest `preparing` event (work before training), if no step has been logged."""
-    events = [e for e in store.events(run.id) if e.get("event") == "preparing"]
-    return str(events[-1].get("message") or "") or None if events else None
+    event = store.latest_event(run.id, "preparing")
+    return str(event.get("message") or "") or None if event else None
 
 
 def _print_job(run: Any) -> None:

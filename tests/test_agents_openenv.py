@@ -113,3 +113,25 @@ def test_mixed_preset_routes_rows_to_the_calculator_and_the_openenv_game(agent_m
     keys = set().union(*records)
     assert "rewards/OpenEnvGame/mean" in keys and "rewards/answer/mean" in keys
     assert {"tasks/environment/calc/reward_mean", "tasks/environment/game/reward_mean"} <= keys
+
+
+@pytest.mark.training
+def test_a_run_trains_against_a_server_it_did_not_start_and_leaves_it_running(agent_model: Path) -> None:
+    import grpo_openenv
+
+    from grpo_dashboard.launch.runs import launch, wait
+
+    url = grpo_openenv.start_server("grpo_openenv_guess:app")
+    try:
+        spec = openenv_spec(agent_model, target=f"openenv:{url}")
+        spec["training"]["max_steps"] = 2
+        store = Store()
+        run = wait(store, launch(spec, store))
+        assert run.status == "completed", run.error
+        log = (Path(run.run_dir) / "job.log").read_text(encoding="utf-8")
+        assert "openenv: serving" not in log  # the run connects; the server is not its own
+        records = [r for r in store.records(run.id) if "tools/call_frequency" in r]
+        assert len(records) == 2 and all("rewards/OpenEnvGuess/mean" in r for r in records)
+        assert grpo_openenv._get(f"{url}/health", timeout=5.0)  # still serving after the run
+    finally:
+        grpo_openenv.stop_servers()

@@ -193,6 +193,27 @@ def test_cancel_requested_stays_in_the_status() -> None:
     assert "Cancel requested" in overview.status_markdown(run)
 
 
+def test_a_run_in_its_warm_up_shows_the_jobs_own_progress_then_its_steps(tmp_path: Path) -> None:
+    import json
+
+    from grpo_dashboard.views import live
+
+    store = Store(tmp_path / "store.db")
+    metrics = new_run_row(store, tmp_path)
+    with metrics.open("a") as f:
+        for done in (40, 80):
+            event = {"message": f"building the agent model: step {done}/200", "done": done, "total": 200}
+            f.write(json.dumps({"v": 1, "type": "event", "event": "preparing", "time": 1.0, **event}) + "\n")
+    ingest.ingest_file(store, "r1", metrics)
+    html = live.status_parts(store.get_run("r1"), store=store)["html"]
+    assert "Preparing: building the agent model: step 80/200" in html and "Waiting for the first" not in html
+    with metrics.open("a") as f:
+        f.write(json.dumps({"v": 1, "type": "log", "split": "train", "step": 1, "time": 2.0, "metrics": {"loss": 1}}))
+        f.write("\n")
+    ingest.ingest_file(store, "r1", metrics)
+    assert "Preparing" not in live.status_parts(store.get_run("r1"), store=store)["html"]
+
+
 # 11. YAML editor
 def test_yaml_errors_name_line_and_column() -> None:
     with pytest.raises(SpecError) as err:

@@ -336,6 +336,19 @@ class Store:
         )
         return [{"seq": s, "time": t, "event": e, **json.loads(p)} for s, t, e, p in rows]
 
+    def latest_event(self, run_id: str, event: str) -> dict[str, Any] | None:
+        """The run's latest job event of one kind (payload decoded), or None."""
+        row = (
+            self.connection()
+            .execute(
+                "SELECT seq, time, event, payload FROM events WHERE run_id = ? AND event = ? "
+                "ORDER BY seq DESC LIMIT 1",
+                (run_id, event),
+            )
+            .fetchone()
+        )
+        return None if row is None else {"seq": row[0], "time": row[1], "event": row[2], **json.loads(row[3])}
+
     def ingest_offset(self, run_id: str) -> int | None:
         """The byte offset ingestion of a run has reached (None: no such run); a plain read, no write lock."""
         with _translated(self.path):

@@ -138,7 +138,9 @@ def render(
     token = ctx.store.change_token(run.id)
     if live:
         state["charts"] = state["log"] = None
-    status = overview.status_markdown(run, pace=overview.recent_pace(ctx.store, run))
+    status = overview.status_markdown(
+        run, pace=overview.recent_pace(ctx.store, run), preparing=overview.preparing_message(ctx.store, run)
+    )
     remote = remote_status.remote_markdown(run, ctx.store, ctx.backends)
     if remote:
         status += f"\n\n{remote}"

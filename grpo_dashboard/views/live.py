@@ -309,7 +309,7 @@ def status_parts(
     """The status block as data: its HTML (escaped), whether the run is active and whether a cancel is pending."""
     from grpo_dashboard.views import remote_status
 
-    text = overview.status_markdown(run, now, pace)
+    text = overview.status_markdown(run, now, pace, overview.preparing_message(store, run) if store else None)
     remote = remote_status.remote_markdown(run, store, backends)
     if remote:
         text += f"\n\n{remote}"

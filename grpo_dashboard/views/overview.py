@@ -421,8 +421,20 @@ def run_choices(store: Store, runs: list[Run] | None = None) -> list[tuple[str, 
     return [(run_label(r, differs.get(r.id, "")), r.id) for r in runs]
 
 
-def status_markdown(run: Run, now: float | None = None, pace: float | None = None) -> str:
-    """Status block of the run detail page; `pace`: the recent seconds per step (`recent_pace`)."""
+def preparing_message(store: Store, run: Run) -> str | None:
+    """What an active run that has logged no step yet reports it is doing (its latest `preparing` event: the
+    agent model's warm-up), or None."""
+    if not run.is_active or run.last_step is not None:
+        return None
+    event = store.latest_event(run.id, "preparing")
+    return str(event.get("message") or "") or None if event else None
+
+
+def status_markdown(
+    run: Run, now: float | None = None, pace: float | None = None, preparing: str | None = None
+) -> str:
+    """Status block of the run detail page; `pace`: the recent seconds per step (`recent_pace`); `preparing`: the
+    job's own report of its work before the first step (`preparing_message`)."""
     now = now or time.time()
     parts = [f"**{STATUS_ICON.get(run.status, '')} {run.status}** · `{run.id}` · backend {run.backend}"]
     prog = progress_text(run)
@@ -438,6 +450,8 @@ def status_markdown(run: Run, now: float | None = None, pace: float | None = Non
             f"\n\n**Cancel requested** at {time.strftime('%H:%M:%S', time.localtime(run.cancel_requested_at))}: "
             f"waiting for the job to stop…"
         )
+    elif run.status in ACTIVE and preparing:
+        text += f"\n\nPreparing: {preparing}"
     elif run.status in ACTIVE and not run.n_records:
         text += "\n\nWaiting for the first log record (model loading / first steps)…"
     if run.error:
