@@ -45,7 +45,7 @@ def test_import_a_run_filter_by_tag_and_export_metrics(client: Any, tmp_path: Pa
     log.write_text(
         "".join(json.dumps({"reward": s / 10, "num_tokens": 50.0 * s, "step": s}) + "\n" for s in range(1, 6))
     )
-    note = client.predict(handle_file(str(log)), api_name="/import_run")
+    note = client.predict(handle_file(str(log)), "", False, 30, api_name="/import_run")
     assert "Imported **elsewhere**" in note and "read-only" in note
     table = client.predict([], "imported", api_name="/runs_table")
     assert [row[0] for row in table["data"]] == ["elsewhere"]

@@ -93,7 +93,13 @@ ENDPOINTS: dict[str, Policy] = {
     "estimate_hardware": Policy(SIGNED_IN, "memory, flavor, time and cost estimate", "check", 60.0, rate=(60, 600.0)),
     # Runs
     "runs_table": Policy(ANYONE, "the user's runs (an anonymous visitor's: none); " + _CHEAP),
-    "import_run": Policy(SIGNED_IN, "import a run made elsewhere from an upload", "import", 60.0, rate=(20, 600.0)),
+    "import_run": Policy(
+        SIGNED_IN,
+        "import a run made elsewhere from an upload (not on a Space: also a path, followed while it is written)",
+        "import",
+        60.0,
+        rate=(20, 600.0),
+    ),
     "open_run": Policy(ANYONE, "open a row of the runs table (the user's own runs only)"),
     "open_run_by_ref": Policy(ANYONE, "open a run by id, prefix or name (the user's own runs only)", max_text=400),
     "run_choices": Policy(ANYONE, "the run pickers' choices (the user's own runs); " + _CHEAP),

@@ -13,10 +13,13 @@ holds what `import-run PATH` would have imported.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import queue
 import re
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +36,7 @@ from grpo_dashboard.store.ingest import ingest_file
 from grpo_dashboard.store.series import SYSTEM_SPLIT
 
 FOLLOWED = "followed"  # the tag of a followed run
+log = logging.getLogger(__name__)
 
 
 def signature(p: Path) -> tuple[tuple[str, int, int], ...]:
@@ -67,6 +71,7 @@ def follow(
     tags: list[str] | None = None,
     run_name: str | None = None,
     *,
+    owner: str | None = None,
     poll_s: float = 1.0,
     idle_s: float = 30.0,
     wait_s: float = 300.0,
@@ -84,7 +89,7 @@ def follow(
             raise ImportRunError(f"{p}: no metrics appeared within {wait_s:g} s. Nothing was written.")
         time.sleep(poll_s)
         source = _read(p, run_name)
-    run = _create(store, source, name, tags)
+    run = _create(store, source, name, tags, owner)
     run_dir = Path(run.run_dir)
     written: dict[tuple[str, int], set[str]] = {}
     last_sig, changed = signature(p), time.monotonic()
@@ -130,7 +135,7 @@ def _write(out: Any, record: dict[str, Any]) -> None:
     out.flush()
 
 
-def _create(store: Store, source: Source, name: str | None, tags: list[str] | None) -> Run:
+def _create(store: Store, source: Source, name: str | None, tags: list[str] | None, owner: str | None) -> Run:
     title = name or source.name
     slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40] or "run"
     run_id = f"followed-{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
@@ -173,9 +178,56 @@ def _create(store: Store, source: Source, name: str | None, tags: list[str] | No
             created_at=time.time(),
             run_dir=str(run_dir),
             output_dir=str(source.path),
+            owner=owner,
         )
     )
     return store.get_run(run_id)
+
+
+def follow_in_background(
+    path: str | Path,
+    store: Store,
+    *,
+    owner: str | None = None,
+    idle_s: float = 30.0,
+    wait_s: float = 300.0,
+    first_s: float = 15.0,
+) -> Run | None:
+    """The UI's followed import: `follow` in a daemon thread of this process (the run ends as failed if the
+    dashboard stops before the source does). Returns the run once it exists (within `first_s`), None while the
+    source has no records yet (it is made when they come, within `wait_s`); ImportRunError when the path is missing
+    or its source cannot be read."""
+    p = user_path(path)
+    if not str(path).strip() or not p.exists():
+        raise ImportRunError(
+            f"path = {str(path)!r}: no such file or directory. Give the path of a trainer_state.json, TRL JSONL log, "
+            "trackio project .db, TensorBoard directory or offline W&B run directory on this machine."
+        )
+    first: queue.Queue[Run | BaseException] = queue.Queue()
+    told = threading.Event()
+
+    def update(run: Run) -> None:
+        if not told.is_set():
+            told.set()
+            first.put(run)
+
+    def work() -> None:
+        try:
+            follow(p, Store(store.path), owner=owner, idle_s=idle_s, wait_s=wait_s, on_update=update)
+        except BaseException as exc:  # told to the caller while it waits, logged after
+            log.warning("following %s stopped: %s", p, exc)
+            if not told.is_set():
+                told.set()
+                first.put(exc)
+
+    threading.Thread(target=work, name=f"grpo-follow-{p.name}", daemon=True).start()
+    try:
+        got = first.get(timeout=first_s)
+    except queue.Empty:
+        return None
+    if isinstance(got, BaseException):
+        raise got
+    return got
 
 
 def main(argv: list[str]) -> int:

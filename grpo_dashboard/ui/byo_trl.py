@@ -215,10 +215,17 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
 
 
 # --- Runs: import a run, filter by tag --------------------------------------------------------------------------
-def runs_tools(ctx: UiContext) -> gr.Textbox:
-    """A tag filter (returned: the runs table reads it) and an upload that imports a run made elsewhere."""
-    from grpo_dashboard.store.importers import ImportRunError, import_upload
+FOLLOW_IDLE_S = (1.0, 3600.0)  # the allowed range of "ends after N s without change"
 
+
+def runs_tools(ctx: UiContext) -> gr.Textbox:
+    """A tag filter (returned: the runs table reads it) and an import of a run made elsewhere: an upload, or (not on
+    a Space, whose server paths are not the user's) a path on this machine, optionally followed while it is still
+    being written (the CLI's `import-run PATH --follow`)."""
+    from grpo_dashboard.store.follow import follow_in_background
+    from grpo_dashboard.store.importers import ImportRunError, import_run, import_upload
+
+    local = not ctx.settings.on_space
     with gr.Row():
         tag = gr.Textbox(label="Only runs with this tag (or group:NAME)", scale=2, elem_id="runs-tag")
         upload = gr.File(
@@ -227,23 +234,79 @@ def runs_tools(ctx: UiContext) -> gr.Textbox:
             elem_id="import-run-file",
         )
         button = gr.Button("Import run", scale=1, elem_id="import-run-btn")
+    with gr.Row(visible=local):
+        path_box = gr.Textbox(
+            label="Or a path on this machine (also a TensorBoard directory or an offline W&B run directory)",
+            scale=3,
+            elem_id="import-run-path",
+        )
+        follow_box = gr.Checkbox(
+            False,
+            label="Follow: live while it is still being written",
+            scale=1,
+            elem_id="import-run-follow",
+        )
+        idle_box = gr.Number(
+            30,
+            label="Follow ends after this many seconds without change",
+            scale=1,
+            elem_id="import-run-idle",
+        )
     note = gr.Markdown(elem_id="import-run-note")
 
-    def run(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, file: Any) -> str:
-        if not file:
-            raise gr.Error("Choose a file to import.")
+    def run(
+        profile: gr.OAuthProfile | None,
+        oauth: gr.OAuthToken | None,
+        file: Any,
+        path: str | None = "",
+        follow: bool | None = False,
+        idle: float | None = 30.0,
+    ) -> str:
         user = user_of(ctx, profile, oauth)
         space = ctx.settings.on_space
         if space and not user.username:
             raise gr.Error("Sign in to import runs: on this Space every run belongs to the user who made it.")
-        path = Path(file if isinstance(file, str) else file.name)
+        path = (path or "").strip()
+        if space and (path or follow):
+            raise gr.Error(
+                "path / follow: on this Space a run is imported from an upload; a path on the server is not read and "
+                "nothing is followed. Upload the file, or send a live run with DashboardCallback's HTTP transport."
+            )
+        if file and path:
+            raise gr.Error("Import a run: choose a file or give a path, not both.")
+        if follow and not path:
+            raise gr.Error("follow: give the path of the source that is being written (an upload does not grow).")
+        if not file and not path:
+            raise gr.Error("Choose a file to import (or give a path on this machine).")
         try:
-            imported = import_upload(path, ctx.store, owner=user.username, root=_upload_root() if space else None)
+            if follow:
+                low, high = FOLLOW_IDLE_S
+                if idle is None or not low <= float(idle) <= high:
+                    raise gr.Error(f"Follow ends after: {idle!r} seconds is not allowed; give {low:g} to {high:g}.")
+                started = follow_in_background(path, ctx.store, owner=user.username, idle_s=float(idle))
+                if started is None:
+                    return f"Waiting for the first records of `{path}` (up to 5 min); the run appears in Runs then."
+                return (
+                    f"Following **{started.name}** (`{started.id}`) live from `{path}`; it ends "
+                    f"{float(idle):g} s after the source stops changing."
+                )
+            if path:
+                imported = import_run(path, ctx.store, owner=user.username)
+            else:
+                upload_file = Path(file if isinstance(file, str) else file.name)
+                imported = import_upload(
+                    upload_file, ctx.store, owner=user.username, root=_upload_root() if space else None
+                )
         except ImportRunError as exc:
             raise gr.Error(_shown(str(exc), space)) from None
         return _shown(
             f"Imported **{imported.name}** (`{imported.id}`, {imported.n_records} records, read-only).", space
         )
 
-    button.click(gate(ctx, "import_run", run, what="run import"), [upload], [note], api_name="import_run")
+    button.click(
+        gate(ctx, "import_run", run, what="run import"),
+        [upload, path_box, follow_box, idle_box],
+        [note],
+        api_name="import_run",
+    )
     return tag
