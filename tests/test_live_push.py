@@ -193,3 +193,32 @@ def test_stream_access_is_that_of_every_read(tmp_path: Path) -> None:
     assert "event: snapshot" in lines and lines[0].startswith("id: ")
     snap = json.loads(lines[-1][5:])
     assert snap["panels"]["reward"]["data"] and "alice-run" in snap["status"]["html"]
+
+
+def test_a_snapshot_comes_with_the_cursor_of_the_version_it_shows(tmp_path: Path) -> None:
+    """The stream counts a viewer as having what its snapshot's cursor names: a version published while the snapshot
+    was built must not be counted (it left a page that came back to an ended run stale, 'running', for good)."""
+    import threading
+
+    store = Store(tmp_path / "d.db")
+    path = new_run(store, tmp_path)
+    append_log(path, range(1, 3), **KEYS)
+    ingest.ingest_file(store, "r1", path)
+    feed = live.Feed(store, "r1", 0.0)
+    assert feed.advance()
+    done = threading.Event()
+
+    def grow() -> None:
+        for start in range(3, 300, 3):
+            append_log(path, range(start, start + 3), **KEYS)
+            ingest.ingest_file(store, "r1", path)
+            feed.advance()
+        done.set()
+
+    threading.Thread(target=grow, daemon=True).start()
+    seen = set()
+    while not done.is_set():
+        snap, cursor = feed.snapshot_and_cursor()
+        assert json.loads(snap)["cursor"] == cursor
+        seen.add(cursor)
+    assert len(seen) > 1  # snapshots were taken while versions were published

@@ -210,8 +210,7 @@ async def events(
             if versions and xaxis in charts.METRIC_XAXES:
                 versions = None  # deltas carry steps; on a logged metric's axis the page redraws from a snapshot
             if versions is None:
-                snap = await asyncio.to_thread(chan.feed.snapshot, xaxis, log_y)
-                cursor = chan.feed.cursor()
+                snap, cursor = await asyncio.to_thread(chan.feed.snapshot_and_cursor, xaxis, log_y)
                 yield _event("snapshot", private(snap), cursor)
             else:
                 for v in versions:

@@ -125,7 +125,7 @@ class Feed:
         self._log = ""
         self._samples_size: int | None = None
         self._snapshots: dict[tuple[int, str, bool], str] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # snapshot_and_cursor holds it around snapshot
 
     # --- advancing ---------------------------------------------------------------------------------------------
     def advance(self, now: float | None = None, findings: bool = True) -> bool:
@@ -224,6 +224,12 @@ class Feed:
             if not newer or newer[0].number != have + 1 or any(v.reset for v in newer):
                 return None
             return newer
+
+    def snapshot_and_cursor(self, xaxis: str = "step", log_y: bool = False) -> tuple[str, str]:
+        """`snapshot` and the cursor of the version it shows, read together: a version published in between would
+        otherwise be counted as sent and never reach the viewer (a page left stale until the next change)."""
+        with self._lock:
+            return self.snapshot(xaxis, log_y), self.cursor()
 
     def snapshot(self, xaxis: str = "step", log_y: bool = False) -> str:
         """Every panel's full figure and the page's live parts at the newest version, as JSON (built once per
