@@ -48,6 +48,7 @@ EXPECTED_ENDPOINTS = {
     "/resume_run",
     "/export_metrics",
     "/import_run",
+    "/forecast_cost",
 }
 N_GROUPS = len(forms.GROUPS) - 1  # "Run" fields sit above the accordions
 
