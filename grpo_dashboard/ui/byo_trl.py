@@ -12,6 +12,7 @@ from typing import Any
 import gradio as gr
 
 from grpo_dashboard.errors import BackendError, RunNotFound, SpecError
+from grpo_dashboard.launch import runs
 from grpo_dashboard.space import access
 from grpo_dashboard.ui import new_run
 from grpo_dashboard.ui.auth import user_of
@@ -122,6 +123,9 @@ def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tup
         run = access.get_run(ctx.store, run_id, user, ctx.settings)
     except RunNotFound:
         return [], None, ""
+    refused = runs.why_not_resumable(run)
+    if refused is not None:
+        return [], None, refused
     steps = [str(s) for s in checkpoints(ctx.store, run, ctx.backends)]
     if not steps:
         return [], None, "No checkpoints (set `save_strategy: steps` and `save_steps` to be able to resume)."
@@ -136,6 +140,13 @@ def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tup
                 (f"**{worst.rule}** since step {worst.step}: resume from checkpoint {before[0]}, before its onset."),
             )
     return steps, steps[-1], f"Latest checkpoint: {steps[-1]}."
+
+
+def _resumable(ctx: UiContext, run_id: str | None, user: access.User) -> bool:
+    try:
+        return not run_id or runs.why_not_resumable(access.get_run(ctx.store, run_id, user, ctx.settings)) is None
+    except RunNotFound:
+        return True
 
 
 def export_file(ctx: UiContext, user: access.User, run_id: str | None, suffix: str) -> str:
@@ -174,13 +185,19 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
     note = gr.Markdown(elem_id="resume-note")
 
     def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> dict[Any, Any]:
-        steps, chosen, text = resume_choices(ctx, run_id, user_of(ctx, profile, oauth))
-        return {checkpoint: gr.update(choices=steps, value=chosen), note: text}
+        user = user_of(ctx, profile, oauth)
+        steps, chosen, text = resume_choices(ctx, run_id, user)
+        shown = _resumable(ctx, run_id, user)  # no Resume for a run the dashboard started no job of
+        return {
+            checkpoint: gr.update(choices=steps, value=chosen, visible=shown),
+            resume_btn: gr.update(visible=shown),
+            note: text,
+        }
 
     run_dd.change(
         gate(ctx, "resume_choices", choices),
         [run_dd],
-        [checkpoint, note],
+        [checkpoint, note, resume_btn],
         api_name="resume_choices",
         show_progress="hidden",
     )

@@ -233,9 +233,11 @@ def build(ctx: UiContext) -> DetailTab:
     choices = overview.run_choices(ctx.store, runs=[] if ctx.settings.on_space else None)
     with gr.Row(elem_classes=["grpo-detail-head"]):
         # Custom values allowed: runs appear after the page was built (the app fills the choices on load).
+        # No value until the page loads: the load's choice is then always a change, so the run shown first gets
+        # its server-side parts too (Cancel and Resume shown only where they apply).
         run_dd = gr.Dropdown(
             choices,
-            value=choices[0][1] if choices else None,
+            value=None,
             label="Run",
             scale=4,
             elem_id="detail-run",
