@@ -112,3 +112,23 @@ def test_an_imported_run_offers_no_resume_and_says_why(page: Any, served: dict) 
     page.goto(served["url"] + "?run=local-run&tab=detail")
     page.wait_for_function(f"() => ({text_of('#resume-note')}).includes('No checkpoints')")
     assert page.locator("#resume-btn").is_visible()
+
+
+CHARTS = "() => (document.querySelector('#live-charts') || {}).innerText || ''"
+
+
+@pytest.mark.parametrize(
+    ("run", "axis", "says"),
+    [
+        ("local-run", "epoch", "epoch is not logged as a growing metric by this run"),
+        ("imported", "wall time", "wall time: this run logged no wall-clock times"),
+        ("imported", "relative time", "relative time: this run logged no wall-clock times"),
+    ],
+)
+def test_an_x_axis_the_run_lacks_shows_the_note_why(page: Any, served: dict, run: str, axis: str, says: str) -> None:
+    run_id = served["imported"] if run == "imported" else run
+    page.goto(served["url"] + f"?run={run_id}&tab=detail")
+    page.wait_for_function("() => Number(document.body.dataset.grpoPoints || 0) >= 1")  # drawn on steps first
+    page.locator("#x-axis").get_by_text(axis, exact=True).click()
+    page.wait_for_function(f"() => ({CHARTS})().includes({says!r})")
+    assert page.evaluate(f"() => ({CHARTS})().split({says!r}).length - 1") >= 2  # every panel, not one
