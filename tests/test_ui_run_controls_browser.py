@@ -1,11 +1,13 @@
 """Run controls in headless Chromium against the real app: the New-run form's "resumable" switch and the fields it
-sets, no Resume for an imported run, and the note on an x axis a run did not log (epoch, wall time)."""
+sets, no Resume for an imported run, the note on an x axis a run did not log (epoch, wall time), and local uploads
+over the Space's 1 MB."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,3 +134,34 @@ def test_an_x_axis_the_run_lacks_shows_the_note_why(page: Any, served: dict, run
     page.locator("#x-axis").get_by_text(axis, exact=True).click()
     page.wait_for_function(f"() => ({CHARTS})().includes({says!r})")
     assert page.evaluate(f"() => ({CHARTS})().split({says!r}).length - 1") >= 2  # every panel, not one
+
+
+def test_locally_the_page_uploads_and_imports_a_log_over_the_spaces_1_mb(
+    page: Any, served: dict, tmp_path: Path
+) -> None:
+    """The Space keeps its 1 MB cap (test_space_exploits); locally the page takes what the CLI's import-run reads."""
+    from grpo_dashboard.store.import_guard import LIMITS
+    from grpo_dashboard.ui import serving
+
+    assert serving.upload_limit(on_space=True) == serving.MAX_UPLOAD
+    assert serving.upload_limit(on_space=False) == LIMITS.max_bytes
+    log = tmp_path / "big-log.jsonl"
+    rows = (
+        json.dumps({"reward": s / 20000, "loss": 0.5 - s / 40000, "kl": 0.001, "entropy": 1.0, "step": s}) + "\n"
+        for s in range(1, 20001)
+    )
+    log.write_text("".join(rows))
+    size = log.stat().st_size
+    assert 2**20 < size < LIMITS.max_bytes
+    page.goto(served["url"] + "?tab=runs")
+    page.get_by_role("tab", name="Runs", exact=True).click()
+    page.locator("#import-run-file input[type=file]").set_input_files(str(log))
+    page.wait_for_function(f"() => ({text_of('#import-run-file')}).includes('big-log.jsonl')")
+    page.locator("#import-run-btn").click()
+    page.wait_for_function(f"() => ({text_of('#import-run-note')}).includes('Imported')", timeout=120_000)
+    assert (
+        "20000 records" in page.locator("#import-run-note").inner_text()
+        or "20,000" in page.locator("#import-run-note").inner_text()
+    )
+    run = next(r for r in served["store"].list_runs() if r.name == "big-log")
+    assert run.last_step == 20000
