@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,30 @@ def export_file(ctx: UiContext, user: access.User, run_id: str | None, suffix: s
     return str(path)
 
 
-def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
+@dataclass
+class ResumeParts:
+    """The Resume controls of Run detail."""
+
+    checkpoint: gr.Dropdown
+    button: gr.Button
+    note: gr.Markdown
+
+    def listed(self) -> list[gr.components.Component]:
+        """The components, in output order."""
+        return [self.checkpoint, self.note, self.button]
+
+    def updates(self, ctx: UiContext, run_id: str | None, user: access.User) -> dict[Any, Any]:
+        """The controls for `run_id`: its checkpoints and note; none for a run the dashboard started no job of."""
+        steps, chosen, text = resume_choices(ctx, run_id, user)
+        shown = _resumable(ctx, run_id, user)
+        return {
+            self.checkpoint: gr.update(choices=steps, value=chosen, visible=shown),
+            self.button: gr.update(visible=shown),
+            self.note: text,
+        }
+
+
+def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> ResumeParts:
     """A Resume action (checkpoint picker) and an Export metrics download under the run selector."""
     with gr.Row():
         checkpoint = gr.Dropdown([], label="Checkpoint", allow_custom_value=True, scale=1, elem_id="resume-ckpt")
@@ -184,20 +208,15 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         download = gr.File(label="Metrics file", scale=2, elem_id="export-file")
     note = gr.Markdown(elem_id="resume-note")
 
+    parts = ResumeParts(checkpoint, resume_btn, note)
+
     def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> dict[Any, Any]:
-        user = user_of(ctx, profile, oauth)
-        steps, chosen, text = resume_choices(ctx, run_id, user)
-        shown = _resumable(ctx, run_id, user)  # no Resume for a run the dashboard started no job of
-        return {
-            checkpoint: gr.update(choices=steps, value=chosen, visible=shown),
-            resume_btn: gr.update(visible=shown),
-            note: text,
-        }
+        return parts.updates(ctx, run_id, user_of(ctx, profile, oauth))  # no Resume for an imported run
 
     run_dd.change(
         gate(ctx, "resume_choices", choices),
         [run_dd],
-        [checkpoint, note, resume_btn],
+        parts.listed(),
         api_name="resume_choices",
         show_progress="hidden",
     )
@@ -229,6 +248,7 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         [download],
         api_name="export_metrics",
     )
+    return parts
 
 
 # --- Runs: import a run, filter by tag --------------------------------------------------------------------------

@@ -84,6 +84,7 @@ class DetailTab:
     parts: DetailParts
     manage: Any = None
     live_inputs: list[gr.components.Component] | None = None  # what the page script follows the run with
+    resume: Any = None  # byo_trl.ResumeParts: the page's load fills them for the run it opens on
 
 
 def _size(path: Path) -> int:
@@ -233,11 +234,9 @@ def build(ctx: UiContext) -> DetailTab:
     choices = overview.run_choices(ctx.store, runs=[] if ctx.settings.on_space else None)
     with gr.Row(elem_classes=["grpo-detail-head"]):
         # Custom values allowed: runs appear after the page was built (the app fills the choices on load).
-        # No value until the page loads: the load's choice is then always a change, so the run shown first gets
-        # its server-side parts too (Cancel and Resume shown only where they apply).
         run_dd = gr.Dropdown(
             choices,
-            value=None,
+            value=choices[0][1] if choices else None,
             label="Run",
             scale=4,
             elem_id="detail-run",
@@ -252,7 +251,7 @@ def build(ctx: UiContext) -> DetailTab:
         elem_id="detail-light-link",
         js_on_load=None,
     )
-    byo_trl.detail_tools(ctx, run_dd)  # Resume from a checkpoint, Export metrics
+    resume_parts = byo_trl.detail_tools(ctx, run_dd)  # Resume from a checkpoint, Export metrics
     with gr.Accordion("Health", open=True):
         gr.HTML('<div id="live-findings"></div>', elem_id="detail-findings", js_on_load=None)
     with gr.Accordion("Cost", open=False):
@@ -454,7 +453,7 @@ def build(ctx: UiContext) -> DetailTab:
     cancel_btn.click(
         gate(ctx, "cancel_run", guarded_cancel(cancel)), [run_dd], [status], api_name="cancel_run", js=confirm
     )
-    return DetailTab(run_dd, parts, manage, live_inputs)
+    return DetailTab(run_dd, parts, manage, live_inputs, resume_parts)
 
 
 def guarded_cancel(cancel: Any) -> Any:
