@@ -225,3 +225,33 @@ def test_short_help_cuts_at_a_sentence() -> None:
     text = "First sentence here. " * 30
     out = forms.short_help(text, 100)
     assert len(out) <= 100 and out.endswith(".")
+
+
+def test_the_resumable_switch_sets_save_strategy_and_save_steps_together(fields: dict[str, forms.FormField]) -> None:
+    """The switch stands for `save_strategy: steps` plus a `save_steps` (the field's own value, TRL's default unless
+    edited); it shows as on for a spec that sets both, and off writes `save_strategy: "no"` and drops save_steps."""
+    switch = fields["resumable"]
+    assert switch.widget == "switch" and switch.group == fields["training.save_steps"].group
+    smoke = presets.preset_yaml(presets.DEFAULT_PRESET)  # smoke: save_strategy "no"
+    values = forms.values_from_yaml(smoke)
+    assert values["resumable"] is False
+    values["resumable"] = True  # flipped: wins over the save_strategy dropdown still showing "no"
+    on = RunSpec.from_yaml(forms.yaml_from_values(values, smoke))
+    assert on.training["save_strategy"] == "steps"
+    assert on.training["save_steps"] == trl_fields.default("save_steps")  # written out, not re-typed
+    assert forms.values_from_spec(on)["resumable"] is True
+    values = forms.values_from_spec(on)
+    values["training.save_steps"] = 7  # an edited value is the one kept
+    edited = RunSpec.from_yaml(forms.yaml_from_values(values, on.to_yaml()))
+    assert edited.training["save_steps"] == 7 and edited.training["save_strategy"] == "steps"
+    values = forms.values_from_spec(edited)
+    values["resumable"] = False
+    off = RunSpec.from_yaml(forms.yaml_from_values(values, edited.to_yaml()))
+    assert off.training["save_strategy"] == "no" and "save_steps" not in off.training
+    assert all(w.field != "training.save_steps" for w in runs.check(off, REPO)[1].warnings)
+    # Unflipped, the fields decide: save_strategy set to "no" in the dropdown turns the switch off.
+    values = forms.values_from_spec(edited)
+    values["training.save_strategy"] = "no"
+    assert forms.values_from_yaml(forms.yaml_from_values(values, edited.to_yaml()))["resumable"] is False
+    # A spec that already sets both shows as on (examples/math.yaml: steps, every 100).
+    assert forms.values_from_yaml((REPO / "examples" / "math.yaml").read_text())["resumable"] is True

@@ -251,3 +251,18 @@ def test_save_steps_without_a_save_strategy_is_warned_at_launch(tiny_model: Path
     assert "save_strategy is 'no'" in line and "cannot be resumed" in line
     (run,) = Store().list_runs()
     assert not checkpoints(Store(), run)  # as warned: nothing to resume from
+
+
+def test_an_imported_run_is_refused_with_why_and_nothing_changes(tmp_path: Path, data_dir: Path) -> None:
+    """An imported run has no job the dashboard started: resume says so (and where to resume it) instead of
+    listing backends, and the run is left as it was."""
+    from grpo_dashboard.store.importers import import_run
+
+    log = tmp_path / "trl.jsonl"
+    log.write_text("".join(json.dumps({"reward": s / 10, "step": s}) + "\n" for s in range(1, 5)))
+    store = Store()
+    run = import_run(log, store)
+    with pytest.raises(ResumeError, match=r"was imported from another tool's logs.*cannot resume it.*where it ran"):
+        resume_run(store, run, 2, max_steps=10)
+    after = store.get_run(run.id)
+    assert (after.status, after.last_step, after.spec_yaml) == (run.status, run.last_step, run.spec_yaml)

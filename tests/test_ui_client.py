@@ -166,7 +166,7 @@ def test_load_preset(served: tuple[Any, Client, Store]) -> None:
 def test_form_to_yaml(served: tuple[Any, Client, Store]) -> None:
     demo, client, _ = served
     values, text = smoke_values(num_generations=4, epsilon_high=0.3)
-    yaml_text, command, _ = client.predict(*form_args(demo, values), text, api_name="/form_to_yaml")
+    yaml_text, command, *_ = client.predict(*form_args(demo, values), text, api_name="/form_to_yaml")
     assert "num_generations: 4" in yaml_text and "epsilon_high: 0.3" in yaml_text
     assert yaml_text in command
     assert "\nname: smoke\n" in yaml_text and yaml_text.startswith("# ")  # the preset's comment line is kept

@@ -113,6 +113,11 @@ def resume_run(
             f"Run {run.id} is still {run.status}; cancel it first (`python -m grpo_dashboard cancel "
             f"{run.id}`), then resume it."
         )
+    from grpo_dashboard.launch.runs import why_not_resumable
+
+    refused = why_not_resumable(run)
+    if refused is not None:
+        raise ResumeError(refused)
     if run.backend not in KINDS or not table.get(run.backend).RESUMABLE:
         can = " and ".join(t.KIND for t in BACKEND_TYPES if t.RESUMABLE)
         raise ResumeError(f"Run {run.id} ({run.backend}) cannot be resumed here: only {can} runs can.")

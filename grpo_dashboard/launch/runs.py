@@ -208,6 +208,22 @@ def can_cancel(run: Run) -> bool:
     return True
 
 
+def why_not_resumable(run: Run) -> str | None:
+    """Why the dashboard cannot resume the run from a checkpoint (an imported or followed run: it started no job of
+    it), or None when its backend decides (`launch/resume.py`)."""
+    if run.backend == IMPORTED:
+        return (
+            f"Run {run.id} was imported from another tool's logs: the dashboard started no job of it, so it cannot "
+            "resume it. Resume the training where it ran (TRL: `resume_from_checkpoint`)."
+        )
+    if run.backend == EXTERNAL:
+        return (
+            f"Run {run.id} is reported by a script of its own: the dashboard started no job of it, so it cannot "
+            "resume it. Resume it in that script (TRL: `resume_from_checkpoint`)."
+        )
+    return None
+
+
 def resume(store: Store, run: Run, token: str | None, backends: Backends | None = None) -> bool:
     """After a restart: follow an active run again with the user's `token`; True when following started now."""
     if run.backend in (EXTERNAL, IMPORTED):

@@ -5,6 +5,7 @@ by each backend package's `options.py`). Data only; `forms.py` builds the fields
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_dashboard.spec.agent_spec import AgentSpec
@@ -95,6 +96,31 @@ TEXT_FIELDS = frozenset({"agent.environment_factory"})
 CUSTOM_ALLOWED = frozenset({"backend.accelerate_config", "backend.flavor"})
 # Spec fields holding mappings (or lists of them): edited in the spec's YAML, not as a form input.
 YAML_ONLY = frozenset({"backend.env", "dataset.mixture"})
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One on/off input standing for several TRL fields at once (no spec field of its own: its state is read from
+    the fields). `on`: field -> value when on (None: the field's own value, written out even when it is TRL's
+    default); `off`: field -> value when off (None: the field is removed, back to TRL's default)."""
+
+    key: str
+    group: str
+    help: str
+    on: dict[str, Any] = field(default_factory=dict)
+    off: dict[str, Any] = field(default_factory=dict)
+
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch(
+        "resumable",
+        "Logging & eval",
+        "Save checkpoints (save_strategy steps, every save_steps steps) so the run can be resumed after a cancel "
+        "or a failure.",
+        on={"save_strategy": "steps", "save_steps": None},
+        off={"save_strategy": "no", "save_steps": None},
+    ),
+)
 
 
 def spec_choices(key: str) -> tuple[Any, ...] | None:

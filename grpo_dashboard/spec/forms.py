@@ -23,6 +23,7 @@ from grpo_dashboard.spec.form_layout import (
     CUSTOM_ALLOWED,
     SPEC_GROUPS,
     SPEC_HELP,
+    SWITCHES,
     TEXT_FIELDS,
     TOGGLED_SECTIONS,
     TOP_LEVEL,
@@ -52,7 +53,8 @@ class FormField:
     """One input of the new-run form.
 
     `widget` is one of: text, int, float, bool, choice, list (comma-separated), toggle (an optional nested
-    section such as LoRA, on or off), rewards (the reward table). `item` is the element type of list fields.
+    section such as LoRA, on or off), switch (several training fields at once, `form_layout.SWITCHES`), rewards
+    (the reward table). `item` is the element type of list fields.
     """
 
     key: str
@@ -194,6 +196,8 @@ def form_fields() -> list[FormField]:
                     "its `weight`, and `params` as JSON.",
                 )
             )
+        for sw in (sw for sw in SWITCHES if sw.group == group and all(n in trl for n in (*sw.on, *sw.off))):
+            out.append(FormField(sw.key, group, sw.key, "switch", False, sw.help))
         for name in TRAINING_GROUPS.get(group, ()):
             if name not in trl or name in trl_fields.RESERVED:
                 continue
@@ -293,11 +297,34 @@ def _get(spec: RunSpec, key: str) -> Any:
     return obj
 
 
+def switch_on(training: dict[str, Any], key: str) -> bool:
+    """Whether a switch (`form_layout.SWITCHES`) shows as on for these training values: each of its fields has its
+    `on` value (TRL's default counts), and the fields it takes as they are are set."""
+    sw = next(s for s in SWITCHES if s.key == key)
+    return all(
+        name in training if value is None else trl_fields.effective(training, name) == value
+        for name, value in sw.on.items()
+    )
+
+
+def _apply_switch(training: dict[str, Any], key: str, on: bool) -> None:
+    sw = next(s for s in SWITCHES if s.key == key)
+    for name, value in (sw.on if on else sw.off).items():
+        if value is not None:
+            training[name] = value
+        elif on:
+            training.setdefault(name, trl_fields.default(name))
+        else:
+            training.pop(name, None)
+
+
 def values_from_spec(spec: RunSpec) -> dict[str, Any]:
     """Widget values for every form field: the spec's values, TRL defaults for training fields it leaves unset."""
     out: dict[str, Any] = {}
     for f in form_fields():
-        if f.widget == "rewards":
+        if f.widget == "switch":
+            out[f.key] = switch_on(spec.training, f.key)
+        elif f.widget == "rewards":
             out[f.key] = reward_rows(spec.rewards)
         elif f.is_training:
             out[f.key] = _to_widget(f, trl_fields.effective(spec.training, f.key[len("training.") :]))
@@ -471,7 +498,7 @@ def spec_from_values(values: dict[str, Any], base: RunSpec | None = None) -> Run
             setattr(parent, name, None)
     for key, raw in values.items():
         field = fields.get(key)
-        if field is None or field.widget == "toggle":
+        if field is None or field.widget in ("toggle", "switch"):
             continue
         try:
             if field.widget == "rewards":
@@ -492,6 +519,13 @@ def spec_from_values(values: dict[str, Any], base: RunSpec | None = None) -> Run
             _set(spec, key, value)
     if errors:
         raise SpecError(errors)
+    # A switch flipped away from what the base spec and its fields' values show wins over those values (the form
+    # still shows the old ones until the answer updates them); unflipped, the fields decide.
+    was = base.training if base is not None else {}
+    for sw in (f for f in fields.values() if f.widget == "switch" and f.key in values):
+        want = bool(values[sw.key])
+        if want != switch_on(was, sw.key) and want != switch_on(spec.training, sw.key):
+            _apply_switch(spec.training, sw.key, want)
     return RunSpec.from_yaml(spec.to_yaml())
 
 

@@ -280,7 +280,12 @@ def _wire_page_state(
         settings_ = chart_settings(query)
         assert det.live_inputs is not None  # set by detail.build
         _, smoothing, log_y, xaxis = det.live_inputs
+        # The run the page opens on is the picker's value already, often: no change event fills its Resume and
+        # Cancel controls (absent for an imported run), so the load does.
+        shown = access.get_run(ctx.store, run_id, user, ctx.settings) if run_id else None
         return {
+            **(det.resume.updates(ctx, run_id, user) if det.resume is not None else {}),
+            **({det.parts.cancel: gr.update(visible=runs.can_cancel(shown))} if shown is not None else {}),
             det.run: gr.update(choices=choices, value=run_id),
             compare_dd: gr.update(choices=choices, value=chosen),  # the newest two once Compare is opened
             tabs: gr.Tabs(selected=tab),
@@ -297,7 +302,16 @@ def _wire_page_state(
     demo.load(
         gate(ctx, "page_state", load),
         [search],
-        [det.run, compare_dd, tabs, runs_t.timer, runs_t.last_choices, *(det.live_inputs or [])[1:]],
+        [
+            det.run,
+            compare_dd,
+            tabs,
+            runs_t.timer,
+            runs_t.last_choices,
+            *(det.live_inputs or [])[1:],
+            *(det.resume.listed() if det.resume is not None else []),
+            det.parts.cancel,
+        ],
         api_name="page_state",
         show_progress="hidden",
         js=page_js,

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from grpo_dashboard.errors import BackendError, RunNotFound, SpecError
+from grpo_dashboard.launch import runs
 from grpo_dashboard.space import access
 from grpo_dashboard.ui import new_run
 from grpo_dashboard.ui.auth import user_of
@@ -122,6 +124,9 @@ def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tup
         run = access.get_run(ctx.store, run_id, user, ctx.settings)
     except RunNotFound:
         return [], None, ""
+    refused = runs.why_not_resumable(run)
+    if refused is not None:
+        return [], None, refused
     steps = [str(s) for s in checkpoints(ctx.store, run, ctx.backends)]
     if not steps:
         return [], None, "No checkpoints (set `save_strategy: steps` and `save_steps` to be able to resume)."
@@ -136,6 +141,13 @@ def resume_choices(ctx: UiContext, run_id: str | None, user: access.User) -> tup
                 (f"**{worst.rule}** since step {worst.step}: resume from checkpoint {before[0]}, before its onset."),
             )
     return steps, steps[-1], f"Latest checkpoint: {steps[-1]}."
+
+
+def _resumable(ctx: UiContext, run_id: str | None, user: access.User) -> bool:
+    try:
+        return not run_id or runs.why_not_resumable(access.get_run(ctx.store, run_id, user, ctx.settings)) is None
+    except RunNotFound:
+        return True
 
 
 def export_file(ctx: UiContext, user: access.User, run_id: str | None, suffix: str) -> str:
@@ -161,7 +173,30 @@ def export_file(ctx: UiContext, user: access.User, run_id: str | None, suffix: s
     return str(path)
 
 
-def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
+@dataclass
+class ResumeParts:
+    """The Resume controls of Run detail."""
+
+    checkpoint: gr.Dropdown
+    button: gr.Button
+    note: gr.Markdown
+
+    def listed(self) -> list[gr.components.Component]:
+        """The components, in output order."""
+        return [self.checkpoint, self.note, self.button]
+
+    def updates(self, ctx: UiContext, run_id: str | None, user: access.User) -> dict[Any, Any]:
+        """The controls for `run_id`: its checkpoints and note; none for a run the dashboard started no job of."""
+        steps, chosen, text = resume_choices(ctx, run_id, user)
+        shown = _resumable(ctx, run_id, user)
+        return {
+            self.checkpoint: gr.update(choices=steps, value=chosen, visible=shown),
+            self.button: gr.update(visible=shown),
+            self.note: text,
+        }
+
+
+def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> ResumeParts:
     """A Resume action (checkpoint picker) and an Export metrics download under the run selector."""
     with gr.Row():
         checkpoint = gr.Dropdown([], label="Checkpoint", allow_custom_value=True, scale=1, elem_id="resume-ckpt")
@@ -173,14 +208,15 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         download = gr.File(label="Metrics file", scale=2, elem_id="export-file")
     note = gr.Markdown(elem_id="resume-note")
 
+    parts = ResumeParts(checkpoint, resume_btn, note)
+
     def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> dict[Any, Any]:
-        steps, chosen, text = resume_choices(ctx, run_id, user_of(ctx, profile, oauth))
-        return {checkpoint: gr.update(choices=steps, value=chosen), note: text}
+        return parts.updates(ctx, run_id, user_of(ctx, profile, oauth))  # no Resume for an imported run
 
     run_dd.change(
         gate(ctx, "resume_choices", choices),
         [run_dd],
-        [checkpoint, note],
+        parts.listed(),
         api_name="resume_choices",
         show_progress="hidden",
     )
@@ -212,6 +248,7 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         [download],
         api_name="export_metrics",
     )
+    return parts
 
 
 # --- Runs: import a run, filter by tag --------------------------------------------------------------------------

@@ -84,6 +84,7 @@ class DetailTab:
     parts: DetailParts
     manage: Any = None
     live_inputs: list[gr.components.Component] | None = None  # what the page script follows the run with
+    resume: Any = None  # byo_trl.ResumeParts: the page's load fills them for the run it opens on
 
 
 def _size(path: Path) -> int:
@@ -250,7 +251,7 @@ def build(ctx: UiContext) -> DetailTab:
         elem_id="detail-light-link",
         js_on_load=None,
     )
-    byo_trl.detail_tools(ctx, run_dd)  # Resume from a checkpoint, Export metrics
+    resume_parts = byo_trl.detail_tools(ctx, run_dd)  # Resume from a checkpoint, Export metrics
     with gr.Accordion("Health", open=True):
         gr.HTML('<div id="live-findings"></div>', elem_id="detail-findings", js_on_load=None)
     with gr.Accordion("Cost", open=False):
@@ -452,7 +453,7 @@ def build(ctx: UiContext) -> DetailTab:
     cancel_btn.click(
         gate(ctx, "cancel_run", guarded_cancel(cancel)), [run_dd], [status], api_name="cancel_run", js=confirm
     )
-    return DetailTab(run_dd, parts, manage, live_inputs)
+    return DetailTab(run_dd, parts, manage, live_inputs, resume_parts)
 
 
 def guarded_cancel(cancel: Any) -> Any:

@@ -14,6 +14,7 @@ from grpo_dashboard.launch import runs
 from grpo_dashboard.launch.backends import Backends
 from grpo_dashboard.space import access
 from grpo_dashboard.spec import forms, presets
+from grpo_dashboard.spec.form_layout import SWITCHES
 from grpo_dashboard.spec.jobfiles import rewards_module
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.ui.context import UiContext
@@ -62,7 +63,7 @@ def info_text(text: str | None) -> str | None:
 
 def _component(f: forms.FormField, value: Any) -> gr.components.Component:
     info = info_text(f.help)
-    if f.widget in ("bool", "toggle"):
+    if f.widget in ("bool", "toggle", "switch"):
         return gr.Checkbox(value=bool(value), label=f.label, info=info, elem_id=_elem(f))
     if f.widget == "choice":
         return gr.Dropdown(
@@ -317,13 +318,20 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         concurrency_limit=None,
     )
 
+    linked = linked_fields(tab)
+
     def form_to_yaml(*args: Any) -> dict[Any, Any]:
         *vals, yaml_text = args
+        values = _values(tab, tuple(vals))
         try:
-            text = forms.yaml_from_values(_values(tab, tuple(vals)), yaml_text)
+            text = forms.yaml_from_values(values, yaml_text)
+            now = forms.values_from_yaml(text)
         except SpecError as exc:
             return {tab.summary: _summary(exc.errors, [], "")}
-        return {tab.yaml: text, tab.command: _command(text, ctx.backends)}
+        # A switch and the fields it sets show each other's change (only those that differ: a field being typed
+        # in keeps its text).
+        shown = {c: gr.update(value=now[f.key]) for f, c in linked if f.key in now and now[f.key] != values[f.key]}
+        return {tab.yaml: text, tab.command: _command(text, ctx.backends), **shown}
 
     # Gradio's textbox sends `input` from its key handlers only, so a value pasted with the mouse, dropped or
     # autofilled reaches the YAML when the field loses focus.
@@ -333,7 +341,7 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         triggers,
         gate(ctx, "form_to_yaml", form_to_yaml, what="YAML update", scrub=False),
         [*tab.inputs, tab.yaml],
-        [tab.yaml, tab.command, tab.summary],
+        [tab.yaml, tab.command, tab.summary, *(c for _, c in linked)],
         api_name="form_to_yaml",
         trigger_mode="always_last",
         show_progress="hidden",
@@ -370,6 +378,12 @@ def _wire(tab: NewRunTab, ctx: UiContext) -> None:
         show_progress="hidden",
         concurrency_limit=None,
     )
+
+
+def linked_fields(tab: NewRunTab) -> list[tuple[forms.FormField, gr.components.Component]]:
+    """The switches of the form and the training fields they set, with their components."""
+    keys = {sw.key for sw in SWITCHES} | {f"training.{n}" for sw in SWITCHES for n in (*sw.on, *sw.off)}
+    return [(f, c) for f, c in zip(tab.fields, tab.inputs, strict=True) if f.key in keys]
 
 
 def bad_keys(errors: list[FieldError]) -> set[str]:

@@ -60,22 +60,40 @@ def postprocessed(answer: dict[Any, Any]) -> dict[Any, Any]:
 
 
 MAX_BODY_BYTES = 2 * 2**20  # a request carries a spec and form values: kilobytes
-MAX_UPLOAD = "1mb"  # no component takes files; gradio's upload route is open to anyone, so keep it small
+MAX_UPLOAD = "1mb"  # on a Space gradio's upload route is open to every signed-in visitor: keep it small
+UPLOAD_ROUTE = "/gradio_api/upload"
+MULTIPART_SLACK = 64 * 1024  # an upload's form framing around the file
+
+
+def upload_limit(on_space: bool) -> int | str:
+    """The largest file the page may upload: MAX_UPLOAD on a Space; locally the largest run log the CLI's
+    `import-run` reads (`import_guard.LIMITS.max_bytes`: every upload the page takes is a run log or a smaller
+    TRL config)."""
+    from grpo_dashboard.store.import_guard import LIMITS
+
+    return MAX_UPLOAD if on_space else LIMITS.max_bytes
+
+
 UPLOAD_CACHE = (600, 600)  # every 10 minutes, delete uploads older than 10 minutes
 
 
 class BodyLimit:
-    """ASGI middleware: HTTP requests whose body is over `limit` bytes get 413 before anything reads them whole."""
+    """ASGI middleware: HTTP requests whose body is over `limit` bytes get 413 before anything reads them whole;
+    uploads (UPLOAD_ROUTE) over `upload` bytes plus their form framing, where `upload` is larger (locally: a run
+    log; gradio's `max_file_size` then checks the file itself)."""
 
-    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES, upload: int = 0) -> None:
+        self.app, self.limit, self.upload = app, limit, upload
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.limit
+        if self.upload and str(scope.get("path", "")).endswith(UPLOAD_ROUTE):
+            limit = max(limit, self.upload + MULTIPART_SLACK)
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await _too_large(send, self.limit)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return await _too_large(send, limit)
         seen = 0
 
         async def limited() -> dict[str, Any]:
@@ -83,8 +101,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise ValueError(f"request body over {self.limit} bytes")
+                if seen > limit:
+                    raise ValueError(f"request body over {limit} bytes")
             return message
 
         return await self.app(scope, limited, send)
@@ -207,9 +225,18 @@ class DashboardBlocks(gr.Blocks):
 
         if self.ctx is not None:
             guard.seal(self, self.ctx)
-        kwargs.setdefault("max_file_size", MAX_UPLOAD)
+        from grpo_dashboard import settings
+
+        kwargs.setdefault("max_file_size", upload_limit(settings.on_space()))
+        files = kwargs["max_file_size"]
         app_kwargs = dict(kwargs.get("app_kwargs") or {})
-        app_kwargs.setdefault("middleware", [Middleware(RouteGate, ctx=self.ctx), Middleware(BodyLimit)])
+        app_kwargs.setdefault(
+            "middleware",
+            [
+                Middleware(RouteGate, ctx=self.ctx),
+                Middleware(BodyLimit, upload=files if isinstance(files, int) else 0),
+            ],
+        )
         kwargs["app_kwargs"] = app_kwargs
         block = not kwargs.get("prevent_thread_lock", False) and not bool(getattr(sys, "ps1", sys.flags.interactive))
         kwargs["prevent_thread_lock"] = True

@@ -571,11 +571,32 @@ def run_specs(
     if opts.xaxis in METRIC_XAXES:
         mapped = on_metric(frames, store.arrays(run_id, opts.xaxis))
         if mapped is None:
-            note = f"{opts.xaxis} is not logged as a growing metric by this run; choose step or time"
-            return {pid: _empty_spec(next(p.title for p in PANELS if p.id == pid), note) for pid in PANEL_IDS}
+            return noted_specs(metric_axis_note(opts.xaxis))
         frames, findings = mapped, ()  # findings mark steps: not drawn on a metric axis
+    note = axis_note(frames, opts.xaxis)
+    if note is not None:
+        return noted_specs(note)
     marks = finding_marks(findings, group_metrics(frames.keys()))
     return specs_of(frames, opts, beta, max_completion_length, t0, marks)
+
+
+def metric_axis_note(xaxis: str) -> str:
+    """What every panel says when the run did not log the metric `xaxis` (num_tokens, epoch) as a growing one."""
+    return f"{xaxis} is not logged as a growing metric by this run; choose step or time"
+
+
+def axis_note(frames: SeriesMap, xaxis: str) -> str | None:
+    """What every panel says in place of a chart when the run's metrics have no point on the time axis `xaxis`
+    (an import from a log without wall-clock times), or None when they can be drawn."""
+    if xaxis not in ("wall time", "relative time") or not frames:
+        return None
+    timed = any(bool(np.isfinite(s.times).any()) for k, s in frames.items() if k[0] != SYSTEM_SPLIT)
+    return None if timed else f"{xaxis}: this run logged no wall-clock times (its log has none); choose step"
+
+
+def noted_specs(note: str) -> dict[str, Spec]:
+    """Every panel, in PANELS order, holding only `note`."""
+    return {pid: _empty_spec(next(p.title for p in PANELS if p.id == pid), note) for pid in PANEL_IDS}
 
 
 Marks = dict[str, list[tuple[int, str, str]]]  # panel id -> (step, rule, severity) of findings drawn on it

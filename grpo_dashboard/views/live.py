@@ -245,11 +245,17 @@ class Feed:
             )
             settings = overview.spec_settings(run) if run is not None else {}
             frames, marks = self._frames, self._marks
+            note = charts.axis_note(frames, xaxis)
             if xaxis in charts.METRIC_XAXES:
                 mapped = charts.on_metric(frames, self.store.arrays(self.run_id, xaxis))
                 frames, marks = (mapped if mapped is not None else {}), {}  # findings mark steps, not this axis
-            specs = charts.specs_of(
-                frames, opts, settings.get("beta"), settings.get("max_completion_length"), self._t0, marks
+                note = None if mapped is not None else charts.metric_axis_note(xaxis)
+            specs = (
+                charts.noted_specs(note)
+                if note is not None
+                else charts.specs_of(
+                    frames, opts, settings.get("beta"), settings.get("max_completion_length"), self._t0, marks
+                )
             )
             from plotly.io.json import to_json_plotly
 
