@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "rss_start_mb": rss_start,
         "rss_end_mb": rss_end,
         "rss_quarter_mb": quarters[0] if quarters else rss_end,
+        "rss_half_mb": quarters[1] if len(quarters) > 1 else rss_end,
         "rss_peak_mb": max((m for _, m in rss), default=rss_end),
     }
     if args.json:

@@ -65,7 +65,7 @@ def install(app: Any, ctx: Any, user_of_request: Any) -> None:
             return JSONResponse({"error": str(exc)}, status_code=401)
         if ctx.settings.on_space and user.username is None:
             return JSONResponse({"error": f"{PATH}: send your Hugging Face token as 'Authorization: Bearer'"}, 401)
-        if not rate.take(user.username or "local"):
+        if not rate.take(user.username or "(this machine)"):
             return JSONResponse({"error": f"over {RATE[0]} batches per {RATE[1]:g} s: wait and resend"}, 429)
         body = await request.body()
         owner = user.username if ctx.settings.on_space else None

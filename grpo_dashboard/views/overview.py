@@ -219,8 +219,9 @@ def _replay(store: Store, run: Run, key: tuple[str, str], frame: Any, finding: A
     origin = (run.spec_yaml, run.started_at)
     kept = FINDINGS.replays.get(key)
     if kept is not None and kept[0] == origin and kept[1].committed is not None:
-        committed = kept[1].committed
-        if any(np.any(c.steps == committed) for c in frame.columns.values()):
+        segment, step = kept[1].committed  # the (run within the log, step) replayed last
+        segments = frame.segments
+        if segment < len(segments) and any(np.any(c.steps == step) for c in segments[segment].columns.values()):
             return kept[1]
     config, thresholds = run_config(run)
     saved = store.findings(run.id)
