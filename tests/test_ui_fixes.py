@@ -246,3 +246,18 @@ def test_initial_view_follows_the_url(tmp_path: Path) -> None:
     assert ui_app.initial_view(ctx, user, {"run": "smoke-1"})[1:] == ("smoke-1", "detail")
     assert ui_app.initial_view(ctx, user, {"run": "smoke-1", "tab": "compare"})[1:] == ("smoke-1", "compare")
     assert ui_app.initial_view(ctx, user, {"tab": "bogus"})[2] == "new"
+
+
+def test_a_bad_threshold_override_is_reported_as_such_on_the_run_page(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store.db")
+    metrics = new_run_row(store, tmp_path)
+    spec = RunSpec.from_yaml(SMOKE)
+    spec.health.thresholds = {"truncation.wran": 0.4}
+    store.update_run("r1", spec_yaml=spec.to_yaml())
+    with metrics.open("a") as f:
+        for step in range(1, 6):
+            f.write(f'{{"v": 1, "type": "log", "split": "train", "step": {step}, "time": {step}, ')
+            f.write('"metrics": {"loss": 0.1, "reward": 0.5}}\n')
+    ingest.ingest_file(store, "r1", metrics)
+    (finding,) = overview.findings(store, store.get_run("r1"))
+    assert finding.rule == "health.thresholds" and "truncation.wran" in finding.message

@@ -19,9 +19,10 @@ from .loaders import load_completions, load_log_frame, load_log_records
 from .monitor import HealthMonitor, MonitorUpdate
 from .rules import RULES, RuleError, diagnose, worst_severity
 from .series import MetricFrame
-from .thresholds import DEFAULT_THRESHOLDS, RULE_IDS, THRESHOLDS, resolve_thresholds
+from .thresholds import DEFAULT_THRESHOLDS, RULE_IDS, THRESHOLDS, ThresholdError, resolve_thresholds
 
 __all__ = [
+    "ThresholdError",
     "AlertSender",
     "DEFAULT_THRESHOLDS",
     "Finding",

@@ -47,6 +47,10 @@ RULE_IDS: tuple[str, ...] = (
 )
 
 
+class ThresholdError(ValueError):
+    """A health threshold override the doctor cannot use (unknown name, wrong type or range)."""
+
+
 @dataclass(frozen=True)
 class Threshold:
     """One tunable number: its key, default, meaning and where the default comes from."""
@@ -259,7 +263,7 @@ def resolve_thresholds(overrides: Mapping[str, Any] | None = None) -> dict[str, 
         if key not in DEFAULT_THRESHOLDS:
             near = get_close_matches(key, DEFAULT_THRESHOLDS, n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(near)}?" if near else "; see docs/health.md for the list"
-            raise ValueError(f"unknown health threshold {key!r}{hint}")
+            raise ThresholdError(f"unknown health threshold {key!r}{hint}")
         merged[key] = _coerce(key, value, DEFAULT_THRESHOLDS[key])
     return merged
 
@@ -284,15 +288,15 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
             return True
         if text in {"0", "false", "no", "off"}:
             return False
-        raise ValueError(f"health threshold {key} must be true or false, got {value!r}")
+        raise ThresholdError(f"health threshold {key} must be true or false, got {value!r}")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"health threshold {key} must be a number, got {value!r}") from None
+        raise ThresholdError(f"health threshold {key} must be a number, got {value!r}") from None
     if number != number or number < 0:
-        raise ValueError(f"health threshold {key} must be a non-negative number, got {value!r}")
+        raise ThresholdError(f"health threshold {key} must be a non-negative number, got {value!r}")
     if isinstance(default, int):
         if number != int(number) or number < 1:
-            raise ValueError(f"health threshold {key} counts logs and must be a whole number >= 1, got {value!r}")
+            raise ThresholdError(f"health threshold {key} counts logs and must be a whole number >= 1, got {value!r}")
         return int(number)
     return number

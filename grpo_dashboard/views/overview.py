@@ -183,7 +183,7 @@ def findings(store: Store, run: Run) -> list[Any]:
         if result is not None:
             return result
         try:
-            from grpo_dashboard.health import Finding
+            from grpo_dashboard.health import Finding, ThresholdError
         except ImportError:
             return []
         try:
@@ -192,7 +192,7 @@ def findings(store: Store, run: Run) -> list[Any]:
             frame = metric_frame(store, run.id, token)
             replay = _replay(store, run, key, frame, Finding)
             result = list(replay.update(frame, recent_samples(run.run_dir, output_dir=run.output_dir)))
-        except ValueError as exc:  # bad threshold overrides in the spec
+        except ThresholdError as exc:  # bad threshold overrides in the spec
             result = [_BadThresholds(str(exc))]
         else:
             try:
@@ -279,7 +279,7 @@ def _judged_badge(store: Store, run: Run, token: tuple[Any, ...]) -> str:
         kept[0] == token or (run.is_active and time.monotonic() - kept[1] < HEALTH_MIN_INTERVAL_S)
     ):
         return kept[2]
-    from grpo_dashboard.health import diagnose
+    from grpo_dashboard.health import ThresholdError, diagnose
     from grpo_dashboard.health.findings import is_rule_failure
 
     config, thresholds = run_config(run)
@@ -290,7 +290,7 @@ def _judged_badge(store: Store, run: Run, token: tuple[Any, ...]) -> str:
             thresholds or None,
             recent_samples(run.run_dir, output_dir=run.output_dir),
         )
-    except ValueError:  # bad threshold overrides: findings() reports them
+    except ThresholdError:  # bad threshold overrides: findings() reports them
         now = None
     if now is None or any(map(is_rule_failure, now)):
         badge = badge_text([f for f in findings(store, run) if f.status == "active"])
