@@ -29,6 +29,19 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = REPO / "test-artifacts"
+
+
+def chromium_browser() -> Iterator[Any]:
+    """Debian's Chromium under Playwright, for a module's `browser` fixture (skips where either is missing)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM.exists():
+        pytest.skip("needs Debian's chromium at /usr/bin/chromium")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
 SMOKE = "smoke (offline CPU test)"
 
 # Points of the longest trace of a plotly chart inside a gr.Plot: plotly keeps the decoded traces (our x arrays

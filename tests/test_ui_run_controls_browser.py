@@ -17,7 +17,7 @@ from grpo_dashboard.store.importers import import_run
 from grpo_dashboard.ui import build_app, launch_options
 
 from .conftest import free_port
-from .test_ui_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+from .test_ui_browser import ARTIFACTS, chromium_browser
 from .test_ui_states_browser import finished_run, text_of
 
 pytestmark = pytest.mark.browser
@@ -51,13 +51,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not CHROMIUM.exists():
-        pytest.skip("needs Debian's chromium at /usr/bin/chromium")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    yield from chromium_browser()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from grpo_dashboard.store.ingest import ingest_file
 from grpo_dashboard.ui import build_app, launch_options
 
 from .conftest import free_port
-from .test_ui_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+from .test_ui_browser import ARTIFACTS, chromium_browser
 
 pytestmark = pytest.mark.browser
 
@@ -89,13 +89,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not CHROMIUM.exists():
-        pytest.skip("needs Debian's chromium at /usr/bin/chromium")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    yield from chromium_browser()
 
 
 def _page(browser: Any, request: pytest.FixtureRequest, width: int, height: int) -> Iterator[Any]:
