@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, make_finding
@@ -189,10 +191,26 @@ def _expanding_median(values: np.ndarray) -> np.ndarray:
     if values.size < 2:
         return out
     # Exact running medians would be quadratic; medians over blocks of earlier values are enough for a floor.
+    # The prefix is kept sorted: a stable sort of two sorted runs is a linear merge, where np.median on each prefix
+    # would partition it anew. The middle of a sorted prefix is np.median's own value (NaN sorts last, as it does).
     stride = max(1, values.size // 256)
+    ordered = values[:0].astype(float)
+    start = 0
     for end in range(1, values.size, stride):
-        out[end : end + stride] = np.median(values[:end])
+        ordered = np.sort(np.concatenate((ordered, values[start:end])), kind="stable")
+        start = end
+        out[end : end + stride] = _sorted_median(ordered)
     return out
+
+
+def _sorted_median(ordered: np.ndarray) -> float:
+    """np.median of an already sorted, non-empty array (NaN when it holds a NaN, as np.median gives)."""
+    if np.isnan(ordered[-1]):
+        return math.nan
+    mid = ordered.size // 2
+    if ordered.size % 2:
+        return float(ordered[mid])
+    return float((ordered[mid - 1] + ordered[mid]) / 2.0)
 
 
 def check_zero_gradient(ctx: Context) -> list[Finding]:
