@@ -189,9 +189,14 @@ def _expanding_median(values: np.ndarray) -> np.ndarray:
     if values.size < 2:
         return out
     # Exact running medians would be quadratic; medians over blocks of earlier values are enough for a floor.
+    # The earlier values are kept sorted (each block merged in) so each median is an index, not a new partition.
     stride = max(1, values.size // 256)
+    ordered = np.sort(values[:1])
     for end in range(1, values.size, stride):
-        out[end : end + stride] = np.median(values[:end])
+        if end > ordered.size:
+            ordered = np.sort(np.concatenate((ordered, values[ordered.size : end])), kind="stable")
+        half = end // 2
+        out[end : end + stride] = ordered[half] if end % 2 else (ordered[half - 1] + ordered[half]) / 2
     return out
 
 
