@@ -318,3 +318,17 @@ def test_a_gradient_explosion_in_the_first_logs_is_caught_before_any_baseline() 
     assert f.severity == "error" and f.step == 3 and "before a baseline" in f.message
     mild = [{**r, "grad_norm": g} for r, g in zip(base, (0.8, 1.1, 40.0), strict=True)]
     assert "grad_spike" not in rules(diagnose(mild))
+
+
+def test_grad_spike_typical_level_is_the_median_of_every_earlier_block() -> None:
+    """The run's typical grad_norm at each block start equals np.median of all earlier values (odd and even counts)."""
+    from grpo_dashboard.health.checks_optimizer import _expanding_median
+
+    rng = np.random.default_rng(7)
+    for n in (2, 3, 17, 257, 5000):
+        for v in (rng.lognormal(size=n), np.round(rng.random(n) * 3)):
+            got = _expanding_median(v)
+            stride = max(1, n // 256)
+            assert np.isnan(got[0])
+            for end in range(1, n, stride):
+                assert got[end] == np.median(v[:end])
