@@ -32,7 +32,8 @@ OPEN_DISAGREEMENTS: dict[str, str] = {
         "labelled healthy (at most one warning) but two flat_reward warnings are active: rewards/check_answer is "
         "-1.0 and rewards/match_format_exactly 0.0 on all 20 logs (s1..s20) while the total reward moves "
         "-0.75..-2.5 with the other format function; the label read it as a correctness reward not fired yet 20 "
-        "steps in, the doctor as two constant functions (arguably right)"
+        "steps in, the doctor as two constant functions (arguably right); also a provisional reward_drop "
+        "(forbidden) shown live after the step-4 record (reward -0.75, -0.75, -1.0, -1.0 on s1-s4)"
     ),
 }
 # The same for the shared corpus. Both alarms were shown live before the findings record kept what the live panel
