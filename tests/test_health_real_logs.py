@@ -27,7 +27,15 @@ SHARED = next(
 # Logs whose labels the doctor does not meet yet (labels are written from the numbers before the doctor runs and are
 # not bent to it; see the corpus INDEX.md for the reading). Strict: once the doctor is fixed the test passes and the
 # entry must go.
-OPEN_DISAGREEMENTS: dict[str, str] = {}
+OPEN_DISAGREEMENTS: dict[str, str] = {
+    "duruoli__stats-safety__outputs-checkpoint-100-trainer_state-first20.jsonl": (
+        "labelled healthy (at most one warning) but two flat_reward warnings are active: rewards/check_answer is "
+        "-1.0 and rewards/match_format_exactly 0.0 on all 20 logs (s1..s20) while the total reward moves "
+        "-0.75..-2.5 with the other format function; the label read it as a correctness reward not fired yet 20 "
+        "steps in, the doctor as two constant functions (arguably right); also a provisional reward_drop "
+        "(forbidden) shown live after the step-4 record (reward -0.75, -0.75, -1.0, -1.0 on s1-s4)"
+    ),
+}
 # The same for the shared corpus. Both alarms were shown live before the findings record kept what the live panel
 # showed (benchmarks/doctor_real_logs.py listed them as "shown live after a record ... FORBIDDEN"); the record now
 # keeps them, so the label check sees them.
