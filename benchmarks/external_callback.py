@@ -2,8 +2,9 @@
 
 A plain GRPOTrainer run (the tiny locally built Qwen2, `tests/plain_trl_script.py`'s settings: 4 generations, 8
 completions of up to 8 tokens per step, `logging_steps=1`, seed 0) is trained in one fresh child process, after an
-unmeasured warm-up run, round-robin: without the callback, with it on the directory transport, and with it on the
-HTTP transport to a real dashboard served by the parent process (`build_app`, local mode, POST /grpo/ingest).
+unmeasured warm-up run, round-robin (the order rotated each round): without the callback, with it on the directory
+transport, and with it on the HTTP transport to a real dashboard served by the parent process (`build_app`, local mode,
+POST /grpo/ingest).
 `trainer.train()` alone is timed; every run must train identically (same reward and completion length at every
 step). The callback's own hooks are also timed directly (the share free of run-to-run noise); the HTTP sender runs
 in its own thread and is charged through the wall-clock ratio only.
@@ -92,10 +93,11 @@ def train_once(model: str, out: Path, steps: int, target: str | None) -> dict[st
 
 
 def child(model: str, work: Path, steps: int, rounds: int, url: str) -> None:
-    """Warm-up, then `rounds` of the three sides in turn; one JSON line per run."""
+    """Warm-up, then `rounds` of the three sides, the order rotated each round; one JSON line per run."""
     train_once(model, work / "warm", 3, None)
     for i in range(rounds):
-        for side in SIDES:
+        # Rotated so that no side always runs first or last in a round (drift in the machine's load is shared).
+        for side in SIDES[i % len(SIDES) :] + SIDES[: i % len(SIDES)]:
             target = {"without": None, "directory": str(work / "data"), "http": url}[side]
             r = train_once(model, work / f"{side}-{i}", steps, target)
             with (work / "results.jsonl").open("a", encoding="utf-8") as f:
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(
             common.row(
                 f"train() with DashboardCallback ({side}) / without ({args.steps} steps, median of {args.rounds}; "
-                f"spread {spread:.1f} points)",
+                f"ratios {min(ratios):.3f}-{max(ratios):.3f}, spread {spread:.1f} points)",
                 f"{med_w:.2f} s",
                 f"{med_o:.2f} s",
                 f"{ratio:.3f}x",
