@@ -261,3 +261,17 @@ def test_a_run_that_collapsed_and_recovered_says_its_confidence_is_low() -> None
     assert fc.to_dict()["confidence"] == "low"
     flat = [{"step": 5 * (i + 1), "reward": float(0.5 + rng.normal(0, 0.1))} for i in range(40)]
     assert forecast(MetricFrame.from_records(flat), max_steps=400).confidence == "normal"
+
+
+def test_binned_means_are_the_means_of_array_splits_groups() -> None:
+    """The fit's bins are the means of np.array_split's equal-count groups, exactly, for any length past the cap."""
+    from grpo_dashboard.health.fits import binned
+
+    rng = np.random.default_rng(3)
+    for n, bins in ((201, 200), (1000, 200), (12_345, 200), (10, 3), (64, 64), (65, 7)):
+        x, y = np.arange(n, dtype=float) * 2.5, rng.normal(size=n)
+        bx, by = binned(x, y, bins)
+        groups = np.array_split(np.arange(n), bins)
+        assert bx.size == by.size == bins
+        assert np.array_equal(bx, [x[g].mean() for g in groups])
+        assert np.array_equal(by, [y[g].mean() for g in groups])
