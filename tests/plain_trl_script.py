@@ -3,13 +3,14 @@ tiny local model for a few CPU steps, logging with `report_to` (trackio, wandb, 
 `--dashboard DIR_OR_URL`, the dashboard's callback.
 
 Usage: python tests/plain_trl_script.py MODEL_DIR OUTPUT_DIR [--steps N] [--report-to trackio,wandb] [--beta B]
-[--dashboard DIR] [--run-name NAME] [--guard] [--step-sleep S]
+[--dashboard DIR] [--run-name NAME] [--guard] [--step-sleep S] [--hold-at N --hold FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 PROMPTS = [f"Say {c}:" for c in "abcdefghijklmnopqrstuvwxyz"] + ["Count to three:"] * 6
@@ -33,6 +34,8 @@ def main() -> None:
     p.add_argument("--project", default="trl-proj", help="the trackio project")
     p.add_argument("--guard", action="store_true", help="the callback stops on an error finding")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds each step waits (a slower run)")
+    p.add_argument("--hold-at", type=int, default=0, help="after this step, wait until --hold exists")
+    p.add_argument("--hold", help="the file whose creation lets the run go on past --hold-at")
     p.add_argument("--logging-steps", type=int, default=1)
     p.add_argument("--log-history", help="write the trainer's own log history (JSON) here after training")
     p.add_argument("--eval-steps", type=int, default=0, help="evaluate every N steps (0: never)")
@@ -76,6 +79,17 @@ def main() -> None:
                 time.sleep(args.step_sleep)
 
         callbacks.append(Slow())
+    if args.hold_at and args.hold:
+        hold_at, hold = args.hold_at, Path(args.hold)
+
+        class Hold(TrainerCallback):
+            # a test's watcher decides when the run goes on, so a slow machine cannot let it end unwatched
+            def on_step_end(self, _args: Any, state: Any, *a: Any, **k: Any) -> None:
+                deadline = time.monotonic() + 900
+                while state.global_step == hold_at and not hold.exists() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+
+        callbacks.append(Hold())
     trainer = GRPOTrainer(
         model=args.model,
         reward_funcs=letter_reward,

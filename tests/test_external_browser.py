@@ -24,7 +24,8 @@ from .test_ui_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, POINTS_JS
 pytestmark = [pytest.mark.browser, pytest.mark.training]
 
 STEPS = "8"
-SLOW = "2.5"  # seconds each step waits: the run is still training while the page is checked
+SLOW = "1.5"  # seconds each step waits: the run is still training while the page is checked
+HOLD_AT = "2"  # each script waits after this step until its page has been opened
 
 
 @pytest.fixture
@@ -76,13 +77,16 @@ def text_of(selector: str, text: str) -> str:
     return f"() => ((document.querySelector('{selector}') || {{}}).innerText || '').includes('{text}')"
 
 
-def watch_live(page: Any, url: str, store: Store, run_id: str, proc: Any) -> None:
-    """The run's page while the script trains: every panel a launched run's page shows, the charts growing."""
+def watch_live(page: Any, url: str, store: Store, run_id: str, proc: Any, release: Path) -> None:
+    """The run's page while the script trains: every panel a launched run's page shows, the charts growing.
+
+    The script waits after step HOLD_AT until `release` exists, so the page is open before the run goes on."""
     page.goto(f"{url}?run={run_id}&tab=detail")
     page.wait_for_function(text_of("#live-status", run_id))
     page.wait_for_function(f"() => ({POINTS_JS})('#plot-reward') >= 1")
     first = page.evaluate(POINTS_JS, "#plot-reward")
-    assert proc.poll() is None, "the script ended before its page was watched"
+    assert first <= int(HOLD_AT) and proc.poll() is None, "the script went past its hold"
+    release.touch()
     page.wait_for_function(f"() => ({POINTS_JS})('#plot-reward') > {first}")  # pushed while it trains, no reload
     assert proc.poll() is None or store.get_run(run_id).last_step > first
     for panel in ("#plot-kl", "#plot-length", "#plot-loss", "#plot-system"):
@@ -101,11 +105,13 @@ def test_plain_script_is_live_in_chromium_through_each_transport(
     app: tuple[str, Store], browser: Any, tiny_model: Path, tmp_path: Path, data_dir: Path
 ) -> None:
     url, store = app
+    releases = {name: tmp_path / f"release-{name}" for name in ("by-dir", "by-http")}
+    common = ("--steps", STEPS, "--step-sleep", SLOW, "--hold-at", HOLD_AT)
     by_dir = test_external_callback.start_script(
-        tiny_model, tmp_path / "dir", data_dir, "--steps", STEPS, "--step-sleep", SLOW, "--run-name", "by-dir"
+        tiny_model, tmp_path / "dir", data_dir, *common, "--hold", str(releases["by-dir"]), "--run-name", "by-dir"
     )
     by_http = test_external_http.start_script(
-        tiny_model, tmp_path / "http", url, "--steps", STEPS, "--step-sleep", SLOW, "--run-name", "by-http"
+        tiny_model, tmp_path / "http", url, *common, "--hold", str(releases["by-http"]), "--run-name", "by-http"
     )
     procs = {"by-dir": by_dir, "by-http": by_http}
     pages: dict[str, Any] = {}
@@ -118,7 +124,7 @@ def test_plain_script_is_live_in_chromium_through_each_transport(
             )
             assert run.backend == EXTERNAL and run.status == "running"
             pages[name] = new_page(browser)
-            watch_live(pages[name], url, store, run.id, proc)
+            watch_live(pages[name], url, store, run.id, proc, releases[name])
         for name, proc in procs.items():
             out, _ = proc.communicate(timeout=300)
             assert proc.returncode == 0, out[-3000:]
@@ -135,6 +141,8 @@ def test_plain_script_is_live_in_chromium_through_each_transport(
             page.screenshot(path=str(ARTIFACTS / f"external-{name}.png"), full_page=False)
             assert page.console_errors == [], (name, page.console_errors)
     finally:
+        for release in releases.values():
+            release.touch()
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
