@@ -5,8 +5,10 @@ complete lines of the callback's spooled `metrics.jsonl` / `samples.jsonl` from 
 dashboard keeps how many bytes of each stream it has (`received`); a batch that starts there is appended, one that
 starts before it (a retry after a lost answer) is acknowledged without writing, one past it is refused with the
 offset to resend from (409). The answer always carries `received`, so the callback resumes from there: every line
-lands once, whatever was lost or retried. The first batch of a run carries its spec (run.yaml) and creates the run,
-owned by the token's user; a run of another user is answered as a missing one (404).
+lands once, whatever was lost or retried, a crash of the dashboard while it appends included (see `_append`;
+the one count a crash there can miss is that batch's rejected lines in the run's skipped records). The first batch
+of a run carries its spec (run.yaml) and creates the run, owned by the token's user; a run of another user is
+answered as a missing one (404).
 
 A batch that is not this shape is refused whole with the reason (400) and nothing is written. A metrics line that
 is not a protocol record is kept in `rejected.jsonl` with the reason and counted in the run's skipped records.
@@ -99,16 +101,8 @@ def accept(store: Store, owner: str | None, body: bytes) -> dict[str, Any]:
                              received=received)  # fmt: skip
         rejected = 0
         if offset + len(data) > received:
-            skip = received - offset  # a retry that overlaps what was received: only the new tail is written
-            new = data[skip:]
-            if stream == "metrics":
-                new, rejected = _keep_readable(run_dir, new)
-            with open(run_dir / STREAMS[stream], "ab") as f:
-                f.write(new)
-                f.flush()
-                os.fsync(f.fileno())
-            state[stream] = offset + len(data)
-            _save_state(run_dir, state)
+            new = data[received - offset :]  # a retry that overlaps what was received: only the new tail is written
+            rejected = _append(run_dir, state, stream, new, offset + len(data))
         if rejected:
             with store.transaction() as conn:
                 conn.execute("UPDATE runs SET n_skipped = n_skipped + ? WHERE id = ?", (rejected, run_id))
@@ -123,21 +117,49 @@ def accept(store: Store, owner: str | None, body: bytes) -> dict[str, Any]:
         }
 
 
-def _keep_readable(run_dir: Path, data: bytes) -> tuple[bytes, int]:
-    """The protocol records of `data`; the rest goes to rejected.jsonl with the reason."""
+def _append(run_dir: Path, state: dict[str, Any], stream: str, new: bytes, received: int) -> int:
+    """Append `new` to the stream's file (its unreadable metrics lines to rejected.jsonl) and record `received`;
+    the number of lines rejected.
+
+    An intent saved first names both files' sizes before and after, so a crash anywhere in between is settled by
+    `_state` on the next batch (the append finished: it counts; it did not: both files are cut back), and a resent
+    batch is never written twice."""
+    target, bad_file = run_dir / STREAMS[stream], run_dir / "rejected.jsonl"
+    kept, bad = _keep_readable(new) if stream == "metrics" else (new, b"")
+    rejected = bad.count(b"\n")
+    before, bad_before = _size(target), _size(bad_file)
+    pending = {"stream": stream, "received": received, "size": [before, before + len(kept)]}
+    pending["rejected_size"] = [bad_before, bad_before + len(bad)]
+    _save_state(run_dir, {**state, "pending": pending})
+    for path, chunk in ((bad_file, bad), (target, kept)):
+        if chunk:
+            with open(path, "ab") as f:
+                f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+    state[stream] = received
+    _save_state(run_dir, state)
+    return rejected
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _keep_readable(data: bytes) -> tuple[bytes, bytes]:
+    """(the protocol records of `data`, rejected.jsonl lines for the rest with the reason)."""
     kept, bad = [], []
     for line in data.split(b"\n")[:-1]:
         if parse_line(line) is not None:
             kept.append(line + b"\n")
         else:
             reason = "not a protocol record (a JSON object with type log/event, an integer step >= 0, metrics)"
-            bad.append(
-                json.dumps({"time": time.time(), "reason": reason, "line": line[:4096].decode("utf-8", "replace")})
-            )
-    if bad:
-        with open(run_dir / "rejected.jsonl", "a", encoding="utf-8") as f:
-            f.write("".join(b + "\n" for b in bad))
-    return b"".join(kept), len(bad)
+            text = line[:4096].decode("utf-8", "replace")
+            bad.append(json.dumps({"time": time.time(), "reason": reason, "line": text}).encode("utf-8") + b"\n")
+    return b"".join(kept), b"".join(bad)
 
 
 def _run_for(store: Store, owner: str | None, run_id: str, spec_yaml: str | None) -> Run:
@@ -181,16 +203,37 @@ def _run_for(store: Store, owner: str | None, run_id: str, spec_yaml: str | None
 
 
 def _state(run_dir: Path) -> dict[str, int]:
+    """Bytes received per stream, after settling an append a crash interrupted (see `_append`)."""
     try:
         data = json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {k: v for k, v in data.items() if k in STREAMS and isinstance(v, int)} if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    state = {k: v for k, v in data.items() if k in STREAMS and isinstance(v, int)}
+    pending = data.get("pending")
+    if isinstance(pending, dict) and pending.get("stream") in STREAMS:
+        files = (
+            (run_dir / STREAMS[pending["stream"]], pending["size"]),
+            (run_dir / "rejected.jsonl", pending["rejected_size"]),
+        )
+        if all(_size(path) == after for path, (_, after) in files):
+            state[pending["stream"]] = int(pending["received"])
+        else:
+            for path, (before, _) in files:
+                if _size(path) > before:
+                    with open(path, "r+b") as f:
+                        f.truncate(before)
+        _save_state(run_dir, state)
+    return state
 
 
-def _save_state(run_dir: Path, state: dict[str, int]) -> None:
+def _save_state(run_dir: Path, state: dict[str, Any]) -> None:
     tmp = run_dir / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(state), encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(state))
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, run_dir / STATE_FILE)
 
 
