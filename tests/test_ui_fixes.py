@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 import numpy as np
@@ -85,6 +86,12 @@ def test_eta_uses_the_recent_step_rate(tmp_path: Path) -> None:
     # Step 1 after 60 s of model loading, then one step per second.
     import json
 
+    def first(n: int) -> Any:
+        lines = path.read_text().splitlines()[:n]
+        early = tmp_path / f"early{n}.jsonl"
+        early.write_text("".join(x + "\n" for x in lines))
+        return early
+
     with path.open("w") as f:
         for step in range(1, 11):
             f.write(
@@ -101,6 +108,11 @@ def test_eta_uses_the_recent_step_rate(tmp_path: Path) -> None:
                 )
                 + "\n"
             )
+    # at step 1 (60 s of loading, one step) no ETA: not 99 x 61 s
+    ingest.ingest_file(store, "r1", first(1))
+    run = store.get_run("r1")
+    assert run.last_step == 1 and overview.recent_pace(store, run) is None and overview.eta_s(run) is None
+    assert "ETA" not in overview.status_markdown(run)
     ingest.ingest_file(store, "r1", path)
     run = store.get_run("r1")
     pace = overview.recent_pace(store, run)

@@ -72,8 +72,11 @@ def elapsed_s(run: Run, now: float | None = None) -> float | None:
 
 def eta_s(run: Run, now: float | None = None, pace: float | None = None) -> float | None:
     """Remaining seconds; None when unknown or ended. `pace` (seconds per step, `recent_pace`) is the recent step
-    rate; without it, the pace from the start to the last logged step (which counts model loading as training)."""
+    rate; without it, the pace from the start to the last logged step (which counts model loading as training), but
+    not before the third record: at step 1 that pace is mostly the model's loading (an ETA many times too long)."""
     if run.status in TERMINAL or not run.max_steps or not run.last_step or not run.started_at:
+        return None
+    if pace is None and (run.n_records or 0) < 3:
         return None
     if pace is None:
         last = run.last_time or now or time.time()
