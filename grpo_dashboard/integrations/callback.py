@@ -99,6 +99,7 @@ class DashboardCallback(TrainerCallback):
         self.token = token or os.environ.get("HF_TOKEN")
         self.flush_s = flush_s
         self.sender: Any = None
+        self.heartbeat: external.Heartbeat | None = None
         self.name = name
         self.tags = list(tags or [])
         self.health_settings = _health_settings(health)
@@ -150,6 +151,8 @@ class DashboardCallback(TrainerCallback):
             from grpo_dashboard.integrations.http import Sender
 
             self.sender = Sender(self.run_dir, self.url, self.run_id, self.token).start()
+        else:
+            self.heartbeat = external.Heartbeat(self.run_dir).start()
         self._watch_exit()
 
     def _watch_exit(self) -> None:
@@ -174,6 +177,8 @@ class DashboardCallback(TrainerCallback):
             message=str(exc)[:4000] if exc else "the script exited during training (no on_train_end)",
         )
         self.emitter.close()
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         if self.sender is not None:
             self.sender.close(min(self.flush_s, 10.0))
 
@@ -229,5 +234,7 @@ class DashboardCallback(TrainerCallback):
         self.emitter.event("canceled" if self.inner.stop_requested else "finished", step=step)
         self.emitter.close()
         self._ended = True
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         if self.sender is not None:
             self.sender.close(self.flush_s)

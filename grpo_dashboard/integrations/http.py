@@ -21,6 +21,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.store.external import HEARTBEAT_S
+
 STREAMS = {"metrics": "metrics.jsonl", "samples": "samples.jsonl"}
 BATCH_BYTES = 1024 * 1024
 BATCH_LINES = 2000
@@ -31,11 +33,22 @@ SENT_FILE = "sent.json"
 class Sender:
     """Sends the spool directory's new lines to `url` with `token` (a Hugging Face token on a Space)."""
 
-    def __init__(self, spool: Path, url: str, run_id: str, token: str | None, interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        spool: Path,
+        url: str,
+        run_id: str,
+        token: str | None,
+        interval_s: float = 0.5,
+        heartbeat_s: float | None = None,
+    ) -> None:
         self.spool, self.run_id, self.token = spool, run_id, token
         self.base_url = url.rstrip("/")
         self.url = self.base_url + "/grpo/ingest"
         self.interval_s = interval_s
+        env = os.environ.get("GRPO_DASHBOARD_HEARTBEAT_S")
+        self.heartbeat_s = heartbeat_s or (float(env) if env else HEARTBEAT_S)
+        self._last_post = time.monotonic()
         self.sent = self._load()
         self.stop_asked = False  # the dashboard asked to stop the trainer (Cancel)
         self.warned: set[str] = set()
@@ -91,8 +104,9 @@ class Sender:
         sent_any = False
         for stream, name in STREAMS.items():
             lines, start = self._read(name, self.sent.get(stream, 0))
-            if not lines and (stream != "metrics" or self._spec_sent):
-                continue
+            idle = time.monotonic() - self._last_post
+            if not lines and (stream != "metrics" or (self._spec_sent and idle < self.heartbeat_s)):
+                continue  # an empty metrics batch after `heartbeat_s` of silence tells the dashboard we are alive
             if stream == "samples" and not self._spec_sent:
                 continue  # the run is created by its first metrics batch
             batch: dict[str, Any] = {"v": 1, "run": self.run_id, "stream": stream, "offset": start, "lines": lines}
@@ -103,7 +117,7 @@ class Sender:
             self.sent[stream] = int(answer["received"])
             self.stop_asked = self.stop_asked or bool(answer.get("stop"))
             self._save()
-            sent_any = True
+            sent_any = sent_any or bool(lines)
         return sent_any
 
     def _read(self, name: str, offset: int) -> tuple[list[str], int]:
@@ -126,6 +140,7 @@ class Sender:
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         self.posts += 1
+        self._last_post = time.monotonic()
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return dict(json.loads(response.read()))

@@ -6,7 +6,11 @@ locks are not to be trusted): `run.yaml` (the spec built from the trainer's reso
 job line protocol), `samples.jsonl`, then `external.json` (who writes it: pid, host, transport), last and
 atomically, so a run directory is complete when it is seen. The dashboard registers each new one (`discover`) and
 follows it (`refresh`): ingested like a launched run, ended by its own `finished`/`failed`/`canceled` event, or
-failed when its process is gone (same host) or it wrote nothing for `STALE_S` (another host).
+failed when its process is gone (same host) or, on another host, when neither a record nor a heartbeat came for a
+while: the writer touches `alive` every `HEARTBEAT_S` while its process lives (the callback's thread; for the HTTP
+transport, every batch, an empty one when there is nothing new), so a run that is slow to log (a long evaluation, a
+CPU run without system samples) is not taken for a lost one, and a lost one is seen within `STALE_HEARTBEAT_S`.
+Writers without a heartbeat are given `STALE_S`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import os
 import socket
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,9 @@ from grpo_dashboard.store.ingest import ingest_file
 EXTERNAL = "external"  # the backend kind of a run recorded by the callback in a user's own script
 MARKER_FILE = "external.json"
 STALE_S = 1800.0  # a run on another host that wrote nothing for this long is taken as lost
+HEARTBEAT_FILE = "alive"
+HEARTBEAT_S = 60.0  # how often a living writer touches HEARTBEAT_FILE
+STALE_HEARTBEAT_S = 5 * HEARTBEAT_S  # a writer with a heartbeat is lost after missing this many seconds of it
 MAX_NEW_PER_PASS = 50
 
 
@@ -113,13 +121,56 @@ def _gone(marker: dict[str, Any], metrics: Path) -> str | None:
         if _alive(pid, marker.get("started_ticks")):
             return None
         return f"the training process (pid {pid} on {host}) ended without a finished event: see its own output"
+    beat = _mtime(metrics.parent / HEARTBEAT_FILE)
+    last = max(_mtime(metrics) or 0.0, beat or 0.0)
+    if not last:
+        return None
+    idle = time.time() - last
+    if beat is not None and idle > STALE_HEARTBEAT_S:
+        return f"no record and no heartbeat for {idle / 60:.0f} minutes: the script on {host or 'its host'} is gone"
+    if beat is None and idle > STALE_S:
+        return f"nothing was recorded for {idle / 60:.0f} minutes (the script on {host or 'its host'} is gone?)"
+    return None
+
+
+def _mtime(path: Path) -> float | None:
     try:
-        idle = time.time() - metrics.stat().st_mtime
+        return path.stat().st_mtime
     except OSError:
         return None
-    if idle > STALE_S:
-        return f"nothing was recorded for {idle / 60:.0f} minutes (the script on {host} is gone?)"
-    return None
+
+
+def beat(run_dir: Path) -> None:
+    """Touch the run's heartbeat file: its writer is alive."""
+    try:
+        (run_dir / HEARTBEAT_FILE).touch()
+    except OSError:
+        pass  # a full or read-only disk: the records' own times still count
+
+
+class Heartbeat:
+    """A daemon thread that beats for `run_dir` every `interval_s` (default `HEARTBEAT_S`, or
+    `$GRPO_DASHBOARD_HEARTBEAT_S`) until stopped."""
+
+    def __init__(self, run_dir: Path, interval_s: float | None = None) -> None:
+        env = os.environ.get("GRPO_DASHBOARD_HEARTBEAT_S")
+        self.run_dir, self.interval_s = run_dir, interval_s or (float(env) if env else HEARTBEAT_S)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="grpo-dashboard-heartbeat", daemon=True)
+
+    def start(self) -> Heartbeat:
+        """Beat now, then on the interval."""
+        beat(self.run_dir)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop beating (the file stays: its age says when the writer went)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            beat(self.run_dir)
 
 
 def _alive(pid: int, ticks: Any) -> bool:

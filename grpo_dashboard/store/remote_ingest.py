@@ -92,6 +92,7 @@ def accept(store: Store, owner: str | None, body: bytes) -> dict[str, Any]:
     with _lock(run_id):
         run = _run_for(store, owner, run_id, batch.get("spec"))
         run_dir = Path(run.run_dir)
+        external.beat(run_dir)  # any batch of the run, an empty one too, says its script is alive
         state = _state(run_dir)
         received = state.get(stream, 0)
         data = "".join(line + "\n" for line in batch["lines"]).encode("utf-8", "surrogatepass")

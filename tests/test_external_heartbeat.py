@@ -1,0 +1,80 @@
+"""A run written from another host is taken as lost by its heartbeat, not by how long it went without logging: the
+callback's thread (directory transport) and the HTTP sender's empty batches keep `alive` fresh while the script
+lives, so a run that is slow to log stays running, and one whose script died is failed within STALE_HEARTBEAT_S."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from grpo_dashboard.integrations.http import Sender
+from grpo_dashboard.store import external
+from grpo_dashboard.store.db import Store
+from grpo_dashboard.ui import build_app
+
+from .conftest import free_port, wait_for
+
+ELSEWHERE = {"v": 1, "transport": "directory", "pid": 12345, "host": "another-host", "created_at": 0.0}
+
+
+def _age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_a_fresh_heartbeat_keeps_a_silent_run_and_a_stale_one_ends_it(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("{}\n")
+    _age(metrics, 2 * 3600)  # two hours without a record: a long evaluation, say
+    alive = tmp_path / external.HEARTBEAT_FILE
+    external.beat(tmp_path)
+    assert external._gone(ELSEWHERE, metrics) is None
+    _age(alive, external.STALE_HEARTBEAT_S + 60)
+    reason = external._gone(ELSEWHERE, metrics)
+    assert reason and "no heartbeat for 6 minutes" in reason and "another-host" in reason
+    # a writer without a heartbeat (an older callback) keeps the long limit on its records alone
+    alive.unlink()
+    _age(metrics, external.STALE_S - 60)
+    assert external._gone(ELSEWHERE, metrics) is None
+    _age(metrics, external.STALE_S + 60)
+    assert "nothing was recorded for 31 minutes" in (external._gone(ELSEWHERE, metrics) or "")
+
+
+def test_the_heartbeat_thread_beats_until_stopped(tmp_path: Path) -> None:
+    beat = external.Heartbeat(tmp_path, interval_s=0.05).start()
+    alive = tmp_path / external.HEARTBEAT_FILE
+    _age(alive, 3600)
+    wait_for(lambda: time.time() - alive.stat().st_mtime < 60, timeout=10)
+    beat.stop()
+    time.sleep(0.2)
+    _age(alive, 3600)
+    time.sleep(0.3)
+    assert time.time() - alive.stat().st_mtime > 3000  # stopped: no more beats
+
+
+def test_an_idle_http_sender_beats_with_empty_batches(tmp_path: Path, data_dir: Path) -> None:
+    store = Store()
+    port = free_port()
+    demo = build_app(store, monitor=False)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "run.yaml").write_text("name: beats\n")
+    line = {"v": 1, "type": "log", "split": "train", "step": 1, "metrics": {"reward": 0.5}}
+    (spool / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+    sender = Sender(spool, f"http://127.0.0.1:{port}/", "beats-run-1", None, interval_s=0.05, heartbeat_s=0.3)
+    try:
+        sender.start()
+        run = wait_for(lambda: (r := store.list_runs()) and r[0].n_records == 1 and r[0], timeout=60)
+        run_dir = Path(run.run_dir)
+        size = (run_dir / "metrics.jsonl").stat().st_size
+        _age(run_dir / external.HEARTBEAT_FILE, 3600)
+        posts = sender.posts
+        wait_for(lambda: time.time() - (run_dir / external.HEARTBEAT_FILE).stat().st_mtime < 60, timeout=30)
+        assert sender.posts > posts  # beats came as posts without lines
+        assert (run_dir / "metrics.jsonl").stat().st_size == size and store.get_run(run.id).n_records == 1
+    finally:
+        sender.close(5)
+        demo.close()
