@@ -8,8 +8,9 @@ open-r1/codeforces, config "verifiable-prompts":
 - `language`: "cpp" or "python"; the code is the last ```<language> block of the completion (no column: no code).
 - `official_tests`: [{input, output}, ...]; `generated_tests` are appended when they are a list, as open-r1's code
   does (the dataset card gives an int count there: a non-list counts as no generated tests).
-- `generated_checker`: Python source of a checker, or empty/None; `time_limit` (seconds), `memory_limit` (MB);
-  `input_mode`: "stdio", or "file" (the program reads input.txt and writes output.txt in its directory).
+- `generated_checker`: Python source of a checker, or empty/None; `time_limit` (seconds; 2 when missing),
+  `memory_limit` (MB; 256 when missing); `input_mode`: "stdio", or "file" (the program reads input.txt and writes
+  output.txt in its directory).
 
 Score: no tests -> None; no code -> `no_submission_reward` (-1.0); a compile error -> `no_compile_reward` (-0.1).
 A test passes when the program exits 0 within `time_limit` and the verdict is pass. With a checker the verdict is
@@ -75,7 +76,9 @@ class Fprog(ctypes.Structure):
 
 def limits(memory_mb, program):
     def apply():
-        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        limit = memory_mb << 20 if hard == resource.RLIM_INFINITY else min(memory_mb << 20, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         if program is None:
             resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
             return
@@ -221,7 +224,9 @@ def _cf_code_reward(
     for name, ok, allowed in (
         (
             "test_batch_size",
-            isinstance(test_batch_size, int) and not isinstance(test_batch_size, bool) and test_batch_size >= -1,
+            isinstance(test_batch_size, int)
+            and not isinstance(test_batch_size, bool)
+            and (test_batch_size == -1 or test_batch_size >= 1),
             "-1 (all tests at once) or a positive integer",
         ),
         ("scoring_mode", scoring_mode in SCORING_MODES, f"one of {', '.join(SCORING_MODES)}"),
@@ -235,11 +240,6 @@ def _cf_code_reward(
         if not ok:
             value = locals().get(name)
             raise ValueError(f"open_r1_cf_code: parameter {name}={value!r} is invalid; allowed: {allowed}.")
-    if test_batch_size == 0:
-        raise ValueError(
-            "open_r1_cf_code: parameter test_batch_size=0 is invalid; allowed: -1 (all tests at once) or a positive "
-            "integer."
-        )
 
     def one(text: str, row: dict[str, Any]) -> float | None:
         tests = problem_tests(row.get("official_tests"), row.get("generated_tests"))

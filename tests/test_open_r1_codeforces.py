@@ -123,6 +123,12 @@ def test_a_python_submission_runs_with_python3() -> None:
     assert out == pytest.approx([1.1, 0.1 / 3])
 
 
+def test_the_rows_memory_limit_bounds_the_program() -> None:
+    big = "block = bytearray(300 << 20)\n" + PY_SUM  # 300 MB
+    out = judge([answer(big, "python")] * 2, [row(language="python", memory_limit=m) for m in (128, 512)])
+    assert out == [0.0, pytest.approx(1.1)]
+
+
 def test_pass_fail_stops_after_the_first_failing_batch() -> None:
     slow = "a, b = map(int, input().split())\nwhile a == 0:\n    pass\nprint(a + b + (a == 1))\n"
     tests = [{"input": "1 1", "output": "2"}, *[{"input": "0 1", "output": "1"}] * 3]
