@@ -66,6 +66,21 @@ def gold_answer(value: Any) -> str:
     return text.strip()
 
 
+def math_correct(text: str, solution: Any) -> bool | None:
+    """math-verify's verdict on a completion's answer (<answer> tag, \\boxed{}, LaTeX or a plain number) against the
+    solution (GSM8K '... #### 42' is fine); None when the solution does not parse. math_verify loads on first use."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    gold_text = gold_answer(solution)
+    gold = parse(gold_text) or ("\\" in gold_text and parse(f"${gold_text}$"))
+    if not gold:
+        return None
+    tag = _ANSWER_TAG.findall(text)
+    pred_config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    pred = parse(tag[-1] if tag else text, extraction_config=pred_config, extraction_mode="first_match")
+    return bool(pred and verify(gold, pred))
+
+
 def normalize_text(text: str) -> str:
     """Lower-case, drop LaTeX wrappers, punctuation and articles, collapse spaces (SQuAD-style)."""
     text = re.sub(r"\\text\{([^}]*)\}", r"\1", text).replace("$", "").lower()

@@ -7,6 +7,8 @@ the stripped stdout equals the expected output's line at the same place (both st
 of the two, as its `zip` does); the reward is the fraction of cases passed. `binary_code` gives 1.0 above 0.99 of
 them. Here the program runs in `grpo_sandbox.run_sandboxed` (time and memory limits, no network, no secrets)
 instead of a remote provider, so no E2B key or router is needed. Ships beside `grpo_rewards.py`, which lists these.
+
+Also open-r1's `length` reward (`len_reward`, after Kimi 1.5), which needs each completion's correctness.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpo_answers import math_correct
 from grpo_sandbox import run_sandboxed
 
 BINARY_THRESHOLD = 0.99  # open-r1's binary_code_reward
@@ -103,6 +106,38 @@ def _code_reward(
     return reward
 
 
+def length_scores(lengths: list[int], correct: list[bool]) -> list[float]:
+    """open-r1's len_reward on lengths and verdicts: lambda = 0.5 - (len - min) / (max - min) for a correct
+    completion, min(0, lambda) for a wrong one; 0.0 for all when every length is the same."""
+    low, high = min(lengths, default=0), max(lengths, default=0)
+    if high == low:
+        return [0.0] * len(lengths)
+    lambdas = [0.5 - (n - low) / (high - low) for n in lengths]
+    return [lam if ok else min(0.0, lam) for lam, ok in zip(lambdas, correct, strict=True)]
+
+
+def _length_reward(solution_column: str = "solution") -> Callable[..., list[float | None]]:
+    if not (isinstance(solution_column, str) and solution_column):
+        raise ValueError(
+            f"open_r1_length: parameter solution_column={solution_column!r} is invalid; allowed: a dataset column "
+            "name."
+        )
+
+    def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        solutions = kwargs.get(solution_column)
+        if solutions is None:
+            raise KeyError(
+                f"open_r1_length reads the dataset column {solution_column!r}, which was not passed. Add the column "
+                "or set the reward's solution_column parameter."
+            )
+        texts = [_text(c) for c in completions]
+        # open-r1 counts a completion whose gold answer does not parse as correct, so as not to penalise it.
+        correct = [math_correct(t, s) is not False for t, s in zip(texts, list(solutions), strict=True)]
+        return list(length_scores([len(t) for t in texts], correct))
+
+    return reward
+
+
 def code_rewards(define: Callable[..., Any]) -> list[Any]:
     """open-r1's code rewards as `grpo_rewards.RewardDef`s (`define` is grpo_rewards' own constructor)."""
     return [
@@ -120,5 +155,15 @@ def code_rewards(define: Callable[..., Any]) -> list[Any]:
                 "workers": (2, "completions tested in parallel (open-r1's parallel_code_exec_per_proc)"),
             },
             ("verification_info",),
-        )
+        ),
+        define(
+            "open_r1_length",
+            _length_reward,
+            "length",
+            "open-r1's `length` reward (Kimi 1.5): with lambda = 0.5 - (len - min) / (max - min) over the batch's "
+            "lengths in characters, lambda for a correct answer (math-verify, as math_accuracy; an unparseable "
+            "solution counts as correct), min(0, lambda) for a wrong one; 0.0 for all when the lengths are equal.",
+            {"solution_column": ("solution", "dataset column with the reference solution")},
+            ("solution",),
+        ),
     ]

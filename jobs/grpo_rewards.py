@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpo_agents
+import grpo_codeforces
 import grpo_open_r1
 import grpo_regex
 from grpo_answers import (  # noqa: F401 - re-exported for the dashboard and tests
@@ -41,6 +42,7 @@ from grpo_answers import (  # noqa: F401 - re-exported for the dashboard and tes
     extract_json,
     gold_answer,
     last_boxed,
+    math_correct,
     normalize_text,
     parse_number,
     schema_validator,
@@ -202,22 +204,9 @@ def _math_accuracy(solution_column: str = "solution") -> RewardFunc:
     )
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
-        from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-
         solutions = _column(kwargs, solution_column, "math_accuracy")
-        pred_config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
-        out: list[float | None] = []
-        for c, sol in zip(completions, solutions, strict=True):
-            gold_text = gold_answer(sol)
-            gold = parse(gold_text) or ("\\" in gold_text and parse(f"${gold_text}$"))
-            if not gold:
-                out.append(None)
-                continue
-            text = completion_text(c)
-            tag = _ANSWER_TAG.findall(text)
-            pred = parse(tag[-1] if tag else text, extraction_config=pred_config, extraction_mode="first_match")
-            out.append(1.0 if pred and verify(gold, pred) else 0.0)
-        return out
+        verdicts = [math_correct(completion_text(c), s) for c, s in zip(completions, solutions, strict=True)]
+        return [None if v is None else float(v) for v in verdicts]
 
     return reward
 
@@ -854,6 +843,7 @@ REWARDS: dict[str, RewardDef] = {
         ),
         *grpo_agents.process_rewards(_def),
         *grpo_open_r1.code_rewards(_def),
+        *grpo_codeforces.cf_rewards(_def),
         _def(
             "python",
             _python_inline,

@@ -55,7 +55,8 @@ def ci_run(tmp_path: Path, failing: str = "") -> tuple[subprocess.CompletedProce
     shutil.copy(REPO / ".ci" / "run", repo / ".ci" / "run")
     shutil.copy(REPO / "tools" / "readme_command.py", repo / "tools" / "readme_command.py")
     (repo / "README.md").write_text(FAKE_README.format(log=log), encoding="utf-8")
-    for tool in ("ruff", "lint-imports", "mypy", "fakepytest", "chromium", "bwrap", "sbatch", "munged", "apt-get"):
+    tools = ("ruff", "lint-imports", "mypy", "fakepytest", "chromium", "bwrap", "sbatch", "munged", "g++", "apt-get")
+    for tool in tools:
         (bin_dir / tool).write_text(FAKE.format(log=log, rc=1 if tool == failing else 0), encoding="utf-8")
         (bin_dir / tool).chmod(0o755)
     python = Path(getattr(sys, "_base_executable", sys.executable)).parent  # a python3 that can make a venv

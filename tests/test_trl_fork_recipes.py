@@ -137,20 +137,20 @@ def test_a_recipe_without_model_dataset_or_reward_says_so_and_validate_gives_the
 def test_a_weighted_reward_that_cannot_be_reproduced_is_refused_by_name_or_dropped_with_allow_drop(
     tmp_path: Path,
 ) -> None:
-    recipe = tmp_path / "cf.yaml"
+    recipe = tmp_path / "ioi.yaml"
     recipe.write_text(
-        "model_name_or_path: Qwen/Qwen2.5-Coder-7B-Instruct\ndataset_name: open-r1/codeforces\n"
-        "reward_funcs: [cf_code, code_format]\nreward_weights: [1.0, 0.1]\n",
+        "model_name_or_path: Qwen/Qwen2.5-Coder-7B-Instruct\ndataset_name: open-r1/ioi\n"
+        "reward_funcs: [ioi_code, code_format]\nreward_weights: [1.0, 0.1]\n",
         encoding="utf-8",
     )
     out = tmp_path / "spec.yaml"
     proc = _cli("import-trl", str(recipe), "-o", str(out), cwd=tmp_path)
     assert proc.returncode == 1 and not out.exists()
-    assert "'cf_code': is a reward of weight 1.0 that cannot be reproduced" in proc.stderr
+    assert "'ioi_code': is a reward of weight 1.0 that cannot be reproduced" in proc.stderr
     assert "--allow-drop" in proc.stderr
     proc = _cli("import-trl", str(recipe), "--allow-drop", "-o", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "warning: the reward reward_funcs='cf_code' is dropped" in proc.stderr
+    assert "warning: the reward reward_funcs='ioi_code' is dropped" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("import: ")
     # A weight of 0 trains nothing from it: dropping it changes nothing, so it is no error.
     recipe.write_text(recipe.read_text().replace("[1.0, 0.1]", "[0.0, 0.1]"), encoding="utf-8")

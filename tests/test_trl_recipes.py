@@ -57,10 +57,7 @@ def _export_to(tmp_path: Path, spec: RunSpec) -> Path:
 @needs_recipes
 @pytest.mark.parametrize("recipe", ALL, ids=[p.stem for p in ALL])
 def test_every_published_recipe_imports_validates_exports_and_round_trips(recipe: Path, tmp_path: Path) -> None:
-    if recipe.stem == "04_or1_coder7b_codeforces":  # cf_code (weight 1.0) needs open-r1's Piston judge
-        with pytest.raises(SpecError, match="'cf_code': is a reward of weight 1.0 that cannot be reproduced"):
-            import_trl(recipe, overrides=_fills(recipe))
-    result = import_trl(recipe, overrides=_fills(recipe), allow_drop=True)
+    result = import_trl(recipe, overrides=_fills(recipe))  # every weighted reward reproduced: nothing dropped
     config, _ = read_config(recipe)
     table = {r.key for r in result.rows}
     assert set(config) <= table, set(config) - table  # every key of the file has its row
@@ -128,10 +125,13 @@ def test_open_r1_recipe_mapping_drift_and_conversions() -> None:
 
 @needs_recipes
 def test_vllm_device_becomes_server_mode_and_batches_pick_the_process_count() -> None:
-    r4 = import_trl(RECIPES / "04_or1_coder7b_codeforces.yaml", allow_drop=True)
+    r4 = import_trl(RECIPES / "04_or1_coder7b_codeforces.yaml")
     assert r4.spec.training["vllm_mode"] == "server" and r4.trl_version == "0.16"
     assert {r.key: r.action for r in r4.rows}["callbacks"] == "unsupported"
-    assert [r.name for r in r4.spec.rewards] == ["code_format"] and r4.spec.rewards[0].weight == 0.1
+    assert [(r.name, r.builtin, r.weight) for r in r4.spec.rewards] == [
+        ("cf_code", "open_r1_cf_code", 1.0),
+        ("code_format", "regex", 0.1),
+    ]
     assert r4.spec.backend.env == {"WANDB_ENTITY": "huggingface", "WANDB_PROJECT": "open-r1"}
     r3 = import_trl(RECIPES / "03_or1_qwen15b_code.yaml")
     assert r3.spec.backend.num_processes == 7  # 16 × 7 × 4 completions are whole groups of 14
@@ -283,10 +283,10 @@ def test_reward_model_and_weights_follow_trls_order(tmp_path: Path) -> None:
     recipe = tmp_path / "rm.yaml"
     recipe.write_text(
         "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nreward_model_name_or_path: owner/rm\n"
-        "reward_funcs: [accuracy_reward, cf_code, think_format_reward]\n"
+        "reward_funcs: [accuracy_reward, ioi_code, think_format_reward]\n"
         "reward_weights: [0.3, 1.0, 2.0, 0.5]\n"
     )
-    with pytest.raises(SpecError, match="'cf_code': is a reward of weight 2.0"):  # its own weight, after the RM's
+    with pytest.raises(SpecError, match="'ioi_code': is a reward of weight 2.0"):  # its own weight, after the RM's
         import_trl(recipe)
     result = import_trl(recipe, allow_drop=True)
     assert [(r.name, r.weight, r.model) for r in result.spec.rewards] == [
@@ -294,7 +294,7 @@ def test_reward_model_and_weights_follow_trls_order(tmp_path: Path) -> None:
         ("accuracy_reward", 1.0, None),
         ("think_format_reward", 0.5, None),
     ]
-    assert {r.key: r.action for r in result.rows if r.value == "cf_code"} == {"reward_funcs": "dropped"}
+    assert {r.key: r.action for r in result.rows if r.value == "ioi_code"} == {"reward_funcs": "dropped"}
     exported = _export_to(tmp_path / "out", result.spec) if (tmp_path / "out").mkdir() is None else None
     flat, _ = read_config(exported)
     assert flat["reward_model_name_or_path"] == "owner/rm" and flat["reward_weights"] == [0.3, 1.0, 0.5]

@@ -117,8 +117,6 @@ UNSUPPORTED: dict[str, str] = {
     "hub_model_revision": "used only by open-r1's push_to_hub_revision callback",
     "overwrite_hub_revision": "used only by open-r1's push_to_hub_revision callback",
     "push_to_hub_revision": "open-r1's callback switch",
-    "code_eval_test_batch_size": "an open-r1 code-reward setting (remote execution through E2B/Morph/Piston)",
-    "code_eval_scoring_mode": "an open-r1 code-reward setting (remote execution through E2B/Morph/Piston)",
     "parallel_code_exec_per_proc": "open-r1's parallel requests to E2B/Morph per process; the open_r1_code "
     "built-in tests its `workers` (2) completions at once in the job's sandbox",
     "code_provider": "open-r1's remote code-execution provider",
@@ -160,6 +158,8 @@ REWARD_PARAM_KEYS: dict[str, tuple[str, str]] = {
     "max_completion_len": ("soft_overlong_punishment", "max_completion_len"),
     "soft_punish_cache": ("soft_overlong_punishment", "soft_punish_cache"),
     "code_language": ("code_format", "language"),
+    "code_eval_test_batch_size": ("cf_code", "test_batch_size"),  # also ioi_code's, which cannot be imported
+    "code_eval_scoring_mode": ("cf_code", "scoring_mode"),
 }
 
 

@@ -77,9 +77,8 @@ OPEN_R1_REWARDS: dict[str, tuple[str, dict[str, Any]] | str] = {
     "code": ("open_r1_code", {}),
     "binary_code": ("open_r1_code", {"binary": True}),
     "ioi_code": "needs open-r1's IOI judge (Piston workers)",
-    "cf_code": "needs open-r1's Codeforces judge: Piston workers compile the C++ or Python submission and run each "
-    "problem's generated checker on its official and generated tests; not reproducible in the job's sandbox",
-    "length": "open-r1's Kimi length reward needs the accuracy of each completion; not a built-in yet",
+    "cf_code": ("open_r1_cf_code", {}),
+    "length": ("open_r1_length", {"solution_column": "solution"}),
 }
 
 
