@@ -22,9 +22,11 @@ fraction passed) or "weighted_sum" (open-r1's default: pass_fail + 0.1 * fractio
 once) changes only where pass_fail stops. C++ is compiled with `g++ -std=c++17 -O2`; Python (the submission and the
 checker) runs with the job's own interpreter (`sys.executable`, a python3).
 
-The driver gets the tests on its stdin, never as files, and writes a test's expected output only after the program
-of that test has exited; the program runs under a seccomp filter that refuses fork (threads and exec work; no
-process of its own outlives it to touch a later test's files), with its address space limited to `memory_limit`.
+The driver gets the tests on its stdin, never as files, and writes a test's expected output and the checker only
+after the program of that test has exited, into a directory of a random name, and runs the checker with `-I`
+(nothing the program wrote can stand in for the checker or a module it imports). The program runs under a seccomp
+filter that refuses fork (threads and exec work; no process of its own outlives it to touch a later test's files),
+with its address space limited to `memory_limit`.
 The driver is not dumpable and its result line carries a nonce the program never sees, so a program cannot report
 a verdict of its own. A driver that dies without a result (killed by its time limit, say) scores as if no test
 passed.
@@ -54,7 +56,7 @@ NO_FORK = seccomp_build(allow_fork=False, allow_exec=True, sockets="none")
 # Runs inside the sandbox: reads {"nonce", "code", "language", "tests", ...} as JSON on stdin, prints
 # "<nonce> {result}" as its last line. Kept free of this module's names: it is the whole program there.
 DRIVER = r"""
-import ctypes, json, os, resource, shutil, subprocess, sys
+import ctypes, json, os, resource, shutil, subprocess, sys, tempfile
 
 job = json.loads(sys.stdin.read())
 try:  # not dumpable: a submission (same uid) cannot read this process's memory or open its fds in /proc
@@ -110,11 +112,7 @@ else:
     with open("main.py", "w") as f:
         f.write(job["code"])
     command = [sys.executable, os.path.join(here, "main.py")]
-checker = None
-if job["checker"]:
-    checker = os.path.join(here, "checker.py")
-    with open(checker, "w") as f:
-        f.write(job["checker"])
+checker = job["checker"] or None  # written for each test only after its program has exited (see judge)
 
 
 def run_one(index, test):
@@ -149,15 +147,29 @@ def run_one(index, test):
         output = output.decode("utf-8", "replace")
         if checker is None:
             return output.split() == test["output"].split()
-        with open(os.path.join(box, "correct_output.txt"), "w") as f:
-            f.write(test["output"])
-        with open(os.path.join(box, "solution_output.txt"), "w") as f:
-            f.write(output)
+        return judge(test, output)
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
+
+
+def judge(test, output):
+    # A directory of a name the program could not guess, made after it exited, and `-I` (no script directory or
+    # user site on sys.path): nothing the program wrote can stand in for the checker or a module it imports.
+    room = tempfile.mkdtemp(dir=here)
+    try:
+        for name, text in (
+            ("checker.py", checker),
+            ("input.txt", test["input"]),
+            ("correct_output.txt", test["output"]),
+            ("solution_output.txt", output),
+        ):
+            with open(os.path.join(room, name), "w") as f:
+                f.write(text)
         try:
             verdict = subprocess.run(
-                [sys.executable, checker, "input.txt", "correct_output.txt", "solution_output.txt"],
+                [sys.executable, "-I", "checker.py", "input.txt", "correct_output.txt", "solution_output.txt"],
                 capture_output=True,
-                cwd=box,
+                cwd=room,
                 timeout=job["checker_timeout_s"],
             )
         except subprocess.TimeoutExpired:
@@ -169,7 +181,7 @@ def run_one(index, test):
             score = 0.0
         return verdict.returncode == 0 and score >= 1
     finally:
-        shutil.rmtree(box, ignore_errors=True)
+        shutil.rmtree(room, ignore_errors=True)
 
 
 tests, size = job["tests"], job["batch"]

@@ -243,3 +243,25 @@ def test_the_published_codeforces_recipe_imports_first_try_with_the_real_cli(tmp
     ]
     assert spec["rewards"][0]["params"] == {"test_batch_size": -1, "scoring_mode": "weighted_sum"}
     assert "unsupported" not in [line.split()[1] for line in proc.stderr.splitlines() if "code_eval" in line]
+
+
+# A wrong answer that tries to make the checker say 1: it overwrites every checker.py it can reach, plants modules a
+# checker imports where a script's directory would put them on sys.path, then prints a number outside [a, b].
+TAMPER = """import os
+fake = "print(1)\\n"
+for d in (".", "..", "../.."):
+    for name in ("checker.py", "sys.py", "os.py", "re.py", "sitecustomize.py", "usercustomize.py"):
+        try:
+            with open(os.path.join(d, name), "w") as f:
+                f.write(fake)
+        except OSError:
+            pass
+print(-7)
+"""
+
+
+def test_a_submission_cannot_replace_the_checker_or_its_imports(boundary: str) -> None:
+    tests = [{"input": "1 5", "output": "1"}, {"input": "3 4", "output": "3"}, {"input": "2 9", "output": "2"}]
+    problem = row(language="python", official_tests=tests, generated_checker=CHECKER)
+    assert judge([answer(TAMPER, "python")], [problem], scoring_mode="partial") == [0.0]
+    assert judge([answer(PY_SUM.replace("a + b", "b"), "python")], [problem], scoring_mode="partial") == [1.0]
