@@ -280,6 +280,8 @@ def test_cancel_and_delete_ask_first(page: Any, served: dict) -> None:
     page.locator("#delete-btn").click()
     page.wait_for_function(has_text("#manage-message", "Deleted"))
     assert not run_dir.exists() and "to-cancel" not in [r.id for r in store.list_runs()]
+    time.sleep(3.0)  # the picker moved to another run: the message stays
+    assert "Deleted to-cancel" in page.locator("#manage-message").inner_text()
 
 
 def test_a_page_past_the_stream_cap_says_why_and_gets_in_once_a_place_frees(browser: Any, served: dict) -> None:

@@ -91,21 +91,26 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
             note_btn = gr.Button("Save note", scale=1, elem_id="note-btn")
         delete_btn = gr.Button("Delete this run and its files…", variant="stop", size="sm", elem_id="delete-btn")
         message = gr.Markdown(elem_id="manage-message")
+        # set by Delete: the picker's move to another run that follows keeps the "Deleted …" message on screen
+        just_deleted = gr.State(False)
 
-    def fill(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> dict[Any, Any]:
+    def fill(
+        profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None, deleted: bool = False
+    ) -> dict[Any, Any]:
         user = user_of(ctx, profile, oauth)
         try:
             run = access.get_run(ctx.store, run_id, user, ctx.settings) if run_id else None
         except RunNotFound:
             run = None
+        shown = {message: gr.skip() if deleted else "", just_deleted: False}
         if run is None:
-            return {name: "", note: "", message: ""}
-        return {name: run.name, note: ctx.store.notes().get(run.id, ""), message: ""}
+            return {name: "", note: "", **shown}
+        return {name: run.name, note: ctx.store.notes().get(run.id, ""), **shown}
 
     run_dd.change(
         gate(ctx, "manage_fill", fill),
-        [run_dd],
-        [name, note, message],
+        [run_dd, just_deleted],
+        [name, note, message, just_deleted],
         show_progress="hidden",
         queue=False,
         api_visibility="private",
@@ -131,13 +136,21 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
         user = user_of(ctx, profile, oauth)
         text = delete(ctx, user, run_id)
         choices = _choices(ctx, user)
-        return {message: text, run_dd: gr.update(choices=choices, value=choices[0][1] if choices else None)}
+        return {
+            message: text,
+            run_dd: gr.update(choices=choices, value=choices[0][1] if choices else None),
+            just_deleted: bool(choices),
+        }
 
     confirm = (
         "(r) => (r && window.confirm('Delete run ' + r + ' and its run directory (metrics, log, samples, "
         "checkpoints)? This cannot be undone.') ? [r] : [null])"
     )
     delete_btn.click(
-        gate(ctx, "delete_run", do_delete), [run_dd], [message, run_dd], api_name="delete_run", js=confirm
+        gate(ctx, "delete_run", do_delete),
+        [run_dd],
+        [message, run_dd, just_deleted],
+        api_name="delete_run",
+        js=confirm,
     )
     return ManageRun(name, note, message)
