@@ -9,6 +9,7 @@ its pid), so the page is watched without paying for training; the full launch pa
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 import textwrap
@@ -306,3 +307,17 @@ def test_a_page_past_the_stream_cap_says_why_and_gets_in_once_a_place_frees(brow
         for pg in (first, second):
             if not pg.is_closed():
                 pg.close()
+
+
+def test_the_trajectories_tab_shows_the_latest_step_when_opened(page: Any, served: dict) -> None:
+    from grpo_dashboard.views import completions
+
+    from .test_trajectories import rows
+
+    run_dir = Path(served["store"].get_run("older-run").run_dir)
+    completions.samples_path(run_dir).write_text("".join(json.dumps(r) + "\n" for r in rows()))
+    page.goto(served["url"] + "?run=older-run&tab=detail")
+    page.wait_for_function(has_text("#live-status", "older-run"))
+    page.get_by_role("tab", name="Trajectories", exact=True).click()
+    page.wait_for_function(has_text("#traj-body", "Step 3: 3 of 3 samples"))  # without pressing Show
+    assert "division by zero" in page.locator("#traj-body").inner_text()

@@ -67,7 +67,7 @@ def render(
 
 def build(ctx: UiContext, run_dd: gr.Dropdown) -> None:
     """The tab's controls and outputs (inside the Run detail tabs)."""
-    with gr.Tab("Trajectories", id="trajectories", elem_id="tab-trajectories"):
+    with gr.Tab("Trajectories", id="trajectories", elem_id="tab-trajectories") as tab:
         with gr.Row():
             step = gr.Dropdown([], label="Step", allow_custom_value=True, elem_id="traj-step")
             column_filter = gr.Textbox(label="Filter (column=value, ...)", elem_id="traj-filter")
@@ -84,7 +84,8 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> None:
         return {step: shown.step, table: shown.table, body: shown.body}
 
     gr.on(
-        [show.click, step.input, sort_by.input, descending.input, column_filter.submit],
+        # opening the tab shows the latest sampled step at once; Show re-reads it
+        [tab.select, show.click, step.input, sort_by.input, descending.input, column_filter.submit],
         gate(ctx, "detail_trajectories", update),
         [run_dd, step, column_filter, sort_by, descending],
         [step, table, body],
