@@ -332,3 +332,36 @@ def test_grad_spike_typical_level_is_the_median_of_every_earlier_block() -> None
             assert np.isnan(got[0])
             for end in range(1, n, stride):
                 assert got[end] == np.median(v[:end])
+
+
+def test_grad_spike_typical_level_matches_the_sorted_prefix_merge_on_ties_and_nans() -> None:
+    """The bucketed rank selection gives np.median of each block prefix on repeated values, zeros, NaN and the
+    lengths where the stride changes (NaN from the first block holding one, as np.median gives)."""
+    from grpo_dashboard.health.checks_optimizer import _expanding_median
+
+    rng = np.random.default_rng(11)
+    for n in (4, 255, 256, 511, 512, 10_001):
+        nan = rng.normal(size=n)
+        nan[n // 3] = np.nan
+        for v in (np.round(rng.random(n) * 2), np.where(rng.random(n) < 0.6, 0.0, rng.random(n)), nan):
+            got = _expanding_median(v)
+            stride = max(1, n // 256)
+            for end in range(1, n, stride):
+                want = np.median(v[:end])
+                assert got[end] == want or (np.isnan(want) and np.isnan(got[end])), (n, end)
+                assert np.array_equal(got[end : end + stride], np.full(min(stride, n - end), got[end]), equal_nan=True)
+
+
+def test_window_medians_equal_np_median_per_row() -> None:
+    """The sorted-row medians of the trailing windows are np.median's, with NaN and infinities in the rows."""
+    from grpo_dashboard.health.series import window_medians
+
+    rng = np.random.default_rng(5)
+    for h in (1, 2, 3, 20, 21):
+        v = rng.normal(size=300)
+        v[rng.random(300) < 0.03] = np.nan
+        v[rng.random(300) < 0.03] = np.inf
+        v[rng.random(300) < 0.03] = -np.inf
+        w = np.lib.stride_tricks.sliding_window_view(v, h)
+        with np.errstate(invalid="ignore"):
+            assert np.array_equal(window_medians(w), np.median(w, axis=1), equal_nan=True), h

@@ -187,30 +187,39 @@ def _saturated_reference(ctx: Context, steps: np.ndarray, history: int) -> np.nd
 
 def _expanding_median(values: np.ndarray) -> np.ndarray:
     """For each index, the median of every earlier value (NaN for the first); never looks ahead."""
-    out = np.full(values.size, np.nan)
-    if values.size < 2:
+    n = values.size
+    out = np.full(n, np.nan)
+    if n < 2:
         return out
-    # Exact running medians would be quadratic; medians over blocks of earlier values are enough for a floor.
-    # The prefix is kept sorted: a stable sort of two sorted runs is a linear merge, where np.median on each prefix
-    # would partition it anew. The middle of a sorted prefix is np.median's own value (NaN sorts last, as it does).
-    stride = max(1, values.size // 256)
-    ordered = values[:0].astype(float)
-    start = 0
-    for end in range(1, values.size, stride):
-        ordered = np.sort(np.concatenate((ordered, values[start:end])), kind="stable")
-        start = end
-        out[end : end + stride] = _sorted_median(ordered)
+    # Exact running medians would be quadratic; medians of the prefixes ending at every stride-th index are enough
+    # for a floor. Each is the middle of its prefix in a single sort of all values: ranks are bucketed, a table of
+    # how many of each bucket every prefix holds finds the bucket of the middle rank, and a scan of that one bucket
+    # the rank itself. The middle of the sorted prefix is np.median's own value (NaN sorts last, as it does).
+    stride = max(1, n // 256)
+    ends = np.arange(1, n, stride)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order].astype(float)
+    width = max(1, math.isqrt(n))
+    buckets = -(-n // width)
+    first = np.minimum((order - 1) // stride + 1, ends.size)  # per rank: the first prefix holding that value
+    table = np.bincount(first * buckets + np.arange(n) // width, minlength=(ends.size + 1) * buckets)
+    below = np.cumsum(np.cumsum(table.reshape(ends.size + 1, buckets)[: ends.size], axis=0), axis=1)
+    rows = np.arange(ends.size)
+
+    def select(k: np.ndarray) -> np.ndarray:
+        """The k-th smallest value (0-based) of each prefix."""
+        bucket = np.argmax(below > k[:, None], axis=1)
+        before = np.where(bucket > 0, below[rows, bucket - 1], 0)
+        ranks = np.minimum(bucket[:, None] * width + np.arange(width), n - 1)
+        held = (order[ranks] < ends[:, None]) & (bucket[:, None] * width + np.arange(width) < n)
+        return ordered[ranks[rows, np.argmax(np.cumsum(held, axis=1) > (k - before)[:, None], axis=1)]]
+
+    mid = ends // 2
+    upper = select(mid)
+    median = np.where(ends % 2 == 1, upper, (select(np.maximum(mid - 1, 0)) + upper) / 2.0)
+    median[np.cumsum(np.isnan(values))[ends - 1] > 0] = np.nan
+    out[1:] = np.repeat(median, stride)[: n - 1]
     return out
-
-
-def _sorted_median(ordered: np.ndarray) -> float:
-    """np.median of an already sorted, non-empty array (NaN when it holds a NaN, as np.median gives)."""
-    if np.isnan(ordered[-1]):
-        return math.nan
-    mid = ordered.size // 2
-    if ordered.size % 2:
-        return float(ordered[mid])
-    return float((ordered[mid - 1] + ordered[mid]) / 2.0)
 
 
 def check_zero_gradient(ctx: Context) -> list[Finding]:

@@ -82,30 +82,54 @@ def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
         level = float(np.mean(recent))
         rmse = float(np.sqrt(np.mean((recent - level) ** 2)))
         return Curve("level", level, level, x0, (), (level, 0.0), rmse, math.nan)
-    shapes: list[tuple[float, ...]]
-    if model == "exp":
-        shapes = [(r * span,) for r in _RATE_GRID]
-    else:
-        shapes = [(r * span, a) for r in _RATE_GRID[::3] for a in _ALPHA_GRID]
-    best: tuple[float, tuple[float, ...], np.ndarray] | None = None
+    shapes, basis = _grid_bases(model, x, x0, span)
+    a, b = _line_fits(basis, y)
+    # A saturating approach: the curve must not bend back (B's sign fixes the direction, any is allowed), and a
+    # plateau absurdly far from the data means the grid point is a straight line in disguise: skipped.
     lo, hi = float(np.min(y)), float(np.max(y))
     reach = _PLATEAU_REACH * max(hi - lo, 1e-9)
-    for shape in shapes:
-        basis = _basis(model, x, x0, shape)
-        coef, *_ = np.linalg.lstsq(basis, y, rcond=None)
-        # A saturating approach: the curve must not bend back (B's sign fixes the direction, any is allowed), and
-        # a plateau absurdly far from the data means the grid point is a straight line in disguise: skipped.
-        if not lo - reach <= coef[0] <= hi + reach:
-            continue
-        sse = float(np.sum((basis @ coef - y) ** 2))
-        if best is None or sse < best[0]:
-            best = (sse, shape, coef)
-    if best is None:
+    sse = np.sum((a[:, None] + b[:, None] * basis - y) ** 2, axis=1)
+    sse[~((lo - reach <= a) & (a <= hi + reach)) | np.isnan(sse)] = np.inf
+    if not np.isfinite(sse).any():
         return None
-    sse, shape, coef = best
-    start = float(coef[0] + coef[1])
-    rmse = math.sqrt(sse / x.size)
-    return Curve(model, float(coef[0]), start, x0, shape, (float(coef[0]), float(coef[1])), rmse, 0.0)
+    k = int(np.argmin(sse))  # the first of equal minima, as a strict "<" scan over the grid picks
+    plateau, gain = float(a[k]), float(b[k])
+    rmse = math.sqrt(float(sse[k]) / x.size)
+    return Curve(model, plateau, plateau + gain, x0, shapes[k], (plateau, gain), rmse, 0.0)
+
+
+def _grid_bases(model: str, x: np.ndarray, x0: float, span: float) -> tuple[list[tuple[float, ...]], np.ndarray]:
+    """Every grid shape of ``model`` and its varying basis column at ``x``, one row per shape: (shapes, (G, n))."""
+    if model == "exp":
+        taus = _RATE_GRID * span
+        return [(float(t),) for t in taus], np.exp(-(x - x0)[None, :] / taus[:, None])
+    scales = np.repeat(_RATE_GRID[::3] * span, _ALPHA_GRID.size)
+    alphas = np.tile(_ALPHA_GRID, _RATE_GRID[::3].size)
+    shapes: list[tuple[float, ...]] = [(float(s), float(a)) for s, a in zip(scales, alphas, strict=True)]
+    return shapes, (np.maximum(x - x0, 0.0)[None, :] / scales[:, None] + 1.0) ** (-alphas[:, None])
+
+
+def _line_fits(basis: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares of y ~ a + b * row for every row of ``basis`` at once, in closed form: (a, b), one per row.
+
+    The centred normal equations of a two-column design are well conditioned; a row with (nearly) no spread, where
+    lstsq's rank cut-off could drop the second column, is left to lstsq itself, so every row gets a generic solver's
+    answer."""
+    mean = basis.mean(axis=1)
+    centred = basis - mean[:, None]
+    spread = np.einsum("gn,gn->g", centred, centred)
+    b = centred @ (y - y.mean())
+    # lstsq (rcond=None) zeroes a singular value under eps * max(n, 2) * the largest. With F the design's Frobenius
+    # norm, the largest is <= F and the smallest >= sqrt(n * spread) / F (its Gram determinant over its trace), so
+    # every row lstsq could truncate has sqrt(spread) < eps * max(n, 2) * F^2 / sqrt(n), and is sent to it.
+    frobenius2 = y.size + np.einsum("gn,gn->g", basis, basis)
+    flat = ~(np.sqrt(spread) > 4 * np.finfo(float).eps * max(y.size, 2) * frobenius2 / math.sqrt(y.size))
+    b = np.divide(b, spread, out=np.zeros_like(b), where=~flat)
+    a = y.mean() - b * mean
+    for k in np.flatnonzero(flat):
+        design = np.stack([np.ones_like(y), basis[k]], axis=-1)
+        (a[k], b[k]), *_ = np.linalg.lstsq(design, y, rcond=None)
+    return a, b
 
 
 @dataclass

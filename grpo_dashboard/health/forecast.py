@@ -356,7 +356,8 @@ def _stop_step(curve: Blend, out: Forecast, scale: float) -> int:
     now = float(out.step or curve.x0)
     end = float(out.max_steps) if out.max_steps else curve.gain_step(0.99)
     if not math.isfinite(end) or end <= now:
-        end = max(now, curve.gain_step(0.99) if math.isfinite(curve.gain_step(0.99)) else now)
+        near = curve.gain_step(0.99) if out.max_steps else end  # a search over 4,000 points of each member: once
+        end = max(now, near if math.isfinite(near) else now)
     final = float(curve(end))
     grid = np.linspace(curve.x0, max(end, now), 400)
     rest = final - curve(grid)

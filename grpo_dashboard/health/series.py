@@ -369,8 +369,19 @@ def trailing_median(values: np.ndarray, window: int) -> np.ndarray:
     for i in range(min(window - 1, n)):
         out[i] = np.median(values[: i + 1])
     if n >= window:
-        out[window - 1 :] = np.median(np.lib.stride_tricks.sliding_window_view(values, window), axis=1)
+        out[window - 1 :] = window_medians(np.lib.stride_tricks.sliding_window_view(values, window))
     return out
+
+
+def window_medians(windows: np.ndarray) -> np.ndarray:
+    """``np.median(windows, axis=1)``, the same values: rows sorted whole, which for short rows is several times
+    faster than the partition np.median does per row (NaN sorts last, so a row holding one gives NaN, as there)."""
+    if windows.shape[1] == 0:
+        return np.median(windows, axis=1)
+    ordered = np.sort(windows, axis=1)
+    mid = ordered.shape[1] // 2
+    middle = ordered[:, mid] if ordered.shape[1] % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2.0
+    return np.where(np.isnan(ordered[:, -1]), np.nan, middle)
 
 
 def extend_onset(raw_mask: np.ndarray, start: int, lookback: int) -> int:
@@ -394,7 +405,7 @@ def trailing_median_ref(values: np.ndarray, history: int) -> tuple[np.ndarray, n
         med[i] = np.median(values[:i])
     if n > history:
         windows = np.lib.stride_tricks.sliding_window_view(values[:-1], history)
-        med[history:] = np.median(windows, axis=1)
+        med[history:] = window_medians(windows)
     zeros = np.concatenate(([0], np.cumsum(values == 0.0)))
     idx = np.arange(n)
     zero_share[1:] = (zeros[idx[1:]] - zeros[idx[1:] - count[1:]]) / count[1:]
