@@ -34,6 +34,10 @@ def test_import_a_pasted_trl_config_into_the_new_run_yaml(client: Any) -> None:
     spec = RunSpec.from_yaml(out[0])
     assert spec.model.dtype == "bfloat16" and spec.training["beta"] == 0.04  # TRL 0.18 defaults, written out
     assert "| `max_prompt_length` | dropped |" in out[2]
+    # the rows that change something come first; the keys kept as written are folded below them
+    assert out[2].index("| `max_prompt_length` | dropped |") < out[2].index("<details>")
+    assert out[2].index("<details>") < out[2].index("| `model_name_or_path` | mapped |")
+    assert "keys need a look" in out[2]
     out = client.predict("model_name_or_path: a/b\nlearning_rat: 1\n", None, api_name="/import_trl")
     assert "| `learning_rat` | ignored |" in out[2] and "learning_rate" in out[2]  # as `trl grpo` ignores it
     with pytest.raises(Exception, match="code_language"):

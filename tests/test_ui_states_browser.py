@@ -180,6 +180,10 @@ def test_a_yaml_choice_the_dropdown_lacks_is_reported_and_edits_keep_flowing(pag
     page.wait_for_selector("#spec-yaml .cm-content")
     text = page.locator("#spec-yaml .cm-content").inner_text()
     assert "training:" in text
+    # a user with a recipe finds its import above the form, not under it
+    assert (
+        page.locator("#trl-import").bounding_box()["y"] < page.locator("#field-training-max-steps").bounding_box()["y"]
+    )
     bad = text.replace("training:", "training:\n  loss_type: foo", 1)
     page.locator("#spec-yaml .cm-content").click()
     page.keyboard.press("Control+A")

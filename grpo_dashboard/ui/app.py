@@ -68,8 +68,9 @@ def build_app(
         who = auth.header(ctx)
         with gr.Tabs(selected="new", elem_id="main-tabs", overflow_behavior="wrap") as tabs:
             with gr.Tab("New run", id="new", elem_id="tab-new") as t_new:
+                trl_panel = byo_trl.import_panel()  # paste or upload a TRL config: first, above the form
                 new = new_run.build(ctx)
-                byo_trl.new_run_import(ctx, new)  # paste or upload a TRL config
+                byo_trl.new_run_import(ctx, new, trl_panel)
             with gr.Tab("Pre-flight", id="preflight", elem_id="tab-preflight") as t_pre:
                 preflight.build(ctx, new.yaml)
             with gr.Tab("Runs", id="runs", elem_id="tab-runs") as t_runs:

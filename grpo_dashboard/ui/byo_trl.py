@@ -8,7 +8,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gradio as gr
 
@@ -24,16 +24,32 @@ from grpo_dashboard.views import overview
 
 # --- New run: import a TRL config -------------------------------------------------------------------------------
 def mapping_markdown(rows: list[Any], version: str, reason: str, check: str | None) -> str:
-    """The import's mapping table as Markdown."""
-    lines = [
-        f"TRL defaults of **{version}** ({reason}).",
-        "",
-        "| key | action | spec field | note |",
-        "|---|---|---|---|",
-    ]
-    for r in rows:
-        note = str(r.note).replace("|", "\\|")
-        lines.append(f"| `{r.key}` | {r.action} | {('`' + r.target + '`') if r.target else '—'} | {note} |")
+    """The import's mapping table as Markdown: the rows that changed something (converted, pinned, dropped,
+    unsupported, ignored) first, in full; the keys kept as they are folded below them."""
+
+    def table(part: list[Any]) -> list[str]:
+        out = ["| key | action | spec field | note |", "|---|---|---|---|"]
+        for r in part:
+            note = str(r.note).replace("|", "\\|")
+            out.append(f"| `{r.key}` | {r.action} | {('`' + r.target + '`') if r.target else '—'} | {note} |")
+        return out
+
+    changed = [r for r in rows if r.action != "mapped"]
+    kept = [r for r in rows if r.action == "mapped"]
+    lines = [f"TRL defaults of **{version}** ({reason}).", ""]
+    if changed:
+        lines += [f"**{len(changed)} of {len(rows)} keys need a look** (not kept as written):", "", *table(changed)]
+    else:
+        lines.append(f"All {len(rows)} keys were kept as written.")
+    if kept:
+        lines += [
+            "",
+            f"<details><summary>{len(kept)} keys kept as written</summary>",
+            "",
+            *table(kept),
+            "",
+            "</details>",
+        ]
     if check:
         lines += ["", f"TRL's own check (one process here): {check}"]
     return "\n".join(lines)
@@ -86,15 +102,30 @@ def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
     return result.spec.to_yaml(), _shown(table, space)
 
 
-def new_run_import(ctx: UiContext, tab: new_run.NewRunTab) -> None:
-    """An "Import a TRL config" panel that fills the tab's YAML (and form) with the imported spec."""
-    from grpo_dashboard.spec import forms
+class ImportPanel(NamedTuple):
+    """The "Import a TRL config" panel's components (placed above the New run form, wired once the form exists)."""
 
+    pasted: Any
+    upload: Any
+    button: Any
+    table: Any
+
+
+def import_panel() -> ImportPanel:
+    """The panel, closed: a user with a recipe starts here, before the long form."""
     with gr.Accordion("Import a TRL config (trl grpo --config, open-r1, ...)", open=False, elem_id="trl-import"):
         pasted = gr.Code(language="yaml", label="TRL config YAML", lines=8, interactive=True, elem_id="trl-paste")
         upload = gr.File(label="…or upload it", file_types=[".yaml", ".yml"], elem_id="trl-upload")
         button = gr.Button("Import", elem_id="trl-import-btn")
         table = gr.Markdown(elem_id="trl-mapping")
+    return ImportPanel(pasted, upload, button, table)
+
+
+def new_run_import(ctx: UiContext, tab: new_run.NewRunTab, panel: ImportPanel) -> None:
+    """Wire the panel: Import fills the tab's YAML (and form) with the imported spec."""
+    from grpo_dashboard.spec import forms
+
+    pasted, upload, button, table = panel
 
     def run(text: str | None, file: Any) -> dict[Any, Any]:
         spec_yaml, md = import_trl_text(text, file)
