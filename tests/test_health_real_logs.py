@@ -40,12 +40,6 @@ OPEN_DISAGREEMENTS: dict[str, str] = {
         "768.0, never above, on 23 of 158 logs (every completion of those batches cut at a 768 cap; 14 of them the "
         "-2.0 zero-spread batches), mean 575; the old-key inference from lengths pinned at the cap does not fire"
     ),
-    "Sunshine535__nips-grpo-dynamics__results-gates_1_2-logs-gate1_adq_seed42.jsonl": (
-        "forbidden kl_outpaces_reward shown at warning level during s1-s49 (resolved at s50): kl 0 -> 0.07 over the "
-        "first 20-40 steps, 14x the median of the first 11 logs (0.0051, which includes the kl of exactly 0 logged "
-        "before the first update), while the reward had not risen yet (0.33 / 0.26 over s1-40, then 0.48 / 0.73); "
-        "0.07 nats with beta > 0 in the first 40 steps is the start-of-training rise, not a drift"
-    ),
 }
 # The same for the shared corpus. Both alarms were shown live before the findings record kept what the live panel
 # showed (benchmarks/doctor_real_logs.py listed them as "shown live after a record ... FORBIDDEN"); the record now

@@ -315,9 +315,12 @@ def check_kl_outpaces_reward(ctx: Context) -> list[Finding]:
         return []
     steps, k, r = aligned(kl, reward.finite())
     window = int(ctx.t("kl_outpaces_reward.window"))
-    steps, k, r = steps[-window:], k[-window:], r[-window:]
+    # Never the warm-up: kl starts at 0 (the policy is its reference until the first update) and must rise while
+    # the reward is still noise; over-optimisation is a rise that goes on after it.
+    start = max(steps.size - window, ctx.baseline_n(steps.size))
+    steps, k, r = steps[start:], k[start:], r[start:]
     if steps.size < ctx.t("kl_outpaces_reward.min_points"):
-        return []
+        return _relative_drift(ctx, kl, reward.finite())
     k_slope, k_t = linear_fit(k)
     r_slope, _ = linear_fit(r)
     span = steps.size - 1
@@ -368,13 +371,17 @@ def _relative_drift(ctx: Context, kl: Series, reward: Series) -> list[Finding]:
     if n < ctx.t("kl_outpaces_reward.min_points") or reward.values.size < ctx.t("kl_outpaces_reward.min_points"):
         return []
     nb = ctx.baseline_n(n)
-    base = float(np.median(v[:nb]))
+    # kl logged before the first update is exactly 0 by construction (policy = reference): not a warm-up level
+    lead = int(np.argmax(v != 0)) if np.any(v != 0) else n
+    if lead >= n - nb:
+        return []
+    base = float(np.median(v[lead : lead + nb]))
     if base >= ctx.t("kl_high.value"):
         return []  # an offset from the first logs: kl_high's case
     w = max(ctx.smooth_n(n), 1)
     med = trailing_median(v, w)
     ratio_t, floor = ctx.t("kl_outpaces_reward.drift_ratio"), ctx.t("kl_outpaces_reward.drift_floor")
-    grown = (np.arange(n) >= nb) & (med >= ratio_t * max(base, 1e-12))
+    grown = (np.arange(n) >= lead + nb) & (med >= ratio_t * max(base, 1e-12))
     run = trailing_streak(grown)
     if run < int(ctx.t("kl_outpaces_reward.persist")):
         return []
@@ -393,7 +400,9 @@ def _relative_drift(ctx: Context, kl: Series, reward: Series) -> list[Finding]:
         return []  # the reward still improves: moving away from the reference is what buys it
     growth = recent / max(base, 1e-12)
     message = (
-        f"kl grew {growth:.0f}x, from {fmt(base)} (median of the first {nb} logs) to {fmt(recent)} (median of the "
+        f"kl grew {growth:.0f}x, from {fmt(base)} (median of the first {nb} logs"
+        + (f", after {lead} log{'s' * (lead > 1)} of kl 0 before the first update" if lead else "")
+        + f") to {fmt(recent)} (median of the "
         f"latest logs), and has stayed above {ratio_t:g}x its warm-up level since step {onset}, while the reward did "
         f"not improve ({fmt(float(np.median(before)))} before, {fmt(float(np.mean(after)))} since): the policy keeps "
         "moving away from its reference without buying reward."
