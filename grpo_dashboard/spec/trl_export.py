@@ -8,7 +8,9 @@ are reached through a generated module beside the recipe (`<recipe>_rewards.py`)
 built-ins; `reward_funcs` names them by dotted path, as TRL's grpo script expects, and the recipe's `env` puts the
 recipe's folder on PYTHONPATH so that module imports from any working directory. A spec whose prompts the job maps
 (prompt column, template, system prompt, chat template) or whose tiny model the job builds gets a prepare script
-(trl_prepare) and a recipe that names the prepared data by absolute path.
+(trl_prepare) and a recipe that names the prepared data by absolute path; so does one with a local eval file, which
+TRL's keys cannot name: the recipe then gives TRL the prepared folder as `dataset_name` with its train and test
+splits, so `trl grpo` evaluates on the job's eval prompts.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from grpo_dashboard.spec.trl_prepare import (
     needs_prepare,
     prepare_script,
     prepared_files,
+    prepared_folder,
     prepares_data,
 )
 from grpo_dashboard.spec.trl_rewards import GENERATED, TRL_REWARDS
@@ -78,18 +81,19 @@ def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml", base: Pat
     module = _module_name(path)
     flat: dict[str, Any] = {}
     header: dict[str, Any] = {"name": spec.name}
-    notes: list[str] = []
     prepared = prepares_data(spec)
     _put(header, "model", _model(spec.model, flat))
     if prepared:
         files = prepared_files(path, spec)
-        flat["datasets"] = [{"path": "json", "data_files": files["train"]}]
-        header["dataset"] = dataclasses.asdict(spec.dataset)  # the spec's own source, for import-trl
         if "test" in files:
-            notes.append(
-                f"the eval set is prepared as {files['test']}, but TRL's grpo script reads one `datasets` split: "
-                "`trl grpo` trains without evaluation"
-            )
+            # TRL's grpo script concatenates every `datasets` entry into its one train split (get_dataset); only
+            # `dataset_name` keeps splits: it loads the folder whole and takes train and eval by split name.
+            flat["dataset_name"] = str(prepared_folder(path))
+            flat["dataset_train_split"] = "train"
+            flat["dataset_test_split"] = "test"
+        else:
+            flat["datasets"] = [{"path": "json", "data_files": files["train"]}]
+        header["dataset"] = dataclasses.asdict(spec.dataset)  # the spec's own source, for import-trl
     else:
         _dataset(spec.dataset, flat)
         _put(header, "dataset", _dataset_header(spec.dataset))
@@ -114,7 +118,6 @@ def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml", base: Pat
         commands(spec, path, prepare_name if script else None, rewards_py is not None),
         script,
         prepare_name,
-        notes,
     )
 
 

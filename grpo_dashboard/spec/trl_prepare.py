@@ -4,7 +4,10 @@ TRL's grpo script loads the dataset as it is and reads its `prompt` column; the 
 settings (`prompt_column`, `prompt_template`, `system_prompt`, `conversational`), builds the tiny test model when
 `build_tiny` asks for it, and gives TRL the tokenizer with `model.chat_template`. An export of such a spec writes a
 prepare script beside the recipe that does exactly that with the job's own functions (jobs/grpo_job.py) and saves
-the prompts TRL then reads as a JSONL file the recipe names by absolute path. A spec-set chat template is applied
+the prompts TRL then reads as JSONL files the recipe names by absolute path: `train.jsonl`, and `test.jsonl` for the
+spec's eval set, in one folder whose file names are the split names `datasets.load_dataset` infers (the recipe
+gives TRL that folder as `dataset_name`). A local eval file is carried the same way even when the job maps nothing:
+TRL's keys name no local eval file. A spec-set chat template is applied
 there to each conversational prompt (the script has no other way to give TRL that tokenizer), so TRL gets the
 templated text. Relative paths of the spec are made absolute against the directory the spec is resolved from.
 """
@@ -56,10 +59,11 @@ def maps_prompts(d: DatasetSpec) -> bool:
 
 
 def prepares_data(spec: RunSpec) -> bool:
-    """Whether TRL must read prepared prompts: the job maps them, or applies the spec's chat template to them."""
+    """Whether TRL must read prepared prompts: the job maps them, applies the spec's chat template to them, or
+    evaluates on local files (TRL has no key for a local eval file; a prepared folder carries it as a split)."""
     d = spec.dataset
     templated = bool(spec.model.chat_template) and (bool(d.conversational) or bool(d.system_prompt))
-    return bool(d.path or d.data_files or d.mixture) and (maps_prompts(d) or templated)
+    return bool(d.path or d.data_files or d.mixture) and (maps_prompts(d) or templated or bool(d.eval_data_files))
 
 
 def needs_prepare(spec: RunSpec) -> bool:
@@ -67,12 +71,18 @@ def needs_prepare(spec: RunSpec) -> bool:
     return prepares_data(spec) or spec.model.build_tiny
 
 
+def prepared_folder(recipe: Path) -> Path:
+    """The folder of the prepared JSONL files, beside the recipe."""
+    return recipe.resolve().parent / f"{recipe.stem}_data"
+
+
 def prepared_files(recipe: Path, spec: RunSpec) -> dict[str, str]:
-    """The prepared JSONL files the recipe names ({"train": path[, "test": path]}), beside the recipe."""
-    folder = recipe.resolve().parent / f"{recipe.stem}_data"
+    """The prepared JSONL files the recipe names ({"train": path[, "test": path]}): named by split, so that
+    `load_dataset(folder)` gives exactly these splits."""
+    folder = prepared_folder(recipe)
     d = spec.dataset
     out = {"train": str(folder / "train.jsonl")}
-    if d.eval_split or d.eval_data_files:
+    if d.eval_split or d.eval_data_files or (d.mixture and d.test_split_size is not None):
         out["test"] = str(folder / "test.jsonl")
     return out
 
