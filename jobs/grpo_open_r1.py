@@ -48,6 +48,17 @@ def test_cases(value: Any) -> tuple[str, list[dict[str, Any]]]:
     return str(value.get("language") or "python"), list(value["test_cases"])
 
 
+def column(kwargs: dict[str, Any], reward: str, name: str, param: str) -> Any:
+    """The dataset column `name` TRL passed to `reward`; KeyError naming it and the parameter that chooses it."""
+    values = kwargs.get(name)
+    if values is None:
+        raise KeyError(
+            f"{reward} reads the dataset column {name!r}, which was not passed. Add the column or set the reward's "
+            f"{param} parameter."
+        )
+    return values
+
+
 def _text(completion: Any) -> str:
     """open-r1 reads completion[-1]["content"]; a standard (str) completion is the text itself."""
     if isinstance(completion, list):
@@ -93,12 +104,7 @@ def _code_reward(
         return (1.0 if rate > BINARY_THRESHOLD else 0.0) if binary else rate
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
-        infos = kwargs.get(tests_column)
-        if infos is None:
-            raise KeyError(
-                f"open_r1_code reads the dataset column {tests_column!r}, which was not passed. Add the column "
-                "or set the reward's tests_column parameter."
-            )
+        infos = column(kwargs, "open_r1_code", tests_column, "tests_column")
         texts = [_text(c) for c in completions]
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(one, texts, list(infos)))
@@ -124,12 +130,7 @@ def _length_reward(solution_column: str = "solution") -> Callable[..., list[floa
         )
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
-        solutions = kwargs.get(solution_column)
-        if solutions is None:
-            raise KeyError(
-                f"open_r1_length reads the dataset column {solution_column!r}, which was not passed. Add the column "
-                "or set the reward's solution_column parameter."
-            )
+        solutions = column(kwargs, "open_r1_length", solution_column, "solution_column")
         texts = [_text(c) for c in completions]
         # open-r1 counts a completion whose gold answer does not parse as correct, so as not to penalise it.
         correct = [math_correct(t, s) is not False for t, s in zip(texts, list(solutions), strict=True)]

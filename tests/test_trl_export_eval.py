@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from grpo_dashboard.spec.trl_export import export_trl
 from grpo_dashboard.spec.trl_prepare import absolute_paths
 
 from .conftest import REPO
+from .test_trl_export_equivalence import _run
 
 TRL = Path(sys.executable).parent / "trl"
 
@@ -64,13 +64,6 @@ def _project(tmp_path: Path, example: str, tiny_model: Path, training: dict[str,
     spec["training"].update(training)
     (proj / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return proj
-
-
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=900, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
 
 
 def _export(proj: Path, tmp_path: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
