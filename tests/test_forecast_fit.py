@@ -160,3 +160,13 @@ def test_kept_grids_give_the_fits_computed_afresh() -> None:
     for wanted in (0.95, 0.5, 0.99, 0.95):  # the gain curve is evaluated once, whatever the order of the asks
         hit = np.flatnonzero(share >= wanted)
         assert blend.gain_step(wanted) == float(grid[hit[0]])
+
+
+def test_sse_in_one_buffer_is_the_plain_expression_bit_for_bit() -> None:
+    rng = np.random.default_rng(9)
+    basis = rng.random((84, 400))
+    basis[3, 7], basis[5, 0] = math.inf, math.nan
+    a, b, y = rng.normal(size=84), rng.normal(size=84) * 1e3, rng.normal(size=400)
+    b[10] = 0.0
+    want = np.sum((a[:, None] + b[:, None] * basis - y) ** 2, axis=1)
+    assert fits._sse(a, b, basis, y).tobytes() == want.tobytes()
