@@ -130,3 +130,43 @@ def test_a_row_without_spread_gets_lstsqs_minimum_norm_answer() -> None:
         want, *_ = np.linalg.lstsq(np.stack([np.ones(4), basis[k]], axis=-1), y, rcond=None)
         assert (a[k], b[k]) == pytest.approx(tuple(want), rel=1e-12)
     assert b[0] != 0.0  # the minimum-norm answer splits the level between both columns
+
+
+def test_kept_grids_give_the_fits_computed_afresh() -> None:
+    """A grid kept from an earlier fit at the same x (the bootstrap's refits, runs logged at the same steps) gives
+    bit for bit what a grid built for this fit gives; a different x gets its own grid; kept grids are read-only."""
+    rng = np.random.default_rng(5)
+    x = np.arange(1.0, 301.0) * 10
+    fits._GRIDS.clear()
+    for model in ("exp", "power"):
+        for trial in range(3):
+            y = 1.0 - np.exp(-x / (500.0 * (trial + 1))) + rng.normal(0, 0.02, x.size)
+            kept = fits._fit_model(model, x, y)
+            shapes, basis = fits._grid_bases(model, x)
+            a, b = fits._line_fits(basis, y)
+            fresh = fits._grid(model, x.copy())  # the same x in another array: the kept grid
+            assert fresh.basis.tobytes() == basis.tobytes() and fresh.shapes == shapes
+            assert not fresh.basis.flags.writeable and not fresh.centred.flags.writeable
+            got_a, got_b = fits._solve(fresh, y)
+            assert got_a.tobytes() == a.tobytes() and got_b.tobytes() == b.tobytes()
+            assert kept is not None and kept.coef in {(float(a[k]), float(b[k])) for k in range(len(shapes))}
+    assert len(fits._GRIDS) == 2
+    assert fits._grid("exp", x[:-1]) is not fits._grid("exp", x)
+    blend, _ = fit_reward_curve(x, 1.0 - np.exp(-x / 700.0) + rng.normal(0, 0.02, x.size))
+    assert blend is not None
+    span = max([1.0] + [float(m.shape[0]) for m in blend.members if m.shape])
+    grid = blend.x0 + np.concatenate(([0.0], np.geomspace(1e-3, 1e4, 4000))) * span
+    share = (np.asarray(blend(grid)) - blend.start) / (blend.plateau - blend.start)
+    for wanted in (0.95, 0.5, 0.99, 0.95):  # the gain curve is evaluated once, whatever the order of the asks
+        hit = np.flatnonzero(share >= wanted)
+        assert blend.gain_step(wanted) == float(grid[hit[0]])
+
+
+def test_sse_in_one_buffer_is_the_plain_expression_bit_for_bit() -> None:
+    rng = np.random.default_rng(9)
+    basis = rng.random((84, 400))
+    basis[3, 7], basis[5, 0] = math.inf, math.nan
+    a, b, y = rng.normal(size=84), rng.normal(size=84) * 1e3, rng.normal(size=400)
+    b[10] = 0.0
+    want = np.sum((a[:, None] + b[:, None] * basis - y) ** 2, axis=1)
+    assert fits._sse(a, b, basis, y).tobytes() == want.tobytes()

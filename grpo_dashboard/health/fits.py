@@ -11,7 +11,10 @@ by resampling its residuals. Only numpy is needed.
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import cast
 
@@ -72,7 +75,7 @@ def level_window(n: int) -> int:
 
 def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
     """Best curve of one family on (x, y): grid over the shape parameter, linear least squares for the rest."""
-    x0, span = float(x[0]), max(float(x[-1] - x[0]), 1.0)
+    x0 = float(x[0])
     if model == "const":
         mean = float(np.mean(y))
         rmse = float(np.sqrt(np.mean((y - mean) ** 2)))
@@ -82,13 +85,14 @@ def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
         level = float(np.mean(recent))
         rmse = float(np.sqrt(np.mean((recent - level) ** 2)))
         return Curve("level", level, level, x0, (), (level, 0.0), rmse, math.nan)
-    shapes, basis = _grid_bases(model, x, x0, span)
-    a, b = _line_fits(basis, y)
+    grid = _grid(model, x)
+    shapes, basis = grid.shapes, grid.basis
+    a, b = _solve(grid, y)
     # A saturating approach: the curve must not bend back (B's sign fixes the direction, any is allowed), and a
     # plateau absurdly far from the data means the grid point is a straight line in disguise: skipped.
     lo, hi = float(np.min(y)), float(np.max(y))
     reach = _PLATEAU_REACH * max(hi - lo, 1e-9)
-    sse = np.sum((a[:, None] + b[:, None] * basis - y) ** 2, axis=1)
+    sse = _sse(a, b, basis, y)
     sse[~((lo - reach <= a) & (a <= hi + reach)) | np.isnan(sse)] = np.inf
     if not np.isfinite(sse).any():
         return None
@@ -98,36 +102,96 @@ def _fit_model(model: str, x: np.ndarray, y: np.ndarray) -> Curve | None:
     return Curve(model, plateau, plateau + gain, x0, shapes[k], (plateau, gain), rmse, 0.0)
 
 
-def _grid_bases(model: str, x: np.ndarray, x0: float, span: float) -> tuple[list[tuple[float, ...]], np.ndarray]:
+def _sse(a: np.ndarray, b: np.ndarray, basis: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``np.sum((a[:, None] + b[:, None] * basis - y) ** 2, axis=1)``, the same bits, in one (G, n) buffer: the
+    temporaries of the plain expression cost more than its arithmetic."""
+    work = b[:, None] * basis
+    np.add(a[:, None], work, out=work)
+    np.subtract(work, y, out=work)
+    np.multiply(work, work, out=work)
+    return np.sum(work, axis=1)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """A family's grid at one ``x``: its shapes, the varying basis column of each (G, n) and what the least squares
+    of any ``y`` on them needs from the basis alone (row means, centred rows, their spread, the rows left to lstsq).
+    Its arrays are read-only: a grid is shared between callers."""
+
+    shapes: tuple[tuple[float, ...], ...]
+    basis: np.ndarray
+    mean: np.ndarray
+    centred: np.ndarray
+    spread: np.ndarray
+    flat: np.ndarray
+
+
+_GRIDS: OrderedDict[tuple[str, str, bytes], _Grid] = OrderedDict()
+_GRIDS_KEPT = 32  # a run's fits use 4 (2 families x early / full); runs of one length and cadence share them
+_GRIDS_LOCK = threading.Lock()
+
+
+def _grid(model: str, x: np.ndarray) -> _Grid:
+    """``model``'s grid at ``x``, kept by the exact ``x``: the bootstrap refits at the same ``x`` many times, and runs
+    logged at the same steps bin to the same ``x``."""
+    key = (model, x.dtype.str, x.tobytes())
+    with _GRIDS_LOCK:
+        kept = _GRIDS.get(key)
+        if kept is not None:
+            _GRIDS.move_to_end(key)
+            return kept
+    shapes, basis = _grid_bases(model, x)
+    grid = _prepared(shapes, basis, x.size)
+    for array in (grid.basis, grid.mean, grid.centred, grid.spread, grid.flat):
+        array.flags.writeable = False
+    with _GRIDS_LOCK:
+        _GRIDS[key] = grid
+        if len(_GRIDS) > _GRIDS_KEPT:
+            _GRIDS.popitem(last=False)
+    return grid
+
+
+def _grid_bases(model: str, x: np.ndarray) -> tuple[tuple[tuple[float, ...], ...], np.ndarray]:
     """Every grid shape of ``model`` and its varying basis column at ``x``, one row per shape: (shapes, (G, n))."""
+    x0, span = float(x[0]), max(float(x[-1] - x[0]), 1.0)
     if model == "exp":
         taus = _RATE_GRID * span
-        return [(float(t),) for t in taus], np.exp(-(x - x0)[None, :] / taus[:, None])
+        return tuple((float(t),) for t in taus), np.exp(-(x - x0)[None, :] / taus[:, None])
     scales = np.repeat(_RATE_GRID[::3] * span, _ALPHA_GRID.size)
     alphas = np.tile(_ALPHA_GRID, _RATE_GRID[::3].size)
-    shapes: list[tuple[float, ...]] = [(float(s), float(a)) for s, a in zip(scales, alphas, strict=True)]
+    shapes = tuple((float(s), float(a)) for s, a in zip(scales, alphas, strict=True))
     return shapes, (np.maximum(x - x0, 0.0)[None, :] / scales[:, None] + 1.0) ** (-alphas[:, None])
 
 
+def _prepared(shapes: tuple[tuple[float, ...], ...], basis: np.ndarray, n: int) -> _Grid:
+    """What the least squares on ``basis`` rows needs from them alone, for ``y`` of ``n`` points (see _solve)."""
+    mean = basis.mean(axis=1)
+    centred = basis - mean[:, None]
+    spread = np.einsum("gn,gn->g", centred, centred)
+    # lstsq (rcond=None) zeroes a singular value under eps * max(n, 2) * the largest. With F the design's Frobenius
+    # norm, the largest is <= F and the smallest >= sqrt(n * spread) / F (its Gram determinant over its trace), so
+    # every row lstsq could truncate has sqrt(spread) < eps * max(n, 2) * F^2 / sqrt(n), and is sent to it.
+    frobenius2 = n + np.einsum("gn,gn->g", basis, basis)
+    flat = ~(np.sqrt(spread) > 4 * np.finfo(float).eps * max(n, 2) * frobenius2 / math.sqrt(n))
+    return _Grid(shapes, basis, mean, centred, spread, flat)
+
+
 def _line_fits(basis: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least squares of y ~ a + b * row for every row of ``basis`` at once, in closed form: (a, b), one per row.
+    """Least squares of y ~ a + b * row for every row of ``basis`` at once, in closed form: (a, b), one per row."""
+    return _solve(_prepared((), basis, y.size), y)
+
+
+def _solve(grid: _Grid, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_line_fits`` on a prepared grid.
 
     The centred normal equations of a two-column design are well conditioned; a row with (nearly) no spread, where
     lstsq's rank cut-off could drop the second column, is left to lstsq itself, so every row gets a generic solver's
     answer."""
-    mean = basis.mean(axis=1)
-    centred = basis - mean[:, None]
-    spread = np.einsum("gn,gn->g", centred, centred)
-    b = centred @ (y - y.mean())
-    # lstsq (rcond=None) zeroes a singular value under eps * max(n, 2) * the largest. With F the design's Frobenius
-    # norm, the largest is <= F and the smallest >= sqrt(n * spread) / F (its Gram determinant over its trace), so
-    # every row lstsq could truncate has sqrt(spread) < eps * max(n, 2) * F^2 / sqrt(n), and is sent to it.
-    frobenius2 = y.size + np.einsum("gn,gn->g", basis, basis)
-    flat = ~(np.sqrt(spread) > 4 * np.finfo(float).eps * max(y.size, 2) * frobenius2 / math.sqrt(y.size))
-    b = np.divide(b, spread, out=np.zeros_like(b), where=~flat)
-    a = y.mean() - b * mean
-    for k in np.flatnonzero(flat):
-        design = np.stack([np.ones_like(y), basis[k]], axis=-1)
+    b = grid.centred @ (y - y.mean())
+    b = np.divide(b, grid.spread, out=np.zeros_like(b), where=~grid.flat)
+    a = y.mean() - b * grid.mean
+    for k in np.flatnonzero(grid.flat):
+        design = np.stack([np.ones_like(y), grid.basis[k]], axis=-1)
         (a[k], b[k]), *_ = np.linalg.lstsq(design, y, rcond=None)
     return a, b
 
@@ -170,14 +234,19 @@ class Blend:
 
     def gain_step(self, share: float) -> float:
         """Step at which ``share`` of the gain from ``x0`` to the plateau is reached (inf when never)."""
-        span = max([1.0] + [float(m.shape[0]) for m in self.members if m.shape])
-        gain = self.plateau - self.start
-        if abs(gain) < 1e-12:
+        if abs(self.plateau - self.start) < 1e-12:
             return self.x0
-        grid = self.x0 + np.concatenate(([0.0], np.geomspace(1e-3, 1e4, 4000))) * span
-        reached = (np.asarray(self(grid)) - self.start) / gain >= share
-        hit = np.flatnonzero(reached)
+        grid, share_reached = self._gain_curve
+        hit = np.flatnonzero(share_reached >= share)
         return float(grid[hit[0]]) if hit.size else math.inf
+
+    @functools.cached_property
+    def _gain_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """The search grid of ``gain_step`` and the share of the gain reached at each of its points: evaluated once
+        per blend (the forecast asks for several shares; members and weights do not change after the fit)."""
+        span = max([1.0] + [float(m.shape[0]) for m in self.members if m.shape])
+        grid = self.x0 + np.concatenate(([0.0], np.geomspace(1e-3, 1e4, 4000))) * span
+        return grid, (np.asarray(self(grid)) - self.start) / (self.plateau - self.start)
 
     def refit(self, x: np.ndarray, y: np.ndarray) -> Blend:
         """The same weights on the families refitted to ``(x, y)`` (what the bootstrap varies)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
@@ -415,8 +416,7 @@ def _from_dict(cls: Any, data: Any, prefix: str, errors: list[FieldError]) -> An
         got = type(data).__name__
         errors.append(FieldError(where, data, f"must be a mapping of {cls.__name__} fields, got {got}."))
         return cls()
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    hints, names = _fields_of(cls)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         shown = key if isinstance(key, str) and key.strip() else repr(key)
@@ -437,6 +437,13 @@ def _from_dict(cls: Any, data: Any, prefix: str, errors: list[FieldError]) -> An
     except TypeError as exc:
         errors.append(FieldError(where, data, f"cannot be built: {exc}."))
         return cls()
+
+
+@functools.cache
+def _fields_of(cls: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A spec dataclass's resolved type hints and field names: resolving the hints is most of a parse's cost, and a
+    class's hints never change (the runs table parses hundreds of distinct specs)."""
+    return typing.get_type_hints(cls), tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _trl_hint(key: str) -> str | None:

@@ -254,6 +254,11 @@ class Store:
         names, each with its points after the given step (None: all of them), and none left without points."""
         return series.read_run(self.connection(), run_id, since)
 
+    def columns(self, run_id: str) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+        """(steps, values) of every training-step series of a run, keyed by (split, key), in one query: what the
+        doctor reads (`arrays_all`'s steps and values without the wall times or system samples; steps read-only)."""
+        return series.read_columns(self.connection(), run_id)
+
     def series_heads(self, run_id: str) -> dict[tuple[str, str], tuple[int, int]]:
         """(points, last step) of every series of a run: how a reader that keeps what it read sees what changed."""
         return series.heads(self.connection(), run_id)

@@ -10,7 +10,6 @@ from typing import Any
 
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import Run, Store
-from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.views.memo import LruCache
 
 # Sized above the runs a table shows: an LRU smaller than the table is emptied by every load (each spec parsed again).
@@ -54,7 +53,6 @@ def _read_frame(store: Store, run_id: str) -> Any:
     from grpo_dashboard.health.series import MetricFrame
 
     by_split: dict[str, dict[str, Any]] = {}
-    for (split, key), a in store.arrays_all(run_id).items():
-        if split != SYSTEM_SPLIT:  # stepped by wall time: the doctor reads training steps
-            by_split.setdefault(split, {})[key] = (a.steps, a.values)
+    for (split, key), pair in store.columns(run_id).items():  # system samples, stepped by wall time, left out
+        by_split.setdefault(split, {})[key] = pair
     return MetricFrame.from_splits([by_split[s] for s in sorted(by_split, key=lambda s: s != "train")])
