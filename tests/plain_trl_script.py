@@ -3,12 +3,13 @@ tiny local model for a few CPU steps, logging with `report_to` (trackio, wandb, 
 `--dashboard DIR_OR_URL`, the dashboard's callback.
 
 Usage: python tests/plain_trl_script.py MODEL_DIR OUTPUT_DIR [--steps N] [--report-to trackio,wandb] [--beta B]
-[--dashboard DIR] [--run-name NAME] [--guard] [--step-sleep S] [--hold-at N --hold FILE]
+[--dashboard DIR] [--run-name NAME] [--guard] [--health JSON] [--step-sleep S] [--hold-at N --hold FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ def main() -> None:
     p.add_argument("--run-name", default="plain-script")
     p.add_argument("--project", default="trl-proj", help="the trackio project")
     p.add_argument("--guard", action="store_true", help="the callback stops on an error finding")
+    p.add_argument("--health", help="the callback's health options as JSON (guard, guard_persist, thresholds)")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds each step waits (a slower run)")
     p.add_argument("--hold-at", type=int, default=0, help="after this step, wait until --hold exists")
     p.add_argument("--hold", help="the file whose creation lets the run go on past --hold-at")
@@ -65,13 +67,14 @@ def main() -> None:
         eval_steps=args.eval_steps or None,
         per_device_eval_batch_size=8,
     )
+    health: dict[str, Any] | None = {"guard": True} if args.guard else None
+    if args.health:
+        health = {**(health or {}), **json.loads(args.health)}
     callbacks: list[Any] = []
     if args.dashboard:
         from grpo_dashboard.integrations import DashboardCallback
 
-        callbacks.append(
-            DashboardCallback(args.dashboard, name=args.run_name, health={"guard": True} if args.guard else None)
-        )
+        callbacks.append(DashboardCallback(args.dashboard, name=args.run_name, health=health))
     if args.step_sleep:
 
         class Slow(TrainerCallback):
@@ -100,8 +103,6 @@ def main() -> None:
     )
     trainer.train()
     if args.log_history:
-        import json
-
         with open(args.log_history, "w", encoding="utf-8") as f:
             json.dump(trainer.state.log_history, f)
 
