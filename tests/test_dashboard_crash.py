@@ -20,11 +20,12 @@ pytestmark = pytest.mark.training
 
 def test_kill_dashboard_with_three_live_runs_and_restart(tiny_model: Path) -> None:
     store = Store()
-    runs = [launch(smoke_dict(tiny_model, max_steps=60, seed=i), store) for i in range(3)]
     port = free_port()
     first = start_dashboard(port)
     try:
+        # serving before the runs start: a slow start must not let them end before the crash
         wait_for(lambda: serving(port), timeout=300)
+        runs = [launch(smoke_dict(tiny_model, max_steps=60, seed=i), store) for i in range(3)]
         wait_for(lambda: all(store.get_run(r.id).n_records >= 3 for r in runs), timeout=600)
     finally:
         first.send_signal(signal.SIGKILL)
