@@ -107,6 +107,43 @@ def test_rare_or_light_truncation_is_not_a_finding() -> None:
     assert "truncation" not in rules(diagnose(healthy(n, completions__clipped_ratio=light)))
 
 
+def _old_lengths(n: int, pinned: list[int], cap: float = 768.0, seed: int = 0) -> list[dict]:
+    """An old-key log (completion_length, no clipped_ratio): lengths 200-740, ``cap`` on the ``pinned`` logs."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.uniform(200, 740, n).round(2)
+    lengths[pinned] = cap
+    reward = np.where(np.isin(np.arange(n), pinned), -2.0, -1.3 + rng.normal(0, 0.2, n))
+    return [
+        {"step": i + 1, "completion_length": float(v), "reward": float(r)}
+        for i, (v, r) in enumerate(zip(lengths, reward, strict=True))
+    ]
+
+
+def test_isolated_batches_at_the_cap_on_an_old_log_are_a_truncation_note_with_a_lower_bound() -> None:
+    n = 120
+    pinned = list(range(3, n, 6))  # one batch in six wholly cut, never two in a row
+    f = only(diagnose(_old_lengths(n, pinned)), "truncation")
+    assert f.severity == "info" and f.evidence["kind"] == "pinned_batches" and f.evidence["cap"] == 768
+    assert f.evidence["lower_bound"] and f.evidence["pinned_logs"] >= 3 and 0.1 <= f.evidence["current"] <= 0.2
+    assert f.metric == "completion_length" and "768" in f.message and "at least" in f.message
+    # A third of the batches wholly cut: the bound alone is at the clipped ratio's warning level.
+    dense = only(diagnose(_old_lengths(n, list(range(1, n, 3)))), "truncation")
+    assert dense.severity == "warning" and dense.evidence["current"] >= 0.3 and "warning level" in dense.message
+    # The config's cap counts the same batches.
+    assert (
+        only(diagnose(_old_lengths(n, pinned), config={"max_completion_length": 768}), "truncation").evidence["cap"]
+        == 768
+    )
+
+
+def test_a_maximum_met_once_or_twice_or_under_a_larger_cap_is_no_truncation() -> None:
+    n = 120
+    assert "truncation" not in rules(diagnose(_old_lengths(n, [])))
+    assert "truncation" not in rules(diagnose(_old_lengths(n, [100, 110])))  # two batches at the top: chance
+    spread = _old_lengths(n, list(range(3, n, 6)))
+    assert "truncation" not in rules(diagnose(spread, config={"max_completion_length": 1024}))
+
+
 # ---- short logs: a zero-spread state with a one-log gap ----------------------------------------------------------
 
 

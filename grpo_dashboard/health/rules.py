@@ -18,6 +18,7 @@ from . import (
     checks_policy,
     checks_reward,
     checks_signal,
+    checks_truncation,
 )
 from .findings import SEVERITY_RANK, Context, Finding, RunConfig, order_key, rule_failure
 from .series import MetricFrame
@@ -33,7 +34,7 @@ RULES: dict[str, Rule] = {
     "flat_reward": checks_signal.check_flat_reward,
     "entropy_collapse": checks_policy.check_entropy_collapse,
     "entropy_blowup": checks_policy.check_entropy_blowup,
-    "truncation": checks_length.check_truncation,
+    "truncation": checks_truncation.check_truncation,
     "length_collapse": checks_length.check_length_collapse,
     "length_drift": checks_length.check_length_drift,
     "format_hacking": checks_reward.check_format_hacking,

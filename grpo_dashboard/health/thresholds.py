@@ -115,6 +115,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
     ),
     Threshold("truncation.note_logs", 0.5, "... and at least this share of those logs cut that share or more"),
     Threshold("truncation.note_window", 20, "trailing logs over which steady partial truncation is measured"),
+    Threshold(
+        "truncation.pinned_logs",
+        3,
+        "old logs: fewest batches with the mean length exactly at the cap (all cut) in the note window for a note",
+    ),
     # length_collapse
     Threshold("length_collapse.ratio", 0.5, "smoothed mean length below this fraction of its baseline", "PTT"),
     Threshold("length_collapse.extreme_ratio", 0.2, "raw mean length below this fraction: unmistakable"),
