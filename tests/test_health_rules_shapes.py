@@ -357,6 +357,33 @@ def test_a_gradient_explosion_in_the_first_logs_is_caught_before_any_baseline() 
     assert "grad_spike" not in rules(diagnose(mild))
 
 
+def _pairs(n: int, quiet_share: float, seed: int = 4, spread_logged: bool = True) -> list[dict]:
+    """One prompt of 2 completions a step: a batch whose two rewards are equal (``quiet_share`` of them) has no
+    advantage and a grad_norm of ~0.002 (the KL term), the others an ordinary 0.3 with lognormal scatter."""
+    rng = np.random.default_rng(seed)
+    quiet = rng.random(n) < quiet_share
+    grad = np.where(quiet, rng.uniform(0.001, 0.004, n), 0.3 * rng.lognormal(0, 0.4, n))
+    reward = np.where(quiet, rng.choice([0.0, 1.0], n), 0.5)
+    std = np.where(quiet, 0.0, 0.7071) if spread_logged else None
+    return healthy(
+        n, grad_norm=grad, reward=reward, reward_std=std, frac_reward_zero_std=None, rewards__count_a__mean=reward
+    )
+
+
+def test_grad_norm_alternating_with_no_advantage_batches_of_groups_of_2_is_no_spike() -> None:
+    for share in (0.55, 0.65):
+        for spread_logged in (True, False):
+            records = _pairs(150, share, spread_logged=spread_logged)
+            assert "grad_spike" not in rules(diagnose(records, config={"num_generations": 2})), (share, spread_logged)
+
+
+def test_a_real_spike_among_groups_of_2_is_still_caught() -> None:
+    records = _pairs(150, 0.6)
+    records[100]["grad_norm"], records[100]["reward_std"] = 30.0, 0.7071
+    f = only(diagnose(records, config={"num_generations": 2}), "grad_spike")
+    assert f.evidence["max_step"] == 101 and f.evidence["reference_median"] >= 0.1
+
+
 def test_grad_spike_typical_level_is_the_median_of_every_earlier_block() -> None:
     """The run's typical grad_norm at each block start equals np.median of all earlier values (odd and even counts)."""
     from grpo_dashboard.health.checks_optimizer import _expanding_median

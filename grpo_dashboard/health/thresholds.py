@@ -198,6 +198,12 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("grad_spike.history", 20, "trailing logs forming the reference median"),
     Threshold("grad_spike.min_history", 5, "fewest earlier logs before a spike can be judged"),
     Threshold("grad_spike.typical_floor", 1.0, "the reference is at least this multiple of the run's median so far"),
+    Threshold(
+        "grad_spike.quiet_fraction",
+        0.1,
+        "reference leaves out logs under this fraction of the window's largest value but one (no-advantage batches)",
+    ),
+    Threshold("grad_spike.min_active", 3, "fewest logs with a gradient in the window before a spike is judged"),
     Threshold("grad_spike.zero_frac", 0.5, "skip when this fraction of the window is exactly 0 (see zero_gradient)"),
     Threshold(
         "grad_spike.early_ratio", 100.0, "before a baseline: grad_norm this multiple of the smallest earlier log"
