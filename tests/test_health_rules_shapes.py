@@ -79,6 +79,30 @@ def test_flat_reward_below_or_off_a_known_ceiling_stays_a_no_learning_warning() 
     assert only(diagnose(records), "plateau").severity == "warning"
 
 
+def _climb(n: int, seed: int) -> np.ndarray:
+    """A healthy run climbing 15-fold, 0.03 -> 0.45, exponentially, with 30% scatter: slow in absolute terms early."""
+    rng = np.random.default_rng(seed)
+    return np.clip(0.03 * 15 ** (np.arange(n) / n) * (1 + rng.normal(0, 0.3, n)), 0, 1)
+
+
+def test_a_long_run_without_a_trend_is_a_no_learning_warning_whatever_its_last_window_does() -> None:
+    n = 500
+    for seed in range(6):
+        flat = _flat(n, 0.3, seed=seed, noise=0.1)
+        f = only(diagnose(healthy(n, reward=flat, rewards__count_a__mean=flat)), "plateau")
+        assert f.severity == "warning" and f.evidence["kind"] == "trend", (seed, f.message)
+
+
+def test_a_slow_start_that_climbs_several_fold_never_warns_as_a_plateau() -> None:
+    n = 500
+    for seed in range(4):
+        climb = _climb(n, seed)
+        history = finding_history(healthy(n, reward=climb, rewards__count_a__mean=climb), {})
+        plateau = [f for f in history if f.rule == "plateau"]
+        assert not [f for f in plateau if "warning" in (f.severity, f.evidence.get("peak_severity"))], seed
+        assert "plateau" not in rules(diagnose(healthy(n, reward=climb, rewards__count_a__mean=climb)), "warning")
+
+
 # ---- truncation: steady partial truncation --------------------------------------------------------------------------
 
 L2_CLIPPED = [0.375, 0.25, 0, 0.125, 0.875, 0, 0, 0.5, 0.875, 0.125, 0.25, 0.125, 0, 0.125, 0, 0, 0.25, 0.25]

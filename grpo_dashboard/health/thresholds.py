@@ -224,6 +224,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold(
         "plateau.min_gain", 0.05, "fitted gain over the window, times the reward's scale, that counts as learning"
     ),
+    Threshold(
+        "plateau.min_rel_gain", 0.25, "... or, for a reward low in its range, this share of its level above the floor"
+    ),
     Threshold("plateau.t_stat", 2.0, "a rising slope with this t-statistic counts as learning"),
     Threshold("plateau.constant_frac", 0.6, "share of recent logs at exactly one value (zero spread) = plateau"),
     Threshold("plateau.constant_min_points", 10, "fewest logs for the zero-spread plateau"),
