@@ -35,11 +35,6 @@ OPEN_DISAGREEMENTS: dict[str, str] = {
         "steps in, the doctor as two constant functions (arguably right); also a provisional reward_drop "
         "(forbidden) shown live after the step-4 record (reward -0.75, -0.75, -1.0, -1.0 on s1-s4)"
     ),
-    "duruoli__stats-safety__outputs-checkpoint-158-trainer_state.jsonl": (
-        "truncation missed (flat_reward, plateau and reward_length_corr reported): completion_length is exactly "
-        "768.0, never above, on 23 of 158 logs (every completion of those batches cut at a 768 cap; 14 of them the "
-        "-2.0 zero-spread batches), mean 575; the old-key inference from lengths pinned at the cap does not fire"
-    ),
 }
 # The same for the shared corpus. Both alarms were shown live before the findings record kept what the live panel
 # showed (benchmarks/doctor_real_logs.py listed them as "shown live after a record ... FORBIDDEN"); the record now

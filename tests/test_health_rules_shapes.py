@@ -79,6 +79,30 @@ def test_flat_reward_below_or_off_a_known_ceiling_stays_a_no_learning_warning() 
     assert only(diagnose(records), "plateau").severity == "warning"
 
 
+def _climb(n: int, seed: int) -> np.ndarray:
+    """A healthy run climbing 15-fold, 0.03 -> 0.45, exponentially, with 30% scatter: slow in absolute terms early."""
+    rng = np.random.default_rng(seed)
+    return np.clip(0.03 * 15 ** (np.arange(n) / n) * (1 + rng.normal(0, 0.3, n)), 0, 1)
+
+
+def test_a_long_run_without_a_trend_is_a_no_learning_warning_whatever_its_last_window_does() -> None:
+    n = 500
+    for seed in range(6):
+        flat = _flat(n, 0.3, seed=seed, noise=0.1)
+        f = only(diagnose(healthy(n, reward=flat, rewards__count_a__mean=flat)), "plateau")
+        assert f.severity == "warning" and f.evidence["kind"] == "trend", (seed, f.message)
+
+
+def test_a_slow_start_that_climbs_several_fold_never_warns_as_a_plateau() -> None:
+    n = 500
+    for seed in range(4):
+        climb = _climb(n, seed)
+        history = finding_history(healthy(n, reward=climb, rewards__count_a__mean=climb), {})
+        plateau = [f for f in history if f.rule == "plateau"]
+        assert not [f for f in plateau if "warning" in (f.severity, f.evidence.get("peak_severity"))], seed
+        assert "plateau" not in rules(diagnose(healthy(n, reward=climb, rewards__count_a__mean=climb)), "warning")
+
+
 # ---- truncation: steady partial truncation --------------------------------------------------------------------------
 
 L2_CLIPPED = [0.375, 0.25, 0, 0.125, 0.875, 0, 0, 0.5, 0.875, 0.125, 0.25, 0.125, 0, 0.125, 0, 0, 0.25, 0.25]
@@ -105,6 +129,43 @@ def test_rare_or_light_truncation_is_not_a_finding() -> None:
     assert "truncation" not in rules(diagnose(healthy(n, completions__clipped_ratio=rare)))
     light = np.full(n, 0.05)  # a few completions cut on every log
     assert "truncation" not in rules(diagnose(healthy(n, completions__clipped_ratio=light)))
+
+
+def _old_lengths(n: int, pinned: list[int], cap: float = 768.0, seed: int = 0) -> list[dict]:
+    """An old-key log (completion_length, no clipped_ratio): lengths 200-740, ``cap`` on the ``pinned`` logs."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.uniform(200, 740, n).round(2)
+    lengths[pinned] = cap
+    reward = np.where(np.isin(np.arange(n), pinned), -2.0, -1.3 + rng.normal(0, 0.2, n))
+    return [
+        {"step": i + 1, "completion_length": float(v), "reward": float(r)}
+        for i, (v, r) in enumerate(zip(lengths, reward, strict=True))
+    ]
+
+
+def test_isolated_batches_at_the_cap_on_an_old_log_are_a_truncation_note_with_a_lower_bound() -> None:
+    n = 120
+    pinned = list(range(3, n, 6))  # one batch in six wholly cut, never two in a row
+    f = only(diagnose(_old_lengths(n, pinned)), "truncation")
+    assert f.severity == "info" and f.evidence["kind"] == "pinned_batches" and f.evidence["cap"] == 768
+    assert f.evidence["lower_bound"] and f.evidence["pinned_logs"] >= 3 and 0.1 <= f.evidence["current"] <= 0.2
+    assert f.metric == "completion_length" and "768" in f.message and "at least" in f.message
+    # A third of the batches wholly cut: the bound alone is at the clipped ratio's warning level.
+    dense = only(diagnose(_old_lengths(n, list(range(1, n, 3)))), "truncation")
+    assert dense.severity == "warning" and dense.evidence["current"] >= 0.3 and "warning level" in dense.message
+    # The config's cap counts the same batches.
+    assert (
+        only(diagnose(_old_lengths(n, pinned), config={"max_completion_length": 768}), "truncation").evidence["cap"]
+        == 768
+    )
+
+
+def test_a_maximum_met_once_or_twice_or_under_a_larger_cap_is_no_truncation() -> None:
+    n = 120
+    assert "truncation" not in rules(diagnose(_old_lengths(n, [])))
+    assert "truncation" not in rules(diagnose(_old_lengths(n, [100, 110])))  # two batches at the top: chance
+    spread = _old_lengths(n, list(range(3, n, 6)))
+    assert "truncation" not in rules(diagnose(spread, config={"max_completion_length": 1024}))
 
 
 # ---- short logs: a zero-spread state with a one-log gap ----------------------------------------------------------
@@ -318,6 +379,33 @@ def test_a_gradient_explosion_in_the_first_logs_is_caught_before_any_baseline() 
     assert f.severity == "error" and f.step == 3 and "before a baseline" in f.message
     mild = [{**r, "grad_norm": g} for r, g in zip(base, (0.8, 1.1, 40.0), strict=True)]
     assert "grad_spike" not in rules(diagnose(mild))
+
+
+def _pairs(n: int, quiet_share: float, seed: int = 4, spread_logged: bool = True) -> list[dict]:
+    """One prompt of 2 completions a step: a batch whose two rewards are equal (``quiet_share`` of them) has no
+    advantage and a grad_norm of ~0.002 (the KL term), the others an ordinary 0.3 with lognormal scatter."""
+    rng = np.random.default_rng(seed)
+    quiet = rng.random(n) < quiet_share
+    grad = np.where(quiet, rng.uniform(0.001, 0.004, n), 0.3 * rng.lognormal(0, 0.4, n))
+    reward = np.where(quiet, rng.choice([0.0, 1.0], n), 0.5)
+    std = np.where(quiet, 0.0, 0.7071) if spread_logged else None
+    return healthy(
+        n, grad_norm=grad, reward=reward, reward_std=std, frac_reward_zero_std=None, rewards__count_a__mean=reward
+    )
+
+
+def test_grad_norm_alternating_with_no_advantage_batches_of_groups_of_2_is_no_spike() -> None:
+    for share in (0.55, 0.65):
+        for spread_logged in (True, False):
+            records = _pairs(150, share, spread_logged=spread_logged)
+            assert "grad_spike" not in rules(diagnose(records, config={"num_generations": 2})), (share, spread_logged)
+
+
+def test_a_real_spike_among_groups_of_2_is_still_caught() -> None:
+    records = _pairs(150, 0.6)
+    records[100]["grad_norm"], records[100]["reward_std"] = 30.0, 0.7071
+    f = only(diagnose(records, config={"num_generations": 2}), "grad_spike")
+    assert f.evidence["max_step"] == 101 and f.evidence["reference_median"] >= 0.1
 
 
 def test_grad_spike_typical_level_is_the_median_of_every_earlier_block() -> None:

@@ -83,12 +83,15 @@ def check_grad_spike(ctx: Context) -> list[Finding]:
         return [early]
     if v.size < ctx.t("grad_spike.min_history") + 1 or np.mean(v == 0.0) >= zero_frac:
         return []
-    med, count, zero_share = trailing_median_ref(v, int(ctx.t("grad_spike.history")))
+    history = int(ctx.t("grad_spike.history"))
+    _, count, zero_share = trailing_median_ref(v, history)
+    med, active = _active_reference(ctx, series, history)
     # Saturated stretches (every group at its maximum) leave gradients near zero; measured against that, an ordinary
     # step looks like a spike. The reference is therefore never below a fraction of the run's own typical level.
     typical = _expanding_median(v)
     med = np.maximum(med, ctx.t("grad_spike.typical_floor") * typical)
     valid = (count >= ctx.t("grad_spike.min_history")) & (zero_share < zero_frac) & (med > 0)
+    valid &= active >= ctx.t("grad_spike.min_active")
     valid &= ~_saturated_reference(ctx, series.steps, int(ctx.t("grad_spike.history")))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(valid, v / np.where(med > 0, med, 1.0), 0.0)
@@ -166,6 +169,50 @@ def _early_explosion(ctx: Context, series: Series) -> Finding | None:
                 early=True,
             )
     return None
+
+
+def _quiet_logs(ctx: Context, steps: np.ndarray) -> np.ndarray:
+    """Per grad_norm log: True where the batch had no reward spread in any group (reward_std 0, or
+    frac_reward_zero_std 1), so no advantage and no policy gradient, only the KL term's or none."""
+    quiet = np.zeros(steps.size, dtype=bool)
+    for key, at_quiet in (("reward_std", lambda x: x <= 1e-12), ("frac_reward_zero_std", lambda x: x >= 1.0 - 1e-9)):
+        series = ctx.frame.get(key)
+        if series is None:
+            continue
+        series = series.finite()
+        common, ig, _ = np.intersect1d(steps, series.steps, assume_unique=True, return_indices=True)
+        quiet[ig] |= at_quiet(series.values[np.searchsorted(series.steps, common)])
+    return quiet
+
+
+def _active_reference(ctx: Context, series: Series, history: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per grad_norm log: median and count of the preceding ``history`` logs that carried a gradient.
+
+    A batch without advantage (every group's rewards equal, common with groups of 2, where a batch's advantages are
+    +-1 or 0) has a gradient near zero; where such batches are half the window or more, a median over all of them is
+    the near-zero level and every ordinary batch reads as a spike. Those logs are left out: the ones the reward
+    spread shows (see _quiet_logs), and those below grad_spike.quiet_fraction of the window's level (when
+    the spread is not logged). Leaving low values out only raises the reference, so no spike appears by it.
+    """
+    v, n = series.values, series.values.size
+    idx = np.arange(n)[:, None] - history + np.arange(history)[None, :]
+    inside = idx >= 0
+    window = np.where(inside, v[np.maximum(idx, 0)], np.nan)
+    quiet = np.where(inside, _quiet_logs(ctx, series.steps)[np.maximum(idx, 0)], False)
+    # The level is the window's largest value but one, so that one earlier spike does not set it; a quantile would
+    # be the quiet level itself where nine batches in ten had no advantage.
+    held = np.count_nonzero(~np.isnan(window), axis=1)
+    ordered = np.sort(window, axis=1)  # NaN sorts last
+    level = ordered[np.arange(n), np.maximum(held - 2, 0)]
+    with np.errstate(invalid="ignore"):
+        quiet |= window < ctx.t("grad_spike.quiet_fraction") * level[:, None]
+    kept = np.sort(np.where(quiet, np.nan, window), axis=1)  # np.nanmedian per row is slow on long logs
+    count = np.count_nonzero(~np.isnan(kept), axis=1)
+    rows, mid = np.arange(n), np.maximum(count // 2, 0)
+    upper = kept[rows, np.minimum(mid, history - 1)]
+    lower = kept[rows, np.maximum(mid - 1, 0)]
+    med = np.where(count % 2 == 1, upper, (lower + upper) / 2.0)
+    return np.where(count > 0, med, np.nan), count
 
 
 def _saturated_reference(ctx: Context, steps: np.ndarray, history: int) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Rules about reward progress: gaming, length correlation, overfitting and plateaus (drops: checks_drop)."""
+"""Rules about reward progress: gaming, length correlation, overfitting, forecast stop (drops: checks_drop;
+plateaus: checks_plateau)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ from .series import (
     corr,
     fmt,
     linear_fit,
-    mostly,
-    reward_ceiling_position,
     reward_range,
     trailing_mean,
     unit_position,
@@ -293,158 +292,6 @@ def check_overfitting(ctx: Context) -> list[Finding]:
             evals_after=after,
         )
     ]
-
-
-def check_plateau(ctx: Context) -> list[Finding]:
-    """No learning: a reward with zero spread (e.g. exactly 0 on most logs), or a flat noisy trend."""
-    reward = ctx.frame.get("reward")
-    if reward is None:
-        return []
-    reward = reward.finite()
-    constant = _constant_reward(ctx, reward)
-    return [constant] if constant is not None else _flat_trend(ctx, reward)
-
-
-def _constant_reward(ctx: Context, reward: Series) -> Finding | None:
-    """The reward is one value on (nearly) every recent log: zero spread, saturated at the top or not learning."""
-    v, n = reward.values, reward.values.size
-    window = int(ctx.t("plateau.window"))
-    lo, hi = reward_range(v)
-    tail = v[-window:]
-    long_log = n >= ctx.t("plateau.constant_min_points")
-    if long_log or n >= ctx.t("flat_reward.min_points"):
-        values, counts = np.unique(tail, return_counts=True)
-        mode = float(values[np.argmax(counts)])
-        share = float(counts.max()) / tail.size
-        eq = v == mode
-        if long_log:
-            constant = share >= ctx.t("plateau.constant_frac")
-        else:
-            # A short log: one value on nearly every log, with every completion of those batches scoring the same,
-            # is a state (no signal), not a trend that needs a window.
-            constant = mostly(eq & _zero_spread(ctx, reward), ctx.t("plateau.short_share"))
-        if constant:
-            suffix = np.cumsum(eq[::-1])[::-1] / np.arange(n, 0, -1)
-            frac = ctx.t("plateau.constant_frac") if long_log else ctx.t("plateau.short_share")
-            start = int(np.argmax(eq & (suffix >= frac)))
-            at_top = (mode - lo) / (hi - lo) >= ctx.t("plateau.ceiling")
-            severity = INFO if at_top else WARNING
-            message = (
-                f"reward is exactly {fmt(mode)} on {share:.0%} of the last {tail.size} logs (since step "
-                f"{int(reward.steps[start])}): zero spread, "
-                + (
-                    "the reward is saturated at its maximum; nothing is left to learn on these prompts."
-                    if at_top
-                    else "the policy is not learning."
-                )
-            )
-            fixes = (
-                ["stop the run or move to harder prompts"]
-                if at_top
-                else [
-                    "check the reward functions on real completions (log_completions=True)",
-                    "use easier prompts, a graded reward, or more num_generations so that some completions score",
-                ]
-            )
-            return make_finding(
-                "plateau",
-                severity,
-                int(reward.steps[start]),
-                message,
-                join_fixes(fixes),
-                reward.key,
-                value=mode,
-                share=share,
-                window=int(tail.size),
-                kind="constant",
-            )
-    return None
-
-
-def _flat_trend(ctx: Context, reward: Series) -> list[Finding]:
-    """The reward's fitted trend over the last window is flat: converged, at its ceiling, or not learning."""
-    v, n = reward.values, reward.values.size
-    window = int(ctx.t("plateau.window"))
-    lo, hi = reward_range(v)
-    tail = v[-window:]
-    cfg = ctx.config
-    if n < ctx.t("plateau.min_points"):
-        return []
-    slope, t = linear_fit(tail)
-    gain = slope * (tail.size - 1)
-    scale = max(hi - lo, 1e-9)
-    if gain >= ctx.t("plateau.min_gain") * scale or t >= ctx.t("plateau.t_stat"):
-        return []
-    nb = ctx.baseline_n(n)
-    overall = float(np.mean(tail[-10:]) - np.median(v[:nb]))
-    converged = overall >= 2 * ctx.t("plateau.min_gain") * scale
-    ceiling = None if converged else reward_ceiling_position(ctx.frame, tail.size)
-    at_ceiling = ceiling is not None and ceiling >= ctx.t("plateau.ceiling")
-    onset = int(reward.steps[-tail.size])
-    message = (
-        f"reward has not improved over the last {tail.size} logs (fitted change {gain:+.3g}, t={t:.1f}; level "
-        f"{fmt(float(np.mean(tail)))})"
-    )
-    if converged:
-        message += f" after rising {overall:+.3g} earlier: the run has converged."
-    elif at_ceiling:
-        message += (
-            f", at {ceiling:.0%} of its range: the reward sits at its ceiling, so there is little left to learn on "
-            "these prompts. The run has converged; a higher learning rate would not help."
-        )
-    else:
-        message += ": no learning."
-    if converged:
-        severity, fixes = INFO, ["stop here or continue on harder prompts"]
-    elif at_ceiling:
-        severity = INFO
-        fixes = [
-            "stop here (the last checkpoint is as good as it gets on this data)",
-            "or continue on harder prompts / a curriculum; drop prompts the model always solves (filter by pass rate)",
-        ]
-    else:
-        severity = WARNING
-        fixes = [
-            f"raise learning_rate{cfg.now('learning_rate')} (GRPO on LLMs: 1e-6 to 1e-5; tiny models more)",
-            "check that the reward can be earned at all (log_completions=True)",
-            f"raise num_generations{cfg.now('num_generations')} or temperature{cfg.now('temperature')}",
-        ]
-        frac = ctx.frame.get("frac_reward_zero_std")
-        if frac is not None and frac.finite().values.size and float(frac.finite().values[-window:].mean()) > 0.5:
-            fixes.insert(0, "most groups have zero reward spread (see zero_variance): change the prompt difficulty")
-    return [
-        make_finding(
-            "plateau",
-            severity,
-            onset,
-            message,
-            join_fixes(fixes),
-            reward.key,
-            gain=gain,
-            t_stat=t,
-            window=int(tail.size),
-            level=float(np.mean(tail)),
-            kind="ceiling" if at_ceiling else "trend",
-            ceiling_position=ceiling,
-        )
-    ]
-
-
-def _zero_spread(ctx: Context, reward: Series) -> np.ndarray:
-    """Per reward log: every completion of the batch scored the same (reward_std 0, else frac_reward_zero_std 1);
-    all True when neither is logged (identical means are then the only evidence)."""
-    for key, test in (
-        ("reward_std", lambda x: x <= ctx.t("flat_reward.std_atol")),
-        ("frac_reward_zero_std", lambda x: x >= ctx.t("zero_variance.extreme")),
-    ):
-        series = ctx.frame.get(key)
-        if series is None or series.finite().values.size == 0:
-            continue
-        series = series.finite()
-        at = np.searchsorted(series.steps, reward.steps)
-        at = np.minimum(at, series.steps.size - 1)
-        return (series.steps[at] == reward.steps) & test(series.values[at])
-    return np.ones(reward.values.size, dtype=bool)
 
 
 def check_forecast_stop(ctx: Context) -> list[Finding]:

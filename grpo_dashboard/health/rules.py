@@ -15,9 +15,11 @@ from . import (
     checks_kl,
     checks_length,
     checks_optimizer,
+    checks_plateau,
     checks_policy,
     checks_reward,
     checks_signal,
+    checks_truncation,
 )
 from .findings import SEVERITY_RANK, Context, Finding, RunConfig, order_key, rule_failure
 from .series import MetricFrame
@@ -33,7 +35,7 @@ RULES: dict[str, Rule] = {
     "flat_reward": checks_signal.check_flat_reward,
     "entropy_collapse": checks_policy.check_entropy_collapse,
     "entropy_blowup": checks_policy.check_entropy_blowup,
-    "truncation": checks_length.check_truncation,
+    "truncation": checks_truncation.check_truncation,
     "length_collapse": checks_length.check_length_collapse,
     "length_drift": checks_length.check_length_drift,
     "format_hacking": checks_reward.check_format_hacking,
@@ -46,7 +48,7 @@ RULES: dict[str, Rule] = {
     "grad_spike": checks_optimizer.check_grad_spike,
     "zero_gradient": checks_optimizer.check_zero_gradient,
     "overfitting": checks_reward.check_overfitting,
-    "plateau": checks_reward.check_plateau,
+    "plateau": checks_plateau.check_plateau,
     "forecast_stop": checks_reward.check_forecast_stop,
     "duplicate_completions": checks_signal.check_duplicate_completions,
     "tool_failures": checks_agents.check_tool_failures,

@@ -115,6 +115,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
     ),
     Threshold("truncation.note_logs", 0.5, "... and at least this share of those logs cut that share or more"),
     Threshold("truncation.note_window", 20, "trailing logs over which steady partial truncation is measured"),
+    Threshold(
+        "truncation.pinned_logs",
+        3,
+        "old logs: fewest batches with the mean length exactly at the cap (all cut) in the note window for a note",
+    ),
     # length_collapse
     Threshold("length_collapse.ratio", 0.5, "smoothed mean length below this fraction of its baseline", "PTT"),
     Threshold("length_collapse.extreme_ratio", 0.2, "raw mean length below this fraction: unmistakable"),
@@ -193,6 +198,12 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("grad_spike.history", 20, "trailing logs forming the reference median"),
     Threshold("grad_spike.min_history", 5, "fewest earlier logs before a spike can be judged"),
     Threshold("grad_spike.typical_floor", 1.0, "the reference is at least this multiple of the run's median so far"),
+    Threshold(
+        "grad_spike.quiet_fraction",
+        0.1,
+        "reference leaves out logs under this fraction of the window's largest value but one (no-advantage batches)",
+    ),
+    Threshold("grad_spike.min_active", 3, "fewest logs with a gradient in the window before a spike is judged"),
     Threshold("grad_spike.zero_frac", 0.5, "skip when this fraction of the window is exactly 0 (see zero_gradient)"),
     Threshold(
         "grad_spike.early_ratio", 100.0, "before a baseline: grad_norm this multiple of the smallest earlier log"
@@ -212,6 +223,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("plateau.min_points", 30, "fewest reward logs before a noisy plateau is judged"),
     Threshold(
         "plateau.min_gain", 0.05, "fitted gain over the window, times the reward's scale, that counts as learning"
+    ),
+    Threshold(
+        "plateau.min_rel_gain", 0.25, "... or, for a reward low in its range, this share of its level above the floor"
     ),
     Threshold("plateau.t_stat", 2.0, "a rising slope with this t-statistic counts as learning"),
     Threshold("plateau.constant_frac", 0.6, "share of recent logs at exactly one value (zero spread) = plateau"),
