@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from grpo_dashboard.checks import worker_memo
 from grpo_dashboard.checks.agents_async import ASYNC_CHECKS
 from grpo_dashboard.checks.agents_openenv import OPENENV_CHECKS
 from grpo_dashboard.checks.dataset_files import DatasetFileError, DatasetSample, read_sample
@@ -400,16 +401,32 @@ def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any, sample: DatasetS
     }
     if batch is not None:
         visible.append(batch["model"])
-    res = run_module(
-        "grpo_dashboard.checks.agent_worker",
-        json.dumps(request, default=str),
-        # transformers and trl load native libraries (ctypes.dlopen), which the default policy refuses
-        timeout_s=WORKER_TIMEOUT_S + (ROLLOUT_PROBE_S if batch is not None else 0),
-        allow_subprocess=True,
-        extra_path=[str(base)],
-        read_only=[p for p in visible if Path(p).exists()],
-        report=True,
-    )
+    timeout_s = WORKER_TIMEOUT_S + (ROLLOUT_PROBE_S if batch is not None else 0)
+    memo_key = worker_memo.key(request, visible)
+    result = worker_memo.get(memo_key)
+    if result is None:
+        res = run_module(
+            "grpo_dashboard.checks.agent_worker",
+            json.dumps(request, default=str),
+            # transformers and trl load native libraries (ctypes.dlopen), which the default policy refuses
+            timeout_s=timeout_s,
+            allow_subprocess=True,
+            extra_path=[str(base)],
+            read_only=[p for p in visible if Path(p).exists()],
+            report=True,
+        )
+        result = _worker_answer(res, warn)
+        if result is None:
+            return {}
+        worker_memo.put(memo_key, result)
+    for p in result.get("problems", []):
+        sink = err if p.get("severity") == "error" else warn
+        sink(FieldError(p["field"], p.get("value"), p["message"], p.get("severity", "error")))
+    return dict(result.get("environments") or {})
+
+
+def _worker_answer(res: Any, warn: Any) -> dict[str, Any] | None:
+    """The worker's answer from its report channel, or None after warning that it gave none."""
     lines = [line for line in (res.report or "").splitlines() if line.strip()]
     if not lines:
         why = "timed out" if res.timed_out else f"exited with status {res.returncode}"
@@ -422,12 +439,8 @@ def _run_worker(spec: RunSpec, base: Path, err: Any, warn: Any, sample: DatasetS
                 "warning",
             )
         )
-        return {}
-    result = json.loads(lines[-1])
-    for p in result.get("problems", []):
-        sink = err if p.get("severity") == "error" else warn
-        sink(FieldError(p["field"], p.get("value"), p["message"], p.get("severity", "error")))
-    return dict(result.get("environments") or {})
+        return None
+    return dict(json.loads(lines[-1]))
 
 
 CHECKS = [
