@@ -1,7 +1,8 @@
 """A user's own TRL script with `DashboardCallback`, run as a real 2-rank job: two torchrun "nodes" on this host
 (`--nnodes 2 --nproc_per_node 1`, gloo on CPU; `accelerate launch --cpu --num_processes 2` starts one process here),
 sharing the dashboard's data directory as two nodes share a filesystem. Only rank 0 records: one run directory,
-complete, that the dashboard follows to the end; rank 1 writes nothing, yet takes the guard's decision from rank 0."""
+complete, that the dashboard follows to the end; rank 1 writes nothing, yet takes the guard's decision from rank 0.
+One run shows both (a run that ends normally on 2 ranks adds only the last steps to it)."""
 
 from __future__ import annotations
 
@@ -114,33 +115,6 @@ def followed_to_the_end(run_dir: Path) -> Any:
     return store, external.refresh(store, run)
 
 
-def test_two_rank_run_is_recorded_once_by_rank_0_and_followed_to_completion(
-    tiny_model: Path, tmp_path: Path, data_dir: Path
-) -> None:
-    run_two_ranks(tiny_model, tmp_path, data_dir, "--steps", "3", "--guard")
-    run_dir = the_one_run_dir(tmp_path, data_dir)
-    logs, events = records(run_dir)
-    assert [r["step"] for r in logs] == [1, 2, 3]
-    names = [e["event"] for e in events]
-    assert names == ["starting", "started", "health_summary", "finished"], names
-    started = events[1]
-    assert started["world_size"] == RANKS and started["max_steps"] == 3
-    assert events[-1]["step"] == 3
-    marker = external.read_marker(run_dir)
-    assert marker is not None and marker["transport"] == "directory" and marker["pid"] == events[0]["pid"]
-    # Both ranks trained the same 3 steps of one job: TRL gathers the batch, so each logs the same rewards.
-    r0, r1 = rank_histories(tmp_path)
-    assert [h["step"] for h in r0] == [h["step"] for h in r1] == [1, 2, 3]
-    assert [h["reward"] for h in r0] == [h["reward"] for h in r1] == [r["metrics"]["reward"] for r in logs]
-    store, run = followed_to_the_end(run_dir)
-    assert run.status == "completed" and run.error is None, run.error
-    assert run.last_step == 3 and run.max_steps == 3
-    train = store_records(store, run.id)
-    assert sorted(s for split, s in train if split == "train") == [1, 2, 3]
-    assert same_values(train, jsonl_records(run_dir / "metrics.jsonl"))
-    assert [e["event"] for e in store.events(run.id)] == names
-
-
 # An error at once on the tiny model's first step (its 8-token completions are mostly cut): clipped_ratio at or above
 # 0.2 counts as every completion cut, and one log of it is enough.
 STOP_AT_ONCE = {"guard": True, "guard_persist": 1, "thresholds": {"truncation.extreme": 0.2, "truncation.persist": 1}}
@@ -153,6 +127,9 @@ def test_guard_stop_decided_on_rank_0_stops_both_ranks_at_the_same_step(
     run_dir = the_one_run_dir(tmp_path, data_dir)
     logs, events = records(run_dir)
     by_name = {e["event"]: e for e in events}
+    assert [e["event"] for e in events][:2] == ["starting", "started"] and by_name["started"]["world_size"] == RANKS
+    marker = external.read_marker(run_dir)
+    assert marker is not None and marker["transport"] == "directory" and marker["pid"] == events[0]["pid"]
     stop = by_name["guard_stop"]
     assert stop["rule"] == "truncation" and stop["severity"] == "error"
     assert stop["step"] < 4 and [r["step"] for r in logs] == list(range(1, stop["step"] + 1))
@@ -161,6 +138,12 @@ def test_guard_stop_decided_on_rank_0_stops_both_ranks_at_the_same_step(
     # Rank 1 has no health monitor of its own: it stopped at rank 0's step only because the decision reached it.
     r0, r1 = rank_histories(tmp_path)
     assert [h["step"] for h in r0] == [h["step"] for h in r1] == list(range(1, stop["step"] + 1))
+    # Both ranks trained the same steps of one job: TRL gathers the batch, so each logs the same rewards.
+    assert [h["reward"] for h in r0] == [h["reward"] for h in r1] == [r["metrics"]["reward"] for r in logs]
     store, run = followed_to_the_end(run_dir)
     assert run.status == "completed" and run.last_step == stop["step"]
     assert run.error and run.error.startswith("stopped by the health guard at step")
+    train = store_records(store, run.id)
+    assert sorted(s for split, s in train if split == "train") == list(range(1, stop["step"] + 1))
+    assert same_values(train, jsonl_records(run_dir / "metrics.jsonl"))
+    assert [e["event"] for e in store.events(run.id)] == [e["event"] for e in events]
