@@ -21,7 +21,7 @@ from grpo_dashboard.store.external import EXTERNAL
 from grpo_dashboard.store.series import SYSTEM_SPLIT
 from grpo_dashboard.views import completions, system_panel
 
-from .conftest import REPO, jsonl_records, same_values, store_records, wait_for
+from .conftest import REPO, WebhookReceiver, jsonl_records, same_values, store_records, wait_for
 
 SCRIPT = REPO / "tests" / "plain_trl_script.py"
 
@@ -123,3 +123,30 @@ def test_a_killed_script_fails_its_run_and_other_ranks_write_nothing(
     out, _ = other.communicate(timeout=300)
     assert other.returncode == 0, out[-3000:]
     assert {p.name for p in (data_dir / "runs").iterdir()} == before  # only the main process records
+
+
+@pytest.mark.training
+def test_a_plain_scripts_findings_reach_its_webhook(
+    tiny_model: Path, tmp_path: Path, data_dir: Path, receiver: WebhookReceiver
+) -> None:
+    """Alerts are first-class for an external run: the callback's health options post each new finding to the
+    webhook from the script itself, as a launched job does, and its summary counts them."""
+    health = {
+        "webhook_url": receiver.url,
+        "thresholds": {"truncation.extreme": 0.2, "truncation.persist": 1},  # the tiny model's completions are cut
+    }
+    proc = start_script(tiny_model, tmp_path / "w", data_dir, "--steps", "2", "--health", json.dumps(health))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    findings = [p["json"] for p in receiver.posts if p["json"] and p["json"].get("event") == "finding"]
+    assert findings, receiver.posts
+    assert {f["finding"]["rule"] for f in findings} >= {"truncation"}
+    assert all(
+        f["run"] == "plain-script" and "truncation" in f["text"]
+        for f in findings
+        if f["finding"]["rule"] == "truncation"
+    )
+    (run_dir,) = (data_dir / "runs").iterdir()
+    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (summary,) = [e for e in events if e.get("event") == "health_summary"]
+    assert summary["alerts"] == summary["webhook_posts"] == len(receiver.posts)
