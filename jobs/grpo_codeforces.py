@@ -44,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grpo_open_r1 import extract_code
+from grpo_reward_base import as_float, check_params, completion_text, is_num
 from grpo_sandbox import run_sandboxed
 from grpo_seccomp import build as seccomp_build
 
@@ -197,13 +198,6 @@ report(compile_error=False, passed=passed, ran=ran)
 """
 
 
-def _text(completion: Any) -> str:
-    """open-r1 reads completion[-1]["content"]; a standard (str) completion is the text itself."""
-    if isinstance(completion, list):
-        return str(completion[-1].get("content", "")) if completion else ""
-    return str(completion)
-
-
 def problem_tests(official: Any, generated: Any) -> list[dict[str, str]]:
     """The official tests then the generated ones when those are a list (an int count counts as none)."""
     tests = [*(official if isinstance(official, list) else []), *(generated if isinstance(generated, list) else [])]
@@ -230,28 +224,41 @@ def _cf_code_reward(
     compile_memory_mb: int = 2048,
     workers: int = 2,
 ) -> Callable[..., list[float | None]]:
-    def is_num(v: Any) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-    for name, ok, allowed in (
+    no_compile_reward, no_submission_reward = as_float(no_compile_reward), as_float(no_submission_reward)
+    compile_timeout_s, checker_timeout_s = as_float(compile_timeout_s), as_float(checker_timeout_s)
+    check_params(
+        "open_r1_cf_code",
         (
             "test_batch_size",
+            test_batch_size,
             isinstance(test_batch_size, int)
             and not isinstance(test_batch_size, bool)
             and (test_batch_size == -1 or test_batch_size >= 1),
             "-1 (all tests at once) or a positive integer",
         ),
-        ("scoring_mode", scoring_mode in SCORING_MODES, f"one of {', '.join(SCORING_MODES)}"),
-        ("no_compile_reward", is_num(no_compile_reward), "a number"),
-        ("no_submission_reward", is_num(no_submission_reward), "a number"),
-        ("compile_timeout_s", is_num(compile_timeout_s) and 0 < compile_timeout_s <= 600, "seconds in (0, 600]"),
-        ("checker_timeout_s", is_num(checker_timeout_s) and 0 < checker_timeout_s <= 600, "seconds in (0, 600]"),
-        ("compile_memory_mb", isinstance(compile_memory_mb, int) and compile_memory_mb >= 256, "an integer >= 256"),
-        ("workers", isinstance(workers, int) and 1 <= workers <= 64, "an integer in 1..64"),
-    ):
-        if not ok:
-            value = locals().get(name)
-            raise ValueError(f"open_r1_cf_code: parameter {name}={value!r} is invalid; allowed: {allowed}.")
+        ("scoring_mode", scoring_mode, scoring_mode in SCORING_MODES, f"one of {', '.join(SCORING_MODES)}"),
+        ("no_compile_reward", no_compile_reward, is_num(no_compile_reward), "a number"),
+        ("no_submission_reward", no_submission_reward, is_num(no_submission_reward), "a number"),
+        (
+            "compile_timeout_s",
+            compile_timeout_s,
+            is_num(compile_timeout_s) and 0 < compile_timeout_s <= 600,
+            "seconds in (0, 600]",
+        ),
+        (
+            "checker_timeout_s",
+            checker_timeout_s,
+            is_num(checker_timeout_s) and 0 < checker_timeout_s <= 600,
+            "seconds in (0, 600]",
+        ),
+        (
+            "compile_memory_mb",
+            compile_memory_mb,
+            isinstance(compile_memory_mb, int) and compile_memory_mb >= 256,
+            "an integer >= 256",
+        ),
+        ("workers", workers, isinstance(workers, int) and 1 <= workers <= 64, "an integer in 1..64"),
+    )
 
     def one(text: str, row: dict[str, Any]) -> float | None:
         tests = problem_tests(row.get("official_tests"), row.get("generated_tests"))
@@ -308,7 +315,7 @@ def _cf_code_reward(
         )
         n = len(completions)
         rows = [{c: (kwargs[c][i] if kwargs.get(c) is not None else None) for c in columns} for i in range(n)]
-        texts = [_text(c) for c in completions]
+        texts = [completion_text(c) for c in completions]
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(one, texts, rows))
 

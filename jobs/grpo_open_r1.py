@@ -23,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grpo_answers import math_correct
+from grpo_reward_base import as_float, check_params, column, completion_text, is_name, is_num, need
 from grpo_sandbox import run_sandboxed
 
 BINARY_THRESHOLD = 0.99  # open-r1's binary_code_reward
@@ -48,24 +49,6 @@ def test_cases(value: Any) -> tuple[str, list[dict[str, Any]]]:
     return str(value.get("language") or "python"), list(value["test_cases"])
 
 
-def column(kwargs: dict[str, Any], reward: str, name: str, param: str) -> Any:
-    """The dataset column `name` TRL passed to `reward`; KeyError naming it and the parameter that chooses it."""
-    values = kwargs.get(name)
-    if values is None:
-        raise KeyError(
-            f"{reward} reads the dataset column {name!r}, which was not passed. Add the column or set the reward's "
-            f"{param} parameter."
-        )
-    return values
-
-
-def _text(completion: Any) -> str:
-    """open-r1 reads completion[-1]["content"]; a standard (str) completion is the text itself."""
-    if isinstance(completion, list):
-        return str(completion[-1].get("content", "")) if completion else ""
-    return str(completion)
-
-
 def _code_reward(
     tests_column: str = "verification_info",
     binary: bool = False,
@@ -73,16 +56,15 @@ def _code_reward(
     memory_mb: int = 512,
     workers: int = 2,
 ) -> Callable[..., list[float | None]]:
-    for name, ok, allowed in (
-        ("tests_column", isinstance(tests_column, str) and bool(tests_column), "a dataset column name"),
-        ("binary", isinstance(binary, bool), "true or false"),
-        ("timeout_s", isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 600, "seconds in (0, 600]"),
-        ("memory_mb", isinstance(memory_mb, int) and memory_mb >= 64, "an integer >= 64"),
-        ("workers", isinstance(workers, int) and 1 <= workers <= 64, "an integer in 1..64"),
-    ):
-        if not ok:
-            value = locals().get(name)
-            raise ValueError(f"open_r1_code: parameter {name}={value!r} is invalid; allowed: {allowed}.")
+    timeout_s = as_float(timeout_s)
+    check_params(
+        "open_r1_code",
+        ("tests_column", tests_column, is_name(tests_column), "a dataset column name"),
+        ("binary", binary, isinstance(binary, bool), "true or false"),
+        ("timeout_s", timeout_s, is_num(timeout_s) and 0 < timeout_s <= 600, "seconds in (0, 600]"),
+        ("memory_mb", memory_mb, isinstance(memory_mb, int) and memory_mb >= 64, "an integer >= 64"),
+        ("workers", workers, isinstance(workers, int) and 1 <= workers <= 64, "an integer in 1..64"),
+    )
 
     def one(text: str, info: Any) -> float | None:
         try:
@@ -104,10 +86,10 @@ def _code_reward(
         return (1.0 if rate > BINARY_THRESHOLD else 0.0) if binary else rate
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
-        infos = column(kwargs, "open_r1_code", tests_column, "tests_column")
-        texts = [_text(c) for c in completions]
+        infos = column(kwargs, tests_column, "open_r1_code", "tests_column")
+        texts = [completion_text(c) for c in completions]
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(one, texts, list(infos)))
+            return list(pool.map(one, texts, infos))
 
     return reward
 
@@ -123,17 +105,13 @@ def length_scores(lengths: list[int], correct: list[bool]) -> list[float]:
 
 
 def _length_reward(solution_column: str = "solution") -> Callable[..., list[float | None]]:
-    if not (isinstance(solution_column, str) and solution_column):
-        raise ValueError(
-            f"open_r1_length: parameter solution_column={solution_column!r} is invalid; allowed: a dataset column "
-            "name."
-        )
+    need(is_name(solution_column), "open_r1_length", "solution_column", solution_column, "a dataset column name")
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
-        solutions = column(kwargs, "open_r1_length", solution_column, "solution_column")
-        texts = [_text(c) for c in completions]
+        solutions = column(kwargs, solution_column, "open_r1_length", "solution_column")
+        texts = [completion_text(c) for c in completions]
         # open-r1 counts a completion whose gold answer does not parse as correct, so as not to penalise it.
-        correct = [math_correct(t, s) is not False for t, s in zip(texts, list(solutions), strict=True)]
+        correct = [math_correct(t, s) is not False for t, s in zip(texts, solutions, strict=True)]
         return list(length_scores([len(t) for t in texts], correct))
 
     return reward

@@ -177,7 +177,7 @@ def test_a_submission_cannot_fork_see_the_tests_or_reach_the_driver(boundary: st
 def test_invalid_parameters_are_named_with_value_and_allowed_values(param: str, value: Any, allowed: str) -> None:
     with pytest.raises(ValueError) as info:
         R.build_reward("cf_code", "open_r1_cf_code", None, {param: value})
-    assert f"parameter {param}={value!r} is invalid" in str(info.value) and allowed in str(info.value)
+    assert f"params.{param} = {value!r} is invalid" in str(info.value) and allowed in str(info.value)
 
 
 def _length(texts: list[str], solutions: list[str]) -> list[float | None]:
@@ -201,7 +201,7 @@ def test_length_reward_gives_kimis_lambda_by_hand() -> None:
     assert _length(["\\boxed{4}", "\\boxed{5}"], ["4", "4"]) == [0.0, 0.0]  # equal lengths
     with pytest.raises(KeyError, match="'solution'"):
         R.build_reward("length", "open_r1_length", None, {})(completions=["a"])
-    with pytest.raises(ValueError, match="parameter solution_column=''"):
+    with pytest.raises(ValueError, match="params.solution_column = '' is invalid"):
         R.build_reward("length", "open_r1_length", None, {"solution_column": ""})
 
 
