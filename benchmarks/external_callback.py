@@ -34,6 +34,8 @@ import common
 
 TARGET = 0.01
 SIDES = ("without", "directory", "http")
+STEP_HOOKS = ("on_log", "on_step_end", "on_save")  # called every step or log: they scale with the run
+HOOKS = ("on_train_begin", *STEP_HOOKS, "on_train_end")  # begin and end: once per run, whatever its length
 
 
 def train_once(model: str, out: Path, steps: int, target: str | None) -> dict[str, Any]:
@@ -47,19 +49,20 @@ def train_once(model: str, out: Path, steps: int, target: str | None) -> dict[st
     from grpo_dashboard.integrations import DashboardCallback
 
     callbacks: list[Any] = []
-    hook = {"s": 0.0, "calls": 0}
+    hook = {name: 0.0 for name in HOOKS}
+    calls = {"n": 0}
     if target is not None:
         cb = DashboardCallback(target, name="bench", spool=out / "spool", flush_s=30.0)
-        for name in ("on_train_begin", "on_log", "on_step_end", "on_train_end"):
+        for name in HOOKS:
             inner = getattr(cb, name)
 
-            def timed(*a: Any, _inner: Any = inner, **kw: Any) -> Any:
+            def timed(*a: Any, _inner: Any = inner, _name: str = name, **kw: Any) -> Any:
                 t = time.perf_counter()
                 try:
                     return _inner(*a, **kw)
                 finally:
-                    hook["s"] += time.perf_counter() - t
-                    hook["calls"] += 1
+                    hook[_name] += time.perf_counter() - t
+                    calls["n"] += 1
 
             setattr(cb, name, timed)
         callbacks.append(cb)
@@ -89,7 +92,17 @@ def train_once(model: str, out: Path, steps: int, target: str | None) -> dict[st
     trainer.train()
     train_s = time.perf_counter() - t
     trajectory = [(h.get("reward"), h.get("completions/mean_length")) for h in trainer.state.log_history]
-    return {"train_s": train_s, "hook_s": hook["s"], "hook_calls": hook["calls"], "trajectory": trajectory}
+    per_step = sum(hook[n] for n in STEP_HOOKS)
+    fixed = hook["on_train_begin"] + hook["on_train_end"]
+    return {
+        "train_s": train_s,
+        "hook_s": per_step + fixed,
+        "step_hook_s": per_step,
+        "fixed_s": fixed,
+        "hooks": hook,
+        "hook_calls": calls["n"],
+        "trajectory": trajectory,
+    }
 
 
 def child(model: str, work: Path, steps: int, rounds: int, url: str) -> None:
@@ -173,7 +186,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         print(common.row(f"callback hooks' own time / train() ({side}, direct)", f"{share * 100:.2f}%", "-", "-",
                          "<= 1%", share <= TARGET))  # fmt: skip
-        out[side] = {"ratio": ratio, "share": share}
+        step_share = statistics.median(r["step_hook_s"] / r["train_s"] for r in runs[side])
+        per_log_ms = statistics.median(r["hooks"]["on_log"] / args.steps * 1000 for r in runs[side])
+        print(common.row(f"per-step hooks' own time / train() ({side}, direct; on_log {per_log_ms:.2f} ms per step)",
+                         f"{step_share * 100:.2f}%", "-", "-", "<= 1%", step_share <= TARGET))  # fmt: skip
+        for name in ("on_train_begin", "on_train_end"):
+            ms = statistics.median(r["hooks"][name] * 1000 for r in runs[side])
+            print(common.row(f"{name}, once per run ({side}, direct)", f"{ms:.1f} ms", "-", "-", "-", None))
+        out[side] = {"ratio": ratio, "share": share, "step_share": step_share}
     return out
 
 

@@ -8,13 +8,16 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from grpo_dashboard.integrations.http import Sender
 from grpo_dashboard.store import external
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.ui import build_app
 
-from .conftest import free_port, wait_for
+from .conftest import free_port_app, wait_for
 
 ELSEWHERE = {"v": 1, "transport": "directory", "pid": 12345, "host": "another-host", "created_at": 0.0}
 
@@ -54,17 +57,29 @@ def test_the_heartbeat_thread_beats_until_stopped(tmp_path: Path) -> None:
     assert time.time() - alive.stat().st_mtime > 3000  # stopped: no more beats
 
 
-def test_an_idle_http_sender_beats_with_empty_batches(tmp_path: Path, data_dir: Path) -> None:
+def served_spool(tmp_path: Path, name: str) -> tuple[Store, Any, str, Path]:
+    """A dashboard served on 127.0.0.1 (its store, app and URL) and a spool holding run `name`'s run.yaml and one
+    log line."""
     store = Store()
-    port = free_port()
     demo = build_app(store, monitor=False)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    url = free_port_app(demo)
     spool = tmp_path / "spool"
     spool.mkdir()
-    (spool / "run.yaml").write_text("name: beats\n")
-    line = {"v": 1, "type": "log", "split": "train", "step": 1, "metrics": {"reward": 0.5}}
-    (spool / "metrics.jsonl").write_text(json.dumps(line) + "\n")
-    sender = Sender(spool, f"http://127.0.0.1:{port}/", "beats-run-1", None, interval_s=0.05, heartbeat_s=0.3)
+    (spool / "run.yaml").write_text(f"name: {name}\n")
+    log(spool, 1)
+    return store, demo, url, spool
+
+
+def log(spool: Path, step: int) -> None:
+    """Append one train log line to the spool's metrics.jsonl."""
+    line = {"v": 1, "type": "log", "split": "train", "step": step, "metrics": {"reward": 0.5}}
+    with (spool / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def test_an_idle_http_sender_beats_with_empty_batches(tmp_path: Path, data_dir: Path) -> None:
+    store, demo, url, spool = served_spool(tmp_path, "beats")
+    sender = Sender(spool, url, "beats-run-1", None, interval_s=0.05, heartbeat_s=0.3)
     try:
         sender.start()
         run = wait_for(lambda: (r := store.list_runs()) and r[0].n_records == 1 and r[0], timeout=60)
@@ -78,3 +93,37 @@ def test_an_idle_http_sender_beats_with_empty_batches(tmp_path: Path, data_dir: 
     finally:
         sender.close(5)
         demo.close()
+
+
+def test_a_finished_sender_sends_the_rest_on_its_own_then_stops(
+    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After training (`finish`) the sender thread delivers what is left and ends by itself, beating no more; the
+    exit's `close_finished` then has nothing to wait for. With the dashboard down it gives up at the deadline and
+    says where the rest is."""
+    store, demo, url, spool = served_spool(tmp_path, "finish")
+    sender = Sender(spool, url, "finish-run-1", None, interval_s=0.05, heartbeat_s=0.2)
+    try:
+        sender.start()
+        run = wait_for(lambda: (r := store.list_runs()) and r[0].n_records == 1 and r[0], timeout=60)
+        for step in (2, 3, 4):
+            log(spool, step)
+        sender.finish(60)
+        assert sender._thread is not None
+        wait_for(lambda: not sender._thread.is_alive(), timeout=60)
+        assert sender.done() and store.get_run(run.id).n_records == 4
+        posts = sender.posts
+        time.sleep(0.5)  # more than two heartbeat intervals: an ended sender does not beat
+        assert sender.posts == posts
+        assert sender.close_finished() is True and "not all of run" not in capsys.readouterr().err
+    finally:
+        sender.close(0)
+        demo.close()
+    log(spool, 5)  # the dashboard is gone now
+    late = Sender(spool, url, "finish-run-1", None, interval_s=0.05).start()
+    late.finish(0.5)
+    assert late._thread is not None
+    wait_for(lambda: not late._thread.is_alive(), timeout=30)
+    assert late.close_finished() is False and not late.done()
+    err = capsys.readouterr().err
+    assert "not all of run finish-run-1" in err and str(spool) in err and "integrations.send" in err

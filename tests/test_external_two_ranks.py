@@ -2,7 +2,7 @@
 (`--nnodes 2 --nproc_per_node 1`, gloo on CPU; `accelerate launch --cpu --num_processes 2` starts one process here),
 sharing the dashboard's data directory as two nodes share a filesystem. Only rank 0 records: one run directory,
 complete, that the dashboard follows to the end; rank 1 writes nothing, yet takes the guard's decision from rank 0.
-One run shows both (a run that ends normally on 2 ranks adds only the last steps to it)."""
+Over HTTP, the same: rank 0 alone spools and sends, and the dashboard holds one complete run."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ import pytest
 
 from grpo_dashboard.store import external
 from grpo_dashboard.store.db import Store
+from grpo_dashboard.ui import build_app
 
-from .conftest import REPO, free_port, jsonl_records, same_values, store_records
+from .conftest import REPO, free_port, free_port_app, jsonl_records, same_values, store_records
 
 pytestmark = pytest.mark.training
 
@@ -30,9 +31,9 @@ TIMEOUT_S = 540
 GRACE_S = 60
 
 
-def start_rank(rank: int, port: int, model: Path, tmp: Path, data: Path, *args: str) -> subprocess.Popen:
-    """One torchrun node of the plain TRL script (its own working directory, the shared output and data dirs); its
-    output goes to `tmp/rank<R>.log`."""
+def start_rank(rank: int, port: int, model: Path, tmp: Path, data: Path | str, *args: str) -> subprocess.Popen:
+    """One torchrun node of the plain TRL script (its own working directory, the shared output dir, the dashboard's
+    data dir or URL); its output goes to `tmp/rank<R>.log`."""
     work = tmp / f"rank{rank}"
     work.mkdir(parents=True, exist_ok=True)
     command = [
@@ -56,7 +57,7 @@ def start_rank(rank: int, port: int, model: Path, tmp: Path, data: Path, *args: 
         )
 
 
-def run_two_ranks(model: Path, tmp: Path, data: Path, *args: str) -> None:
+def run_two_ranks(model: Path, tmp: Path, data: Path | str, *args: str) -> None:
     """Both ranks to their end. Fails, after stopping both, when one fails (the other gets `GRACE_S` to end on its
     own) or they are not done within `TIMEOUT_S`."""
     port = free_port()
@@ -147,3 +148,27 @@ def test_guard_stop_decided_on_rank_0_stops_both_ranks_at_the_same_step(
     assert sorted(s for split, s in train if split == "train") == list(range(1, stop["step"] + 1))
     assert same_values(train, jsonl_records(run_dir / "metrics.jsonl"))
     assert [e["event"] for e in store.events(run.id)] == [e["event"] for e in events]
+
+
+def test_http_transport_on_two_ranks_sends_one_run_from_rank_0(
+    tiny_model: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    """The HTTP transport under torchrun: rank 0 alone spools and sends; the dashboard holds one complete run with
+    the health summary of a run that ended on its own, and rank 1 spooled and sent nothing."""
+    store = Store()
+    demo = build_app(store, monitor=False)
+    try:
+        url = free_port_app(demo)
+        run_two_ranks(tiny_model, tmp_path, url, "--steps", "2", "--health", json.dumps({"alerts": True}))
+        (spooled,) = (tmp_path / "spool").iterdir()  # rank 0's spool of its one run; rank 1 has none
+        assert files_under(tmp_path / "rank1") == set()
+        (run,) = store.list_runs()
+        assert run.id == spooled.name and run.backend == external.EXTERNAL
+        assert run.status == "completed" and run.last_step == 2
+        events = {e["event"]: e for e in store.events(run.id)}
+        assert events["started"]["world_size"] == RANKS and events["health_summary"]["evaluations"] >= 1
+        assert same_values(store_records(store, run.id), jsonl_records(spooled / "metrics.jsonl"))
+        r0, r1 = rank_histories(tmp_path)
+        assert [h["reward"] for h in r0] == [h["reward"] for h in r1] and len(r0) == 2
+    finally:
+        demo.close()

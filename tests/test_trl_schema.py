@@ -6,6 +6,7 @@ This test process imports trl on purpose: it compares against the real classes."
 from __future__ import annotations
 
 import json
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,16 @@ def test_the_schema_in_use_is_the_installed_trls(built: dict[str, Any]) -> None:
     assert trl_schema.schema()["configs"] == built["configs"]
     assert sorted(built["configs"]) == ["AsyncGRPOConfig", "GRPOConfig"]
     assert built["versions"] == trl_schema.installed_versions()
+
+
+def test_installed_versions_are_a_loaded_modules_own_else_the_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+    import types
+
+    monkeypatch.setitem(sys.modules, "trl", types.SimpleNamespace(__version__="9.9.9"))
+    monkeypatch.delitem(sys.modules, "transformers", raising=False)
+    versions = trl_schema.installed_versions()
+    assert versions == {"trl": "9.9.9", "transformers": importlib.metadata.version("transformers")}
 
 
 def test_the_shipped_schema_is_the_pinned_trls(built: dict[str, Any]) -> None:

@@ -75,6 +75,11 @@ class DashboardCallback(TrainerCallback):
         tags: tags of the run (`external` is always added).
         health: the spec's `health:` options: `{"guard": True}` stops training cleanly on an error finding.
         samples: record sample completions (up to 64 per logged step, as a launched run).
+        token: the Hugging Face token a Space's ingest checks (default `$HF_TOKEN`; HTTP only).
+        spool: where the HTTP transport spools the run (default `$GRPO_DASHBOARD_SPOOL`, else
+            `~/.cache/grpo_dashboard/spool`).
+        flush_s: HTTP only: how long the last batches may take after training. `train()` returns at once; they go
+            out in the background, and the process waits for them (up to this long in all) before it exits.
     """
 
     def __init__(
@@ -237,4 +242,7 @@ class DashboardCallback(TrainerCallback):
         if self.heartbeat is not None:
             self.heartbeat.stop()
         if self.sender is not None:
-            self.sender.close(self.flush_s)
+            # Training returns now; the last batches go out in the background, and the process waits for them
+            # (at most `flush_s` in all) before it exits.
+            self.sender.finish(self.flush_s)
+            atexit.register(self.sender.close_finished)

@@ -5,7 +5,8 @@ Training never waits on the network: the job's code writes the spool files, the 
 dashboard acknowledges how many bytes of each file it holds and the sender resumes from there, so a dashboard that
 is down, restarted or slow gets every line exactly once when it answers again (store/remote_ingest.py). Retries back
 off up to `MAX_BACKOFF_S`; a refused token (401/403) is warned about once and the sender keeps spooling and retrying.
-At the end of training the sender tries for `flush_s` more seconds; what is left stays in the spool and is sent by
+At the end of training the sender goes on in the background for up to `flush_s` more seconds (`finish`: training
+returns at once, and the process waits for it at exit: `close`); what is left stays in the spool and is sent by
 `python -m grpo_dashboard.integrations.send SPOOL_DIR URL`.
 """
 
@@ -57,12 +58,24 @@ class Sender:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._spec_sent = bool(self.sent.get("metrics"))
+        self._finish_by: float | None = None  # set by `finish`: the thread ends once all is sent, or at this time
 
     def start(self) -> Sender:
         """Start the background thread."""
         self._thread = threading.Thread(target=self._run, name="grpo-dashboard-sender", daemon=True)
         self._thread.start()
         return self
+
+    def finish(self, flush_s: float) -> None:
+        """Training ended: send what is left now, in the background, for at most `flush_s`; the thread then ends on
+        its own (`close` waits for it)."""
+        self._finish_by = time.monotonic() + flush_s
+        self._wake.set()
+
+    def close_finished(self) -> bool:
+        """`close` for what `finish` has left of its time (at the process's exit); True when everything was sent."""
+        left = 0.0 if self._finish_by is None else self._finish_by - time.monotonic()
+        return self.close(max(0.0, left))
 
     def close(self, flush_s: float) -> bool:
         """Stop after sending what is spooled, trying for at most `flush_s`; True when everything was sent."""
@@ -95,6 +108,10 @@ class Sender:
                 backoff = self.interval_s
             except _Retry:
                 backoff = wait = min(MAX_BACKOFF_S, backoff * 2)
+            if self._finish_by is not None:
+                if self.done() or time.monotonic() >= self._finish_by:
+                    return
+                wait = min(wait, max(0.0, self._finish_by - time.monotonic()))
             if wait:
                 self._wake.wait(wait)
                 self._wake.clear()

@@ -56,9 +56,14 @@ log = logging.getLogger(__name__)
 
 
 def installed_versions() -> dict[str, str | None]:
-    """The installed trl and transformers versions, from their metadata (nothing is imported)."""
+    """The installed trl and transformers versions: a loaded module's own `__version__` (in a training process, so
+    that a callback's start does not parse package metadata), else from the package metadata (nothing is imported)."""
     out: dict[str, str | None] = {}
     for name in VERSIONED:
+        loaded = getattr(sys.modules.get(name), "__version__", None)
+        if isinstance(loaded, str):
+            out[name] = loaded
+            continue
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
