@@ -5,6 +5,7 @@ whose zero-spread state has a one-log gap. Each behaviour has a case where it fi
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from grpo_dashboard.health import diagnose, finding_history
 
@@ -453,3 +454,51 @@ def test_window_medians_equal_np_median_per_row() -> None:
         w = np.lib.stride_tricks.sliding_window_view(v, h)
         with np.errstate(invalid="ignore"):
             assert np.array_equal(window_medians(w), np.median(w, axis=1), equal_nan=True), h
+
+
+def test_grad_spike_reference_built_only_where_a_spike_is_possible_finds_every_spike() -> None:
+    """The windowed reference is built only for logs at or above `ratio` x the typical floor; built for every log,
+    as before, it gives the same spikes (steps, worst ratio and reference) on spiky, quiet, saturated and tied logs,
+    under the default thresholds and under a floor of 0 or a low ratio (where every log is a candidate)."""
+    from grpo_dashboard.health import resolve_thresholds
+    from grpo_dashboard.health.checks_optimizer import _active_reference, _expanding_median, check_grad_spike
+    from grpo_dashboard.health.findings import Context, RunConfig
+    from grpo_dashboard.health.series import MetricFrame, trailing_count_zero_share
+
+    def spikes_everywhere(ctx: Context) -> tuple[list[int], float]:
+        series = ctx.frame.get("grad_norm").finite()
+        v, history = series.values, int(ctx.t("grad_spike.history"))
+        med, active = _active_reference(ctx, series, history, np.arange(v.size))
+        med = np.maximum(med, ctx.t("grad_spike.typical_floor") * _expanding_median(v))
+        count, zero_share = trailing_count_zero_share(v, history)
+        valid = (count >= ctx.t("grad_spike.min_history")) & (zero_share < ctx.t("grad_spike.zero_frac")) & (med > 0)
+        valid &= active >= ctx.t("grad_spike.min_active")
+        ratio = np.where(valid, v / np.where(med > 0, med, 1.0), 0.0)
+        at = np.flatnonzero(ratio >= ctx.t("grad_spike.ratio"))
+        return [int(s) for s in series.steps[at[:20]]], float(ratio[at].max()) if at.size else 0.0
+
+    rng = np.random.default_rng(3)
+    found = 0
+    for case in range(60):
+        n = int(rng.choice([40, 300, 2000]))
+        grad = 0.3 * rng.lognormal(0, rng.choice([0.1, 0.6, 1.5]), n)
+        grad[rng.random(n) < 0.03] *= rng.choice([10.0, 60.0, 400.0])
+        grad[rng.random(n) < 0.05] = 0.0
+        if case % 3 == 0:
+            grad = np.round(grad, 1)  # ties
+        quiet = rng.random(n) < (0.6 if case % 2 else 0.0)
+        grad = np.where(quiet, grad * 0.005, grad)
+        std = np.where(quiet, 0.0, 0.5) if case % 4 else None
+        frame = MetricFrame.from_records(healthy(n, grad_norm=grad, reward_std=std, frac_reward_zero_std=None))
+        for overrides in ({}, {"grad_spike.typical_floor": 0.0}, {"grad_spike.ratio": 0.5}):
+            ctx = Context(frame, RunConfig({}), resolve_thresholds(overrides))
+            with np.errstate(all="ignore"):
+                got = check_grad_spike(ctx)
+                want_steps, want_ratio = spikes_everywhere(ctx)
+            if not got or got[0].evidence.get("early"):
+                assert not want_steps or (got and got[0].evidence.get("early")), (case, overrides)
+                continue
+            found += 1
+            assert got[0].evidence["spike_steps"] == want_steps, (case, overrides)
+            assert got[0].evidence["max_ratio"] == pytest.approx(want_ratio, rel=1e-6), (case, overrides)  # rounded
+    assert found >= 30  # the cases do exercise spikes

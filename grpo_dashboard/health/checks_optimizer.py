@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .findings import ERROR, INFO, WARNING, Context, Finding, join_fixes, make_finding
-from .series import Series, extend_onset, fmt, trailing_mean, trailing_median_ref, trailing_streak
+from .series import Series, extend_onset, fmt, trailing_count_zero_share, trailing_mean, trailing_streak
 
 NAN_KEYS = ("loss", "grad_norm", "entropy", "kl", "reward")
 CLIP_REGION_KEYS = ("clip_ratio/region_mean", "clip_ratio", "cispo_clip_ratio")
@@ -84,12 +84,19 @@ def check_grad_spike(ctx: Context) -> list[Finding]:
     if v.size < ctx.t("grad_spike.min_history") + 1 or np.mean(v == 0.0) >= zero_frac:
         return []
     history = int(ctx.t("grad_spike.history"))
-    _, count, zero_share = trailing_median_ref(v, history)
-    med, active = _active_reference(ctx, series, history)
     # Saturated stretches (every group at its maximum) leave gradients near zero; measured against that, an ordinary
     # step looks like a spike. The reference is therefore never below a fraction of the run's own typical level.
-    typical = _expanding_median(v)
-    med = np.maximum(med, ctx.t("grad_spike.typical_floor") * typical)
+    floor = ctx.t("grad_spike.typical_floor") * _expanding_median(v)
+    # The reference is at least the floor, so a log under `ratio` times the floor cannot be a spike: the windowed
+    # reference is built only for the others (a log whose floor is not known yet is kept).
+    with np.errstate(invalid="ignore"):
+        rows = np.flatnonzero(~(v < ctx.t("grad_spike.ratio") * floor))
+    if rows.size == 0:
+        return []
+    count, zero_share = trailing_count_zero_share(v, history)
+    med, active = np.full(v.size, np.nan), np.zeros(v.size, dtype=np.int64)
+    med[rows], active[rows] = _active_reference(ctx, series, history, rows)
+    med = np.maximum(med, floor)
     valid = (count >= ctx.t("grad_spike.min_history")) & (zero_share < zero_frac) & (med > 0)
     valid &= active >= ctx.t("grad_spike.min_active")
     valid &= ~_saturated_reference(ctx, series.steps, int(ctx.t("grad_spike.history")))
@@ -185,8 +192,8 @@ def _quiet_logs(ctx: Context, steps: np.ndarray) -> np.ndarray:
     return quiet
 
 
-def _active_reference(ctx: Context, series: Series, history: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per grad_norm log: median and count of the preceding ``history`` logs that carried a gradient.
+def _active_reference(ctx: Context, series: Series, history: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the grad_norm logs at ``rows``: median and count of the preceding ``history`` logs that carried a gradient.
 
     A batch without advantage (every group's rewards equal, common with groups of 2, where a batch's advantages are
     +-1 or 0) has a gradient near zero; where such batches are half the window or more, a median over all of them is
@@ -194,8 +201,8 @@ def _active_reference(ctx: Context, series: Series, history: int) -> tuple[np.nd
     spread shows (see _quiet_logs), and those below grad_spike.quiet_fraction of the window's level (when
     the spread is not logged). Leaving low values out only raises the reference, so no spike appears by it.
     """
-    v, n = series.values, series.values.size
-    idx = np.arange(n)[:, None] - history + np.arange(history)[None, :]
+    v, n = series.values, rows.size
+    idx = rows[:, None] - history + np.arange(history)[None, :]
     inside = idx >= 0
     window = np.where(inside, v[np.maximum(idx, 0)], np.nan)
     quiet = np.where(inside, _quiet_logs(ctx, series.steps)[np.maximum(idx, 0)], False)
@@ -208,9 +215,9 @@ def _active_reference(ctx: Context, series: Series, history: int) -> tuple[np.nd
         quiet |= window < ctx.t("grad_spike.quiet_fraction") * level[:, None]
     kept = np.sort(np.where(quiet, np.nan, window), axis=1)  # np.nanmedian per row is slow on long logs
     count = np.count_nonzero(~np.isnan(kept), axis=1)
-    rows, mid = np.arange(n), np.maximum(count // 2, 0)
-    upper = kept[rows, np.minimum(mid, history - 1)]
-    lower = kept[rows, np.maximum(mid - 1, 0)]
+    at, mid = np.arange(n), np.maximum(count // 2, 0)
+    upper = kept[at, np.minimum(mid, history - 1)]
+    lower = kept[at, np.maximum(mid - 1, 0)]
     med = np.where(count % 2 == 1, upper, (lower + upper) / 2.0)
     return np.where(count > 0, med, np.nan), count
 

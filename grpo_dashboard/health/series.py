@@ -397,8 +397,7 @@ def trailing_median_ref(values: np.ndarray, history: int) -> tuple[np.ndarray, n
     n = values.size
     history = max(1, int(history))
     med = np.full(n, np.nan)
-    count = np.minimum(np.arange(n), history)
-    zero_share = np.zeros(n)
+    count, zero_share = trailing_count_zero_share(values, history)
     if n < 2:
         return med, count, zero_share
     for i in range(1, min(history, n)):
@@ -406,10 +405,22 @@ def trailing_median_ref(values: np.ndarray, history: int) -> tuple[np.ndarray, n
     if n > history:
         windows = np.lib.stride_tricks.sliding_window_view(values[:-1], history)
         med[history:] = window_medians(windows)
+    return med, count, zero_share
+
+
+def trailing_count_zero_share(values: np.ndarray, history: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each index: how many of the ``history`` points before it exist, and the share of them exactly 0
+    (``trailing_median_ref`` without the median)."""
+    n = values.size
+    history = max(1, int(history))
+    count = np.minimum(np.arange(n), history)
+    zero_share = np.zeros(n)
+    if n < 2:
+        return count, zero_share
     zeros = np.concatenate(([0], np.cumsum(values == 0.0)))
     idx = np.arange(n)
     zero_share[1:] = (zeros[idx[1:]] - zeros[idx[1:] - count[1:]]) / count[1:]
-    return med, count, zero_share
+    return count, zero_share
 
 
 def linear_fit(y: np.ndarray) -> tuple[float, float]:
