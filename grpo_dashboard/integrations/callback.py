@@ -39,7 +39,7 @@ from grpo_dashboard.spec.jobfiles import job_module
 from grpo_dashboard.spec.run_spec import HealthSpec
 from grpo_dashboard.store import external
 from grpo_dashboard.store.db import data_dir
-from grpo_dashboard.store.import_spec import spec_from_config
+from grpo_dashboard.store.import_spec import spec_yaml_from_config
 
 
 def _health_settings(health: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -128,15 +128,15 @@ class DashboardCallback(TrainerCallback):
         self.run_dir = (self.root / self.run_id) if self.url else (self.root / "runs" / self.run_id)
         self.run_dir.mkdir(parents=True)
         config = self.job._config_dict(args)
-        spec = spec_from_config(
+        spec_yaml = spec_yaml_from_config(
             config,
             name=title,
             tags=[*self.tags, external.EXTERNAL],
             description=f"external: {' '.join(sys.argv)[:300]} on {socket.gethostname()}",
             output_dir=str(Path(args.output_dir).resolve()),
+            health=HealthSpec(**self.health_settings),
         )
-        spec.health = HealthSpec(**self.health_settings)
-        (self.run_dir / "run.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+        (self.run_dir / "run.yaml").write_text(spec_yaml, encoding="utf-8")
         self.emitter = self.job.Emitter(self.run_dir / "metrics.jsonl", enabled=True, stdout=False)
         self.emitter.event("starting", pid=os.getpid())
         marker = {
