@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
+from grpo_dashboard.checks import sandbox
 from grpo_dashboard.spec import presets
 from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec
 
@@ -40,3 +41,19 @@ def test_hardware_estimate_and_unreadable_spec(client: Client, tmp_path: Path) -
     assert "GB" in text or "GiB" in text
     with pytest.raises(Exception, match="cannot be read"):
         client.predict("name: [oops", api_name="/inspect_dataset")
+
+
+def test_reward_check_on_a_machine_without_a_boundary_says_so_in_the_page(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The weak fallback's warning reaches the page (it was only in the server's log): with bubblewrap and Landlock
+    both unavailable the report names the fallback and says to run only trusted code; with a boundary it says none."""
+    good = presets.preset_yaml(presets.DEFAULT_PRESET)
+    if sandbox.boundary() is not None:
+        assert "without an isolation boundary" not in client.predict(good, 2, api_name="/check_rewards")
+    monkeypatch.setenv("GRPO_SANDBOX_NO_BWRAP", "1")  # the served app runs in this process: it sees the change
+    monkeypatch.setenv("GRPO_SANDBOX_NO_LANDLOCK", "1")
+    report = client.predict(good, 2, api_name="/check_rewards")
+    assert "WARNING: Custom code runs here without an isolation boundary" in report
+    assert "GRPO_SANDBOX_NO_BWRAP is set" in report and "run only reward and tool code you trust" in report
+    assert "letter_fraction" in report  # the check still ran, on the fallback

@@ -20,7 +20,7 @@ from typing import Any
 
 from grpo_dashboard.checks.dataset_files import DatasetFileError
 from grpo_dashboard.checks.dataset_inspect import load_rows, render_prompt
-from grpo_dashboard.checks.sandbox import isolation, reward_paths, run_module
+from grpo_dashboard.checks.sandbox import isolation, reward_paths, run_module, weak_sandbox_warning
 from grpo_dashboard.spec.jobfiles import rewards_module
 from grpo_dashboard.spec.run_spec import RewardSpec, RunSpec, load_spec
 
@@ -105,6 +105,7 @@ class CheckReport:
     rewards: list[RewardReport]
     budget_ms: float | None
     isolation: str
+    sandbox_warning: str = ""  # the weak fallback's warning (no isolation boundary here), else ""
 
     @property
     def flags(self) -> list[Flag]:
@@ -133,6 +134,8 @@ class CheckReport:
             else "no reference answer column (ideal and wrong-format cases skipped)"
         )
         lines = [f"Reward contract check on {self.rows} rows ({fmt} prompts); {ref}; sandbox: {self.isolation}."]
+        if self.sandbox_warning:
+            lines.append(f"WARNING: {self.sandbox_warning}")
         for case, texts in self.completions.items():
             lines.append(f"  {case:<13} e.g. {_short(texts[0] if texts else '', 90)}")
         for r in self.rewards:
@@ -349,7 +352,9 @@ def check_rewards(
             records, rep.timed_out, rep.log_tail = fut.result()
             _analyse(rep, records, conversational, columns, budget_ms, timeout_s, ref)
     _cross_check(reports, "conversational" if conversational else "standard")
-    return CheckReport(len(rows), columns, conversational, ref, texts, reports, budget_ms, isolation())
+    return CheckReport(
+        len(rows), columns, conversational, ref, texts, reports, budget_ms, isolation(), weak_sandbox_warning()
+    )
 
 
 def _analyse(

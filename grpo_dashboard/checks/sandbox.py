@@ -113,3 +113,14 @@ def no_boundary_reason() -> str:
 def isolation() -> str:
     """How the sandbox isolates children on this machine: the boundary, else the fallback's description."""
     return sandbox_module().current_isolation()
+
+
+def weak_sandbox_warning() -> str:
+    """What a user must know when custom code runs here without a boundary (the weak fallback), or "" when a
+    boundary holds or the code already runs inside one."""
+    if boundary() is not None or sandbox_module()._inside_boundary():
+        return ""
+    return (
+        f"Custom code runs here without an isolation boundary: {no_boundary_reason()}. The fallback ({isolation()}) "
+        "limits time and memory but does not stop code that means harm: run only reward and tool code you trust."
+    )
