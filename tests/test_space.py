@@ -213,6 +213,25 @@ def test_another_users_run_cannot_be_canceled(
     assert not hub.requests_to("POST", f"/api/jobs/bob/{store.get_run(two_runs['bob']).external_id[4:]}/cancel")
 
 
+def test_another_users_run_cannot_be_tagged_renamed_or_annotated(
+    space_app: dict[str, Any], clients: dict[str, Client], two_runs: dict[str, str]
+) -> None:
+    store = space_app["store"]
+    bob_run = two_runs["bob"]
+    before = store.get_run(bob_run).spec_yaml, store.get_run(bob_run).name, store.notes().get(bob_run)
+    calls = (("/tag_run", [bob_run, "pwned"]), ("/rename_run", [bob_run, "pwned"]), ("/note_run", [bob_run, "x"]))
+    for api, args in calls:
+        with pytest.raises(Exception, match="among your runs"):
+            clients["alice"].predict(*args, api_name=api)
+        with pytest.raises(Exception, match="Sign in"):
+            clients["anonymous"].predict(*args, api_name=api)
+    with pytest.raises(Exception, match="over the limit of 4,000"):  # the policy's text cap, before the handler
+        clients["bob"].predict(bob_run, "t, " * 3000, api_name="/tag_run")
+    assert (store.get_run(bob_run).spec_yaml, store.get_run(bob_run).name, store.notes().get(bob_run)) == before
+    assert "`mine`" in clients["bob"].predict(bob_run, "mine", api_name="/tag_run")  # the owner may
+    assert "mine" in RunSpec.from_yaml(store.get_run(bob_run).spec_yaml).tags
+
+
 def handler(demo: Any, api_name: str) -> Any:
     return next(f.fn for f in demo.fns.values() if f.api_name == api_name)
 

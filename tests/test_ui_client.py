@@ -15,7 +15,7 @@ from gradio_client import Client
 from grpo_dashboard.spec import forms, presets
 from grpo_dashboard.store.db import TERMINAL, Store
 from grpo_dashboard.ui import build_app
-from grpo_dashboard.views import charts
+from grpo_dashboard.views import charts, overview
 
 from .conftest import free_port_app, wait_for
 
@@ -42,6 +42,7 @@ EXPECTED_ENDPOINTS = {
     "/page_state",
     "/rename_run",
     "/note_run",
+    "/tag_run",
     "/delete_run",
     "/import_trl",
     "/resume_choices",
@@ -322,6 +323,20 @@ def test_agent_preset_launched_from_the_form_shows_tool_calls_in_trajectories(
     _, table, body = client.predict(run.id, "", "", "tool calls", True, api_name="/detail_trajectories")
     assert "→ call `calculator(" in body and "🔧 tool →" in body
     assert table["data"][0][table["headers"].index("tool calls")] >= 1
+
+
+def test_tag_run_sets_the_runs_tags_shown_in_runs(served: tuple[Any, Client, Store], finished_run: str) -> None:
+    _, client, store = served
+    message = client.predict(finished_run, "lr-sweep, baseline, lr-sweep", api_name="/tag_run")
+    assert "`lr-sweep`, `baseline`" in message
+    frame = overview.runs_frame(store).set_index("id")
+    assert frame.loc[finished_run, "tags"].split(", ")[-2:] == ["lr-sweep", "baseline"]
+    assert overview.runs_frame(store, tag="baseline")["id"].tolist() == [finished_run]
+    with pytest.raises(Exception, match=r"tag 'x{40}' is not usable: give 1 to 64 characters"):
+        client.predict(finished_run, "ok, " + "x" * 65, api_name="/tag_run")
+    assert "baseline" in overview.runs_frame(store).set_index("id").loc[finished_run, "tags"]  # nothing half-done
+    assert "Tags of" in client.predict(finished_run, "", api_name="/tag_run")
+    assert "baseline" not in overview.runs_frame(store).set_index("id").loc[finished_run, "tags"]
 
 
 def test_open_run_by_ref(served: tuple[Any, Client, Store], finished_run: str) -> None:

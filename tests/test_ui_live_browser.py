@@ -22,6 +22,7 @@ import pytest
 
 from grpo_dashboard.launch.local.process import process_start_time
 from grpo_dashboard.spec import presets
+from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.store.db import ACTIVE, Run, Store
 from grpo_dashboard.ui import build_app, launch_options
 
@@ -272,7 +273,12 @@ def test_cancel_and_delete_ask_first(page: Any, served: dict) -> None:
     page.wait_for_function(has_text("#live-status", "canceled"))
 
     run_dir = Path(store.get_run("to-cancel").run_dir)
-    page.get_by_text("Manage run: rename, note, delete").click()
+    page.get_by_text("Manage run: rename, note, tags, delete").click()
+    tags = page.locator("#manage-tags textarea, #manage-tags input").first
+    tags.fill("ablation, keep-me")
+    page.locator("#tags-btn").click()
+    page.wait_for_function(has_text("#manage-message", "Tags of"))
+    assert RunSpec.from_yaml(store.get_run("to-cancel").spec_yaml).tags[-2:] == ["ablation", "keep-me"]
     page.once("dialog", lambda d: d.dismiss())
     page.locator("#delete-btn").click()
     time.sleep(1.0)

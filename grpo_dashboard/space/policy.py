@@ -125,6 +125,7 @@ ENDPOINTS: dict[str, Policy] = {
     "cancel_run": Policy(SIGNED_IN, "cancel one of the user's runs"),
     "rename_run": Policy(SIGNED_IN, "rename one of the user's runs", max_text=400, rate=(120, 600.0)),
     "note_run": Policy(SIGNED_IN, "annotate one of the user's runs", max_text=20_000, rate=(120, 600.0)),
+    "tag_run": Policy(SIGNED_IN, "edit the tags of one of the user's runs", max_text=4000, rate=(120, 600.0)),
     "delete_run": Policy(SIGNED_IN, "delete one of the user's ended runs", rate=(120, 600.0)),
     # Compare
     "compare": Policy(ANYONE, "overlay the user's runs"),

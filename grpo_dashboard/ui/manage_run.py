@@ -1,5 +1,5 @@
-"""Managing one run from its detail page: rename it, keep a note on it, delete it (with its run directory, after
-the browser's confirmation). On a Space only a signed-in user's own runs (access.manage)."""
+"""Managing one run from its detail page: rename it, keep a note on it, edit its tags, delete it (with its run
+directory, after the browser's confirmation). On a Space only a signed-in user's own runs (access.manage)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import gradio as gr
 from grpo_dashboard.errors import BackendError, RunNotFound, StoreError
 from grpo_dashboard.launch import runs
 from grpo_dashboard.space import access
+from grpo_dashboard.store import run_labels
 from grpo_dashboard.ui.auth import user_of
 from grpo_dashboard.ui.context import UiContext
 from grpo_dashboard.ui.guard import gate
@@ -18,6 +19,9 @@ from grpo_dashboard.views import overview
 
 MAX_NAME = 120
 MAX_NOTE = 4000
+MAX_TAGS = 32
+# Tags the dashboard sets itself: where a run came from, which its handling depends on; editing keeps them.
+KEPT_TAGS = ("external", "imported")
 
 
 @dataclass
@@ -26,6 +30,7 @@ class ManageRun:
 
     name: gr.Textbox
     note: gr.Textbox
+    tags: gr.Textbox
     message: gr.Markdown
 
 
@@ -59,6 +64,27 @@ def save_note(ctx: UiContext, user: access.User, run_id: str | None, note: str) 
     return f"Note saved on `{run.id}`." if (note or "").strip() else f"Note removed from `{run.id}`."
 
 
+def save_tags(ctx: UiContext, user: access.User, run_id: str | None, text: str) -> str:
+    """Set a run's tags to the comma-separated `text` (the dashboard's own tags stay); the message to show."""
+    if not run_id:
+        raise gr.Error("Select a run first.")
+    wanted = list(dict.fromkeys(t.strip() for t in (text or "").split(",") if t.strip()))
+    if len(wanted) > MAX_TAGS:
+        raise gr.Error(f"tags: {len(wanted)} tags is over the limit of {MAX_TAGS}; keep fewer.")
+    run = _mine(ctx, user, run_id)
+    before = run_labels.run_tags(run)
+    kept = [t for t in before if t in KEPT_TAGS and t not in wanted]
+    try:
+        tags = run_labels.set_tags(
+            ctx.store, run, [t for t in wanted if t not in before], [t for t in before if t not in wanted + kept]
+        )
+    except ValueError as exc:
+        raise gr.Error(f"tags: {exc}") from None
+    shown = ", ".join(f"`{t}`" for t in tags) or "none"
+    note = f" ({', '.join(kept)} kept: the dashboard sets it)" if kept else ""
+    return f"Tags of `{run.id}`: {shown}{note}."
+
+
 def delete(ctx: UiContext, user: access.User, run_id: str | None) -> str:
     """Delete an ended run with its run directory; the message to show."""
     if not run_id:
@@ -80,7 +106,7 @@ def _mine(ctx: UiContext, user: access.User, run_id: str) -> Any:
 
 def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
     """The "Manage run" accordion under the run picker, wired to it."""
-    with gr.Accordion("Manage run: rename, note, delete", open=False, elem_id="manage-run"):
+    with gr.Accordion("Manage run: rename, note, tags, delete", open=False, elem_id="manage-run"):
         with gr.Row():
             name = gr.Textbox(label="Name", max_lines=1, scale=3, elem_id="manage-name")
             rename_btn = gr.Button("Rename", scale=1, elem_id="rename-btn")
@@ -89,6 +115,9 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
                 label="Note (what this run tries, what you saw)", lines=2, scale=3, elem_id="manage-note"
             )
             note_btn = gr.Button("Save note", scale=1, elem_id="note-btn")
+        with gr.Row():
+            tags = gr.Textbox(label="Tags (comma-separated)", max_lines=1, scale=3, elem_id="manage-tags")
+            tags_btn = gr.Button("Save tags", scale=1, elem_id="tags-btn")
         delete_btn = gr.Button("Delete this run and its files…", variant="stop", size="sm", elem_id="delete-btn")
         message = gr.Markdown(elem_id="manage-message")
         # set by Delete: the picker's move to another run that follows keeps the "Deleted …" message on screen
@@ -104,13 +133,14 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
             run = None
         shown = {message: gr.skip() if deleted else "", just_deleted: False}
         if run is None:
-            return {name: "", note: "", **shown}
-        return {name: run.name, note: ctx.store.notes().get(run.id, ""), **shown}
+            return {name: "", note: "", tags: "", **shown}
+        labels = ", ".join(run_labels.run_tags(run))
+        return {name: run.name, note: ctx.store.notes().get(run.id, ""), tags: labels, **shown}
 
     run_dd.change(
         gate(ctx, "manage_fill", fill),
         [run_dd, just_deleted],
-        [name, note, message, just_deleted],
+        [name, note, tags, message, just_deleted],
         show_progress="hidden",
         queue=False,
         api_visibility="private",
@@ -129,6 +159,11 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
         return save_note(ctx, user_of(ctx, profile, oauth), run_id, text)
 
     note_btn.click(gate(ctx, "note_run", do_note), [run_dd, note], [message], api_name="note_run")
+
+    def do_tags(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None, text: str) -> str:
+        return save_tags(ctx, user_of(ctx, profile, oauth), run_id, text)
+
+    tags_btn.click(gate(ctx, "tag_run", do_tags), [run_dd, tags], [message], api_name="tag_run")
 
     def do_delete(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> Any:
         if run_id is None:  # the confirmation was declined
@@ -153,4 +188,4 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
         api_name="delete_run",
         js=confirm,
     )
-    return ManageRun(name, note, message)
+    return ManageRun(name, note, tags, message)
