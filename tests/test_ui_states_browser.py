@@ -38,7 +38,7 @@ def finished_run(store: Store, data: Path, run_id: str, steps: int = 40, t0: flo
             "reward": 0.2 + 0.5 * s / steps,
             "reward_std": 0.3,
             "frac_reward_zero_std": 0.1,
-            "kl": 0.01,
+            "kl": 1e-4 * 1000 ** (s / steps),  # a KL that grows over three decades (log-axis labels)
             "loss": 0.01,
             "entropy": 1.0 - 0.01 * s,
             "grad_norm": 1.0,
@@ -172,6 +172,33 @@ def test_chart_settings_travel_with_the_link(page: Any, served: dict) -> None:
     assert page.locator("#smoothing input[type=number]").input_value() == "0.2"
     query = page.evaluate("() => Object.fromEntries(new URLSearchParams(location.search))")
     assert query["smoothing"] == "0.2" and query["log_y"] == "1" and query["run"] == "done-run"
+    # On log axes the tick labels of one chart do not run into each other (KL over three decades gets plotly's 1-2-5
+    # labels), here nor on the light page's shorter charts.
+    overlaps = page.evaluate(LABEL_OVERLAPS)
+    assert overlaps["axes"] >= 3 and overlaps["overlapping"] == [], overlaps
+    page.goto(served["url"] + "grpo/run?run=done-run&log_y=1")
+    page.wait_for_function(f"() => ({POINTS})() >= 1")
+    overlaps = page.evaluate(LABEL_OVERLAPS)
+    assert overlaps["axes"] >= 3 and overlaps["overlapping"] == [], overlaps
+
+
+LABEL_OVERLAPS = """() => {
+  const out = {axes: 0, overlapping: []};
+  for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+    for (const axis of plot.querySelectorAll('.yaxislayer-above, .yaxislayer-below')) {
+      const boxes = [...axis.querySelectorAll('.ytick text, .y2tick text')]
+        .map((t) => [t.textContent, t.getBoundingClientRect()]).filter(([, r]) => r.height > 0);
+      if (boxes.length < 2) continue;
+      out.axes += 1;
+      for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+        const [a, ra] = boxes[i], [b, rb] = boxes[j];
+        if (ra.top < rb.bottom - 1 && rb.top < ra.bottom - 1 && ra.left < rb.right && rb.left < ra.right)
+          out.overlapping.push(a + ' / ' + b);
+      }
+    }
+  }
+  return out;
+}"""
 
 
 # State 1: a YAML value the dropdown cannot show is reported on its field, and later edits keep reaching the YAML.
