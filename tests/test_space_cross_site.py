@@ -78,6 +78,7 @@ const C = %s;
   results.live = await live(C.space, C.run);
   results.rename = await call(C.space, 'rename_run', [C.run, 'renamed by evil.example']);
   results.note = await call(C.space, 'note_run', [C.run, 'note from evil.example']);
+  results.tags = await call(C.space, 'tag_run', [C.run, 'tagged-by-evil']);
   results.launch = await call(C.space, 'launch', C.launch);
   try {  // the form-style variant: no preflight, the browser sends it whatever CORS says
     await fetch(C.space + '/gradio_api/call/rename_run', {method: 'POST', mode: 'no-cors', credentials: 'include',
@@ -349,16 +350,17 @@ def test_a_cross_site_page_cannot_act_as_a_signed_in_visitor(space: dict[str, An
     page.goto(f"https://{EVIL}{space['others']}/attack.html")
     page.wait_for_function("() => window.results !== undefined")
     results = page.evaluate("() => window.results")
-    for name in ("runs", "rename", "note", "launch"):
+    for name in ("runs", "rename", "note", "tags", "launch"):
         assert "text" not in results[name] and "Failed to fetch" in results[name]["error"], (name, results[name])
     assert results["live"] == {"error": "EventSource failed"}, results["live"]
     store, hub = space["store"], space["hub"]
     assert [r.id for r in store.list_runs()] == [RUN] and store.get_run(RUN).name == RUN
     assert RUN not in store.notes() and not hub.jobs
+    assert "tagged-by-evil" not in store.get_run(RUN).spec_yaml
 
     evil = [r for r in space["front"].requests() if r["headers"].get("origin", "").startswith(f"https://{EVIL}")]
     seen = {(r["method"], r["target"].split("?")[0]) for r in evil}
-    apis = ("runs_table", "rename_run", "note_run", "launch")
+    apis = ("runs_table", "rename_run", "note_run", "tag_run", "launch")
     assert {("OPTIONS", f"/gradio_api/call/{api}") for api in apis} <= seen, seen
     assert not any(r["method"] == "POST" and "json" in r["headers"].get("content-type", "") for r in evil)
     credentialed = {r["target"].split("?")[0] for r in evil if "session=" in r["headers"].get("cookie", "")}

@@ -30,19 +30,24 @@ def training_from_config(config: dict[str, Any]) -> dict[str, Any]:
 def spec_from_config(config: dict[str, Any], **fields: Any) -> RunSpec:
     """A RunSpec with the config's GRPOConfig fields as `training` and its model (`_name_or_path` or
     `model_name_or_path`) as the model; `fields` are the spec's other fields (name, tags, description)."""
-    return RunSpec.from_yaml(spec_yaml_from_config(config, **fields))
+    return _checked(config, fields)[0]
 
 
 def spec_yaml_from_config(config: dict[str, Any], **fields: Any) -> str:
-    """`spec_from_config`'s spec as run.yaml text, checked by parsing it back: when the spec refuses a value, the
-    spec of `fields` alone (the run keeps its metrics, with TRL's defaults shown)."""
+    """`spec_from_config`'s spec as run.yaml text."""
+    return _checked(config, fields)[1]
+
+
+def _checked(config: dict[str, Any], fields: dict[str, Any]) -> tuple[RunSpec, str]:
+    """The spec and its YAML, checked by parsing the YAML back; when the spec refuses a value, the spec of `fields`
+    alone (the run keeps its metrics, with TRL's defaults shown)."""
     model = config.get("model_name_or_path") or config.get("_name_or_path")
     spec = RunSpec(training=training_from_config(config), **fields)
     if isinstance(model, str) and model:
         spec.model = ModelSpec(name_or_path=model)
     text = spec.to_yaml()
     try:
-        RunSpec.from_yaml(text)
+        return RunSpec.from_yaml(text), text
     except ValueError:
-        return RunSpec(**fields).to_yaml()
-    return text
+        bare = RunSpec(**fields)
+        return bare, bare.to_yaml()
