@@ -411,3 +411,24 @@ def test_cli_without_a_login_says_how_to_log_in(hub: FakeHub, tmp_path: Path) ->
         env=_cli_env(hub, tmp_path, None),
     )
     assert proc.returncode == 1 and "hf auth login" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_hardware_now_names_the_cpu_the_job_sampled_instead_of_a_question_mark() -> None:
+    # A job whose Jobs metrics stream has not sent a sample yet: only the job's own sampler's keys exist
+    sys.path.insert(0, str(REPO / "jobs"))
+    try:
+        from grpo_job_setup import process_metrics
+    finally:
+        sys.path.remove(str(REPO / "jobs"))
+    _, clock = process_metrics(None)
+    sum(i * i for i in range(200_000))  # some CPU time to measure
+    sampled, _ = process_metrics(clock)
+    line = hf_jobs_text.hardware_now(sampled)
+    assert "?" not in line
+    assert f"CPU {sampled['system/process/cpu_pct']:.3g}% of one core (training process)" in line
+    assert f"RAM {sampled['system/process/rss_gb']:.3g} GB (training process)" in line
+    # The job's own CPU and RAM (the Jobs metrics stream) win where both exist; a GPU's missing figures are left out
+    both = {**sampled, "system/cpu/utilization": 55.0, "system/memory/used_gb": 2.1, "system/gpu0/memory_used_gb": 3.0}
+    line = hf_jobs_text.hardware_now(both)
+    assert line == "GPU0 · 3 GB; CPU 55%; RAM 2.1 GB"
+    assert hf_jobs_text.hardware_now({"system/gpu1/utilization": float("nan")}) == "GPU1"

@@ -36,10 +36,6 @@ def job_summary(run: Run) -> str | None:
     )
 
 
-def _num(v: Any, unit: str) -> str:
-    return f"{v:.3g}{unit}" if isinstance(v, (int, float)) and v == v else "?"
-
-
 def status_markdown(run: Run, store: Store | None = None, state: dict[str, Any] | None = None) -> str:
     """Markdown lines for an hf_jobs run: where the job runs and its timeout, its follower's connection `state`
     (`HfJobsBackend.follow_state`) and, with `store`, the job's latest system sample (the System chart draws them
@@ -62,16 +58,36 @@ def status_markdown(run: Run, store: Store | None = None, state: dict[str, Any] 
         )
     now = store.latest_metrics(run.id, SYSTEM_SPLIT) if store is not None else {}
     if now:
-        gpus = sorted({k.split("/")[1] for k in now if k.startswith("system/gpu")}, key=lambda g: int(g[3:]))
-        parts = [
-            f"GPU{g[3:]} {_num(now.get(f'system/{g}/utilization'), '%')} · "
-            f"{_num(now.get(f'system/{g}/memory_used_gb'), ' GB')} / "
-            f"{_num(now.get(f'system/{g}/memory_total_gb'), ' GB')}"
-            for g in gpus
-        ]
-        lines.append(
-            "**Hardware now** "
-            + ("; ".join(parts) if parts else "no GPU reported")
-            + f"; CPU {_num(now.get('system/cpu/utilization'), '%')}"
-        )
+        lines.append("**Hardware now** " + hardware_now(now))
     return "\n\n".join(lines)
+
+
+def _known(v: Any) -> bool:
+    return isinstance(v, (int, float)) and v == v
+
+
+def hardware_now(now: dict[str, Any]) -> str:
+    """One line from a run's latest `system/...` values: each GPU's utilisation and memory, then the CPU and memory.
+    The CPU is the job's (Jobs metrics stream) where it was sampled, else the training process's own (the job's
+    sampler, in % of one core); a figure nobody sampled is left out rather than shown as "?"."""
+    gpus = sorted({k.split("/")[1] for k in now if k.startswith("system/gpu")}, key=lambda g: int(g[3:]))
+    parts = []
+    for g in gpus:
+        util, used, total = (now.get(f"system/{g}/{k}") for k in ("utilization", "memory_used_gb", "memory_total_gb"))
+        text = f"GPU{g[3:]}" + (f" {util:.3g}%" if _known(util) else "")
+        if _known(used):
+            text += f" · {used:.3g} GB" + (f" / {total:.3g} GB" if _known(total) else "")
+        parts.append(text)
+    if not parts:
+        parts.append("no GPU reported")
+    job_cpu, proc_cpu = now.get("system/cpu/utilization"), now.get("system/process/cpu_pct")
+    if _known(job_cpu):
+        parts.append(f"CPU {job_cpu:.3g}%")
+    elif _known(proc_cpu):
+        parts.append(f"CPU {proc_cpu:.3g}% of one core (training process)")
+    ram, rss = now.get("system/memory/used_gb"), now.get("system/process/rss_gb")
+    if _known(ram):
+        parts.append(f"RAM {ram:.3g} GB")
+    elif _known(rss):
+        parts.append(f"RAM {rss:.3g} GB (training process)")
+    return "; ".join(parts)
