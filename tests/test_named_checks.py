@@ -154,8 +154,10 @@ def test_each_problem_carries_its_checks_fields() -> None:
     assert {"training.num_generations", "training.gradient_accumulation_steps"} <= set(batch.involves)
     placed, unplaced = forms.place_errors(errors, [f.key for f in forms.form_fields()])
     assert not unplaced
-    assert any("num_generations (3)" in m for m in placed["training.num_generations"])
     assert any("num_generations (3)" in m for m in placed["training.per_device_train_batch_size"])
+    pointer = "see training.per_device_train_batch_size: the problem there involves this field"
+    assert pointer in placed["training.num_generations"]
+    assert pointer in placed["training.gradient_accumulation_steps"]
 
 
 def test_the_form_marks_involved_fields_not_words_in_the_message() -> None:
@@ -171,7 +173,20 @@ def test_the_form_marks_involved_fields_not_words_in_the_message() -> None:
     placed, unplaced = forms.place_errors([named_only, involved, in_section], keys)
     assert placed == {
         "training.sync_ref_model": ["needs beta > 0 and num_generations", "needs a reference model"],
-        "training.beta": ["training.sync_ref_model: needs a reference model"],
+        "training.beta": ["see training.sync_ref_model: the problem there involves this field"],
         "agent.tools": ["points at x.py"],
+    }
+    assert unplaced == []
+
+
+def test_a_problem_off_the_form_is_shown_once_on_the_first_field_it_involves() -> None:
+    keys = ["training.beta", "training.num_generations"]
+    off_form = FieldError(
+        "training.vllm_mode", "x", "needs more generations", involves=("training.num_generations", "training.beta")
+    )
+    placed, unplaced = forms.place_errors([off_form], keys)
+    assert placed == {
+        "training.num_generations": ["training.vllm_mode: needs more generations"],
+        "training.beta": ["see training.num_generations: the problem there involves this field"],
     }
     assert unplaced == []

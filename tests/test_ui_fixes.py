@@ -39,8 +39,10 @@ def test_a_batch_error_marks_num_generations_too() -> None:
     spec = forms.spec_from_values(values, RunSpec.from_yaml(SMOKE))
     _, report = runs.check(spec, presets.PROJECT_ROOT)
     placed, _ = forms.place_errors(report.errors, [f.key for f in forms.form_fields()])
-    assert "training.per_device_train_batch_size" in placed or "training.generation_batch_size" in placed
-    assert any("num_generations (3)" in m for m in placed["training.num_generations"])
+    target = next(k for k in placed if any("num_generations (3)" in m for m in placed[k]))
+    assert target in ("training.per_device_train_batch_size", "training.generation_batch_size")
+    assert placed["training.num_generations"] == [f"see {target}: the problem there involves this field"]
+    assert sum("num_generations (3)" in m for msgs in placed.values() for m in msgs) == 1  # said once
 
 
 def test_field_errors_are_marked_for_the_red_style() -> None:

@@ -20,7 +20,7 @@ from grpo_dashboard.store.ingest import ingest_file
 from grpo_dashboard.ui import build_app, launch_options
 
 from .conftest import free_port
-from .test_ui_browser import ARTIFACTS, chromium_browser
+from .test_ui_browser import ARTIFACTS, chromium_browser, fill
 
 pytestmark = pytest.mark.browser
 
@@ -231,6 +231,26 @@ def test_a_yaml_choice_the_dropdown_lacks_is_reported_and_edits_keep_flowing(pag
     assert "training.loss_type" in summary and "must be one of" in summary
     assert page.locator(".toast-body").filter(has_text="not in the list of choices").count() == 0
     assert page.locator("text=Error").count() < 3  # no red badge over every field
+
+
+# Each validation message once at the top and once beside its field; the other fields it involves are marked red
+# and point at it instead of repeating it.
+def test_a_validation_message_appears_once_in_the_summary_and_once_beside_its_field(page: Any, served: dict) -> None:
+    page.goto(served["url"])
+    page.wait_for_selector("#validate-btn")
+    fill(page, "field-training-num-generations", "3")
+    page.wait_for_function("() => document.querySelector('#spec-yaml').innerText.includes('num_generations: 3')")
+    page.locator("#validate-btn").click()
+    page.wait_for_function(f"() => ({text_of('#new-run-summary')}).includes('the launch')")
+    summary = page.locator("#new-run-summary").inner_text()
+    assert "1 problem blocks the launch" in summary
+    message = next(line for line in summary.splitlines() if "num_generations (3)" in line).split(": ", 1)[1]
+    shown = page.evaluate("() => document.body.innerText")
+    assert shown.count(message[:60]) == 2, shown.count(message[:60])
+    marked = page.evaluate("() => Array.from(document.querySelectorAll('.has-error')).map(e => [e.id, e.innerText])")
+    assert len(marked) >= 2, marked  # the field with the message and at least one it involves
+    pointers = [text for _, text in marked if message[:60] not in text]
+    assert pointers and all("see" in text and "✖" in text for text in pointers), marked
 
 
 # State 6: help text reads as text (no Markdown escapes, no escaped tags).

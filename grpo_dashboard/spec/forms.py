@@ -623,23 +623,31 @@ def _quoted(value: Any) -> Any:
 
 
 def place_errors(errors: list[FieldError], keys: list[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """Map each error to the form field it belongs to, and to every other form field the check that found it
+    """Map each error to the form field it belongs to, and mark every other form field the check that found it
     involves (`FieldError.involves`: a batch that num_generations does not divide involves both); returns
-    (key -> messages, errors with no field)."""
+    (key -> messages, errors with no field).
+
+    The message itself is placed once, beside its own field (or, when that field is not on the form, beside the
+    first involved field that is); the other involved fields get a pointer to it, so the form does not repeat
+    one problem in every field it touches."""
     by_key: dict[str, list[str]] = {}
     unplaced: list[str] = []
     ordered = sorted(keys, key=len, reverse=True)
     known = set(keys)
     for e in errors:
         target = _error_target(e.field, keys, ordered)
-        for key in e.involves:
-            if key in known and key != target and not _encloses(key, e.field):
-                by_key.setdefault(key, []).append(f"{e.field}: {e.message}")
-        text = f"{e.field}: {e.message}" if target == "rewards" else e.message
+        involved = [k for k in dict.fromkeys(e.involves) if k in known and k != target and not _encloses(k, e.field)]
+        if target is None and involved:
+            target, involved = involved[0], involved[1:]
+            text = f"{e.field}: {e.message}"
+        else:
+            text = f"{e.field}: {e.message}" if target == "rewards" else e.message
         if target is None:
             unplaced.append(str(e))
-        else:
-            by_key.setdefault(target, []).append(text)
+            continue
+        by_key.setdefault(target, []).append(text)
+        for key in involved:
+            by_key.setdefault(key, []).append(f"see {target}: the problem there involves this field")
     return by_key, unplaced
 
 

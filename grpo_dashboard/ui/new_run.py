@@ -231,11 +231,21 @@ def unlisted_choices(tab: NewRunTab, values: dict[str, Any]) -> list[FieldError]
 
 
 def _group_error_updates(tab: NewRunTab, placed: dict[str, list[str]]) -> dict[Any, Any]:
+    """Each group's box at the top of its section: the messages of a field with no info line of its own (the
+    rewards table), and one line naming the section's other marked fields, whose messages sit beside them."""
     by_group: dict[str, list[str]] = {g: [] for g in tab.group_errors}
+    marked: dict[str, list[str]] = {g: [] for g in tab.group_errors}
     for f in tab.fields:
-        for msg in placed.get(f.key, []):
-            group = f.group if f.group in by_group else FORM_GROUPS[0]
-            by_group[group].append(f"- ✖ **{f.key}**: {msg}")
+        if not placed.get(f.key):
+            continue
+        group = f.group if f.group in by_group else FORM_GROUPS[0]
+        if f.widget == "rewards":
+            by_group[group] += [f"- ✖ **{f.key}**: {msg}" for msg in placed[f.key]]
+        else:
+            marked[group].append(f"**{f.key}**")
+    for group, keys in marked.items():
+        if keys:
+            by_group[group].insert(0, f"✖ Marked below: {', '.join(keys)}")
     return {box: gr.update(value="\n".join(_capped(by_group[g]))) for g, box in tab.group_errors.items()}
 
 
