@@ -114,6 +114,25 @@ def test_flat_run_forecasts_no_gain_and_the_doctor_says_stop() -> None:
     assert not [f for f in diagnose(records) if f.rule == "forecast_stop"]  # max_steps unknown: nothing to say
 
 
+# "Keep the last checkpoint" is only advice on a run that has saved one; stopping a run that saves none keeps nothing.
+@pytest.mark.parametrize(
+    ("saving", "says"),
+    [
+        ({"save_strategy": "no"}, "has saved no checkpoint by step 80 (now no), so stopping it keeps nothing"),
+        ({"save_strategy": "steps", "save_steps": 100}, "has saved no checkpoint by step 80 (now steps)"),
+        ({"save_strategy": "steps", "save_steps": 0.1}, "Stop here and keep the last checkpoint;"),
+        ({"save_strategy": "steps", "save_steps": 50}, "Stop here and keep the last checkpoint;"),
+        ({}, "keep the last checkpoint (if the run saves them"),
+    ],
+)
+def test_the_stop_advice_follows_the_runs_checkpoints(saving: dict, says: str) -> None:
+    rng = np.random.default_rng(3)
+    records = [{"step": s, "reward": 0.5 + rng.normal(0, 0.02)} for s in range(1, 81)]
+    (stop,) = [f for f in diagnose(records, {"max_steps": 500, **saving}) if f.rule == "forecast_stop"]
+    assert says in stop.remedy, stop.remedy
+    assert ("keep the last checkpoint" in stop.remedy) == ("saved no checkpoint" not in stop.remedy)
+
+
 def test_a_run_that_rose_then_levelled_off_is_forecast_at_its_recent_level() -> None:
     # A climb, then a long noisy level: the held-flat recent mean predicted the held-out fifth best, and its
     # weight grows with the square of how much better it did.

@@ -141,6 +141,20 @@ def test_nan_flags_non_finite_and_none_core_values() -> None:
     assert {"grad_norm", "loss", "reward"} <= set(f.evidence["metrics"])
 
 
+def test_nan_remedy_resumes_only_from_a_checkpoint_the_run_saved() -> None:
+    n = 60
+    grad = np.full(n, 0.5)
+    grad[40:] = np.nan
+    records = healthy(n, grad_norm=grad)
+    saved = only(diagnose(records, {"save_strategy": "steps", "save_steps": 20}), "nan")
+    assert saved.remedy.startswith("Resume from a checkpoint saved before step 41"), saved.remedy
+    none = only(diagnose(records, {"save_strategy": "no"}), "nan")
+    assert none.remedy.startswith("Rerun with checkpoints before step 41"), none.remedy
+    assert "saved none to resume from (now no)" in none.remedy
+    late = only(diagnose(records, {"save_strategy": "steps", "save_steps": 50}), "nan")
+    assert late.remedy.startswith("Rerun with checkpoints before step 41"), late.remedy
+
+
 def test_nan_one_gradient_log_that_the_run_survived_is_a_warning() -> None:
     n = 60
     grad = np.full(n, 0.5)

@@ -82,7 +82,7 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         )
     cfg = ctx.config
     fixes = [
-        f"resume from a checkpoint saved before step {onset} with a lower learning_rate{cfg.now('learning_rate')}",
+        f"{cfg.resume_advice(onset)} with a lower learning_rate{cfg.now('learning_rate')}",
         "check whether another reward rose at the same time (a trade-off: adjust reward_weights)",
         "read completions from before and after the drop (log_completions=True)",
     ]

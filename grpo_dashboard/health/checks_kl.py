@@ -200,7 +200,7 @@ def _kl_spike_fixes(ctx: Context, grade: _SpikeGrade, onset: int) -> list[str]:
     if cfg.flag("use_vllm"):
         fixes.append("check the vLLM/trainer mismatch (sampling/sampling_logp_difference/max)")
     if not grade.recovered and grade.severity != INFO:
-        fixes.insert(0, f"resume from a checkpoint saved before step {onset}")
+        fixes.insert(0, cfg.resume_advice(onset))
     return fixes
 
 

@@ -133,7 +133,7 @@ def _flat_trend(ctx: Context, reward: Series) -> list[Finding]:
     elif at_ceiling:
         severity = INFO
         fixes = [
-            "stop here (the last checkpoint is as good as it gets on this data)",
+            f"{ctx.config.stop_advice(int(reward.steps[-1]))} (it is as good as it gets on this data)",
             "or continue on harder prompts / a curriculum; drop prompts the model always solves (filter by pass rate)",
         ]
     elif hidden > needed:

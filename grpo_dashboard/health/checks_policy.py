@@ -157,7 +157,7 @@ def _entropy_fell(ctx: Context, series: Series, base: float, nb: int, fixes: lis
     if context:
         message += " Same period: " + ", ".join(context) + "."
     if severity == ERROR:
-        fixes.insert(0, f"resume from a checkpoint saved before step {onset}")
+        fixes.insert(0, ctx.config.resume_advice(onset))
     return [
         make_finding(
             "entropy_collapse",

@@ -138,7 +138,7 @@ def _zero_variance_explanation(
             "completion for every sample of a prompt, so the groups have no spread to learn from."
         ), [
             f"fix the collapse first (see entropy_collapse): lower learning_rate{cfg.now('learning_rate')}",
-            f"resume from a checkpoint saved before step {collapse_step}",
+            cfg.resume_advice(collapse_step) if collapse_step is not None else "resume from before the collapse",
             more,
         ]
     if cause == "converged":
@@ -146,7 +146,7 @@ def _zero_variance_explanation(
             f" The reward rose to near its maximum ({fmt(level)}) before this: the run has converged on these prompts."
             " Stop here, or make the task harder to keep learning."
         ), [
-            "stop the run (the last checkpoint is as good as it gets on this data)",
+            f"{cfg.stop_advice(ctx.frame.last_step() or 0)} (it is as good as it gets on this data)",
             "or continue on harder prompts / a curriculum; drop prompts the model always solves (filter by pass rate)",
         ]
     if cause == "saturated":

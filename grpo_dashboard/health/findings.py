@@ -127,6 +127,47 @@ class RunConfig:
             return f" (now {value:g})"
         return f" (now {value})"
 
+    def saved_by(self, step: int) -> bool | None:
+        """Whether the run has saved a checkpoint by ``step``: False when ``save_strategy`` is 'no' or the first
+        ``save_steps`` lies past ``step``; None when the config does not say (no save fields, or per epoch)."""
+        strategy = self.raw.get("save_strategy")
+        if strategy is None:
+            return None
+        name = str(getattr(strategy, "value", strategy)).lower().rsplit(".", 1)[-1]
+        if name == "no":
+            return False
+        every = self.number("save_steps")
+        if name != "steps" or every is None or every <= 0:
+            return None
+        if every < 1:  # TrainingArguments reads a save_steps below 1 as a share of max_steps
+            total = self.number("max_steps")
+            if total is None or total <= 0:
+                return None
+            every = math.ceil(every * total)
+        return every <= step
+
+    def stop_advice(self, step: int) -> str:
+        """How to stop at ``step`` and keep the result, as the run's checkpointing allows: stopping a run that
+        has saved nothing keeps nothing (the model is written only at the end)."""
+        saved = self.saved_by(step)
+        if saved:
+            return "stop here and keep the last checkpoint"
+        if saved is None:
+            return "stop here and keep the last checkpoint (if the run saves them: save_strategy, save_steps)"
+        return (
+            f"this run has saved no checkpoint by step {step}{self.now('save_strategy')}, so stopping it keeps "
+            f"nothing: let it finish, and next time set max_steps near {step} or save_strategy: steps"
+        )
+
+    def resume_advice(self, step: int) -> str:
+        """Resume from before ``step``, or, on a run that saved nothing by then, rerun with checkpoints."""
+        if self.saved_by(step) is False:
+            return (
+                f"rerun with checkpoints before step {step} (save_strategy: steps, save_steps below {step}): this "
+                f"run saved none to resume from{self.now('save_strategy')}"
+            )
+        return f"resume from a checkpoint saved before step {step}"
+
     @property
     def beta(self) -> float | None:
         return self.number("beta")
