@@ -253,6 +253,40 @@ def test_a_validation_message_appears_once_in_the_summary_and_once_beside_its_fi
     assert pointers and all("see" in text and "✖" in text for text in pointers), marked
 
 
+# Pre-flight: each check says it is running the moment its button is pressed, reports in its own box (running one
+# keeps the others' reports), and a check that cannot run says so in its box instead of staying "running".
+def test_each_preflight_check_reports_in_its_own_box_and_shows_it_is_running(page: Any, served: dict) -> None:
+    page.goto(served["url"])
+    page.wait_for_selector("#spec-yaml .cm-content")
+    page.get_by_role("tab", name="Pre-flight").click()
+    page.wait_for_selector("#preflight-rewards-btn")
+    boxes = {k: f"#preflight-{k}" for k in ("dataset", "rewards", "hardware")}
+    assert all("Not run yet" in page.locator(b).inner_text() for b in boxes.values())
+    seen = page.evaluate_handle(
+        """() => { const seen = [], box = document.querySelector('#preflight-rewards');
+          new MutationObserver(() => seen.push(box.innerText))
+            .observe(box, {subtree: true, childList: true, characterData: true});
+          return seen; }"""
+    )
+    page.locator("#preflight-rewards-btn").click()
+    page.wait_for_function(f"() => ({text_of(boxes['rewards'])}).includes('letter_fraction')", timeout=60_000)
+    assert any("⏳ Running the rewards in the sandbox" in t for t in seen.json_value()), seen.json_value()
+    page.locator("#preflight-hardware-btn").click()
+    page.wait_for_function(f"() => /GB|GiB/.test({text_of(boxes['hardware'])})", timeout=60_000)
+    assert "letter_fraction" in page.locator(boxes["rewards"]).inner_text()  # not overwritten by the estimate
+    assert "Not run yet" in page.locator(boxes["dataset"]).inner_text()
+    # An unreadable spec: the toast gives the reason and the box says the check did not run.
+    page.get_by_role("tab", name="New run").click()
+    page.locator("#spec-yaml .cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text("name: [oops")
+    page.get_by_role("tab", name="Pre-flight").click()
+    page.locator("#preflight-dataset-btn").click()
+    page.wait_for_function(f"() => ({text_of(boxes['dataset'])}).includes('did not run')", timeout=30_000)
+    assert page.locator(".toast-body").filter(has_text="cannot be read").count() >= 1
+    assert "letter_fraction" in page.locator(boxes["rewards"]).inner_text()
+
+
 # State 6: help text reads as text (no Markdown escapes, no escaped tags).
 def test_help_text_has_no_raw_markdown_escapes(page: Any, served: dict) -> None:
     page.goto(served["url"])

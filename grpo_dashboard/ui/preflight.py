@@ -86,18 +86,44 @@ def hardware_text(ctx: UiContext, yaml_text: str, user: access.User | None = Non
         return f"**Estimate not possible:** {exc}"
 
 
+CHECKS = (
+    ("dataset", "Inspect dataset", "Reads the dataset the spec names: columns, rows, prompt lengths."),
+    (
+        "rewards",
+        "Check rewards",
+        "Runs each reward function on sample rows in the sandbox and flags broken contracts.",
+    ),
+    ("hardware", "Estimate hardware and cost", "Memory per GPU, a flavor that fits, time and cost."),
+)
+NOT_RUN = "_Not run yet._"
+# A refused or failed check shows its reason in a toast; its box must not keep saying it is running.
+FAILED_JS = "() => '✖ The check did not run: its reason is in the message at the top right of the page.'"
+
+
+def running_js(what: str) -> str:
+    """Client-side: the check's own box says it is running the moment its button is pressed (the server's answer
+    replaces it), so a check that takes a while never looks like nothing happened."""
+    return f"() => '⏳ {what}…'"
+
+
 def build(ctx: UiContext, spec_yaml: Any) -> None:
-    """The tab's widgets and events; `spec_yaml` is the New run tab's YAML component."""
+    """The tab's widgets and events; `spec_yaml` is the New run tab's YAML component. Each check has its own
+    report box, so running one keeps the others' reports."""
     gr.Markdown(
         "Checks run on the spec in the **New run** tab. Rewards run in a sandboxed subprocess (no network, "
         "no tokens, time and memory limits); custom reward code never runs in the dashboard process."
     )
-    with gr.Row():
-        inspect_btn = gr.Button("Inspect dataset")
-        rows = gr.Number(8, label="Rows for the reward check", precision=0, minimum=1, maximum=64)
-        rewards_btn = gr.Button("Check rewards")
-        hardware_btn = gr.Button("Estimate hardware and cost")
-    out = gr.Markdown(elem_id="preflight-report")
+    boxes: dict[str, gr.Markdown] = {}
+    buttons: dict[str, gr.Button] = {}
+    rows: Any = None
+    for key, label, help_text in CHECKS:
+        with gr.Column(elem_id=f"preflight-{key}-check"):
+            with gr.Row(equal_height=True):
+                buttons[key] = gr.Button(label, scale=0, min_width=240, elem_id=f"preflight-{key}-btn")
+                if key == "rewards":
+                    rows = gr.Number(8, label="Rows for the reward check", precision=0, minimum=1, maximum=64, scale=0)
+                gr.Markdown(help_text, elem_classes=["preflight-help"])
+            boxes[key] = gr.Markdown(NOT_RUN, elem_id=f"preflight-{key}", elem_classes=["preflight-report"])
 
     def inspect(user: access.User, yaml_text: str) -> str:
         return inspect_text(ctx, yaml_text, user)
@@ -108,21 +134,12 @@ def build(ctx: UiContext, spec_yaml: Any) -> None:
     def hardware(user: access.User, yaml_text: str) -> str:
         return hardware_text(ctx, yaml_text, user)
 
-    inspect_btn.click(
-        gate(ctx, "inspect_dataset", inspect, what="dataset inspection", pass_user=True),
-        [spec_yaml],
-        [out],
-        api_name="inspect_dataset",
+    events = (
+        ("dataset", "inspect_dataset", inspect, "dataset inspection", [spec_yaml], "Reading the dataset"),
+        ("rewards", "check_rewards", check, "reward check", [spec_yaml, rows], "Running the rewards in the sandbox"),
+        ("hardware", "estimate_hardware", hardware, "hardware estimate", [spec_yaml], "Estimating memory and cost"),
     )
-    rewards_btn.click(
-        gate(ctx, "check_rewards", check, what="reward check", pass_user=True),
-        [spec_yaml, rows],
-        [out],
-        api_name="check_rewards",
-    )
-    hardware_btn.click(
-        gate(ctx, "estimate_hardware", hardware, what="hardware estimate", pass_user=True),
-        [spec_yaml],
-        [out],
-        api_name="estimate_hardware",
-    )
+    for key, name, fn, what, inputs, doing in events:
+        buttons[key].click(None, None, [boxes[key]], js=running_js(doing), api_visibility="private").then(
+            gate(ctx, name, fn, what=what, pass_user=True), inputs, [boxes[key]], api_name=name
+        ).failure(None, None, [boxes[key]], js=FAILED_JS, api_visibility="private")
