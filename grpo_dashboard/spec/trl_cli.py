@@ -111,7 +111,7 @@ def import_trl_main(argv: list[str], parse: Callable[..., Any] | None = None) ->
                 f"warning: the reward {reward} is dropped (--allow-drop): the spec trains without it.", file=sys.stderr
             )
         if missing:
-            from grpo_dashboard.spec.trl_import import missing_hint
+            from grpo_dashboard.spec.trl_import_result import missing_hint
 
             print(f"incomplete: {missing_hint(missing)}.", file=sys.stderr)
         print(f"import: {result.summary()}.", file=sys.stderr)

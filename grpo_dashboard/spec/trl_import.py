@@ -15,14 +15,14 @@ import dataclasses
 import difflib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.errors import FieldError, SpecError
-from grpo_dashboard.spec import trl_keys
+from grpo_dashboard.spec import trl_import_infer, trl_keys
 from grpo_dashboard.spec.file_policy import files_for_check
-from grpo_dashboard.spec.run_spec import GenerationSpec, LoraSpec, QuantizationSpec, RewardSpec, RunSpec
+from grpo_dashboard.spec.run_spec import LoraSpec, QuantizationSpec, RewardSpec, RunSpec
+from grpo_dashboard.spec.trl_import_result import ImportResult, Row
 from grpo_dashboard.spec.trl_isolated import TrlParse, fields_of, parse_here
 from grpo_dashboard.spec.trl_parse import Recipe, recipe_from_file
 from grpo_dashboard.spec.trl_rewards import (
@@ -35,75 +35,6 @@ from grpo_dashboard.spec.trl_rewards import (
     reward_name,
 )
 from grpo_dashboard.spec.trl_versions import LATEST, TRL_DEFAULTS, infer_version, pin_defaults
-
-
-@dataclass
-class Row:
-    """One line of the mapping table."""
-
-    key: str
-    value: Any
-    action: str  # mapped | converted | pinned | dropped | unsupported | ignored
-    target: str | None = None
-    note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form."""
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class ImportResult:
-    """The spec, the mapping table, the TRL version whose defaults were applied, and TRL's own check."""
-
-    spec: RunSpec
-    rows: list[Row] = field(default_factory=list)
-    trl_version: str = LATEST
-    version_reason: str = ""
-    trl_check: str | None = None
-
-    def missing(self) -> list[str]:
-        """What the spec needs and the recipe did not name: 'model', 'dataset', 'reward'."""
-        s = self.spec
-        have = {
-            "model": bool(s.model.name_or_path),
-            "dataset": bool(s.dataset.path or s.dataset.data_files or s.dataset.mixture),
-            "reward": bool(s.rewards),
-        }
-        return [k for k, ok in have.items() if not ok]
-
-    def summary(self) -> str:
-        """One line: how many keys were kept, converted, pinned and dropped (unsupported and ignored among them)."""
-        n = {a: sum(r.action == a for r in self.rows) for a in ACTIONS}
-        dropped = n["dropped"] + n["unsupported"] + n["ignored"]
-        detail = [f"{n[a]} {label}" for a, label in (("unsupported", "unsupported"), ("ignored", "unknown")) if n[a]]
-        return f"{n['mapped']} kept, {n['converted']} converted, {n['pinned']} pinned, {dropped} dropped" + (
-            f" ({', '.join(detail)})" if detail else ""
-        )
-
-    def table(self) -> str:
-        """The mapping table as aligned text."""
-        lines = [f"{'KEY':<34} {'ACTION':<11} {'SPEC FIELD':<38} NOTE"]
-        for r in self.rows:
-            lines.append(f"{r.key:<34} {r.action:<11} {r.target or '-':<38} {r.note}".rstrip())
-        return "\n".join(lines)
-
-
-ACTIONS = ("mapped", "converted", "pinned", "dropped", "unsupported", "ignored")
-MISSING_HINT = {
-    "model": "--model ORG/MODEL",
-    "dataset": "--dataset ORG/DATASET",
-    "reward": "--reward NAME (a TRL or open-r1 reward name, a built-in, or a dotted path)",
-}
-
-
-def missing_hint(missing: list[str]) -> str:
-    """The line that tells what a recipe lacks and the import-trl options that give it."""
-    return (
-        f"the recipe names no {', no '.join(missing)}: import it again with "
-        + " ".join(MISSING_HINT[m] for m in missing)
-        + ", or set it in the spec"
-    )
 
 
 # --- mapping --------------------------------------------------------------------------------------------------
@@ -167,15 +98,20 @@ def import_recipe(
         raise SpecError([m.unknown_key_error(k, strict=True) for k in m.strange])
     m.run(unknown, overrides or {})
     m.pin_defaults(version)
-    m.apply_header()
+    header_row = trl_import_infer.apply_header(m.spec, header)
+    if header_row is not None:
+        m.rows.append(header_row)
     if name:
         m.spec.name = name
     elif not m.spec.name:
         m.spec.name = re.sub(r"[^A-Za-z0-9_.-]+", "-", recipe.stem).strip("-") or "imported"
     if not header:
-        m.infer_processes()
-        m.infer_server()
-        m.infer_open_r1_chat()
+        inferred = (
+            trl_import_infer.infer_processes(m.spec, m.effective, m.config),
+            trl_import_infer.infer_server(m.spec, m.effective, m.config.get("vllm_device")),
+            trl_import_infer.infer_open_r1_chat(m.spec, m.open_r1()),
+        )
+        m.rows.extend(r for r in inferred if r is not None)
     if m.errors:
         raise SpecError(m.errors)
     return ImportResult(m.spec, m.rows, version, reason, check)
@@ -616,129 +552,8 @@ class _Mapper:
     def pin_defaults(self, version: str) -> None:
         self.rows.extend(Row(*r) for r in pin_defaults(self.spec.training, self.fields, version))
 
-    def apply_header(self) -> None:
-        """What an export wrote for fields TRL has no key for (the rest came from TRL's keys)."""
-        h = self.header
-        if not h:
-            return
-        s = self.spec
-        for key in ("name", "description", "save_model", "tags", "group"):
-            if key in h:
-                setattr(s, key, h[key])
-        if "rewards" in h:
-            s.rewards = [RewardSpec(**r) for r in h["rewards"]]
-        for section in ("model", "dataset"):
-            for key, value in (h.get(section) or {}).items():
-                setattr(getattr(s, section), key, LoraSpec(**value) if key == "lora" else value)
-        for key in h.get("exported_env") or []:  # what export-trl added for `trl grpo` (the module's folder)
-            s.backend.env.pop(key, None)
-        if "backend" in h or "health" in h:
-            base = RunSpec.from_dict({"backend": h.get("backend", {}), "health": h.get("health", {})})
-            base.backend.num_processes, base.backend.accelerate_config = (
-                s.backend.num_processes,
-                s.backend.accelerate_config,
-            )
-            base.backend.env = {**base.backend.env, **s.backend.env}
-            s.backend, s.health = base.backend, base.health
-        if "output_dir" in h:
-            s.output_dir = h["output_dir"]
-        if "generation" in h:
-            s.generation = GenerationSpec(**h["generation"])
-        self.rows.append(Row("(header)", None, "mapped", "(spec-only fields)", "what TRL has no key for, as exported"))
-
-    def infer_open_r1_chat(self) -> None:
-        """open-r1's grpo.py always builds chat prompts ([system,] user: the prompt column); so does the spec then."""
-        d = self.spec.dataset
-        if d.conversational or d.system_prompt or d.prompt_template or not self._open_r1():
-            return
-        d.conversational = True
-        self.rows.append(
-            Row(
-                "(conversational)",
-                True,
-                "converted",
-                "dataset.conversational",
-                "open-r1's grpo.py "
-                "sends each prompt as a user message (make_conversation), so the chat template applies",
-            )
-        )
-
-    def _open_r1(self) -> bool:
+    def open_r1(self) -> bool:
         """Whether the recipe is open-r1's: a key or reward name only open-r1 has."""
         keys = set(trl_keys.REWARD_PARAM_KEYS) | set(trl_keys.OPEN_R1_KEYS)
         names = self._reward_names() - set(TRL_REWARDS)
         return bool(keys & set(self.config)) or bool(names & set(OPEN_R1_REWARDS))
-
-    def infer_server(self) -> None:
-        """Server mode without a server address: the backend starts `trl vllm-serve` on the GPU after training's."""
-        s, t = self.spec, self.spec.training
-        eff = self.effective
-        if s.generation is not None or not eff("use_vllm") or eff("vllm_mode") != "server":
-            return
-        if t.get("vllm_server_base_url") or t.get("vllm_server_host"):
-            return
-        n = s.backend.num_processes
-        device = re.fullmatch(r"(?:cuda:)?(\d+)", str(self.config.get("vllm_device", "")).strip())
-        gpu = int(device.group(1)) if device else n  # the recipe's own vLLM GPU; "auto": the one after training's
-        s.generation = GenerationSpec(server_gpus=[gpu])
-        why = f"the recipe's vllm_device {self.config['vllm_device']!r}" if device else "the GPU after training's"
-        self.rows.append(
-            Row(
-                "(vllm server)",
-                gpu,
-                "converted",
-                "generation.server_gpus",
-                f"vllm_mode: server with no server address: the backend starts `trl vllm-serve` on GPU "
-                f"{gpu} ({why}) and trains on the other GPUs; change generation.server_gpus to fit your machine",
-            )
-        )
-
-    def infer_processes(self) -> None:
-        """The smallest process count for which the recipe's batches hold whole prompt groups (TRL's check)."""
-        if "num_processes" in self.config:
-            return
-        t = self.spec.training
-        eff = self.effective
-        g, bs, ga = eff("num_generations"), eff("per_device_train_batch_size"), eff("gradient_accumulation_steps")
-        spg, gbs = eff("steps_per_generation"), eff("generation_batch_size")
-        evals = str(eff("eval_strategy") or "no") != "no"
-        eg, ebs = eff("num_generations_eval") or g, eff("per_device_eval_batch_size")
-        if not all(isinstance(x, int) and x > 0 for x in (g, bs, ga)):
-            return
-
-        def fits(w: int) -> bool:
-            batch = gbs if gbs is not None else bs * w * (spg or ga)
-            ok = batch % g == 0 and (gbs is None or gbs % (bs * w) == 0)
-            return ok and (not evals or not isinstance(ebs, int) or (ebs * w) % eg == 0)
-
-        if fits(1):
-            return
-        if any(
-            k in self.config for k in ("use_gradient_checkpointing", "random_state", "max_seq_length")
-        ) and isinstance(self.config.get("per_device_train_batch_size"), int):
-            t["per_device_train_batch_size"] = g  # what Unsloth's GRPOTrainer patch does before training
-            self.rows.append(
-                Row(
-                    "(per_device_train_batch_size)",
-                    g,
-                    "converted",
-                    "training.per_device_train_batch_size",
-                    f"Unsloth raises it to num_generations ({g}) "
-                    f"on one GPU; TRL 1.16 needs whole groups per generation batch",
-                )
-            )
-            return
-        world = next((w for w in range(2, 65) if fits(w)), None)
-        if world is None:
-            return
-        self.spec.backend.num_processes = world
-        self.rows.append(
-            Row(
-                "(num_processes)",
-                world,
-                "converted",
-                "backend.num_processes",
-                f"the smallest process count for which the recipe's batches are whole groups of "
-                f"num_generations ({g}); TRL checks this with the world size",
-            )
-        )

@@ -93,7 +93,7 @@ def import_trl_text(text: str | None, upload: Any) -> tuple[str, str]:
         result = import_recipe(recipe, parse=trl_check.parse_isolated if space else trl_check.parse_local)
     except (SpecError, FileRefused) as exc:
         raise gr.Error(_shown(str(exc), space)) from None
-    from grpo_dashboard.spec.trl_import import missing_hint
+    from grpo_dashboard.spec.trl_import_result import missing_hint
 
     table = mapping_markdown(result.rows, result.trl_version, result.version_reason, result.trl_check)
     missing = result.missing()
