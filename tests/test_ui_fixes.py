@@ -45,6 +45,27 @@ def test_a_batch_error_marks_num_generations_too() -> None:
     assert sum("num_generations (3)" in m for msgs in placed.values() for m in msgs) == 1  # said once
 
 
+def test_section_boxes_name_their_marked_fields_and_repeat_only_the_rewards_messages() -> None:
+    fields = forms.form_fields()
+    boxes = {g: gr.Markdown() for g in new_run.FORM_GROUPS}
+    tab = new_run.NewRunTab(None, fields, [gr.Textbox() for _ in fields], None, None, None, boxes)  # type: ignore[arg-type]
+    group_of = {f.key: f.group for f in fields}
+    placed = {
+        "name": ["must not be empty"],
+        "training.num_generations": ["must be ≥ 2"],
+        "training.beta": ["see training.num_generations: the problem there involves this field"],
+        "rewards": ["rewards[0].name: unknown reward"],
+    }
+    shown = {g: new_run._group_error_updates(tab, placed)[box]["value"] for g, box in boxes.items()}
+    training = group_of["training.num_generations"]
+    assert group_of["training.beta"] == training
+    assert shown[training].startswith("✖ Marked below: **training.num_generations**, **training.beta**")
+    assert "≥ 2" not in shown[training]  # the message sits beside its field, not here again
+    assert "rewards[0].name: unknown reward" in shown[group_of["rewards"]]
+    assert not any("name**" in text and "must not be empty" in text for text in shown.values())
+    assert all(not text for g, text in shown.items() if g not in (training, group_of["rewards"]))
+
+
 def test_field_errors_are_marked_for_the_red_style() -> None:
     fields = forms.form_fields()
     inputs = [gr.Textbox() for _ in fields]

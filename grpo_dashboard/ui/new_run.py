@@ -238,11 +238,11 @@ def _group_error_updates(tab: NewRunTab, placed: dict[str, list[str]]) -> dict[A
     for f in tab.fields:
         if not placed.get(f.key):
             continue
-        group = f.group if f.group in by_group else FORM_GROUPS[0]
         if f.widget == "rewards":
+            group = f.group if f.group in by_group else FORM_GROUPS[0]
             by_group[group] += [f"- ✖ **{f.key}**: {msg}" for msg in placed[f.key]]
-        else:
-            marked[group].append(f"**{f.key}**")
+        elif f.group in marked:  # the Run fields above the sections are in view already
+            marked[f.group].append(f"**{f.key}**")
     for group, keys in marked.items():
         if keys:
             by_group[group].insert(0, f"✖ Marked below: {', '.join(keys)}")
