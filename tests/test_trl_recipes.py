@@ -175,6 +175,30 @@ def test_unknown_key_and_unimportable_dotted_reward_are_named_and_nothing_is_wri
     assert result.spec.rewards[0].function == f"{(tmp_path / 'my_lib' / 'rewards.py').resolve()}:custom_reward"
 
 
+def test_each_kind_of_reward_name_gets_its_row_and_an_unknown_one_an_error_naming_it(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\n"
+        "reward_funcs: [accuracy_reward, format, letter_fraction]\n"
+    )
+    result = import_trl(recipe)
+    rows = {r.value: (r.action, r.target, r.note) for r in result.rows if r.key == "reward_funcs"}
+    assert rows["accuracy_reward"] == (
+        "converted",
+        "rewards[accuracy_reward]",
+        "TRL's accuracy_reward is the trl_accuracy built-in",
+    )
+    assert rows["format"][:2] == ("converted", "rewards[format]") and "open-r1's 'format'" in rows["format"][2]
+    assert rows["letter_fraction"] == ("mapped", "rewards[letter_fraction]", "a built-in of this dashboard")
+    assert [r.name for r in result.spec.rewards] == ["accuracy_reward", "format", "letter_fraction"]
+    recipe.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: a/b\nreward_funcs: [no_such_reward]\n")
+    with pytest.raises(SpecError) as exc:
+        import_trl(recipe)
+    (error,) = exc.value.errors
+    assert (error.field, error.value) == ("reward_funcs", "no_such_reward")
+    assert "neither one of TRL's rewards" in error.message and "nothing was written" in error.message
+
+
 def test_validate_recognises_a_flat_trl_file_and_hints_point_at_the_right_section(tmp_path: Path) -> None:
     flat = tmp_path / "flat.yaml"
     flat.write_text(

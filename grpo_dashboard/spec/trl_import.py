@@ -29,9 +29,7 @@ from grpo_dashboard.spec.trl_rewards import (
     OPEN_R1_CODE_LANGUAGES,
     OPEN_R1_REWARDS,
     TRL_REWARDS,
-    dotted_function,
-    generated_reward,
-    open_r1_code_format,
+    map_reward,
     reward_name,
 )
 from grpo_dashboard.spec.trl_versions import LATEST, TRL_DEFAULTS, infer_version, pin_defaults
@@ -470,74 +468,13 @@ class _Mapper:
             )
 
     def _reward(self, fn: str, given: bool) -> RewardSpec | None:
-        key = "(--reward)" if given else "reward_funcs"
-        generated = generated_reward(fn, self.recipe.base_dir)
-        if generated is not None:
-            self._kept.append(True)
-            self.rows.append(
-                Row(
-                    key,
-                    fn,
-                    "converted",
-                    f"rewards[{generated.name}]",
-                    "from the exported rewards module (its spec entry)",
-                )
-            )
-            return generated
-        if fn in TRL_REWARDS:
-            builtin, params = TRL_REWARDS[fn]
-            self._kept.append(True)
-            self.rows.append(Row(key, fn, "converted", f"rewards[{fn}]", f"TRL's {fn} is the {builtin} built-in"))
-            return RewardSpec(name=fn, builtin=builtin, params=dict(params))
-        if fn in OPEN_R1_REWARDS:
-            target = OPEN_R1_REWARDS[fn]
-            if isinstance(target, str):
-                self._kept.append(False)
-                self.rows.append(Row(key, fn, "unsupported", None, f"open-r1's {fn!r} reward: {target}"))
-                return None
-            builtin, params = target
-            overrides = dict(self.reward_params.get(fn, {}))
-            if fn == "code_format":
-                params = {"pattern": open_r1_code_format(str(overrides.pop("language", "python")))}
-            params = {**params, **overrides}
-            self._kept.append(True)
-            self.rows.append(
-                Row(
-                    key,
-                    fn,
-                    "converted",
-                    f"rewards[{fn}]",
-                    f"open-r1's {fn!r} as the {builtin} "
-                    f"built-in" + (f" with {sorted(params)}" if params and builtin != "python" else ""),
-                )
-            )
-            return RewardSpec(name=fn, builtin=builtin, params=params)
-        if "." in fn:
-            self._kept.append(True)
-            function, problem = dotted_function(fn, self.recipe.reward_dirs)
-            if function is None:
-                self.errors.append(FieldError(key, fn, f"{problem}; nothing was written."))
-                return None
-            name = reward_name(fn.rsplit(".", 1)[1])
-            self.rows.append(Row(key, fn, "converted", f"rewards[{name}].function", f"dotted path → {function}"))
-            return RewardSpec(name=name, function=function)
-        from grpo_dashboard.spec.jobfiles import rewards_module
-
-        if fn in rewards_module().REWARDS:
-            self._kept.append(True)
-            self.rows.append(Row(key, fn, "mapped", f"rewards[{fn}]", "a built-in of this dashboard"))
-            return RewardSpec(name=fn)
-        self._kept.append(False)
-        self.errors.append(
-            FieldError(
-                f"{key}",
-                fn,
-                "is neither one of TRL's rewards "
-                f"({', '.join(TRL_REWARDS)}), nor an open-r1 reward name, nor a dotted import "
-                "path like 'my_lib.rewards.my_reward'. Fix the name; nothing was written.",
-            )
-        )
-        return None
+        m = map_reward(fn, "(--reward)" if given else "reward_funcs", self.recipe, self.reward_params)
+        self._kept.append(m.kept)
+        if m.row is not None:
+            self.rows.append(m.row)
+        if m.error is not None:
+            self.errors.append(m.error)
+        return m.reward
 
     def _reward_names(self) -> set[str]:
         """The reward names the recipe lists (reward_funcs), as strings."""
