@@ -48,14 +48,17 @@ def check_nan(ctx: Context) -> list[Finding]:
     cfg = ctx.config
     precision = ""
     if cfg.flag("fp16"):
-        precision = " fp16 overflows easily: switch to bf16=True or fp32;"
+        precision = "fp16 overflows easily: switch to bf16=True or fp32"
     elif cfg.flag("bf16"):
-        precision = " if it persists, retry once in fp32 (bf16=False) to rule out precision;"
-    resume = cfg.resume_advice(onset)
-    remedy = (
-        f"{resume[:1].upper()}{resume[1:]} with a lower learning_rate{cfg.now('learning_rate')} "
-        f"and warmup (warmup_ratio=0.05);{precision} keep max_grad_norm{cfg.now('max_grad_norm')} at 1.0 or lower; "
-        "set logging_nan_inf_filter=False so transformers does not hide a NaN loss behind the running mean."
+        precision = "if it persists, retry once in fp32 (bf16=False) to rule out precision"
+    remedy = join_fixes(
+        [
+            f"{cfg.resume_advice(onset)} with a lower learning_rate{cfg.now('learning_rate')} and warmup "
+            "(warmup_ratio=0.05)",
+            precision,
+            f"keep max_grad_norm{cfg.now('max_grad_norm')} at 1.0 or lower",
+            "set logging_nan_inf_filter=False so transformers does not hide a NaN loss behind the running mean",
+        ]
     )
     severity = ERROR
     isolated = set(hits) == {"grad_norm"} and hits["grad_norm"]["count"] <= 2 and recovered

@@ -316,10 +316,12 @@ def check_forecast_stop(ctx: Context) -> list[Finding]:
         f"{gain:+.3g} more by max_steps {int(max_steps)}, under {ctx.t('forecast_stop.min_gain'):.0%} of the reward's "
         f"range, plateau {fmt(curve.plateau)}: continuing for the remaining {left} steps is not worth it."
     )
-    advice = ctx.config.stop_advice(now)
-    remedy = (
-        f"{advice[:1].upper()}{advice[1:]}; or change what limits the run (harder prompts, a graded reward, a larger "
-        "num_generations); `python -m grpo_dashboard forecast LOG` prints the band and the cost saved."
+    remedy = join_fixes(
+        [
+            ctx.config.stop_advice(now),
+            "or change what limits the run (harder prompts, a graded reward, a larger num_generations)",
+            "`python -m grpo_dashboard forecast LOG` prints the band and the cost saved",
+        ]
     )
     return [
         make_finding(
