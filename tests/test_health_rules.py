@@ -150,7 +150,7 @@ def test_nan_remedy_resumes_only_from_a_checkpoint_the_run_saved() -> None:
     assert saved.remedy.startswith("Resume from a checkpoint saved before step 41"), saved.remedy
     none = only(diagnose(records, {"save_strategy": "no"}), "nan")
     assert none.remedy.startswith("Rerun with checkpoints before step 41"), none.remedy
-    assert "saved none to resume from (now no)" in none.remedy
+    assert "saved none to resume from, save_strategy no) with a lower learning_rate" in none.remedy
     late = only(diagnose(records, {"save_strategy": "steps", "save_steps": 50}), "nan")
     assert late.remedy.startswith("Rerun with checkpoints before step 41"), late.remedy
 

@@ -162,9 +162,9 @@ class RunConfig:
     def resume_advice(self, step: int) -> str:
         """Resume from before ``step``, or, on a run that saved nothing by then, rerun with checkpoints."""
         if self.saved_by(step) is False:
-            return (
-                f"rerun with checkpoints before step {step} (save_strategy: steps, save_steps below {step}): this "
-                f"run saved none to resume from{self.now('save_strategy')}"
+            return (  # a clause the rules extend ("... with a lower learning_rate"), so the why stays inside
+                f"rerun with checkpoints before step {step} (save_strategy: steps, save_steps below {step}; this run "
+                f"saved none to resume from, save_strategy {self.raw.get('save_strategy')})"
             )
         return f"resume from a checkpoint saved before step {step}"
 
