@@ -86,15 +86,6 @@ def hardware_text(ctx: UiContext, yaml_text: str, user: access.User | None = Non
         return f"**Estimate not possible:** {exc}"
 
 
-CHECKS = (
-    ("dataset", "Inspect dataset", "Reads the dataset the spec names: columns, rows, prompt lengths."),
-    (
-        "rewards",
-        "Check rewards",
-        "Runs each reward function on sample rows in the sandbox and flags broken contracts.",
-    ),
-    ("hardware", "Estimate hardware and cost", "Memory per GPU, a flavor that fits, time and cost."),
-)
 NOT_RUN = "_Not run yet._"
 # A refused or failed check shows its reason in a toast; its box must not keep saying it is running.
 FAILED_JS = "() => '✖ The check did not run: its reason is in the message at the top right of the page.'"
@@ -113,17 +104,6 @@ def build(ctx: UiContext, spec_yaml: Any) -> None:
         "Checks run on the spec in the **New run** tab. Rewards run in a sandboxed subprocess (no network, "
         "no tokens, time and memory limits); custom reward code never runs in the dashboard process."
     )
-    boxes: dict[str, gr.Markdown] = {}
-    buttons: dict[str, gr.Button] = {}
-    rows: Any = None
-    for key, label, help_text in CHECKS:
-        with gr.Column(elem_id=f"preflight-{key}-check"):
-            with gr.Row(equal_height=True):
-                buttons[key] = gr.Button(label, scale=0, min_width=240, elem_id=f"preflight-{key}-btn")
-                if key == "rewards":
-                    rows = gr.Number(8, label="Rows for the reward check", precision=0, minimum=1, maximum=64, scale=0)
-                gr.Markdown(help_text, elem_classes=["preflight-help"])
-            boxes[key] = gr.Markdown(NOT_RUN, elem_id=f"preflight-{key}", elem_classes=["preflight-report"])
 
     def inspect(user: access.User, yaml_text: str) -> str:
         return inspect_text(ctx, yaml_text, user)
@@ -134,12 +114,46 @@ def build(ctx: UiContext, spec_yaml: Any) -> None:
     def hardware(user: access.User, yaml_text: str) -> str:
         return hardware_text(ctx, yaml_text, user)
 
-    events = (
-        ("dataset", "inspect_dataset", inspect, "dataset inspection", [spec_yaml], "Reading the dataset"),
-        ("rewards", "check_rewards", check, "reward check", [spec_yaml, rows], "Running the rewards in the sandbox"),
-        ("hardware", "estimate_hardware", hardware, "hardware estimate", [spec_yaml], "Estimating memory and cost"),
+    # (box key, button, help line, endpoint, function, what the gate calls it, what the box says while it runs)
+    checks = (
+        (
+            "dataset",
+            "Inspect dataset",
+            "Reads the dataset the spec names: columns, rows, prompt lengths.",
+            "inspect_dataset",
+            inspect,
+            "dataset inspection",
+            "Reading the dataset",
+        ),
+        (
+            "rewards",
+            "Check rewards",
+            "Runs each reward function on sample rows in the sandbox and flags broken contracts.",
+            "check_rewards",
+            check,
+            "reward check",
+            "Running the rewards in the sandbox",
+        ),
+        (
+            "hardware",
+            "Estimate hardware and cost",
+            "Memory per GPU, a flavor that fits, time and cost.",
+            "estimate_hardware",
+            hardware,
+            "hardware estimate",
+            "Estimating memory and cost",
+        ),
     )
-    for key, name, fn, what, inputs, doing in events:
-        buttons[key].click(None, None, [boxes[key]], js=running_js(doing), api_visibility="private").then(
-            gate(ctx, name, fn, what=what, pass_user=True), inputs, [boxes[key]], api_name=name
-        ).failure(None, None, [boxes[key]], js=FAILED_JS, api_visibility="private")
+    for key, label, help_text, name, fn, what, doing in checks:
+        with gr.Column(elem_id=f"preflight-{key}-check"):
+            with gr.Row(equal_height=True):
+                button = gr.Button(label, scale=0, min_width=240, elem_id=f"preflight-{key}-btn")
+                inputs = [spec_yaml]
+                if key == "rewards":
+                    rows = gr.Number(8, label="Rows for the reward check", precision=0, minimum=1, maximum=64, scale=0)
+                    inputs.append(rows)
+                gr.Markdown(help_text, elem_classes=["preflight-help"])
+            box = gr.Markdown(NOT_RUN, elem_id=f"preflight-{key}", elem_classes=["preflight-report"])
+        button.click(None, None, [box], js=running_js(doing), api_visibility="private").then(
+            gate(ctx, name, fn, what=what, pass_user=True), inputs, [box], api_name=name
+        ).failure(None, None, [box], js=FAILED_JS, api_visibility="private")
