@@ -32,9 +32,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpo_openenv
 import grpo_rollout
+import grpo_tool_calls
+from grpo_tool_calls import failure_text, is_failure, malformed_calls, tool_turns
 
-# Text a tool call leaves behind when the tokenizer could not parse it (TRL then keeps the turn as plain text).
-CALL_MARKERS = ("<call>", "<tool_call>", "<|python_tag|>", "<function=", "<|tool_call|>")
+__all__ = ["failure_text", "is_failure", "malformed_calls", "tool_turns"]  # the reading the dashboard calls here
+
 TRAINERS = ("grpo", "async_grpo")
 
 
@@ -155,84 +157,6 @@ class CalculatorEnv:
 BUILTIN_ENVIRONMENTS: dict[str, type] = {"guess_number": GuessNumberEnv, "calculator": CalculatorEnv}
 
 
-# ---------------------------------------------------------------- reading trajectories
-
-
-def is_failure(content: Any) -> bool:
-    """True when a tool message's content is TRL's failure result (`str({"error": ...})`)."""
-    return isinstance(content, str) and content.startswith("{'error':")
-
-
-def failure_text(content: Any) -> str:
-    """The exception text of a failed tool result (the content itself when it is not TRL's error dict)."""
-    if is_failure(content):
-        try:
-            return str(ast.literal_eval(content).get("error", content))
-        except (ValueError, SyntaxError):
-            return str(content)
-    return str(content)
-
-
-def _args_key(arguments: Any) -> str:
-    try:
-        return json.dumps(arguments, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        return str(arguments)
-
-
-def tool_turns(completion: Any) -> list[dict[str, Any]]:
-    """One entry per tool call of a conversational completion: name, arguments, result, failed, repeated_failure.
-
-    A call's result is the tool message that follows it (in order). `repeated_failure`: the same name and arguments
-    already failed earlier in this trajectory.
-    """
-    if not isinstance(completion, list):
-        return []
-    calls: list[dict[str, Any]] = []
-    pending: list[dict[str, Any]] = []
-    failed: set[tuple[str, str]] = set()
-    for message in completion:
-        if not isinstance(message, dict):
-            continue
-        if message.get("role") == "assistant":
-            for tc in message.get("tool_calls") or []:
-                fn = tc.get("function", tc) if isinstance(tc, dict) else {}
-                call = {
-                    "name": str(fn.get("name", "?")),
-                    "arguments": fn.get("arguments") or {},
-                    "result": None,
-                    "failed": False,
-                    "repeated_failure": False,
-                }
-                calls.append(call)
-                pending.append(call)
-        elif message.get("role") == "tool" and pending:
-            call = pending.pop(0)
-            content = message.get("content")
-            call["result"] = content if isinstance(content, str) else json.dumps(content, default=str)
-            call["failed"] = is_failure(call["result"])
-            key = (call["name"], _args_key(call["arguments"]))
-            call["repeated_failure"] = call["failed"] and key in failed
-            if call["failed"]:
-                failed.add(key)
-    return calls
-
-
-def malformed_calls(completion: Any) -> int:
-    """Assistant turns whose text still holds a tool-call marker: a call the tokenizer could not parse."""
-    if isinstance(completion, str):
-        return int(any(m in completion for m in CALL_MARKERS))
-    if not isinstance(completion, list):
-        return 0
-    return sum(
-        1
-        for m in completion
-        if isinstance(m, dict)
-        and m.get("role") == "assistant"
-        and any(marker in str(m.get("content") or "") for marker in CALL_MARKERS)
-    )
-
-
 def _total(rewards: Mapping[str, Any], weights: Mapping[str, float], i: int) -> float | None:
     parts = []
     for name, values in rewards.items():
@@ -242,12 +166,27 @@ def _total(rewards: Mapping[str, Any], weights: Mapping[str, float], i: int) -> 
     return sum(parts) if parts else None
 
 
+def sample_outcomes(value: Any) -> list[Any] | None:
+    """A sample's recorded outcomes of its result-less calls (the JSON text TRL's `log_extra` carried), or None."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, list) else None
+    return None
+
+
 def episode_metrics(trainer: Any) -> dict[str, float]:
     """Agent metrics of the last generation batch (TRL's `_logs`), logged beside TRL's own at each log step.
 
     `agent/turns/mean` (assistant turns per episode), `agent/tool_calls/<name>` (calls per episode),
     `agent/turn_limit_ratio` (episodes that used all max_tool_calling_iterations rounds),
-    `agent/malformed_ratio` (episodes with an unparsed tool call), `agent/repeated_failure_ratio`, and for every
+    `agent/malformed_ratio` (episodes with an unparsed tool call), `agent/repeated_failure_ratio`,
+    `agent/dropped_result_ratio` (calls TRL ran whose results it dropped for exceeding max_completion_length: they
+    count in its tools/* metrics, and the trajectories show them; only where the job notes outcomes), and for every
     column recorded with the samples (environment, log_columns) `tasks/<column>/<value>/reward_mean` and
     `.../reward_std` (total weighted reward). Empty for runs without tools.
     """
@@ -258,10 +197,17 @@ def episode_metrics(trainer: Any) -> dict[str, float]:
     n = len(completions)
     limit = getattr(trainer, "max_tool_calling_iterations", None)
     out: dict[str, float] = {}
-    turns, limited, malformed, repeated = 0, 0, 0, 0
+    turns, limited, malformed, repeated, ran, dropped = 0, 0, 0, 0, 0, 0
     per_tool: dict[str, int] = {}
-    for c in completions:
-        calls = tool_turns(c)
+    extra = dict(logs.get("extra") or {})
+    recorded = extra.pop(grpo_tool_calls.OUTCOMES_COLUMN, None)
+    outcomes = list(recorded)[:n] if recorded is not None else []
+    for i, c in enumerate(completions):
+        calls = [
+            t
+            for t in tool_turns(c, sample_outcomes(outcomes[i] if i < len(outcomes) else None))
+            if t["outcome"] != "not_run"
+        ]
         msgs = c if isinstance(c, list) else []
         turns += sum(1 for m in msgs if isinstance(m, dict) and m.get("role") == "assistant")
         roles = [m.get("role") if isinstance(m, dict) else None for m in msgs]
@@ -274,19 +220,23 @@ def episode_metrics(trainer: Any) -> dict[str, float]:
         limited += int(isinstance(limit, int) and limit < sys.maxsize and rounds >= limit)
         malformed += int(malformed_calls(c) > 0)
         repeated += int(any(t["repeated_failure"] for t in calls))
+        ran += len(calls)
+        dropped += sum(t["outcome"] == "dropped" for t in calls)
         for t in calls:
             per_tool[t["name"]] = per_tool.get(t["name"], 0) + 1
     out["agent/turns/mean"] = turns / n
     out["agent/turn_limit_ratio"] = limited / n
     out["agent/malformed_ratio"] = malformed / n
     out["agent/repeated_failure_ratio"] = repeated / n
+    if recorded is not None:
+        out["agent/dropped_result_ratio"] = dropped / ran if ran else 0.0
     for name, count in sorted(per_tool.items()):
         out[f"agent/tool_calls/{name}"] = count / n
     names = list(getattr(trainer, "reward_func_names", None) or [])
     w = getattr(trainer, "reward_weights", None)
     weights = dict(zip(names, w.tolist() if hasattr(w, "tolist") else list(w or []), strict=False))
     rewards = logs.get("rewards") or {}
-    for column, values in (logs.get("extra") or {}).items():
+    for column, values in extra.items():
         groups: dict[str, list[float]] = {}
         for i, v in enumerate(list(values)[:n]):
             total = _total(rewards, weights, i)
@@ -346,27 +296,6 @@ def process_rewards(define: Callable[..., Any]) -> list[Any]:
             {"penalty": (-0.5, "added per repeated failing call (≤ 0)")},
         ),
     ]
-
-
-class ColumnTagger:
-    """Wraps the first reward function so every sample records `columns` (e.g. environment, task) via TRL's
-    `log_extra`; a top-level class so it pickles (async GRPO)."""
-
-    def __init__(self, func: Callable[..., Any], columns: list[str]) -> None:
-        self.func, self.columns = func, list(columns)
-        self.__name__ = getattr(func, "__name__", "reward")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        log_extra = kwargs.get("log_extra")
-        if callable(log_extra):
-            n = len(kwargs.get("completions") or [])
-            for column in self.columns:
-                values = kwargs.get(column)
-                if values is not None and len(values) == n:
-                    log_extra(
-                        column, [v if isinstance(v, (str, int, float, bool)) or v is None else str(v) for v in values]
-                    )
-        return self.func(*args, **kwargs)
 
 
 # ---------------------------------------------------------------- loading the agent spec
@@ -442,17 +371,26 @@ def environment_factory(agent: Mapping[str, Any], base_dir: str | Path | None = 
     return load(str(env))
 
 
+def records_outcomes(agent: Mapping[str, Any] | None) -> bool:
+    """Whether the job notes every tool call's outcome (jobs/grpo_tool_calls.py): TRL's own tool loop runs the
+    tools (GRPOTrainer with tools or an environment). Async GRPO runs them in its rollout worker's process."""
+    return bool(
+        agent and (agent.get("tools") or agent.get("environment_factory")) and agent.get("trainer") != "async_grpo"
+    )
+
+
 def trainer_kwargs(agent: Mapping[str, Any] | None, base_dir: str | Path | None = None) -> dict[str, Any]:
     """`tools`, `environment_factory` and `rollout_func` for the trainer (only those the spec sets)."""
     if not agent:
         return {}
     out: dict[str, Any] = {}
+    record = records_outcomes(agent)
     tools = [load_tool(str(t), base_dir) for t in agent.get("tools") or []]
     if tools:
-        out["tools"] = tools
+        out["tools"] = [grpo_tool_calls.recording(t) for t in tools] if record else tools
     env = environment_factory(agent, base_dir)
     if env is not None:
-        out["environment_factory"] = env
+        out["environment_factory"] = grpo_tool_calls.recording_factory(env) if record else env
     if agent.get("rollout_func"):  # its first output is checked against TRL's contract (jobs/grpo_rollout.py)
         target = str(agent["rollout_func"])
         out["rollout_func"] = grpo_rollout.CheckedRollout(_import_target(target, base_dir, "rollout_func"), target)
@@ -479,7 +417,9 @@ def datasetless(agent: Mapping[str, Any] | None, ds_spec: Mapping[str, Any]) -> 
 
 
 def tag_rewards(funcs: list[Any], agent: Mapping[str, Any] | None, columns: list[str]) -> list[Any]:
-    """Wrap the first reward so samples record the environment column and the spec's `log_columns`."""
+    """Wrap one reward so samples record the environment column, the spec's `log_columns` and (when the job notes
+    tool calls) the outcomes of calls without result. The first synchronous function is wrapped when there is one:
+    TRL runs those first, in order, and awaits the async ones after."""
     wanted = [
         c
         for c in (
@@ -490,10 +430,13 @@ def tag_rewards(funcs: list[Any], agent: Mapping[str, Any] | None, columns: list
         )
         if c in columns
     ]
-    first = next((i for i, f in enumerate(funcs) if callable(f)), None)  # a reward model (a str) records nothing
-    if first is None or not wanted:
+    outcomes = records_outcomes(agent)
+    candidates = [i for i, f in enumerate(funcs) if callable(f)]  # a reward model (a str) records nothing
+    if not candidates or not (wanted or outcomes):
         return funcs
-    return [*funcs[:first], ColumnTagger(funcs[first], list(dict.fromkeys(wanted))), *funcs[first + 1 :]]
+    first = next((i for i in candidates if not grpo_tool_calls.is_async(funcs[i])), candidates[0])
+    tagged = grpo_tool_calls.tagger(funcs[first], list(dict.fromkeys(wanted)), outcomes)
+    return [*funcs[:first], tagged, *funcs[first + 1 :]]
 
 
 def grpo_only(agent: Mapping[str, Any] | None, **kwargs: Any) -> dict[str, Any]:

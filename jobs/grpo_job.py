@@ -421,6 +421,9 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
     advantages = list(logs.get("advantages", []))
     rewards = {name: list(vals) for name, vals in (logs.get("rewards") or {}).items()}
     extra = {name: list(vals) for name, vals in (logs.get("extra") or {}).items()}
+    outcomes = extra.pop(
+        grpo_agents.grpo_tool_calls.OUTCOMES_COLUMN, None
+    )  # not a column: how result-less calls ended
     # A rollout_func's own `turns` (one conversation per prompt) replace TRL's one-message decoding of its tokens
     turns = getattr(getattr(trainer, "rollout_func", None), "last_turns", None)
     if isinstance(turns, list) and len(turns) == len(completions):
@@ -435,6 +438,11 @@ def _write_samples(path: Path, step: int, trainer: Any, limit: int) -> None:
                 "rewards": {n: (v[i] if i < len(v) else None) for n, v in rewards.items()},
                 "advantage": advantages[i] if i < len(advantages) else None,
                 **({"extra": {n: (v[i] if i < len(v) else None) for n, v in extra.items()}} if extra else {}),
+                **(
+                    {"tool_outcomes": grpo_agents.sample_outcomes(outcomes[i] if i < len(outcomes) else None) or []}
+                    if outcomes is not None
+                    else {}
+                ),
             }
         )
     with open(path, "a", encoding="utf-8") as f:

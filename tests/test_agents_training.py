@@ -80,6 +80,26 @@ def test_guessing_game_keeps_state_across_turns(agent_model: Path) -> None:
     assert any("agent/tool_calls/guess" in r for r in records)
 
 
+def test_environment_calls_trl_never_ran_are_told_from_those_it_ran(agent_model: Path) -> None:
+    """One tool-calling round: the guess the model makes after the first answer is never run. The environment's
+    calls are noted, so the trajectories mark it `not_run` and count the calls TRL counted, step by step."""
+    from grpo_dashboard.views import trajectories
+
+    spec = preset("agent_guess.yaml", agent_model, max_steps=2)
+    spec["agent"]["max_tool_calling_iterations"] = 1
+    store, run = run_spec(spec)
+    assert run.status == "completed", run.error
+    by_step = {r["step"]: r for r in train_records(store, run) if "tools/call_frequency" in r}
+    not_run = 0
+    for step in completions.sample_steps(run.run_dir):
+        trajs = trajectories.trajectories(completions.read_step(run.run_dir, step))
+        assert sum(t["n_tool_calls"] for t in trajs) == round(by_step[step]["tools/call_frequency"] * len(trajs))
+        outcomes = [c["outcome"] for t in trajs for turn in t["turns"] for c in turn["calls"]]
+        assert "no_result" not in outcomes
+        not_run += outcomes.count("not_run")
+    assert not_run > 0, "no call was left unrun: the run did not exercise the case"
+
+
 def test_failing_tool_is_a_counted_failure_and_flagged(agent_model: Path) -> None:
     spec = preset("agent_calculator.yaml", agent_model, max_steps=6, learning_rate=1e-8, max_completion_length=96)
     spec["agent"]["tools"] = [f"{CODE}:calculator"]
@@ -153,3 +173,37 @@ def test_environment_column_routes_rows_and_drives_per_task_metrics_and_filters(
     assert game and all(c["name"] == "guess" for t in game for turn in t["turns"] for c in turn["calls"])
     calc = trajectories.trajectories(rows, filters={"environment": "calc"}, sort_by="tool calls")
     assert calc and all(c["name"] == "calculator" for t in calc for turn in t["turns"] for c in turn["calls"])
+
+
+def test_tool_results_trl_drops_for_length_count_alike_in_charts_and_trajectories(agent_model: Path) -> None:
+    """TRL counts a call and its failure as it runs the tool, then drops results that would pass
+    max_completion_length; the trajectories show those calls (dropped, failed or not) so that, step by step, their
+    calls and failures equal TRL's tools/call_frequency and tools/failure_frequency."""
+    from grpo_dashboard.views import trajectories
+
+    spec = preset("agent_calculator.yaml", agent_model, max_steps=4, learning_rate=1e-8)
+    spec["agent"]["tools"] = [f"{CODE.parent / 'overlong_tools.py'}:calculator"]
+    store, run = run_spec(spec)
+    assert run.status == "completed", run.error
+    records = {r["step"]: r for r in train_records(store, run) if "reward" in r}
+    batch = spec["training"]["per_device_train_batch_size"]
+    dropped_failures = 0
+    for step in completions.sample_steps(run.run_dir):
+        rows = completions.read_step(run.run_dir, step)
+        assert len(rows) == batch
+        trajs = trajectories.trajectories(rows)
+        calls = sum(t["n_tool_calls"] for t in trajs)
+        failed = sum(t["n_failed"] for t in trajs)
+        record = records[step]
+        assert calls == round(record["tools/call_frequency"] * batch), (step, calls, record)
+        assert failed == round(record["tools/failure_frequency"] * calls), (step, failed, record)
+        dropped = [c for t in trajs for turn in t["turns"] for c in turn["calls"] if c["outcome"] == "dropped"]
+        dropped_failures += sum(c["failed"] for c in dropped)
+        assert all("calculator overloaded" in c["error"] for c in dropped if c["failed"])
+        if dropped:
+            assert record["agent/dropped_result_ratio"] == len(dropped) / calls
+            shown = next(
+                t for t in trajs if any(c["outcome"] == "dropped" for turn in t["turns"] for c in turn["calls"])
+            )
+            assert "TRL dropped its result" in trajectories.markdown(shown)
+    assert dropped_failures > 0, "no failing call had its result dropped: the run did not exercise the case"

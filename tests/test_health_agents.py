@@ -35,6 +35,15 @@ def test_rising_tool_failures_warn() -> None:
     assert found["tool_failures"].severity == "warning" and "rising" in found["tool_failures"].message
 
 
+def test_failures_whose_results_trl_dropped_are_named_with_their_fix() -> None:
+    dropped = logs(**{"tools/failure_frequency": 0.8, "agent/dropped_result_ratio": 0.6})
+    f = rules(dropped)["tool_failures"]
+    assert f.severity == "error" and "TRL dropped the results of 60% of those calls" in f.message
+    assert f.remedy.endswith("raise max_completion_length or keep tool results and error texts short")
+    kept = rules(logs(**{"tools/failure_frequency": 0.8, "agent/dropped_result_ratio": 0.02}))["tool_failures"]
+    assert "dropped" not in kept.message and "max_completion_length" not in kept.remedy
+
+
 def test_one_task_regressing_or_flat_while_others_improve() -> None:
     found = rules(
         logs(

@@ -38,6 +38,22 @@ def _evidence(ctx: Context, s: Series, streak: int, persist: int) -> str:
     return text
 
 
+def _dropped(ctx: Context, streak: int) -> tuple[str, str]:
+    """The text and remedy clause when TRL dropped many results lately (`agent/dropped_result_ratio`): those calls
+    still count in tools/*, and a long error text makes a failure the model never reads."""
+    s = _series(ctx, "agent/dropped_result_ratio")
+    if s is None:
+        return "", ""
+    share = float(np.mean(s.values[-max(1, streak) :]))
+    if share < ctx.t("tool_failures.dropped"):
+        return "", ""
+    return (
+        f" TRL dropped the results of {fmt(share * 100)}% of those calls for exceeding max_completion_length "
+        "(agent/dropped_result_ratio; the trajectory view marks them), so the model never read them.",
+        "; raise max_completion_length or keep tool results and error texts short",
+    )
+
+
 def check_tool_failures(ctx: Context) -> list[Finding]:
     """A high (or steadily rising) share of tool calls fails: TRL feeds `{"error": ...}` back as the result."""
     s = _series(ctx, "tools/failure_frequency")
@@ -51,6 +67,7 @@ def check_tool_failures(ctx: Context) -> list[Finding]:
         mask = sm >= level
         streak = trailing_streak(mask)
         if streak >= need:
+            dropped, fix = _dropped(ctx, streak)
             # Sparse logs: too few logs for a sustained state are a warning at most, and say so.
             return [
                 make_finding(
@@ -58,10 +75,11 @@ def check_tool_failures(ctx: Context) -> list[Finding]:
                     severity if streak >= persist else WARNING,
                     _onset(s, mask),
                     f"{fmt(float(sm[-1]) * 100)}% of tool calls fail (tools/failure_frequency, smoothed) for the last "
-                    f"{streak} log{'s' if streak != 1 else ''}." + _evidence(ctx, s, streak, persist),
+                    f"{streak} log{'s' if streak != 1 else ''}." + dropped + _evidence(ctx, s, streak, persist),
                     "read the failing calls in the trajectory view (the exception text is the tool result): fix the "
                     "tool or its docstring so the model learns valid arguments, catch expected errors inside the tool "
-                    "and return a helpful message, or add the repeated_failure_penalty / tool_success process rewards",
+                    "and return a helpful message, or add the repeated_failure_penalty / tool_success process rewards"
+                    + fix,
                     "tools/failure_frequency",
                     value=float(sm[-1]),
                     threshold=float(level),

@@ -243,6 +243,12 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("tool_failures.error", 0.7, "... error", "derived"),
     Threshold("tool_failures.persist", 3, "logs the level must hold"),
     Threshold("tool_failures.rise", 0.15, "rise of the failure share from the first to the last third: warning"),
+    Threshold(
+        "tool_failures.dropped",
+        0.1,
+        "share of calls whose results TRL dropped (length) that the finding names",
+        "derived",
+    ),
     Threshold("tool_use_collapse.min_peak", 0.2, "calls per episode the agent must have reached", "derived"),
     Threshold(
         "tool_use_collapse.ratio", 0.25, "smoothed calls per episode at or below this share of the peak = stopped"

@@ -37,7 +37,7 @@ def trajectory(row: dict[str, Any], weights: dict[str, float] | None = None) -> 
     agents = agents_module()
     weights = weights or {}
     completion = _messages(row.get("completion"))
-    calls = agents.tool_turns(completion)
+    calls = agents.tool_turns(completion, agents.sample_outcomes(row.get("tool_outcomes")))
     queue = list(calls)
     turns: list[dict[str, Any]] = [
         {"role": m.get("role", "?"), "content": str(m.get("content") or ""), "calls": []}
@@ -73,8 +73,9 @@ def trajectory(row: dict[str, Any], weights: dict[str, float] | None = None) -> 
         "total": sum(present) if present else None,
         "advantage": _num(row.get("advantage")),
         "n_turns": sum(1 for m in completion if m.get("role") == "assistant"),
-        "n_tool_calls": len(calls),
+        "n_tool_calls": sum(c["outcome"] != "not_run" for c in calls),  # the calls TRL ran (its tools/* count these)
         "n_failed": sum(c["failed"] for c in calls),
+        "n_dropped": sum(c["outcome"] == "dropped" for c in calls),
         "malformed": agents.malformed_calls(completion),
         "extra": dict(row.get("extra") or {}),
     }
@@ -122,7 +123,8 @@ def trajectories(
 
 
 def summary_frame(trajs: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per trajectory: index, extras, turns, tool calls, failures, final answer, rewards, total, advantage."""
+    """One row per trajectory: index, extras, turns, tool calls, failures, dropped results, final answer, rewards,
+    total, advantage."""
     records = [
         {
             "#": t["index"],
@@ -130,6 +132,7 @@ def summary_frame(trajs: list[dict[str, Any]]) -> pd.DataFrame:
             "turns": t["n_turns"],
             "tool calls": t["n_tool_calls"],
             "failed": t["n_failed"],
+            "results dropped": t["n_dropped"],
             "final answer": t["final_answer"][:80],
             **t["rewards"],
             "total reward": t["total"],
@@ -142,6 +145,23 @@ def summary_frame(trajs: list[dict[str, Any]]) -> pd.DataFrame:
 
 def _fmt(v: float | None) -> str:
     return "—" if v is None else f"{v:.3g}"
+
+
+def _unreturned(call: dict[str, Any]) -> str:
+    """What became of a call whose result is not in the trajectory (empty for a returned call)."""
+    outcome = call.get("outcome")
+    if outcome == "dropped":
+        size = f" ({call['result_chars']} characters)" if call.get("result_chars") else ""
+        how = f"❌ failed: `{html.escape(str(call.get('error') or ''))}`" if call["failed"] else "ran"
+        return (
+            f" · {how}; TRL dropped its result{size}, which would have passed max_completion_length "
+            "(counted in tools/*)"
+        )
+    if outcome == "not_run":
+        return " · not run: the tool loop had ended (max_tool_calling_iterations)"
+    if outcome == "no_result":
+        return " · no result in the trajectory"
+    return ""
 
 
 def markdown(traj: dict[str, Any]) -> str:
@@ -163,6 +183,7 @@ def markdown(traj: dict[str, Any]) -> str:
         calls = "".join(
             f" → call `{c['name']}({json.dumps(c['arguments'], default=str)})`"
             + (" ⚠️ repeats a failed call" if c["repeated_failure"] else "")
+            + _unreturned(c)
             for c in turn["calls"]
         )
         lines.append(f"- **{role}:** {text}{calls}")
