@@ -341,3 +341,57 @@ def test_the_light_run_page_echoes_nothing_and_shows_no_other_run(served: dict) 
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(served["url"] + "grpo/live?run=" + urllib.parse.quote(evil), timeout=30)  # localhost
     assert err.value.code in (400, 404)
+
+
+OVERLAID = """(run) => Array.from(document.querySelectorAll('#live-charts .js-plotly-plot')).filter(gd =>
+  (gd.data || []).some(t => t.meta && t.meta.ov === run)).length"""
+OVERLAY_POINTS = """([pid, run]) => { const gd = document.querySelector('#plot-' + pid + ' .js-plotly-plot');
+  const t = gd && (gd.data || []).find(t => t.meta && t.meta.ov === run && t.meta.s === 'train|reward');
+  return t ? t.x.length : 0; }"""
+
+
+def test_runs_ticked_in_the_sidebar_overlay_every_chart_and_follow_live(page: Any, served: dict) -> None:
+    """trackio's habit: the sidebar lists the runs, a ticked one is drawn on every chart beside this run's lines
+    (its name on each trace, its own colour) and follows its own live stream; the ticked runs travel with the link and
+    survive a reload; unticking takes them off. A run name that is HTML shows as text."""
+    from .store_helpers import append_log
+
+    store, data = served["store"], served["data"]
+    finished_run(store, data, "overlay-live", steps=10)
+    evil = "<img src=x onerror=alert(1)> live"
+    store.rename_run("overlay-live", evil)
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(served["url"] + "grpo/run?run=done-run")
+    page.wait_for_function(f"() => ({POINTS})() >= 1")
+    other = page.locator('#overlay-runs input[data-run="overlay-live"]')
+    other.wait_for()
+    assert page.locator('#overlay-runs input[data-run="done-run"]').is_disabled()
+    other.check()
+    page.wait_for_function(f"() => ({OVERLAID})('overlay-live') >= 5")
+    assert page.evaluate(OVERLAY_POINTS, ["reward", "overlay-live"]) == 10
+    own = page.evaluate(
+        "() => document.querySelector('#plot-reward .js-plotly-plot').data.filter(t => t.meta && t.meta.s && "
+        "!t.meta.ov).map(t => t.x.length)"
+    )
+    assert own and max(own) == 40  # this run's own lines are untouched
+    names = page.evaluate(
+        "() => document.querySelector('#plot-reward .js-plotly-plot').data.filter(t => t.meta && t.meta.ov)"
+        ".map(t => t.name)"
+    )
+    assert names and all(" · " in n for n in names), names
+    assert "overlay=overlay-live" in page.url
+    # live: new records of the overlaid run reach its traces through its own stream
+    path = data / "runs" / "overlay-live" / "metrics.jsonl"
+    append_log(path, range(11, 16), reward=lambda s: 0.9)
+    ingest_file(store, "overlay-live", path)
+    page.wait_for_function(f"() => ({OVERLAY_POINTS})(['reward', 'overlay-live']) === 15")
+    page.reload()
+    page.wait_for_function(f"() => ({OVERLAID})('overlay-live') >= 5")
+    assert page.locator('#overlay-runs input[data-run="overlay-live"]').is_checked()
+    page.locator('#overlay-runs input[data-run="overlay-live"]').uncheck()
+    page.wait_for_function(f"() => ({OVERLAID})('overlay-live') === 0")
+    assert "overlay=" not in page.url
+    text = page.locator("#overlay-runs").inner_text()
+    assert "done-run (this run)" in text and "first-run" in text and evil in text  # shown as text, not HTML
+    assert not page.console_errors and not dialogs

@@ -4,7 +4,8 @@ The full dashboard's run page waits for Gradio to mount every tab's components (
 hundred) before its first chart; this page is plain HTML with plotly.js and the same page script (static/live.js),
 following the same stream (`/grpo/live`, which checks who may see the run), so a shared link opens charts first.
 The HTML is the same for everyone and echoes nothing from the request: the run id is read by the script from the
-URL and sent to the stream, whose answer is the only data the page shows.
+URL and sent to the stream, whose answer is the only data the page shows. A sidebar (static/overlay.js) lists the
+visitor's runs (`/grpo/runs`); each one ticked there is overlaid on every chart through its own stream.
 """
 
 from __future__ import annotations
@@ -32,17 +33,30 @@ details { font-size: 13px; margin: 4px 0; }
   color: #57606a; box-sizing: border-box; font-size: 13px; }
 .grpo-placeholder h4 { margin: 0 0 6px 0; font-size: 13px; color: #2a3f5f; }
 #plot-other { grid-column: 1 / -1; }
+/* The runs sidebar (static/overlay.js) beside the charts; on a phone it comes after them (charts first). */
+.grpo-main { display: grid; grid-template-columns: 170px minmax(0, 1fr); gap: 10px; align-items: start; }
+#overlay { font-size: 12px; border-right: 1px solid #d0d7de; padding-right: 8px; max-height: 85vh; overflow: auto; }
+#overlay h2 { font-size: 13px; margin: 2px 0 4px 0; }
+#overlay ul { list-style: none; margin: 0; padding: 0; }
+#overlay li { margin: 2px 0; overflow-wrap: anywhere; }
+#overlay small { color: #57606a; }
+#overlay-note { color: #57606a; margin: 4px 0; }
 .grpo-hidden-note { font-size: 12px; color: #57606a; margin: 4px 0; }
 .grpo-log { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; max-height: 360px;
   overflow: auto; background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 6px; padding: 8px; }
 @media (max-width: 1100px) { .grpo-grid { grid-template-columns: repeat(2, minmax(0, 1fr)); } }
-@media (max-width: 700px) { .grpo-grid { grid-template-columns: minmax(0, 1fr); } }
+@media (max-width: 700px) {
+  .grpo-grid { grid-template-columns: minmax(0, 1fr); }
+  .grpo-main { grid-template-columns: minmax(0, 1fr); }
+  #overlay { order: 2; border-right: none; border-top: 1px solid #d0d7de; max-height: none; }
+}
 """
 
 
 def page_html(static_path: str) -> str:
-    """The page: header (links to the full dashboard), status, the charts' grid, then health and the job log
-    folded; `static_path`: where plotly.js and live.js are served."""
+    """The page: header (links to the full dashboard), status, the runs sidebar beside the charts' grid (ticked runs
+    are overlaid on every chart), then health and the job log folded; `static_path`: where plotly.js, live.js and
+    overlay.js are served."""
     boxes = []
     for p in charts.PANELS:
         title = html.escape(p.title)
@@ -57,10 +71,13 @@ def page_html(static_path: str) -> str:
         f"<style>{_STYLE}</style>"
         f'<script src="{static_path}/plotly.min.js" defer></script>'
         f'<script src="{static_path}/live.js" defer></script>'
+        f'<script src="{static_path}/overlay.js" defer></script>'
         "</head><body>"
         '<header><h1>GRPO Dashboard · run</h1><a id="full-link" href="/">Open in the full dashboard</a></header>'
         '<div id="live-status" role="status" aria-live="polite"></div>'
-        '<div id="live-charts" class="grpo-grid">' + "".join(boxes) + "</div>"
+        '<div class="grpo-main"><nav id="overlay" aria-label="Runs to overlay"><h2>Overlay runs</h2>'
+        '<ul id="overlay-runs"></ul><p id="overlay-note" aria-live="polite"></p></nav>'
+        '<div id="live-charts" class="grpo-grid">' + "".join(boxes) + "</div></div>"
         '<details open><summary>Health</summary><div id="live-findings"></div></details>'
         '<details><summary>Job log</summary><pre id="live-log" class="grpo-log" tabindex="0"></pre></details>'
         # The full dashboard's link names the same run (read from this page's URL, never from the server).

@@ -130,6 +130,7 @@ def static_files() -> dict[str, tuple[Path, str]]:
 
     return {
         "live.js": (STATIC_DIR / "live.js", "text/javascript"),
+        "overlay.js": (STATIC_DIR / "overlay.js", "text/javascript"),
         "plotly.min.js": (Path(plotly.__file__).parent / "package_data" / "plotly.min.js", "text/javascript"),
     }
 
@@ -175,9 +176,10 @@ def install_routes(app: Any, ctx: Any) -> Any:
         return FileResponse(found[0], media_type=found[1], headers={"Cache-Control": "public, max-age=3600"})
 
     app.router.routes.insert(0, Route(STATIC_PATH + "/{name}", static, methods=["GET"]))
-    from grpo_dashboard.ui import run_page
+    from grpo_dashboard.ui import run_list, run_page
 
     run_page.install(app, STATIC_PATH)  # the light run page: static HTML on the same stream
+    run_list.install(app, ctx, lambda request: request_user(ctx, request))  # its sidebar's runs
     ingest_route.install(app, ctx, lambda request: request_user(ctx, request))
     return stream.install(app, ctx, lambda request: request_user(ctx, request))
 

@@ -16,6 +16,12 @@
 
   function el(id) { return document.getElementById(id); }
 
+  // A trace of this run's logged series: not the forecast's (meta is a string) nor another run's overlaid on the
+  // chart (meta.ov: static/overlay.js, which keeps those traces itself).
+  function own(t) { return !!(t.meta && t.meta.s && !t.meta.ov); }
+
+  const drawnHooks = [];  // called with (panel id, figure) after a panel is drawn afresh (the overlay re-adds to it)
+
   function setParam(name, value) {
     const url = new URL(window.location.href);
     if (value === null || value === undefined || value === "") url.searchParams.delete(name);
@@ -41,10 +47,11 @@
   }
 
   // A trace may name its own axis (meta.x): the System panel's samples are drawn against time on every x axis.
-  function xs(d, meta) {
+  function xs(d, meta, t0) {
     const x = (meta && meta.x) || state.opts.xaxis;
+    const zero = t0 === undefined ? state.t0 : t0;
     if (x === "step") return d.step;
-    if (x === "relative time") return d.time.map(t => (t === null ? null : (t - (state.t0 || 0)) / 60));
+    if (x === "relative time") return d.time.map(t => (t === null ? null : (t - (zero || 0)) / 60));
     return d.time.map(t => (t === null ? null : new Date(t * 1000).toISOString().replace("Z", "")));
   }
 
@@ -72,6 +79,7 @@
     Plotly.react(gd, fig.data, fig.layout, CONFIG);
     fig.gd = gd;
     fig.data = gd.data;
+    for (const hook of drawnHooks) hook(pid, fig);
     return true;
   }
 
@@ -92,7 +100,7 @@
     state.figs = {};
     for (const [pid, fig] of Object.entries(msg.panels)) {
       state.figs[pid] = { data: fig.data, layout: fig.layout, gd: null };
-      for (const t of fig.data) if (t.meta && t.meta.s) state.lens[t.meta.s] = (t.x || []).length;
+      for (const t of fig.data) if (own(t)) state.lens[t.meta.s] = (t.x || []).length;
     }
     whenPlotly(() => { for (const pid of Object.keys(state.figs)) draw(pid); markDrawn(); });
     applyText(msg);
@@ -138,7 +146,7 @@
           const ext = { x: [], y: [] }, idx = [];
           let rewritten = false;
           fig.data.forEach((t, i) => {
-            const d = t.meta && series[t.meta.s];
+            const d = own(t) && series[t.meta.s];
             if (!d) return;
             const have = state.lens[t.meta.s] || 0;
             if (d.keep === have && drawn) {
@@ -170,7 +178,7 @@
   // comes back as soon as a delta brings it points.
   function points(fig) {
     const data = (fig.gd && fig.gd.data) || fig.data || [];
-    return Math.max(0, ...data.filter(t => t.meta && t.meta.s).map(t => (t.x ? t.x.length : 0)));
+    return Math.max(0, ...data.filter(own).map(t => (t.x ? t.x.length : 0)));
   }
 
   const GENERIC_NOTE = "not logged (yet)";  // views/charts.py's note of a panel with no series
@@ -195,7 +203,8 @@
       line = document.createElement("p");
       line.id = "live-hidden";
       line.className = "grpo-hidden-note";
-      grid.parentNode.insertBefore(line, grid.nextSibling);
+      const anchor = grid.closest(".grpo-main") || grid;  // the light page: below its charts-and-sidebar block
+      anchor.parentNode.insertBefore(line, anchor.nextSibling);
     }
     const text = hidden.length ? "Not shown, nothing logged for them by this run: " + hidden.join(", ") + "." : "";
     if (line.textContent !== text) line.textContent = text;
@@ -205,7 +214,7 @@
     hideEmpty();
     const gd = document.querySelector("#plot-reward .js-plotly-plot");
     // Logged series only (traces with a series in meta): the forecast's fit is drawn to max_steps at once.
-    const logged = gd && gd.data ? gd.data.filter(t => t.meta && t.meta.s) : [];
+    const logged = gd && gd.data ? gd.data.filter(own) : [];
     const n = Math.max(0, ...logged.map(t => (t.x ? t.x.length : 0)));
     document.body.dataset.grpoPoints = String(n);
     // The newest step the reward chart shows (what a latency measurement compares with the record's write time).
@@ -362,5 +371,6 @@
          linkedQuery.get("x") || "step");
   }
 
-  window.grpoLive = { open, setTab, setParam, loaded, state, initialSearch };
+  window.grpoLive = { open, setTab, setParam, loaded, state, initialSearch, CONFIG, xs, ys,
+                      onDrawn: hook => drawnHooks.push(hook) };
 })();
