@@ -327,3 +327,15 @@ def test_learning_rate_is_never_smoothed() -> None:
     frames = {("train", "learning_rate"): frame([1e-3, 9e-4, 8e-4])}
     fig = charts.panel_figure("learning_rate", ["learning_rate"], frames, charts.ChartOptions(smoothing=0.9))
     assert len(fig.data) == 1 and list(fig.data[0].y) == pytest.approx([1e-3, 9e-4, 8e-4])
+
+
+def test_a_panels_note_is_wrapped_to_fit_a_narrow_chart() -> None:
+    from grpo_dashboard.views.charts import NOTE_WIDTH, empty_figure
+
+    note = "no system samples (yet): the job samples them at each log, its GPUs also between logs"
+    text = empty_figure("System", note).layout.annotations[0].text
+    lines = text.split("<br>")
+    assert len(lines) >= 2 and all(len(line) <= NOTE_WIDTH for line in lines), lines
+    assert " ".join(lines) == note
+    assert empty_figure("x", "short note").layout.annotations[0].text == "short note"
+    assert empty_figure("x", "a<br>b").layout.annotations[0].text == "a<br>b"

@@ -304,10 +304,28 @@ ABOVE_FOLD = """() => Array.from(document.querySelectorAll('.grpo-panel')).filte
   p.querySelector('.js-plotly-plot') && p.getBoundingClientRect().bottom <= window.innerHeight).length"""
 
 
+SPILL = """() => {
+  const out = {panels: 0, over: []};
+  const below = document.querySelector('#live-hidden') || document.querySelector('details');
+  for (const p of document.querySelectorAll('.grpo-panel')) {
+    const svg = p.offsetParent !== null && p.querySelector('.main-svg');
+    if (!svg) continue;
+    out.panels += 1;
+    const box = p.getBoundingClientRect(), fig = svg.getBoundingClientRect();
+    if (fig.bottom > box.bottom + 1) out.over.push(p.id + ' runs ' + Math.round(fig.bottom - box.bottom) + 'px past');
+    if (below && fig.bottom > below.getBoundingClientRect().top + 1) out.over.push(p.id + ' covers the text below');
+  }
+  return out;
+}"""
+
+
 def test_the_light_run_page_draws_charts_first_with_status_and_health(page: Any, served: dict) -> None:
     page.goto(served["url"] + "grpo/run?run=done-run")
     wait_status_and_health(page, "done-run")
     page.wait_for_function(f"() => ({ABOVE_FOLD})() >= 6")
+    # No figure runs past its box (its legend hidden under the next chart, the last row over the text below).
+    spill = page.evaluate(SPILL)
+    assert spill["panels"] >= 6 and spill["over"] == [], spill
     # Panels this run cannot fill (agent tools on an ordinary run) are hidden, named in one line; KL's note stays.
     page.wait_for_function(f"() => ({text_of('#live-hidden')}).includes('Tool calls')")
     assert not page.locator("#plot-tools").is_visible() and page.locator("#plot-kl").is_visible()

@@ -25,11 +25,12 @@ header a { font-size: 13px; }
 #live-status { font-size: 13px; }
 #live-status p { margin: 0.1em 0; }
 details { font-size: 13px; margin: 4px 0; }
-/* Charts first: three to a row on a laptop screen (six above the fold at 1440 x 900), one on a phone. */
+/* Charts first: three to a row on a laptop screen (six above the fold at 1440 x 900), one on a phone. A box is as
+   tall as its figure (views/charts.py: 340 px with the legend below the plot), so no chart runs under the next. */
 .grpo-grid { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 8px; }
-.grpo-panel { min-height: 250px; min-width: 0; }
-.grpo-panel .js-plotly-plot, .grpo-panel .grpo-gd { height: 250px; }
-.grpo-placeholder { border: 1px dashed #c8d4e3; border-radius: 6px; height: 250px; padding: 6px 10px;
+.grpo-panel { min-height: 340px; min-width: 0; }
+.grpo-panel .js-plotly-plot, .grpo-panel .grpo-gd { height: 340px; }
+.grpo-placeholder { border: 1px dashed #c8d4e3; border-radius: 6px; height: 340px; padding: 6px 10px;
   color: #57606a; box-sizing: border-box; font-size: 13px; }
 .grpo-placeholder h4 { margin: 0 0 6px 0; font-size: 13px; color: #2a3f5f; }
 #plot-other { grid-column: 1 / -1; }

@@ -8,6 +8,7 @@ never sends more than `MAX_POINTS` points per line to the browser.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -219,13 +220,25 @@ def empty_figure(title: str, note: str) -> go.Figure:
     return _figure(*_empty_spec(title, note))
 
 
+NOTE_WIDTH = 52  # characters per line of a centred note: a third of a laptop screen's width shows a whole line
+
+
+def wrap_note(note: str) -> str:
+    """A note in lines of at most NOTE_WIDTH characters (plotly draws an annotation on one line, cut at both sides
+    of a narrow chart); lines already broken with <br> are kept."""
+    return "<br>".join(
+        "<br>".join(textwrap.wrap(line, NOTE_WIDTH, break_long_words=False, break_on_hyphens=False) or [""])
+        for line in note.split("<br>")
+    )
+
+
 def _empty_spec(title: str, note: str) -> Spec:
     return (
         [],
         {
             "annotations": [
                 {
-                    "text": note,
+                    "text": wrap_note(note),
                     "x": 0.5,
                     "y": 0.5,
                     "xref": "paper",

@@ -76,6 +76,9 @@
     const gd = graph(pid);
     const ph = box.querySelector(".grpo-placeholder");
     if (ph) ph.remove();
+    // The box is as tall as the figure (a System panel with several GPUs is taller): nothing runs under the next one.
+    const tall = fig.layout && fig.layout.height ? fig.layout.height + "px" : "";
+    if (gd.style.height !== tall) gd.style.height = tall;
     Plotly.react(gd, fig.data, fig.layout, CONFIG);
     fig.gd = gd;
     fig.data = gd.data;
