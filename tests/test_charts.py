@@ -264,6 +264,10 @@ def test_run_figures_from_a_real_store(data_dir: Path) -> None:
     assert "beta is 0" in figs["kl"].layout.annotations[0].text
     assert any(t.name == "eval reward (weighted sum)" for t in figs["reward"].data)
     json.dumps(figs["reward"].to_plotly_json(), default=str)  # serialisable for gr.Plot
+    # The pages draw with plotly.js's basic bundle (ui/static/plotly-basic.min.js): scatter, bar and pie only.
+    assert {t.type for fig in figs.values() for t in fig.data} <= {"scatter", "bar", "pie"}
+    bundle = (Path(charts.__file__).parents[1] / "ui" / "static" / "plotly-basic.min.js").read_text()[:200]
+    assert "plotly.js (basic - minified) v4." in bundle and "MIT license" in bundle
 
 
 def test_store_summaries_keep_spikes_and_full_series_smoothing(data_dir: Path) -> None:

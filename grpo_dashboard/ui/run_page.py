@@ -70,8 +70,9 @@ def page_html(static_path: str) -> str:
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         "<title>GRPO Dashboard · run</title>"
         f"<style>{_STYLE}</style>"
-        f'<script src="{static_path}/plotly.min.js" defer></script>'
-        f'<script src="{static_path}/live.js" defer></script>'
+        # plotly.js (the largest file, and most of the time to a first chart) is compiled while the stream's first
+        # answer is on its way: it loads async, and live.js runs as soon as the page's boxes exist (end of body).
+        f'<script src="{static_path}/plotly-basic.min.js" async></script>'
         f'<script src="{static_path}/overlay.js" defer></script>'
         "</head><body>"
         '<header><h1>GRPO Dashboard · run</h1><a id="full-link" href="/">Open in the full dashboard</a></header>'
@@ -84,7 +85,9 @@ def page_html(static_path: str) -> str:
         # The full dashboard's link names the same run (read from this page's URL, never from the server).
         "<script>(function(){var r=new URLSearchParams(location.search).get('run');"
         "if(r){document.getElementById('full-link').href='/?run='+encodeURIComponent(r)+'&tab=detail';}})();"
-        "</script></body></html>"
+        "</script>"
+        f'<script src="{static_path}/live.js"></script>'
+        "</body></html>"
     )
 
 

@@ -29,9 +29,10 @@
     window.history.replaceState(null, "", url.toString());
   }
 
+  // plotly.js may still be loading (the light page fetches it async, so the stream opens first): run `fn` once it is.
   function whenPlotly(fn) {
     if (window.Plotly) return fn();
-    setTimeout(() => whenPlotly(fn), 50);
+    setTimeout(() => whenPlotly(fn), 10);
   }
 
   function graph(pid) {
@@ -88,7 +89,7 @@
 
   function drawMissing() {
     paintTexts();
-    if (!window.Plotly) return;
+    if (!window.Plotly || state.holding) return;
     for (const pid of Object.keys(state.figs)) {
       const fig = state.figs[pid];
       if (!fig.gd || !fig.gd.isConnected) draw(pid);
@@ -105,7 +106,21 @@
       state.figs[pid] = { data: fig.data, layout: fig.layout, gd: null };
       for (const t of fig.data) if (own(t)) state.lens[t.meta.s] = (t.x || []).length;
     }
-    whenPlotly(() => { for (const pid of Object.keys(state.figs)) draw(pid); markDrawn(); });
+    // The reward chart first, on its own, so that it is painted before the others are built; then the rest.
+    const epoch = state.snapshots = (state.snapshots || 0) + 1;
+    whenPlotly(() => {
+      const ids = Object.keys(state.figs);
+      const first = ids.includes("reward") ? ["reward"] : ids.slice(0, 1);
+      state.holding = true;
+      for (const pid of first) draw(pid);
+      markDrawn();
+      requestAnimationFrame(() => setTimeout(() => {
+        if (state.snapshots !== epoch) return;  // a newer snapshot draws everything itself
+        state.holding = false;
+        for (const pid of ids) if (!first.includes(pid)) draw(pid);
+        markDrawn();
+      }, 0));
+    });
     applyText(msg);
   }
 
