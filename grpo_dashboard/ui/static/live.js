@@ -90,11 +90,28 @@
   function drawMissing() {
     paintTexts();
     if (!window.Plotly || state.holding) return;
-    for (const pid of Object.keys(state.figs)) {
-      const fig = state.figs[pid];
-      if (!fig.gd || !fig.gd.isConnected) draw(pid);
-    }
+    const missing = Object.keys(state.figs).filter(pid => !state.figs[pid].gd || !state.figs[pid].gd.isConnected);
+    if (missing.length) drawInTurn(missing);
+    else markDrawn();
+  }
+
+  // The reward chart first, on its own, so that it is painted before the others are built; the rest a frame later
+  // (drawing every panel at once kept the first chart off the screen until all were built).
+  function drawInTurn(ids) {
+    const epoch = state.snapshots;
+    const first = ids.includes("reward") ? ["reward"] : ids.slice(0, 1);
+    state.holding = true;
+    for (const pid of first) draw(pid);
     markDrawn();
+    requestAnimationFrame(() => setTimeout(() => {
+      if (state.snapshots !== epoch) return;  // a newer snapshot draws everything itself
+      state.holding = false;
+      for (const pid of ids) {
+        const fig = state.figs[pid];
+        if (!first.includes(pid) && fig && (!fig.gd || !fig.gd.isConnected)) draw(pid);
+      }
+      markDrawn();
+    }, 0));
   }
 
   function drawSnapshot(msg) {
@@ -106,21 +123,8 @@
       state.figs[pid] = { data: fig.data, layout: fig.layout, gd: null };
       for (const t of fig.data) if (own(t)) state.lens[t.meta.s] = (t.x || []).length;
     }
-    // The reward chart first, on its own, so that it is painted before the others are built; then the rest.
-    const epoch = state.snapshots = (state.snapshots || 0) + 1;
-    whenPlotly(() => {
-      const ids = Object.keys(state.figs);
-      const first = ids.includes("reward") ? ["reward"] : ids.slice(0, 1);
-      state.holding = true;
-      for (const pid of first) draw(pid);
-      markDrawn();
-      requestAnimationFrame(() => setTimeout(() => {
-        if (state.snapshots !== epoch) return;  // a newer snapshot draws everything itself
-        state.holding = false;
-        for (const pid of ids) if (!first.includes(pid)) draw(pid);
-        markDrawn();
-      }, 0));
-    });
+    state.snapshots = (state.snapshots || 0) + 1;
+    whenPlotly(() => drawInTurn(Object.keys(state.figs)));
     applyText(msg);
   }
 
