@@ -264,13 +264,17 @@ def test_each_preflight_check_reports_in_its_own_box_and_shows_it_is_running(pag
     assert all("Not run yet" in page.locator(b).inner_text() for b in boxes.values())
     seen = page.evaluate_handle(
         """() => { const seen = [], box = document.querySelector('#preflight-rewards');
-          new MutationObserver(() => seen.push(box.innerText))
+          const btn = document.querySelector('#preflight-rewards-btn');
+          new MutationObserver(() => seen.push((btn.disabled ? 'disabled: ' : '') + box.innerText))
             .observe(box, {subtree: true, childList: true, characterData: true});
           return seen; }"""
     )
     page.locator("#preflight-rewards-btn").click()
     page.wait_for_function(f"() => ({text_of(boxes['rewards'])}).includes('letter_fraction')", timeout=60_000)
-    assert any("⏳ Running the rewards in the sandbox" in t for t in seen.json_value()), seen.json_value()
+    # running: the box says so and the button cannot start a second run; afterwards it can be pressed again
+    running = [t for t in seen.json_value() if "⏳ Running the rewards in the sandbox" in t]
+    assert running and all(t.startswith("disabled: ") for t in running), seen.json_value()
+    page.wait_for_function("() => !document.querySelector('#preflight-rewards-btn').disabled")
     page.locator("#preflight-hardware-btn").click()
     page.wait_for_function(f"() => /GB|GiB/.test({text_of(boxes['hardware'])})", timeout=60_000)
     assert "letter_fraction" in page.locator(boxes["rewards"]).inner_text()  # not overwritten by the estimate
@@ -283,6 +287,7 @@ def test_each_preflight_check_reports_in_its_own_box_and_shows_it_is_running(pag
     page.get_by_role("tab", name="Pre-flight").click()
     page.locator("#preflight-dataset-btn").click()
     page.wait_for_function(f"() => ({text_of(boxes['dataset'])}).includes('did not run')", timeout=30_000)
+    page.wait_for_function("() => !document.querySelector('#preflight-dataset-btn').disabled")  # after a failure too
     assert page.locator(".toast-body").filter(has_text="cannot be read").count() >= 1
     assert "letter_fraction" in page.locator(boxes["rewards"]).inner_text()
 

@@ -88,13 +88,23 @@ def hardware_text(ctx: UiContext, yaml_text: str, user: access.User | None = Non
 
 NOT_RUN = "_Not run yet._"
 # A refused or failed check shows its reason in a toast; its box must not keep saying it is running.
-FAILED_JS = "() => '✖ The check did not run: its reason is in the message at the top right of the page.'"
+FAILED = "✖ The check did not run: its reason is in the message at the top right of the page."
 
 
-def running_js(what: str) -> str:
+def running_js(what: str, button_id: str) -> str:
     """Client-side: the check's own box says it is running the moment its button is pressed (the server's answer
-    replaces it), so a check that takes a while never looks like nothing happened."""
-    return f"() => '⏳ {what}…'"
+    replaces it), so a check that takes a while never looks like nothing happened; its button is disabled until the
+    check ends (a second press would run it again alongside)."""
+    return (
+        f"() => {{ const b = document.getElementById('{button_id}'); if (b) b.disabled = true; return '⏳ {what}…'; }}"
+    )
+
+
+def enable_js(button_id: str, text: str | None = None) -> str:
+    """Client-side: the check's button pressable again once the check answered, or once it failed (then the box
+    says so: `text`)."""
+    answer = f" return '{text}';" if text is not None else ""
+    return f"() => {{ const b = document.getElementById('{button_id}'); if (b) b.disabled = false;{answer} }}"
 
 
 def build(ctx: UiContext, spec_yaml: Any) -> None:
@@ -154,6 +164,9 @@ def build(ctx: UiContext, spec_yaml: Any) -> None:
                     inputs.append(rows)
                 gr.Markdown(help_text, elem_classes=["preflight-help"])
             box = gr.Markdown(NOT_RUN, elem_id=f"preflight-{key}", elem_classes=["preflight-report"])
-        button.click(None, None, [box], js=running_js(doing), api_visibility="private").then(
+        button_id = f"preflight-{key}-btn"
+        ran = button.click(None, None, [box], js=running_js(doing, button_id), api_visibility="private").then(
             gate(ctx, name, fn, what=what, pass_user=True), inputs, [box], api_name=name
-        ).failure(None, None, [box], js=FAILED_JS, api_visibility="private")
+        )
+        ran.success(None, None, None, js=enable_js(button_id), api_visibility="private")
+        ran.failure(None, None, [box], js=enable_js(button_id, FAILED), api_visibility="private")
