@@ -28,12 +28,11 @@ SHARED = next(
 # not bent to it; see the corpus INDEX.md for the reading). Strict: once the doctor is fixed the test passes and the
 # entry must go.
 OPEN_DISAGREEMENTS: dict[str, str] = {
-    "duruoli__stats-safety__outputs-checkpoint-100-trainer_state-first20.jsonl": (
-        "labelled healthy (at most one warning) but two flat_reward warnings are active: rewards/check_answer is "
-        "-1.0 and rewards/match_format_exactly 0.0 on all 20 logs (s1..s20) while the total reward moves "
-        "-0.75..-2.5 with the other format function; the label read it as a correctness reward not fired yet 20 "
-        "steps in, the doctor as two constant functions (arguably right); also a provisional reward_drop "
-        "(forbidden) shown live after the step-4 record (reward -0.75, -0.75, -1.0, -1.0 on s1-s4)"
+    "samyakshrestha__grpo-verified-reasoner__outputs-checkpoint-1134-trainer_state-first30.jsonl": (
+        "labelled reward_drop: rewards/correctness_reward_func/mean falls 0.81 -> 0.72 -> 0.61 by thirds (t = -2.7) "
+        "while the reasoning reward rises; the doctor sees a noisy reward (0.425..0.975 log to log) that never lost "
+        "half of its gain for 3 smoothed logs (the latest log, 0.725, is back up) and reports no drop; a gradual "
+        "decline from a high start is not what reward_drop measures (the label was the least certain of its batch)"
     ),
 }
 # The same for the shared corpus. Both alarms were shown live before the findings record kept what the live panel

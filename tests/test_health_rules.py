@@ -227,6 +227,23 @@ def test_flat_reward_one_of_two_functions_is_a_warning_and_old_keys_work() -> No
     assert f.severity == "warning" and f.metric == "rewards/const"
 
 
+def test_flat_reward_several_constant_functions_are_one_finding_naming_each() -> None:
+    """Two format rewards that never fire beside a task reward that learns: one cause, one warning (not one each)."""
+    n = 30
+    records = healthy(n)
+    for rec in records:
+        rec["rewards/strict_format/mean"], rec["rewards/strict_format/std"] = 0.0, 0.0
+        rec["rewards/soft_format/mean"], rec["rewards/soft_format/std"] = 0.0, 0.0
+    flat = [f for f in diagnose(records) if f.rule == "flat_reward"]
+    assert len(flat) == 1, flat
+    f = flat[0]
+    assert f.severity == "warning" and f.metric == "rewards/soft_format/mean" and f.step == 1
+    assert f.evidence["functions"] == ["soft_format", "strict_format"]
+    assert "2 reward functions are constant" in f.message
+    assert "rewards/soft_format 0 since the first log" in f.message and "rewards/strict_format 0" in f.message
+    assert "Call soft_format, strict_format on a few real completions" in f.remedy and "drop them" in f.remedy
+
+
 def test_flat_reward_negative_varying_and_saturated_later_is_only_info() -> None:
     assert "flat_reward" not in rules(diagnose(healthy()))
     n = 60

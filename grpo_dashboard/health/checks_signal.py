@@ -242,6 +242,7 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
     )
     findings = []
     cfg = ctx.config
+    constant: dict[str, list[dict[str, Any]]] = defaultdict(list)  # severity -> constant functions
     for f in flat:
         if f["saturated"]:
             severity = INFO
@@ -271,22 +272,8 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
             # Constant on a few first logs only (fewer than `persist`): a warning when no reward function gives any
             # signal (the run cannot learn), else a note until it holds (a rarely firing penalty looks the same).
             every = len(flat) == len(functions) and not any(g["saturated"] for g in flat)
-            severity = (ERROR if all_flat else WARNING) if f["confirmed"] else (WARNING if every else INFO)
-            since = "since the first log" if f["from_start"] else f"since step {f['onset']}"
-            message = (
-                f"rewards/{f['name']} is {fmt(f['value'])} on every sample {since} ({f['logs']} logs, std 0): "
-                "the function returns a constant, so it gives no learning signal"
-                + (", and no other reward does either." if all_flat else ".")
-            )
-            remedy = join_fixes(
-                [
-                    f"call {f['name']} on a few real completions (log_completions=True shows its column)",
-                    "check its signature (prompts, completions, **kwargs) and the dataset column it reads",
-                    "if the task is simply too hard, make the reward graded or start from easier prompts",
-                    "otherwise drop it from reward_funcs or set its weight to 0 "
-                    f"(reward_weights{cfg.now('reward_weights')})",
-                ]
-            )
+            constant[(ERROR if all_flat else WARNING) if f["confirmed"] else (WARNING if every else INFO)].append(f)
+            continue
         findings.append(
             make_finding(
                 "flat_reward",
@@ -301,7 +288,58 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
                 all_flat=all_flat,
             )
         )
+    # Functions that return a constant are one finding per severity: one cause (the completions never earn them, or
+    # they are broken alike) and one remedy, not a warning for each of them.
+    for severity, group in constant.items():
+        findings.append(_constant_finding(severity, sorted(group, key=lambda g: g["key"]), all_flat, cfg))
     return findings
+
+
+def _constant_finding(severity: str, group: list[dict[str, Any]], all_flat: bool, cfg: Any) -> Finding:
+    """One flat_reward finding for the reward functions of `group`, each constant (std 0) on every sample."""
+
+    def since(f: dict[str, Any]) -> str:
+        return "since the first log" if f["from_start"] else f"since step {f['onset']}"
+
+    first = group[0]
+    if len(group) == 1:
+        message = (
+            f"rewards/{first['name']} is {fmt(first['value'])} on every sample {since(first)} ({first['logs']} logs, "
+            "std 0): the function returns a constant, so it gives no learning signal"
+        )
+    else:
+        each = "; ".join(f"rewards/{f['name']} {fmt(f['value'])} {since(f)} ({f['logs']} logs)" for f in group)
+        message = (
+            f"{len(group)} reward functions are constant on every sample (std 0): {each}. They give no learning signal"
+        )
+    message += ", and no other reward does either." if all_flat else "."
+    one = len(group) == 1
+    names = ", ".join(f["name"] for f in group)
+    remedy = join_fixes(
+        [
+            f"call {names} on a few real completions (log_completions=True shows "
+            + ("its column)" if one else "their columns)"),
+            "check its signature (prompts, completions, **kwargs) and the dataset column it reads"
+            if one
+            else "check each one's signature (prompts, completions, **kwargs) and the dataset column it reads",
+            "if the task is simply too hard, make the reward graded or start from easier prompts",
+            f"otherwise drop {'it' if one else 'them'} from reward_funcs or set "
+            f"{'its weight' if one else 'their weights'} to 0 (reward_weights{cfg.now('reward_weights')})",
+        ]
+    )
+    return make_finding(
+        "flat_reward",
+        severity,
+        min(f["onset"] for f in group),
+        message,
+        remedy,
+        first["key"],
+        value=first["value"],
+        logs=first["logs"],
+        function=first["name"],
+        functions=[f["name"] for f in group],
+        all_flat=all_flat,
+    )
 
 
 def _text(value: Any) -> str:
