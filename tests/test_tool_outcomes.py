@@ -207,3 +207,32 @@ def test_the_reward_wrapper_records_outcomes_once_per_batch_and_keeps_sync_or_as
     assert funcs[0] == "reward-model" and funcs[1] is ascore and isinstance(funcs[2], tc.SampleTagger)
     assert grpo_agents.tag_rewards([score], {"tools": ["calculator"], "trainer": "async_grpo"}, []) == [score]
     assert grpo_agents.tag_rewards([score], None, []) == [score]
+
+
+def test_trls_completions_table_reads_rewards_extras_and_outcomes_apart(tmp_path: Path) -> None:
+    """A run read from TRL's own `completions/*.parquet` (log_completions): its `log_extra` columns are extras, not
+    rewards, and the job's outcomes column reaches the trajectory view."""
+    import pandas as pd
+
+    from grpo_dashboard.views import completions
+
+    call = ("divide", {"a": 9, "b": 1})
+    completion = [assistant(call), {"role": "assistant", "content": "9"}]
+    outcome = json.dumps([{"executed": True, "failed": True, "error": "too big", "chars": 900}])
+    table = {  # the columns TRL writes, in its order: step, prompt, completion, rewards, extras, advantage
+        "step": [3, 3],
+        "prompt": [[{"role": "user", "content": "9/1"}]] * 2,
+        "completion": [completion, [{"role": "assistant", "content": "9"}]],
+        "answer": [1.0, 0.0],
+        "environment": ["calc", "calc"],
+        tc.OUTCOMES_COLUMN: [outcome, None],
+        "advantage": [0.5, -0.5],
+    }
+    out = tmp_path / "out"
+    (out / "completions").mkdir(parents=True)
+    pd.DataFrame(table).to_parquet(out / "completions" / "completions_00003.parquet")
+    rows = completions.read_step(tmp_path / "run", 3, out)
+    assert [r["rewards"] for r in rows] == [{"answer": 1.0}, {"answer": 0.0}]
+    assert [r["extra"] for r in rows] == [{"environment": "calc"}] * 2
+    traj = trajectories.trajectories(rows)[0]
+    assert (traj["n_tool_calls"], traj["n_failed"], traj["n_dropped"]) == (1, 1, 1)

@@ -149,17 +149,39 @@ def read_step(run_dir: str | Path, step: int, output_dir: str | Path | None = No
     return _parquet_rows(pq) if pq else []
 
 
+def _plain(value: Any) -> Any:
+    """A parquet cell as JSON-like Python: a list column (a conversation) reads back as numpy arrays of dicts."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)) and getattr(value, "ndim", 0):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def _parquet_rows(path: Path) -> list[dict[str, Any]]:
+    """TRL's completions table (`log_completions`): its reward columns (numbers) as rewards, its `log_extra` columns
+    (environment, task, ...) as extras, and the job's record of result-less tool calls as `tool_outcomes`."""
+    from grpo_dashboard.spec.jobfiles import agents_module
+
+    outcomes = agents_module().grpo_tool_calls.OUTCOMES_COLUMN
     frame = pd.read_parquet(path)
-    fixed = {"step", "prompt", "completion", "advantage"}
-    reward_cols = [c for c in frame.columns if c not in fixed]
+    fixed = {"step", "prompt", "completion", "advantage", outcomes}
+
+    def numeric(column: str) -> bool:
+        dtype = frame[column].dtype
+        return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+
+    reward_cols = [c for c in frame.columns if c not in fixed and numeric(c)]
+    extra_cols = [c for c in frame.columns if c not in fixed and not numeric(c)]
     return [
         {
             "step": int(r.get("step", 0)),
-            "prompt": r.get("prompt"),
-            "completion": r.get("completion"),
+            "prompt": _plain(r.get("prompt")),
+            "completion": _plain(r.get("completion")),
             "rewards": {c: r.get(c) for c in reward_cols},
             "advantage": r.get("advantage"),
+            **({"extra": {c: _plain(r.get(c)) for c in extra_cols}} if extra_cols else {}),
+            **({"tool_outcomes": r.get(outcomes)} if outcomes in frame.columns else {}),
         }
         for r in frame.to_dict("records")
     ]
