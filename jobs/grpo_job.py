@@ -312,6 +312,22 @@ def _rank0_decides(flag: bool) -> bool:
     return bool(box[0])
 
 
+def _any_rank(flag: bool) -> bool:
+    """True on every process when `flag` is true on any of them (one tiny all-reduce per call under torch.distributed;
+    the flag itself otherwise)."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        return flag
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    cuda = dist.get_backend() == "nccl"
+    box = torch.tensor([1 if flag else 0], device=torch.device("cuda", torch.cuda.current_device()) if cuda else "cpu")
+    dist.all_reduce(box, op=dist.ReduceOp.MAX)
+    return bool(box.item())
+
+
 def make_callback(
     emitter: Emitter, samples_path: Path | None, max_samples: int, health: Any = None, guard: bool = False
 ) -> Any:
@@ -339,7 +355,10 @@ def make_callback(
             self.system.stop()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if self.stop_requested:
+            # Every rank stops at the step where any rank was told to: a rank that stopped alone left the others
+            # in their next collective, which fails ("Connection reset by peer") and ended a cancel as a failure.
+            if _any_rank(self.stop_requested):
+                self.stop_requested = True
                 control.should_training_stop = True
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

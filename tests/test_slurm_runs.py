@@ -19,7 +19,7 @@ import pytest
 from grpo_dashboard.launch import runs
 from grpo_dashboard.launch.slurm import commands as slurm_commands
 from grpo_dashboard.launch.slurm import script as slurm_script
-from grpo_dashboard.store.db import Store
+from grpo_dashboard.store.db import TERMINAL, Store
 
 from .conftest import REPO, jsonl_records, processes_with, same_values, smoke_dict, store_records, wait_for
 
@@ -143,4 +143,32 @@ def test_a_job_on_a_node_that_goes_down_fails_with_slurms_reason(slurm: Any, tin
     # Slurm's own line from the job log: slurmstepd's "*** JOB … DUE TO NODE FAILURE ***", or srun's error when
     # slurmstepd's line had not reached the log by the time the run settled.
     assert "DUE TO NODE FAILURE" in final.error or "srun: error: Node failure on" in final.error
+    wait_for(lambda: processes_with(run.id) == [], timeout=60)
+
+
+def _rank_of(pid: int) -> str | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    if b"grpo_job.py" not in cmdline or b"accelerate" in cmdline:
+        return None
+    found = [e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"RANK=")]
+    return found[0] if found else None
+
+
+def test_a_stop_signalled_to_one_rank_stops_every_rank_at_the_same_step(slurm: Any, tiny_model: Path) -> None:
+    """Cancel reaches the nodes at different moments (scancel, a preempted node): the rank told first must not stop
+    alone, which leaves the other in its next collective ("Connection reset by peer") and ended the run failed.
+    Here only rank 1 is signalled; both stop together and the run ends canceled."""
+    store = Store()
+    run = runs.launch(slurm_spec(tiny_model, nodes=2, max_steps=500), store)
+    wait_for(lambda: runs.refresh(store, store.get_run(run.id)).n_records >= 2, timeout=240)
+    ranks = {r: pid for pid in processes_with(run.id) if (r := _rank_of(pid)) is not None}
+    assert set(ranks) == {"0", "1"}, ranks
+    os.kill(ranks["1"], signal.SIGTERM)
+    final = wait_for(lambda: (r := runs.refresh(store, store.get_run(run.id))).status in TERMINAL and r, timeout=120)
+    assert final.status == "canceled", final.error
+    assert final.n_records < 500
     wait_for(lambda: processes_with(run.id) == [], timeout=60)
