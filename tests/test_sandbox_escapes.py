@@ -155,7 +155,11 @@ def run(result):
     if bwrap_here(where):
         assert all("Read-only file system" in r for r in seen["open"][:2]), seen["open"]
         assert seen["libc"][:2] == ["errno 30", "errno 30"]  # EROFS: the package dirs are bound read-only
-        assert sorted(seen["sees_repo_root"]) == ["grpo_dashboard", "jobs"]  # and nothing else of the repository
+        # and nothing else of the repository, but the interpreter's own venv when it was made inside the checkout
+        # (`python -m venv .venv`): the worker runs on it, read-only
+        prefix = Path(sys.prefix).resolve()
+        own = [prefix.relative_to(REPO.resolve()).parts[0]] if prefix.is_relative_to(REPO.resolve()) else []
+        assert sorted(seen["sees_repo_root"]) == sorted(["grpo_dashboard", "jobs", *own])
     else:
         assert all("PermissionError" in r for r in seen["open"]), seen["open"]
         assert seen["libc"] == ["errno 13"] * 3  # EACCES: Landlock grants reading there, not writing
