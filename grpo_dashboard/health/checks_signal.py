@@ -242,7 +242,7 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
     )
     findings = []
     cfg = ctx.config
-    constant: dict[str, list[dict[str, Any]]] = defaultdict(list)  # severity -> constant functions
+    returns_constant: dict[str, list[dict[str, Any]]] = defaultdict(list)  # severity -> constant functions
     for f in flat:
         if f["saturated"]:
             severity = INFO
@@ -272,7 +272,8 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
             # Constant on a few first logs only (fewer than `persist`): a warning when no reward function gives any
             # signal (the run cannot learn), else a note until it holds (a rarely firing penalty looks the same).
             every = len(flat) == len(functions) and not any(g["saturated"] for g in flat)
-            constant[(ERROR if all_flat else WARNING) if f["confirmed"] else (WARNING if every else INFO)].append(f)
+            severity = (ERROR if all_flat else WARNING) if f["confirmed"] else (WARNING if every else INFO)
+            returns_constant[severity].append(f)
             continue
         findings.append(
             make_finding(
@@ -290,7 +291,7 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
         )
     # Functions that return a constant are one finding per severity: one cause (the completions never earn them, or
     # they are broken alike) and one remedy, not a warning for each of them.
-    for severity, group in constant.items():
+    for severity, group in returns_constant.items():
         findings.append(_constant_finding(severity, sorted(group, key=lambda g: g["key"]), all_flat, cfg))
     return findings
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from grpo_dashboard.views.memo import LruCache
@@ -151,7 +152,7 @@ def read_step(run_dir: str | Path, step: int, output_dir: str | Path | None = No
 
 def _plain(value: Any) -> Any:
     """A parquet cell as JSON-like Python: a list column (a conversation) reads back as numpy arrays of dicts."""
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)) and getattr(value, "ndim", 0):
+    if isinstance(value, np.ndarray) and value.ndim:
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
