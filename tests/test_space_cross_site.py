@@ -80,6 +80,10 @@ const C = %s;
     const list = await fetch(C.space + '/grpo/runs', {credentials: 'include'});
     results.list = {status: list.status, text: await list.text()};
   } catch (e) { results.list = {error: String(e)}; }
+  try {  // the light page's completions of a run
+    const samples = await fetch(C.space + '/grpo/samples?run=' + C.run, {credentials: 'include'});
+    results.samples = {status: samples.status, text: await samples.text()};
+  } catch (e) { results.samples = {error: String(e)}; }
   results.rename = await call(C.space, 'rename_run', [C.run, 'renamed by evil.example']);
   results.note = await call(C.space, 'note_run', [C.run, 'note from evil.example']);
   results.tags = await call(C.space, 'tag_run', [C.run, 'tagged-by-evil']);
@@ -184,6 +188,7 @@ def test_a_foreign_origin_gets_no_cors_grant_under_the_space_host(space: dict[st
         "gradio_api/info",
         f"grpo/live?run={RUN}",
         "grpo/runs",
+        f"grpo/samples?run={RUN}",
         "grpo/static/live.js",
     ]
     for route in routes:
@@ -355,7 +360,7 @@ def test_a_cross_site_page_cannot_act_as_a_signed_in_visitor(space: dict[str, An
     page.goto(f"https://{EVIL}{space['others']}/attack.html")
     page.wait_for_function("() => window.results !== undefined")
     results = page.evaluate("() => window.results")
-    for name in ("runs", "list", "rename", "note", "tags", "launch"):
+    for name in ("runs", "list", "samples", "rename", "note", "tags", "launch"):
         assert "text" not in results[name] and "Failed to fetch" in results[name]["error"], (name, results[name])
     assert results["live"] == {"error": "EventSource failed"}, results["live"]
     store, hub = space["store"], space["hub"]
@@ -369,7 +374,7 @@ def test_a_cross_site_page_cannot_act_as_a_signed_in_visitor(space: dict[str, An
     assert {("OPTIONS", f"/gradio_api/call/{api}") for api in apis} <= seen, seen
     assert not any(r["method"] == "POST" and "json" in r["headers"].get("content-type", "") for r in evil)
     credentialed = {r["target"].split("?")[0] for r in evil if "session=" in r["headers"].get("cookie", "")}
-    assert {"/grpo/live", "/grpo/runs", "/gradio_api/call/rename_run"} <= credentialed, (
+    assert {"/grpo/live", "/grpo/runs", "/grpo/samples", "/gradio_api/call/rename_run"} <= credentialed, (
         seen
     )  # third-party cookies were sent
     page.close()

@@ -418,3 +418,58 @@ def test_runs_ticked_in_the_sidebar_overlay_every_chart_and_follow_live(page: An
     text = page.locator("#overlay-runs").inner_text()
     assert "done-run (this run)" in text and "first-run" in text and evil in text  # shown as text, not HTML
     assert not page.console_errors and not dialogs
+
+
+def test_the_light_run_page_shows_a_sampled_steps_completions_and_trajectories(page: Any, served: dict) -> None:
+    """The light page's folded Completions and Trajectories: opened, they show the latest sampled step (sortable by a
+    reward, filterable by environment, failed tool calls marked), follow new steps as the samples file grows, keep a
+    chosen step and the open sections in the link across a reload, and show a completion that is HTML as text."""
+    from grpo_dashboard.views import completions
+
+    from .test_trajectories import rows
+
+    store, data = served["store"], served["data"]
+    finished_run(store, data, "sampled-run", steps=5)
+    evil = "<img src=x onerror=alert(1)> answer"
+    html_row = {**rows()[1], "completion": evil, "rewards": {"answer": 0.5, "tool_success": 1.0}}
+    path = completions.samples_path(data / "runs" / "sampled-run")
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*rows(), html_row]))
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(served["url"] + "grpo/run?run=sampled-run")
+    page.wait_for_function(f"() => ({POINTS})() >= 1")
+    box = "#samples-completions"
+    page.locator(box + " summary").click()
+    page.wait_for_function(f"() => ({text_of(box + ' .grpo-samples-note')}).includes('Step 3: 4 samples')")
+    assert page.locator(box + " tbody tr").count() == 4
+    assert evil in page.locator(box + " tbody").inner_text()  # as text, not as an element
+    page.locator(box + " [data-k=sort]").select_option("answer")
+    first_answer = (
+        "() => { const t = document.querySelector('#samples-completions table'); if (!t) return null; "
+        "const i = Array.from(t.querySelectorAll('th')).findIndex(th => th.textContent === 'answer'); "
+        "return t.querySelector('tbody tr').children[i].textContent; }"
+    )
+    page.wait_for_function(f"() => ({first_answer})() === '1'")
+    page.locator(box + " [data-k=desc]").uncheck()
+    page.wait_for_function(f"() => ({first_answer})() === '0'")
+    traj = "#samples-trajectories"
+    page.locator(traj + " summary").click()
+    page.wait_for_function(f"() => ({text_of(traj)}).includes('division by zero')")
+    assert page.locator(traj + " article.grpo-traj").count() == 4
+    assert page.locator(traj + " .grpo-failed").count() >= 2  # the two failed calculator results, marked
+    page.locator(traj + " [data-k=filter]").select_option("environment=game")
+    page.wait_for_function(f"() => ({text_of(traj + ' .grpo-samples-note')}).includes('1 of 4 samples match')")
+    assert "samples=completions%2Ctrajectories" in page.url or "samples=completions,trajectories" in page.url
+    # a new sampled step: both open sections follow it (the stream says the file grew)
+    with path.open("a") as f:
+        f.write("".join(json.dumps({**r, "step": 5}) + "\n" for r in rows()))
+    page.wait_for_function(f"() => ({text_of(box + ' .grpo-samples-note')}).includes('Step 5: 3 samples')")
+    page.wait_for_function(f"() => ({text_of(traj + ' .grpo-samples-note')}).includes('Step 5:')")
+    page.locator(box + " [data-k=step]").select_option("3")
+    page.wait_for_function(f"() => ({text_of(box + ' .grpo-samples-note')}).includes('Step 3: 4 samples')")
+    assert "sample_step=3" in page.url
+    page.reload()
+    page.wait_for_function(f"() => ({text_of(box + ' .grpo-samples-note')}).includes('Step 3: 4 samples')")
+    page.wait_for_function(f"() => ({text_of(traj + ' .grpo-samples-note')}).includes('Step 3:')")
+    assert page.locator(box).get_attribute("open") is not None
+    assert not page.console_errors and not dialogs

@@ -153,6 +153,7 @@ ROUTES: dict[str, Route] = {
     "/grpo/live": Route(ANYONE, "a run's live stream (the user's own runs only; streams capped per user)"),
     "/grpo/run": Route(ANYONE, "the light run page (the same static HTML for everyone; its data is /grpo/live's)"),
     "/grpo/runs": Route(SIGNED_IN, "the user's own runs (id, name, status) for the light page's sidebar"),
+    "/grpo/samples": Route(SIGNED_IN, "one sampled step of the user's own run (the light page's completions)"),
     "/grpo/ingest": Route(
         SIGNED_IN,
         "DashboardCallback's batches (body capped, per-user rate, a run writable by its owner's token only)",

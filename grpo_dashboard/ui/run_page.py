@@ -5,7 +5,9 @@ hundred) before its first chart; this page is plain HTML with plotly.js and the 
 following the same stream (`/grpo/live`, which checks who may see the run), so a shared link opens charts first.
 The HTML is the same for everyone and echoes nothing from the request: the run id is read by the script from the
 URL and sent to the stream, whose answer is the only data the page shows. A sidebar (static/overlay.js) lists the
-visitor's runs (`/grpo/runs`); each one ticked there is overlaid on every chart through its own stream.
+visitor's runs (`/grpo/runs`); each one ticked there is overlaid on every chart through its own stream. Below the
+charts, folded, one sampled step's completions and trajectories (static/samples.js, from `/grpo/samples`, which
+checks the run as the stream does).
 """
 
 from __future__ import annotations
@@ -45,6 +47,25 @@ details { font-size: 13px; margin: 4px 0; }
 .grpo-hidden-note { font-size: 12px; color: #57606a; margin: 4px 0; }
 .grpo-log { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; max-height: 360px;
   overflow: auto; background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 6px; padding: 8px; }
+.grpo-samples-bar { display: flex; gap: 12px; flex-wrap: wrap; align-items: center; margin: 4px 0; }
+.grpo-samples-note { color: #57606a; }
+.grpo-samples-body { max-height: 70vh; overflow: auto; }
+.grpo-samples-table { border-collapse: collapse; font-size: 12px; width: 100%; }
+.grpo-samples-table th, .grpo-samples-table td { border: 1px solid #d0d7de; padding: 3px 6px; vertical-align: top;
+  text-align: left; }
+.grpo-samples-table th { background: #f6f8fa; position: sticky; top: 0; }
+.grpo-samples-table td.grpo-num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+.grpo-samples-table td.grpo-text div { white-space: pre-wrap; overflow-wrap: anywhere; max-height: 12em;
+  overflow: auto; min-width: 16em; }
+.grpo-traj { border: 1px solid #d0d7de; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
+.grpo-traj h4 { margin: 0; font-size: 13px; }
+.grpo-traj-counts { color: #57606a; margin: 2px 0; }
+.grpo-turns { margin: 4px 0; padding-left: 20px; }
+.grpo-turn { margin: 2px 0; }
+.grpo-text { white-space: pre-wrap; overflow-wrap: anywhere; }
+.grpo-call code { font-size: 12px; overflow-wrap: anywhere; }
+.grpo-failed, .grpo-unreturned .grpo-call-note { color: #b42318; }
+.grpo-final { margin: 4px 0 0 0; }
 @media (max-width: 1100px) { .grpo-grid { grid-template-columns: repeat(2, minmax(0, 1fr)); } }
 @media (max-width: 700px) {
   .grpo-grid { grid-template-columns: minmax(0, 1fr); }
@@ -54,10 +75,23 @@ details { font-size: 13px; margin: 4px 0; }
 """
 
 
+def _samples_section(view: str, title: str, filtered: bool = False) -> str:
+    """A folded section static/samples.js fills from `/grpo/samples` when it is opened."""
+    filt = '<label hidden>Filter <select data-k="filter"></select></label>' if filtered else ""
+    return (
+        f'<details id="samples-{view}"><summary>{title}</summary><div class="grpo-samples-bar">'
+        '<label>Step <select data-k="step"></select></label>'
+        '<label>Sort by <select data-k="sort"></select></label>'
+        '<label><input type="checkbox" data-k="desc" checked> highest first</label>'
+        f'{filt}<span class="grpo-samples-note" aria-live="polite">Loading…</span></div>'
+        '<div class="grpo-samples-body"></div></details>'
+    )
+
+
 def page_html(static_path: str) -> str:
     """The page: header (links to the full dashboard), status, the runs sidebar beside the charts' grid (ticked runs
-    are overlaid on every chart), then health and the job log folded; `static_path`: where plotly.js, live.js and
-    overlay.js are served."""
+    are overlaid on every chart), then health, and folded: a sampled step's completions and trajectories, the job
+    log; `static_path`: where plotly.js and the page's scripts are served."""
     boxes = []
     for p in charts.PANELS:
         title = html.escape(p.title)
@@ -74,6 +108,7 @@ def page_html(static_path: str) -> str:
         # answer is on its way: it loads async, and live.js runs as soon as the page's boxes exist (end of body).
         f'<script src="{static_path}/plotly-basic.min.js" async></script>'
         f'<script src="{static_path}/overlay.js" defer></script>'
+        f'<script src="{static_path}/samples.js" defer></script>'
         "</head><body>"
         '<header><h1>GRPO Dashboard · run</h1><a id="full-link" href="/">Open in the full dashboard</a></header>'
         '<div id="live-status" role="status" aria-live="polite"></div>'
@@ -81,7 +116,9 @@ def page_html(static_path: str) -> str:
         '<ul id="overlay-runs"></ul><p id="overlay-note" aria-live="polite"></p></nav>'
         '<div id="live-charts" class="grpo-grid">' + "".join(boxes) + "</div></div>"
         '<details open><summary>Health</summary><div id="live-findings"></div></details>'
-        '<details><summary>Job log</summary><pre id="live-log" class="grpo-log" tabindex="0"></pre></details>'
+        + _samples_section("completions", "Completions")
+        + _samples_section("trajectories", "Trajectories", filtered=True)
+        + '<details><summary>Job log</summary><pre id="live-log" class="grpo-log" tabindex="0"></pre></details>'
         # The full dashboard's link names the same run (read from this page's URL, never from the server).
         "<script>(function(){var r=new URLSearchParams(location.search).get('run');"
         "if(r){document.getElementById('full-link').href='/?run='+encodeURIComponent(r)+'&tab=detail';}})();"

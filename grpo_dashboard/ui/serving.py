@@ -129,6 +129,7 @@ def static_files() -> dict[str, tuple[Path, str]]:
     return {
         "live.js": (STATIC_DIR / "live.js", "text/javascript"),
         "overlay.js": (STATIC_DIR / "overlay.js", "text/javascript"),
+        "samples.js": (STATIC_DIR / "samples.js", "text/javascript"),
         # plotly.js's basic bundle (scatter, bar, pie; 1.2 MB against the full bundle's 4.8 MB, a quarter of the
         # compile time before a first chart): views/charts.py draws scatter traces only (tests/test_charts.py checks).
         "plotly-basic.min.js": (STATIC_DIR / "plotly-basic.min.js", "text/javascript"),
@@ -176,10 +177,11 @@ def install_routes(app: Any, ctx: Any) -> Any:
         return FileResponse(found[0], media_type=found[1], headers={"Cache-Control": "public, max-age=3600"})
 
     app.router.routes.insert(0, Route(STATIC_PATH + "/{name}", static, methods=["GET"]))
-    from grpo_dashboard.ui import run_list, run_page
+    from grpo_dashboard.ui import run_list, run_page, samples_route
 
     run_page.install(app, STATIC_PATH)  # the light run page: static HTML on the same stream
     run_list.install(app, ctx, lambda request: request_user(ctx, request))  # its sidebar's runs
+    samples_route.install(app, ctx, lambda request: request_user(ctx, request))  # its completions, trajectories
     ingest_route.install(app, ctx, lambda request: request_user(ctx, request))
     return stream.install(app, ctx, lambda request: request_user(ctx, request))
 

@@ -21,6 +21,7 @@
   function own(t) { return !!(t.meta && t.meta.s && !t.meta.ov); }
 
   const drawnHooks = [];  // called with (panel id, figure) after a panel is drawn afresh (the overlay re-adds to it)
+  const samplesHooks = [];  // called with (first) when the run's samples file size is first known or changes
 
   function setParam(name, value) {
     const url = new URL(window.location.href);
@@ -295,6 +296,7 @@
       const follow = document.querySelector("#samples-follow input");
       const refresh = document.querySelector("#samples-refresh");
       if (!first && refresh && (!follow || follow.checked)) refresh.click();
+      for (const hook of samplesHooks) hook(first);
     }
   }
 
@@ -394,5 +396,5 @@
   }
 
   window.grpoLive = { open, setTab, setParam, loaded, state, initialSearch, CONFIG, xs, ys,
-                      onDrawn: hook => drawnHooks.push(hook) };
+                      onDrawn: hook => drawnHooks.push(hook), onSamples: hook => samplesHooks.push(hook) };
 })();
