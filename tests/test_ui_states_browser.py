@@ -473,3 +473,33 @@ def test_the_light_run_page_shows_a_sampled_steps_completions_and_trajectories(p
     page.wait_for_function(f"() => ({text_of(traj + ' .grpo-samples-note')}).includes('Step 3:')")
     assert page.locator(box).get_attribute("open") is not None
     assert not page.console_errors and not dialogs
+
+
+def test_a_panel_this_run_lacks_is_shown_for_an_overlaid_run_that_logged_it(page: Any, served: dict) -> None:
+    """An ordinary run hides its agent panels ("Not shown, nothing logged…"); ticking an agent run that logged tool
+    calls brings the Tool calls panel back with that run's lines (at full width, without the "not logged" note),
+    and unticking it hides the panel again."""
+    from .store_helpers import append_log
+
+    store, data = served["store"], served["data"]
+    finished_run(store, data, "agent-overlay", steps=6)
+    path = data / "runs" / "agent-overlay" / "metrics.jsonl"
+    append_log(path, range(7, 13), reward=0.5, **{"tools/call_frequency": lambda s: 1 + s / 10})
+    ingest_file(store, "agent-overlay", path)
+    page.goto(served["url"] + "grpo/run?run=done-run")
+    page.wait_for_function(f"() => ({text_of('#live-hidden')}).includes('Tool calls and failures')")
+    assert not page.locator("#plot-tools").is_visible()
+    page.locator('#overlay-runs input[data-run="agent-overlay"]').check()
+    page.wait_for_function(
+        "() => { const gd = document.querySelector('#plot-tools .js-plotly-plot'); return !!gd && "
+        "gd.data.some(t => t.meta && t.meta.ov === 'agent-overlay' && t.x.length === 6); }"
+    )
+    page.wait_for_function("() => document.querySelector('#plot-tools').offsetParent !== null")
+    assert "Tool calls and failures" not in page.locator("#live-hidden").inner_text()
+    chart = page.locator("#plot-tools .js-plotly-plot")
+    notes = chart.evaluate("gd => (gd.layout.annotations || []).map(a => a.text)")
+    assert "not logged (yet)" not in notes, notes
+    page.wait_for_function("() => document.querySelector('#plot-tools .main-svg').getBoundingClientRect().width > 300")
+    page.locator('#overlay-runs input[data-run="agent-overlay"]').uncheck()
+    page.wait_for_function(f"() => ({text_of('#live-hidden')}).includes('Tool calls and failures')")
+    assert not page.locator("#plot-tools").is_visible() and not page.console_errors

@@ -215,8 +215,14 @@
       const fig = state.figs[pid];
       // A note that says why (KL with beta 0, no system samples) keeps its panel; the generic one does not.
       const notes = fig && fig.layout && (fig.layout.annotations || []).some(a => a.text && a.text !== GENERIC_NOTE);
-      const empty = !fig || (!points(fig) && !notes);
-      if (box.style.display !== (empty ? "none" : "")) box.style.display = empty ? "none" : "";  // no mutation loop
+      // A run overlaid from the light page's sidebar (static/overlay.js) that logged this panel shows it too.
+      const overlaid = fig && fig.gd && (fig.gd.data || []).some(t => t.meta && t.meta.ov && t.x && t.x.length);
+      const empty = !fig || (!points(fig) && !notes && !overlaid);
+      if (box.style.display !== (empty ? "none" : "")) {  // (only on a change: no mutation loop)
+        box.style.display = empty ? "none" : "";
+        // A chart drawn while its box was hidden has no width yet.
+        if (!empty && fig && fig.gd && window.Plotly) requestAnimationFrame(() => Plotly.Plots.resize(fig.gd));
+      }
       if (empty) hidden.push(box.dataset.title || pid);
     });
     let line = el("live-hidden");
@@ -396,5 +402,6 @@
   }
 
   window.grpoLive = { open, setTab, setParam, loaded, state, initialSearch, CONFIG, xs, ys,
-                      onDrawn: hook => drawnHooks.push(hook), onSamples: hook => samplesHooks.push(hook) };
+                      onDrawn: hook => drawnHooks.push(hook), onSamples: hook => samplesHooks.push(hook),
+                      hideEmpty, GENERIC_NOTE };
 })();

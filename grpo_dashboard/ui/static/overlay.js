@@ -48,9 +48,15 @@
     const extra = [];
     for (const run of ticked()) for (const t of runs[run].panels[pid] || []) extra.push(t);
     if (!extra.length && mine.length === fig.gd.data.length) return;
+    // A panel this run has not logged says so ("not logged (yet)") until an overlaid run draws on it.
+    const own = mine.some(t => t.meta && t.meta.s && t.x && t.x.length);
+    const notes = (fig.layout && fig.layout.annotations) || [];
+    const layout = own ? fig.gd.layout : Object.assign({}, fig.gd.layout, {
+      annotations: extra.some(t => t.x.length) ? notes.filter(a => a.text !== live().GENERIC_NOTE) : notes });
     Plotly.react(fig.gd, mine.concat(extra.map(t => Object.assign({}, t, { x: t.x.slice(), y: t.y.slice() }))),
-                 fig.gd.layout, live().CONFIG);
+                 layout, live().CONFIG);
     fig.data = fig.gd.data;
+    live().hideEmpty();
   }
 
   function syncAll() { for (const pid of Object.keys(live().state.figs)) sync(pid); }
