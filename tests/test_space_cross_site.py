@@ -84,6 +84,10 @@ const C = %s;
     const samples = await fetch(C.space + '/grpo/samples?run=' + C.run, {credentials: 'include'});
     results.samples = {status: samples.status, text: await samples.text()};
   } catch (e) { results.samples = {error: String(e)}; }
+  try {  // the spec fields two runs differ in
+    const diff = await fetch(C.space + '/grpo/spec_diff?runs=' + C.run + ',' + C.run, {credentials: 'include'});
+    results.diff = {status: diff.status, text: await diff.text()};
+  } catch (e) { results.diff = {error: String(e)}; }
   results.rename = await call(C.space, 'rename_run', [C.run, 'renamed by evil.example']);
   results.note = await call(C.space, 'note_run', [C.run, 'note from evil.example']);
   results.tags = await call(C.space, 'tag_run', [C.run, 'tagged-by-evil']);
@@ -189,6 +193,7 @@ def test_a_foreign_origin_gets_no_cors_grant_under_the_space_host(space: dict[st
         f"grpo/live?run={RUN}",
         "grpo/runs",
         f"grpo/samples?run={RUN}",
+        f"grpo/spec_diff?runs={RUN},{RUN}-other",
         "grpo/static/live.js",
     ]
     for route in routes:
@@ -360,7 +365,7 @@ def test_a_cross_site_page_cannot_act_as_a_signed_in_visitor(space: dict[str, An
     page.goto(f"https://{EVIL}{space['others']}/attack.html")
     page.wait_for_function("() => window.results !== undefined")
     results = page.evaluate("() => window.results")
-    for name in ("runs", "list", "samples", "rename", "note", "tags", "launch"):
+    for name in ("runs", "list", "samples", "diff", "rename", "note", "tags", "launch"):
         assert "text" not in results[name] and "Failed to fetch" in results[name]["error"], (name, results[name])
     assert results["live"] == {"error": "EventSource failed"}, results["live"]
     store, hub = space["store"], space["hub"]
@@ -374,7 +379,11 @@ def test_a_cross_site_page_cannot_act_as_a_signed_in_visitor(space: dict[str, An
     assert {("OPTIONS", f"/gradio_api/call/{api}") for api in apis} <= seen, seen
     assert not any(r["method"] == "POST" and "json" in r["headers"].get("content-type", "") for r in evil)
     credentialed = {r["target"].split("?")[0] for r in evil if "session=" in r["headers"].get("cookie", "")}
-    assert {"/grpo/live", "/grpo/runs", "/grpo/samples", "/gradio_api/call/rename_run"} <= credentialed, (
-        seen
-    )  # third-party cookies were sent
+    assert {
+        "/grpo/live",
+        "/grpo/runs",
+        "/grpo/samples",
+        "/grpo/spec_diff",
+        "/gradio_api/call/rename_run",
+    } <= credentialed, seen  # third-party cookies were sent
     page.close()

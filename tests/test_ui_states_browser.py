@@ -503,3 +503,30 @@ def test_a_panel_this_run_lacks_is_shown_for_an_overlaid_run_that_logged_it(page
     page.locator('#overlay-runs input[data-run="agent-overlay"]').uncheck()
     page.wait_for_function(f"() => ({text_of('#live-hidden')}).includes('Tool calls and failures')")
     assert not page.locator("#plot-tools").is_visible() and not page.console_errors
+
+
+def test_runs_made_after_the_light_page_opened_join_its_sidebar_and_their_spec_differences_are_listed(
+    page: Any, served: dict
+) -> None:
+    """Compare on the light page: a run created after the page opened appears in the sidebar without a reload;
+    ticked, the folded "Spec differences" lists the fields it differs in from this run, the section stays open across
+    a reload (?diff=1), and unticking every run says what to do."""
+    store, data = served["store"], served["data"]
+    page.goto(served["url"] + "grpo/run?run=done-run")
+    page.wait_for_function(f"() => ({POINTS})() >= 1")
+    page.locator('#overlay-runs input[data-run="done-run"]').wait_for()
+    finished_run(store, data, "late-sidebar-run", steps=5)
+    late = page.locator('#overlay-runs input[data-run="late-sidebar-run"]')
+    late.wait_for(timeout=30_000)  # read again within the page's relist interval
+    page.locator("#spec-diff summary").click()
+    page.wait_for_function(f"() => ({text_of('#spec-diff')}).includes('Tick runs in the sidebar')")
+    late.check()
+    page.wait_for_function("() => !!document.querySelector('#spec-diff table')")
+    table = page.locator("#spec-diff table").inner_text()
+    assert "name" in table and "late-sidebar-run" in table and "done-run" in table, table
+    assert "diff=1" in page.url and "overlay=late-sidebar-run" in page.url
+    page.reload()
+    page.wait_for_function("() => !!document.querySelector('#spec-diff table')")
+    page.locator('#overlay-runs input[data-run="late-sidebar-run"]').uncheck()
+    page.wait_for_function(f"() => ({text_of('#spec-diff')}).includes('Tick runs in the sidebar')")
+    assert not page.console_errors

@@ -154,6 +154,7 @@ ROUTES: dict[str, Route] = {
     "/grpo/run": Route(ANYONE, "the light run page (the same static HTML for everyone; its data is /grpo/live's)"),
     "/grpo/runs": Route(SIGNED_IN, "the user's own runs (id, name, status) for the light page's sidebar"),
     "/grpo/samples": Route(SIGNED_IN, "one sampled step of the user's own run (the light page's completions)"),
+    "/grpo/spec_diff": Route(SIGNED_IN, "the spec fields that differ between the user's own runs (the light page)"),
     "/grpo/ingest": Route(
         SIGNED_IN,
         "DashboardCallback's batches (body capped, per-user rate, a run writable by its owner's token only)",

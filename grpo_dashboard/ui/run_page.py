@@ -5,7 +5,8 @@ hundred) before its first chart; this page is plain HTML with plotly.js and the 
 following the same stream (`/grpo/live`, which checks who may see the run), so a shared link opens charts first.
 The HTML is the same for everyone and echoes nothing from the request: the run id is read by the script from the
 URL and sent to the stream, whose answer is the only data the page shows. A sidebar (static/overlay.js) lists the
-visitor's runs (`/grpo/runs`); each one ticked there is overlaid on every chart through its own stream. Below the
+visitor's runs (`/grpo/runs`); each one ticked there is overlaid on every chart through its own stream, and the
+spec fields they differ in from this run are listed (`/grpo/spec_diff`). Below the
 charts, folded, one sampled step's completions and trajectories (static/samples.js, from `/grpo/samples`, which
 checks the run as the stream does).
 """
@@ -90,8 +91,9 @@ def _samples_section(view: str, title: str, filtered: bool = False) -> str:
 
 def page_html(static_path: str) -> str:
     """The page: header (links to the full dashboard), status, the runs sidebar beside the charts' grid (ticked runs
-    are overlaid on every chart), then health, and folded: a sampled step's completions and trajectories, the job
-    log; `static_path`: where plotly.js and the page's scripts are served."""
+    are overlaid on every chart), then health, and folded: the spec fields the ticked runs differ in, a sampled
+    step's completions and trajectories, the job log. `static_path`: where plotly.js and the page's scripts are
+    served."""
     boxes = []
     for p in charts.PANELS:
         title = html.escape(p.title)
@@ -116,6 +118,8 @@ def page_html(static_path: str) -> str:
         '<ul id="overlay-runs"></ul><p id="overlay-note" aria-live="polite"></p></nav>'
         '<div id="live-charts" class="grpo-grid">' + "".join(boxes) + "</div></div>"
         '<details open><summary>Health</summary><div id="live-findings"></div></details>'
+        '<details id="spec-diff"><summary>Spec differences with the ticked runs</summary>'
+        '<p class="grpo-samples-note" aria-live="polite"></p><div class="grpo-samples-body"></div></details>'
         + _samples_section("completions", "Completions")
         + _samples_section("trajectories", "Trajectories", filtered=True)
         + '<details><summary>Job log</summary><pre id="live-log" class="grpo-log" tabindex="0"></pre></details>'

@@ -177,11 +177,12 @@ def install_routes(app: Any, ctx: Any) -> Any:
         return FileResponse(found[0], media_type=found[1], headers={"Cache-Control": "public, max-age=3600"})
 
     app.router.routes.insert(0, Route(STATIC_PATH + "/{name}", static, methods=["GET"]))
-    from grpo_dashboard.ui import run_list, run_page, samples_route
+    from grpo_dashboard.ui import run_list, run_page, samples_route, spec_diff_route
 
     run_page.install(app, STATIC_PATH)  # the light run page: static HTML on the same stream
     run_list.install(app, ctx, lambda request: request_user(ctx, request))  # its sidebar's runs
     samples_route.install(app, ctx, lambda request: request_user(ctx, request))  # its completions, trajectories
+    spec_diff_route.install(app, ctx, lambda request: request_user(ctx, request))  # how its ticked runs differ
     ingest_route.install(app, ctx, lambda request: request_user(ctx, request))
     return stream.install(app, ctx, lambda request: request_user(ctx, request))
 

@@ -1,10 +1,14 @@
 // The light run page's sidebar (/grpo/run): the visitor's runs (GET /grpo/runs), each with a tick box; a ticked run is
 // overlaid on every chart of the page, one colour per run, its main line of each series drawn dotted, and follows
 // live through its own /grpo/live stream (which checks that run as for any viewer). The ticked runs travel with the
-// link (?overlay=id,id). Needs live.js (window.grpoLive): its charts, options and axis helpers.
+// link (?overlay=id,id). The list is read again every RELIST_S while the page is shown, so runs launched since it
+// opened join it. A folded section lists the spec fields in which the ticked runs differ from this run (GET
+// /grpo/spec_diff; ?diff=1 opens it). Needs live.js (window.grpoLive): its charts, options and axis helpers.
 (function () {
   "use strict";
   const LIST = "/grpo/runs";
+  const DIFF = "/grpo/spec_diff";
+  const RELIST_S = 15;  // the list is read again this often while the page is shown (runs launched since it opened)
   const STREAM = "/grpo/live";
   const MAX = 4;  // runs overlaid at once: each holds one of the visitor's live streams
   const COLORS = ["#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
@@ -23,6 +27,43 @@
 
   function saveParam() {
     live().setParam("overlay", ticked().join(",") || null);
+    showDiff();
+  }
+
+  // The spec fields in which the ticked runs differ from this run (GET /grpo/spec_diff), when its section is open.
+  let diffSeq = 0;
+  async function showDiff() {
+    const box = el("spec-diff"), current = (live().state.opts || {}).run;
+    if (!box || !box.open || !current) return;
+    const p = box.querySelector("p"), body = box.querySelector("div");
+    const seq = ++diffSeq;
+    if (!ticked().length) {
+      p.textContent = "Tick runs in the sidebar to list the spec fields in which they differ from this run.";
+      body.replaceChildren();
+      return;
+    }
+    let answer, data;
+    try {
+      answer = await fetch(DIFF + "?" + new URLSearchParams({ runs: [current, ...ticked()].join(",") }),
+                           { credentials: "same-origin" });
+      data = await answer.json();
+    } catch (e) {
+      if (seq === diffSeq) p.textContent = "Could not read the specs.";
+      return;
+    }
+    if (seq !== diffSeq) return;  // a newer tick or untick is on its way
+    if (!answer.ok) { p.textContent = data.error || "Could not read the specs."; body.replaceChildren(); return; }
+    p.textContent = data.rows.length ? data.rows.length + " fields differ." : "The specs are the same.";
+    const table = document.createElement("table");
+    table.className = "grpo-samples-table";
+    const head = table.appendChild(document.createElement("thead")).appendChild(document.createElement("tr"));
+    for (const c of data.columns) head.appendChild(document.createElement("th")).textContent = c;
+    const rows = table.appendChild(document.createElement("tbody"));
+    for (const row of data.rows) {
+      const tr = rows.appendChild(document.createElement("tr"));
+      for (const v of row) tr.appendChild(document.createElement("td")).textContent = v;
+    }
+    body.replaceChildren(table);
   }
 
   // The line of each series a reader follows (the smoothed one, or the raw one without smoothing): the legend's.
@@ -168,7 +209,7 @@
     else if (more) note("The newest " + list.length + " runs are listed; open older ones by their link.");
   }
 
-  async function load() {
+  async function load(first) {
     let answer;
     try {
       answer = await fetch(LIST, { credentials: "same-origin" });
@@ -180,16 +221,29 @@
     if (!answer.ok) { note("Could not list the runs."); return; }
     const body = await answer.json();
     names = Object.fromEntries(body.runs.map(r => [r.id, r.name]));
-    const wanted = (new URLSearchParams(live().initialSearch).get("overlay") || "").split(",").filter(Boolean);
-    const current = (live().state.opts || {}).run;
-    for (const run of wanted) if (run !== current && names[run]) tick(run);
-    render(body.runs, body.more);
+    if (first) {
+      const wanted = (new URLSearchParams(live().initialSearch).get("overlay") || "").split(",").filter(Boolean);
+      const current = (live().state.opts || {}).run;
+      for (const run of wanted) if (run !== current && names[run]) tick(run);
+    }
+    for (const run of ticked()) if (names[run]) runs[run].name = names[run];
+    const ul = el("overlay-runs");
+    const listed = JSON.stringify(body.runs);
+    if (!ul || ul.dataset.listed !== listed) {  // re-rendered only when it changed (a tick box keeps its focus)
+      render(body.runs, body.more);
+      if (ul) ul.dataset.listed = listed;
+    }
   }
 
   function start() {
     if (!window.grpoLive) { setTimeout(start, 50); return; }
     live().onDrawn(pid => sync(pid));  // the page's own redraw of a panel (a snapshot) drops what was added to it
-    load();
+    load(true);
+    // Runs launched (or renamed, or finished) since the page opened join the list; not while the tab is hidden.
+    setInterval(() => { if (document.visibilityState === "visible") load(false); }, RELIST_S * 1000);
+    const box = el("spec-diff");
+    if (box) box.addEventListener("toggle", () => { live().setParam("diff", box.open ? "1" : null); showDiff(); });
+    if (box && new URLSearchParams(live().initialSearch).get("diff") === "1") box.open = true;
   }
 
   start();

@@ -1,0 +1,72 @@
+"""`GET /grpo/spec_diff?runs=<id>,<id>[,...]`: the spec fields that differ between runs, for the light run page's
+sidebar (this run and the runs ticked there), as the full dashboard's Compare lists them (`overview.spec_diff`).
+
+Answers `{"columns": ["field", "<name> (<id tail>)", ...], "rows": [[field, value, ...], ...], "runs": [ids]}`; at
+most MAX_RUNS runs. Declared in `space/policy.py` ROUTES for signed-in users: on a Space the gate (`route_gate.py`)
+answers 401 to anyone else before this runs, and every run is resolved by `access.get_run` for the request's user
+(one that is another user's answers 404 like a missing one, and nothing of the others). Texts are redacted of tokens
+(and, on a Space, of server paths). Another site's page cannot read it (`origin.py`: `/grpo` is a data path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from grpo_dashboard.errors import RunNotFound
+from grpo_dashboard.space import access
+from grpo_dashboard.views import overview
+
+PATH = "/grpo/spec_diff"
+MAX_RUNS = 5  # the page's run and the 4 it may overlay
+
+
+def parse(params: Any) -> list[str]:
+    """The run ids asked for (in order, without repeats); ValueError naming what is wrong."""
+    raw = params.get("runs") or ""
+    ids = list(dict.fromkeys(r.strip() for r in raw.split(",") if r.strip()))
+    if len(ids) < 2:
+        raise ValueError(f"runs: {raw!r} names {len(ids)} run(s); pass two to {MAX_RUNS} run ids, comma-separated")
+    if len(ids) > MAX_RUNS:
+        raise ValueError(f"runs: {len(ids)} runs named; at most {MAX_RUNS} are compared at once")
+    return ids
+
+
+def answer(runs: list[Any]) -> dict[str, Any]:
+    """The answer for these (already authorized) runs."""
+    frame = overview.spec_diff(runs)
+    return {"runs": [r.id for r in runs], "columns": list(frame.columns), "rows": frame.values.tolist()}
+
+
+def install(app: Any, ctx: Any, user_of_request: Any) -> None:
+    """Add the route to the app (ahead of gradio's routes)."""
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    def respond(request: Any) -> tuple[int, dict[str, Any]]:
+        try:
+            ids = parse(request.query_params)
+        except ValueError as exc:
+            return 400, {"error": str(exc)}
+        user = user_of_request(request)
+        try:
+            runs = [access.get_run(ctx.store, run_id, user, ctx.settings) for run_id in ids]
+        except access.NotAllowed as exc:
+            return 403, {"error": str(exc)}
+        except RunNotFound as exc:
+            return 404, {"error": str(exc)}
+
+        def private(value: Any) -> Any:
+            text = access.redact(str(value), user.token)
+            return access.scrub_paths(text) if ctx.settings.on_space else text
+
+        body = answer(runs)
+        body["columns"] = [private(c) for c in body["columns"]]
+        body["rows"] = [[private(v) for v in row] for row in body["rows"]]
+        return 200, body
+
+    async def spec_diff(request: Any) -> Any:
+        status, body = await asyncio.to_thread(respond, request)
+        return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+
+    app.router.routes.insert(0, Route(PATH, spec_diff, methods=["GET"]))
