@@ -15,13 +15,12 @@ its value and what is allowed.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.space import access
+from grpo_dashboard.ui import json_route
 from grpo_dashboard.views import completions, overview, trajectories
 
 PATH = "/grpo/samples"
@@ -77,21 +76,21 @@ def _clip(text: str) -> str:
     return text[:MAX_TEXT] + f"… ({len(text) - MAX_TEXT} more characters; the full text is in the run's samples)"
 
 
-def clean(value: Any, redact: Any) -> Any:
-    """`value` as strict JSON (non-finite numbers as null, other objects as text), each text clipped and redacted."""
+def clean(value: Any) -> Any:
+    """`value` as strict JSON (non-finite numbers as null, other objects as text), each text clipped."""
     if isinstance(value, str):
-        return redact(_clip(value))
+        return _clip(value)
     if isinstance(value, bool) or value is None or isinstance(value, int):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {redact(str(k)): clean(v, redact) for k, v in value.items()}
+        return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [clean(v, redact) for v in value]
+        return [clean(v) for v in value]
     if hasattr(value, "item") and not hasattr(value, "__len__"):  # a numpy scalar
-        return clean(value.item(), redact)
-    return redact(_clip(str(value)))
+        return clean(value.item())
+    return _clip(str(value))
 
 
 def _weights(run: Any) -> dict[str, float]:
@@ -143,33 +142,9 @@ def answer(run: Any, query: Query) -> dict[str, Any]:
 
 def install(app: Any, ctx: Any, user_of_request: Any) -> None:
     """Add the route to the app (ahead of gradio's routes)."""
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
 
-    def respond(request: Any) -> tuple[int, dict[str, Any]]:
-        try:
-            query = parse(request.query_params)
-        except ValueError as exc:
-            return 400, {"error": str(exc)}
-        user = user_of_request(request)
-        try:
-            run = access.get_run(ctx.store, query.run_id, user, ctx.settings)
-            body = answer(run, query)
-        except access.NotAllowed as exc:
-            return 403, {"error": str(exc)}
-        except RunNotFound as exc:
-            return 404, {"error": str(exc)}
-        except ValueError as exc:
-            return 400, {"error": str(exc)}
+    def read(params: Any, user: access.User) -> dict[str, Any]:
+        query = parse(params)
+        return clean(answer(access.get_run(ctx.store, query.run_id, user, ctx.settings), query))
 
-        def redact(text: str) -> str:
-            text = access.redact(text, user.token)
-            return access.scrub_paths(text) if ctx.settings.on_space else text
-
-        return 200, clean(body, redact)
-
-    async def samples(request: Any) -> Any:
-        status, body = await asyncio.to_thread(respond, request)
-        return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
-
-    app.router.routes.insert(0, Route(PATH, samples, methods=["GET"]))
+    json_route.install(app, PATH, ctx, user_of_request, read)

@@ -10,11 +10,10 @@ answers 401 to anyone else before this runs, and every run is resolved by `acces
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.space import access
+from grpo_dashboard.ui import json_route
 from grpo_dashboard.views import overview
 
 PATH = "/grpo/spec_diff"
@@ -40,33 +39,11 @@ def answer(runs: list[Any]) -> dict[str, Any]:
 
 def install(app: Any, ctx: Any, user_of_request: Any) -> None:
     """Add the route to the app (ahead of gradio's routes)."""
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
 
-    def respond(request: Any) -> tuple[int, dict[str, Any]]:
-        try:
-            ids = parse(request.query_params)
-        except ValueError as exc:
-            return 400, {"error": str(exc)}
-        user = user_of_request(request)
-        try:
-            runs = [access.get_run(ctx.store, run_id, user, ctx.settings) for run_id in ids]
-        except access.NotAllowed as exc:
-            return 403, {"error": str(exc)}
-        except RunNotFound as exc:
-            return 404, {"error": str(exc)}
-
-        def private(value: Any) -> Any:
-            text = access.redact(str(value), user.token)
-            return access.scrub_paths(text) if ctx.settings.on_space else text
-
+    def read(params: Any, user: access.User) -> dict[str, Any]:
+        runs = [access.get_run(ctx.store, run_id, user, ctx.settings) for run_id in parse(params)]
         body = answer(runs)
-        body["columns"] = [private(c) for c in body["columns"]]
-        body["rows"] = [[private(v) for v in row] for row in body["rows"]]
-        return 200, body
+        body["rows"] = [[str(v) for v in row] for row in body["rows"]]
+        return body
 
-    async def spec_diff(request: Any) -> Any:
-        status, body = await asyncio.to_thread(respond, request)
-        return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
-
-    app.router.routes.insert(0, Route(PATH, spec_diff, methods=["GET"]))
+    json_route.install(app, PATH, ctx, user_of_request, read)
