@@ -27,14 +27,7 @@ SHARED = next(
 # Logs whose labels the doctor does not meet yet (labels are written from the numbers before the doctor runs and are
 # not bent to it; see the corpus INDEX.md for the reading). Strict: once the doctor is fixed the test passes and the
 # entry must go.
-OPEN_DISAGREEMENTS: dict[str, str] = {
-    "samyakshrestha__grpo-verified-reasoner__outputs-checkpoint-1134-trainer_state-first30.jsonl": (
-        "labelled reward_drop: rewards/correctness_reward_func/mean falls 0.81 -> 0.72 -> 0.61 by thirds (t = -2.7) "
-        "while the reasoning reward rises; the doctor sees a noisy reward (0.425..0.975 log to log) that never lost "
-        "half of its gain for 3 smoothed logs (the latest log, 0.725, is back up) and reports no drop; a gradual "
-        "decline from a high start is not what reward_drop measures (the label was the least certain of its batch)"
-    ),
-}
+OPEN_DISAGREEMENTS: dict[str, str] = {}
 # The same for the shared corpus. Both alarms were shown live before the findings record kept what the live panel
 # showed (benchmarks/doctor_real_logs.py listed them as "shown live after a record ... FORBIDDEN"); the record now
 # keeps them, so the label check sees them.

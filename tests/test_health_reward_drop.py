@@ -111,3 +111,34 @@ def test_one_log_at_the_lowest_value_so_far_is_not_a_pinned_floor() -> None:
     logs at the floor with zero spread are the unmistakable state."""
     assert not [f for f in diagnose(log([0.702, -0.082, -0.1], [1.286, 0.007, 0.0])) if f.rule == "reward_drop"]
     assert [f for f in diagnose(log([0.702, -0.1, -0.1], [1.286, 0.0, 0.0])) if f.rule == "reward_drop"]
+
+
+def _slow(start: float, end: float, n: int, noise: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.clip(np.linspace(start, end, n) + rng.normal(0.0, noise, n), 0.0, 1.0)
+
+
+def test_a_slow_steady_decline_without_a_single_fall_is_a_warning() -> None:
+    """An accuracy reward that slides from 0.8 to 0.55 over 30 noisy logs (+-0.12 log to log) never loses half its
+    gain at once; it is reported as a slow decline, a warning with the thirds and the trend in its message."""
+    values = _slow(0.8, 0.55, 30, 0.12, seed=0)
+    found = [f for f in diagnose(log(values)) if f.rule == "reward_drop"]
+    assert [f.severity for f in found] == ["warning"], found
+    assert "declined slowly" in found[0].message and found[0].evidence["trend_t"] <= -2.5
+    assert found[0].metric == "rewards/r/mean"
+
+
+def test_a_flat_noisy_reward_a_rising_one_and_rare_penalties_are_not_a_slow_decline() -> None:
+    """The same noise without a trend (twenty seeds), a reward that rises, a decline that has come back up at the
+    end, and a penalty-style reward (0.05 on most logs, -0.25 to -0.5 now and then, more often later): none is a
+    decline."""
+    for seed in range(20):
+        flat = _slow(0.7, 0.7, 30, 0.12, seed=seed)
+        assert not [f for f in diagnose(log(flat)) if "declined slowly" in f.message], seed
+    rising = _slow(0.5, 0.8, 30, 0.12, seed=1)
+    assert not [f for f in diagnose(log(rising)) if f.rule == "reward_drop"]
+    back = np.concatenate([_slow(0.8, 0.55, 27, 0.05, seed=2), [0.8, 0.82, 0.8]])
+    assert not [f for f in diagnose(log(back)) if "declined slowly" in f.message]
+    penalty = np.full(30, 0.05)
+    penalty[[12, 18, 21, 23, 24, 25, 27]] = [-0.5, -0.25, -0.25, -0.25, -0.5, -0.25, -0.25]
+    assert not [f for f in diagnose(log(penalty, 0.1)) if f.rule == "reward_drop"]

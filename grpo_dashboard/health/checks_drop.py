@@ -1,4 +1,5 @@
-"""The reward_drop rule: a reward that lost most of its gain, judged between levels and against its own noise."""
+"""The reward_drop rule: a reward that lost most of its gain, judged between levels and against its own noise, or
+one that declined slowly and steadily over the whole log."""
 
 from __future__ import annotations
 
@@ -102,6 +103,60 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         noise_z=float(z) if np.isfinite(z) else None,
         floor=lo,
         threshold=ctx.t("reward_drop.frac"),
+    )
+
+
+def _decline(ctx: Context, series: Series) -> Finding | None:
+    """A slow decline that never lost half its gain at once: the thirds of the log (their medians) each lower than the
+    one before, the last below the first by ``reward_drop.decline_frac`` of the reward's range (at least 1), the
+    fitted slope ``reward_drop.decline_t`` standard errors below zero, and the latest logs still down."""
+    v, n = series.values, series.values.size
+    if n < ctx.t("reward_drop.decline_logs"):
+        return None
+    # Medians: a reward with rare large penalties (a quantised 0.05 with an occasional -0.5) must not decline by them.
+    thirds = [float(np.median(part)) for part in np.array_split(v, 3)]
+    first, middle, last = thirds
+    lo, hi = reward_range(v)
+    fall = first - last
+    # No sudden change corroborates a slow decline, so it must span more of the reward's scale than a drop does.
+    if not first > middle > last or fall < ctx.t("reward_drop.decline_frac") * max(1.0, hi - lo):
+        return None
+    x = np.arange(n, dtype=float) - (n - 1) / 2.0
+    slope = float(np.dot(x, v - v.mean()) / np.dot(x, x))
+    resid = v - v.mean() - slope * x
+    se = float(np.sqrt(np.dot(resid, resid) / (n - 2) / np.dot(x, x)))
+    t = slope / se if se > 0 else float("-inf")
+    if t > -ctx.t("reward_drop.decline_t"):
+        return None
+    if float(trailing_mean(v, ctx.smooth_n(n))[-1]) > first - fall / 2.0:
+        return None  # the latest logs are back up
+    onset = int(series.steps[n // 3])
+    lost_frac = fall / max(first - lo, 1e-12)
+    message = (
+        f"{series.key} declined slowly over the whole log, with no single fall: {fmt(first)} -> {fmt(middle)} -> "
+        f"{fmt(last)} by thirds (medians; steps {int(series.steps[0])}-{int(series.steps[-1])}), a trend "
+        f"{-t:.1f} standard errors below zero, {lost_frac:.0%} of its first third's level above {fmt(lo)} lost."
+    )
+    cfg = ctx.config
+    fixes = [
+        "check whether another reward rose at the same time (a trade-off: adjust reward_weights)",
+        "read completions from early and late steps (log_completions=True)",
+        f"{cfg.resume_advice(onset)} with a lower learning_rate{cfg.now('learning_rate')}",
+    ]
+    return make_finding(
+        "reward_drop",
+        WARNING,
+        onset,
+        message,
+        join_fixes(fixes),
+        series.key,
+        peak=first,
+        peak_step=int(series.steps[0]),
+        current=last,
+        lost_fraction=lost_frac,
+        trend_t=t,
+        floor=lo,
+        threshold=ctx.t("reward_drop.decline_frac"),
     )
 
 
@@ -212,15 +267,17 @@ def _pinned_at_floor(ctx: Context, series: Series, lo: float) -> bool:
 
 
 def check_reward_drop(ctx: Context) -> list[Finding]:
-    """A reward function (or the total) falls well below its earlier peak, e.g. the format is lost."""
+    """A reward function (or the total) falls well below its earlier peak, e.g. the format is lost, or declines
+    steadily over the log."""
     findings = []
     for mean_key, _ in ctx.frame.reward_functions().values():
-        found = _drop(ctx, ctx.frame.columns[mean_key].finite())
+        series = ctx.frame.columns[mean_key].finite()
+        found = _drop(ctx, series) or _decline(ctx, series)
         if found:
             findings.append(found)
     if not findings:
         reward = ctx.frame.get("reward")
-        found = _drop(ctx, reward.finite()) if reward is not None else None
+        found = (_drop(ctx, reward.finite()) or _decline(ctx, reward.finite())) if reward is not None else None
         if found:
             findings.append(found)
     return findings

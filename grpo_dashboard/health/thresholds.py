@@ -154,6 +154,13 @@ THRESHOLDS: tuple[Threshold, ...] = (
         "skewed reward, few logs per level: share of shuffled logs allowed to fall as far (permutation p-value)",
     ),
     Threshold("reward_drop.long_window", 0.1, "long logs: the drop is re-measured on means over this share of logs"),
+    Threshold("reward_drop.decline_logs", 12, "fewest logs before a slow decline (no single fall) is judged"),
+    Threshold("reward_drop.decline_t", 2.5, "a slow decline: its fitted slope this many standard errors below zero"),
+    Threshold(
+        "reward_drop.decline_frac",
+        0.15,
+        "a slow decline: fall from the first third to the last, times max(1, the reward's range)",
+    ),
     # reward_length_corr
     Threshold("reward_length_corr.window", 50, "trailing logs over which correlation is measured", "PTT"),
     Threshold("reward_length_corr.min_points", 20, "fewest joint logs before judging"),
