@@ -78,3 +78,39 @@ def test_implicit_token_switch_is_read_at_call_time(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_IMPLICIT_TOKEN", True)
     assert get_token_to_send(None) is None
     assert get_token_to_send("hf_theUsersOwn0123456789") == "hf_theUsersOwn0123456789"
+
+
+def test_the_page_embeds_its_config_with_the_main_tabs_and_a_tab_renders_its_children_once_selected() -> None:
+    """OpeningTab edits the config the page embeds (`window.gradio_config = {...};`, each component's props) and
+    relies on a gr.Tab mounting its children only once it is selected."""
+    from gradio.routes import templates
+
+    source = (templates.env.loader.get_source(templates.env, "frontend/index.html"))[0]  # type: ignore[union-attr]
+    assert "window.gradio_config = {{ config | toorjson }};" in source, "the page no longer embeds its config so"
+    assert inspect.signature(gr.Tab.__init__).parameters["render_children"].default is False
+
+
+def test_opening_tab_selects_the_linked_tab_in_the_embedded_config() -> None:
+    """The tab a link opens on, and the page's config edited to it: nothing else changes, and a value that could close
+    the <script> element stays escaped as gradio escapes it."""
+    import json
+
+    ids = ("new", "preflight", "runs", "detail", "compare")
+    assert serving.opening_tab("run=abc", ids) == "detail"
+    assert serving.opening_tab("tab=compare&run=abc", ids) == "compare"
+    assert serving.opening_tab("tab=new&run=abc", ids) is None and serving.opening_tab("tab=evil", ids) is None
+    assert serving.opening_tab("", ids) is None
+    config = {
+        "components": [
+            {"id": 1, "type": "tabs", "props": {"elem_id": "main-tabs", "selected": "new"}},
+            {"id": 2, "type": "markdown", "props": {"value": "</script><script>alert(1)</script> & 'x'"}},
+        ]
+    }
+    page = f"<html><script>window.gradio_config = {json.dumps(config)};</script><p>after</p></html>"
+    edited = serving.with_selected_tab(page, "main-tabs", "detail")
+    assert "</script><script>alert" not in edited and edited.endswith(";</script><p>after</p></html>")
+    start = edited.index("window.gradio_config = ") + len("window.gradio_config = ")
+    got, _ = json.JSONDecoder().raw_decode(edited, start)
+    assert got["components"][0]["props"]["selected"] == "detail"
+    assert got["components"][1] == config["components"][1]
+    assert serving.with_selected_tab("<html>no config</html>", "main-tabs", "detail") == "<html>no config</html>"

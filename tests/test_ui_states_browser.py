@@ -530,3 +530,18 @@ def test_runs_made_after_the_light_page_opened_join_its_sidebar_and_their_spec_d
     page.locator('#overlay-runs input[data-run="late-sidebar-run"]').uncheck()
     page.wait_for_function(f"() => ({text_of('#spec-diff')}).includes('Tick runs in the sidebar')")
     assert not page.console_errors
+
+
+def test_a_runs_link_opens_on_run_detail_without_mounting_the_new_run_form_first(page: Any, served: dict) -> None:
+    """A link to a run (or to a tab) opens on that tab at once: the New run form (about a hundred components) is not
+    mounted before the first chart, only when its tab is opened."""
+    page.goto(served["url"] + "?run=done-run&tab=detail")
+    page.wait_for_function(f"() => ({POINTS})() >= 1")
+    assert page.evaluate("() => document.querySelector('#validate-btn') === null")
+    assert page.get_by_role("tab", name="Run detail", exact=True).get_attribute("aria-selected") == "true"
+    page.get_by_role("tab", name="New run", exact=True).click()
+    page.wait_for_selector("#validate-btn")
+    page.goto(served["url"] + "?tab=compare")
+    page.wait_for_selector("#compare-runs")
+    assert page.evaluate("() => document.querySelector('#validate-btn') === null")
+    assert not page.console_errors

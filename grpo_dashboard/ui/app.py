@@ -93,6 +93,7 @@ def build_app(
     demo.monitor = ctx.monitor.start() if ctx.monitor else None
     demo.ctx = ctx
     demo.form_keys = [f.key for f in new.fields]
+    demo.tab_ids = TAB_IDS
     return demo
 
 

@@ -1,6 +1,6 @@
 """Serving many viewers from one process, and the one module that touches gradio's internals.
 
-What it relies on beyond gradio's public API (tests/test_gradio_edge.py fails loudly when an installed gradio
+What it relies on beyond gradio's public API (tests/test_library_edges.py fails loudly when an installed gradio
 changes any of it):
 - `gr.Blocks.postprocess_data(block_fn, predictions, state)`, a private coroutine, overridden by DashboardBlocks:
   gradio post-processes a skipped output like any other update, building a fresh copy of the component and its config
@@ -15,6 +15,9 @@ changes any of it):
   DashboardBlocks' setter adds the same-origin check (`origin.SameOrigin`) then, outermost, where it can refuse CORS
   preflights and strip the CORS headers gradio's `CustomCORSMiddleware` adds (middleware given through
   `app_kwargs["middleware"]`, like `BodyLimit`, lands inside gradio's CORS and session middleware).
+- The page (`GET /`) embeds its config as `window.gradio_config = {...};` with each component's `props`
+  (`OpeningTab` sets the main tabs' `selected` there, so a link to a run opens on Run detail without mounting the
+  New run form first: a gr.Tab renders its children only once selected).
 - `Blocks.server_app` (the FastAPI app `launch` serves), `Blocks.block_thread()`, and the session's `oauth_info`
   (`gradio.oauth._get_valid_oauth_info_from_session`) for the dashboard's own routes: the live stream
   (`stream.py`) and the page's static files (`request_user`, `DashboardBlocks.launch`).
@@ -187,19 +190,105 @@ def install_routes(app: Any, ctx: Any) -> Any:
     return stream.install(app, ctx, lambda request: request_user(ctx, request))
 
 
+_CONFIG_MARK = "window.gradio_config = "
+
+
+def opening_tab(query: str, tab_ids: tuple[str, ...]) -> str | None:
+    """The tab a page link opens on (`?tab=`, else Run detail for `?run=`), when it is not the first tab."""
+    import urllib.parse
+
+    params = dict(urllib.parse.parse_qsl(query))
+    tab = params.get("tab") if params.get("tab") in tab_ids else ("detail" if params.get("run") else None)
+    return tab if tab and tab != tab_ids[0] else None
+
+
+def with_selected_tab(page: str, tabs_elem_id: str, tab: str) -> str:
+    """The page's HTML with the tabs `tabs_elem_id` opening on `tab` (unchanged when its config is not found)."""
+    import json
+
+    start = page.find(_CONFIG_MARK)
+    if start < 0:
+        return page
+    start += len(_CONFIG_MARK)
+    try:
+        config, end = json.JSONDecoder().raw_decode(page, start)
+    except ValueError:
+        return page
+    tabs = [c for c in config.get("components", []) if (c.get("props") or {}).get("elem_id") == tabs_elem_id]
+    if len(tabs) != 1:
+        return page
+    tabs[0]["props"]["selected"] = tab
+    # As gradio's own `toorjson` embeds it: nothing in it can close the <script> element.
+    text = json.dumps(config, separators=(",", ":"), ensure_ascii=False)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("'", "\\u0027")):
+        text = text.replace(char, escaped)
+    return page[:start] + text + page[end:]
+
+
+class OpeningTab:
+    """ASGI middleware: the page opens on the tab its link names (`opening_tab`), chosen in the config it embeds.
+
+    Gradio mounts a tab's components only once it is selected, and the page's own load event selects the linked tab
+    only after the first tab has been mounted: a run's link waited for the hundred components of the New run form
+    before its first chart. Only `GET /` answered 200 with uncompressed HTML is read (gradio compresses outside this
+    middleware); anything else passes untouched.
+    """
+
+    def __init__(self, app: Any, tabs_elem_id: str = "main-tabs", tab_ids: tuple[str, ...] = ()) -> None:
+        self.app, self.tabs_elem_id, self.tab_ids = app, tabs_elem_id, tab_ids
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path", "/")
+        root = scope.get("root_path") or ""
+        if root and path.startswith(root):
+            path = path[len(root) :] or "/"
+        tab = (
+            opening_tab(scope.get("query_string", b"").decode("latin-1"), self.tab_ids)
+            if scope["type"] == "http" and scope.get("method") == "GET" and path == "/" and self.tab_ids
+            else None
+        )
+        if tab is None:
+            return await self.app(scope, receive, send)
+        start: dict[str, Any] = {}
+        body: list[bytes] = []
+
+        async def held(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            if message["type"] != "http.response.body":
+                return await send(message)
+            body.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            headers = dict(start.get("headers") or [])
+            page = b"".join(body)
+            html = headers.get(b"content-type", b"").startswith(b"text/html")
+            if start.get("status") == 200 and html and b"content-encoding" not in headers:
+                page = with_selected_tab(page.decode("utf-8"), self.tabs_elem_id, tab).encode("utf-8")
+            start["headers"] = [(k, v) for k, v in start.get("headers") or [] if k != b"content-length"] + [
+                (b"content-length", str(len(page)).encode())
+            ]
+            await send(start)
+            await send({"type": "http.response.body", "body": page})
+
+        await self.app(scope, receive, held)
+
+
 class DashboardBlocks(gr.Blocks):
     """gr.Blocks whose handlers' gr.skip() outputs cost nothing to post-process, with bounded uploads and bodies,
     serving the dashboard's own routes (`install_routes`) beside Gradio's, same-origin only on a Space (origin.py).
 
     `monitor`: the ingestion Monitor the app started (None without one); `form_keys`: the spec keys of the New run
     form's inputs, in the order the form endpoints take them; `ctx`: the UiContext its routes use; `live`: the live
-    stream's hub once launched.
+    stream's hub once launched; `tab_ids`: the main tabs (`elem_id` main-tabs) a page link may open on.
     """
 
     monitor: Any = None
     form_keys: list[str]
     ctx: Any = None
     live: Any = None
+    tab_ids: tuple[str, ...] = ()  # the main tabs' ids, the first one the default (OpeningTab)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("delete_cache", UPLOAD_CACHE)
@@ -240,6 +329,7 @@ class DashboardBlocks(gr.Blocks):
             [
                 Middleware(RouteGate, ctx=self.ctx),
                 Middleware(BodyLimit, upload=files if isinstance(files, int) else 0),
+                Middleware(OpeningTab, tab_ids=self.tab_ids),
             ],
         )
         kwargs["app_kwargs"] = app_kwargs
