@@ -325,6 +325,17 @@ def test_format_saturated_while_the_task_keeps_rising_or_sits_high_is_not_format
     assert "format_hacking" not in rules(diagnose(short))
 
 
+def test_a_format_saturated_from_the_first_log_was_not_learned_in_the_run_so_it_is_not_format_hacking() -> None:
+    """A policy that formats from its first log (an SFT or instruct start): the same stalled, far-from-solved task
+    score is a plateau, not a format learned instead of the task; learned over 6 logs, the same log is one."""
+    n = 60
+    early = _game(n, 6, 0.0)
+    early["rewards/valid_json_reward/mean"] = np.full(n, 2.0) - np.random.default_rng(5).uniform(0, 0.15, n)
+    early["reward"] = early["rewards/valid_json_reward/mean"] + early["rewards/gameplay_scores/mean"]
+    assert "format_hacking" not in rules(diagnose(_with(healthy(n), early)))
+    assert "format_hacking" in rules(diagnose(_with(healthy(n), _game(n, 6, 0.0))))
+
+
 def test_with_several_unnamed_functions_none_is_guessed_to_be_the_task() -> None:
     n = 60
     series = _game(n, 6, 0.0)

@@ -150,11 +150,14 @@ def _stalled_since_saturation(
     """(index where the format reward saturated, the task reward's mean over the earlier and the later half since)
     when the format has held there for a long stretch (at least a third of the log and ``format_hacking.stall_logs``
     logs) while the task reward did not rise over it (its later half no higher than its earlier half beyond twice
-    the standard error) and is far from solved; None otherwise.
+    the standard error) and is far from solved; None otherwise, and None when the format was already there on the
+    first logs (the policy formatted before this run: it learned no format here).
 
     Far from solved: a 0-1 reward (or a penalty <= 0) in the lower half of its range; a reward of unknown scale whose
     completions still spread widely within their groups (mean logged std, ``spread``, at least a quarter of the range
     its means span), which a solved task does not."""
+    if float(np.median(f[: max(s, 1)])) >= level:
+        return None  # formatted from the first logs: no format was learned in this run (a stall is plateau's)
     first = max(s - 1, 0)  # the first full smoothing window
     hit = np.flatnonzero(f_sm[first:] >= level)
     if hit.size == 0:
