@@ -92,6 +92,19 @@ def test_the_lowest_total_reward_so_far_is_not_a_floor_while_its_groups_still_sp
     assert [f for f in diagnose(pinned) if f.rule == "reward_drop"]
 
 
+def test_a_short_log_without_a_logged_spread_is_never_pinned_at_its_floor() -> None:
+    """A format reward 0.25, 0.25, 0, 0 with no `/std` logged (trainer_state logs of older TRL): nothing says the
+    completions all score 0, and the log had not reached the reward's floor (-1.25 two logs later); no drop, live or
+    at the end. With its spread logged as 0 on those logs the same values are pinned at the floor."""
+    values = [0.25, 0.25, 0.0, 0.0]
+    bare = [{"step": i + 1, "rewards/fmt": v, "reward": v - 1.0, "entropy": 1.0} for i, v in enumerate(values)]
+    assert not [f for f in finding_history(bare) if f.rule == "reward_drop"]
+    spread = [dict(r, **{"rewards/fmt/std": 0.1 if r["step"] < 3 else 0.0}) for r in bare]
+    for r in spread:
+        r["rewards/fmt/mean"] = r.pop("rewards/fmt")
+    assert [f for f in diagnose(spread) if f.rule == "reward_drop"]
+
+
 def test_a_lucky_stretch_of_a_mostly_floor_reward_is_not_a_drop_at_any_length() -> None:
     """A penalty-like reward at its floor (-1.5) on most logs and +0.4..+1.9 on about a third of them, with one
     stretch of six high logs in nine: a mean of five such logs is far from normal (skewness ~0.9), and the normal

@@ -255,15 +255,17 @@ def _falls_clearly(ctx: Context, series: Series) -> bool:
 
 
 def _pinned_at_floor(ctx: Context, series: Series, lo: float) -> bool:
-    """The latest two values are the reward's floor with zero spread (its ``/std`` or ``reward_std`` exactly 0 when
-    one is logged): one log at the lowest value seen so far is where any noisy reward sits now and then."""
+    """The latest two values are the reward's floor with zero spread (its ``/std`` or ``reward_std`` logged, and 0):
+    one log at the lowest value seen so far is where any noisy reward sits now and then."""
     atol = ctx.t("flat_reward.std_atol")
     k = min(2, series.values.size - 1)
     if k < 1 or bool(np.any(series.values[-k:] > lo + atol)):
         return False
     std = _spread(ctx, series)
     std_values = std.values if std is not None else np.empty(0)
-    return std_values.size == 0 or bool(np.all(std_values[-k:] <= atol))
+    # Without a logged spread nothing says the reward is pinned there: two logs at the lowest value seen so far are
+    # what a reward whose floor the log has not reached yet shows too.
+    return std_values.size >= k and bool(np.all(std_values[-k:] <= atol))
 
 
 def check_reward_drop(ctx: Context) -> list[Finding]:
