@@ -107,6 +107,8 @@ def test_an_imported_run_offers_no_resume_and_says_why(page: Any, served: dict) 
     # A run the dashboard launched keeps its Resume control.
     page.goto(served["url"] + "?run=local-run&tab=detail")
     page.wait_for_function(f"() => ({text_of('#resume-note')}).includes('No checkpoints')")
+    page.locator("#detail-tools").get_by_text("Resume from a checkpoint, export metrics").click()  # folded
+    page.locator("#resume-btn").wait_for()
     assert page.locator("#resume-btn").is_visible()
 
 

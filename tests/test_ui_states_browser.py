@@ -545,3 +545,23 @@ def test_a_runs_link_opens_on_run_detail_without_mounting_the_new_run_form_first
     page.wait_for_selector("#compare-runs")
     assert page.evaluate("() => document.querySelector('#validate-btn') === null")
     assert not page.console_errors
+
+
+FULL_ABOVE_FOLD = """() => Array.from(document.querySelectorAll('#live-charts .grpo-panel')).filter(b => {
+  const r = b.getBoundingClientRect(); return r.width > 0 && r.top >= 0 && r.bottom <= window.innerHeight; }).length"""
+
+
+def test_the_full_apps_run_detail_shows_charts_first(page: Any, phone: Any, served: dict) -> None:
+    """Run detail in the full app: the charts come right under the run's status, three to a row at 1440x900 (a row
+    wholly above the fold), before health and the run's controls, whose checkpoint and export tools are folded; on a
+    phone the first chart is on the first screen."""
+    page.goto(served["url"] + "?run=done-run&tab=detail")
+    wait_status_and_health(page, "done-run")
+    assert page.evaluate(FULL_ABOVE_FOLD) >= 3
+    top = page.evaluate("s => document.querySelector(s).getBoundingClientRect().top", "#plot-reward")
+    for below in ("#detail-health", "#detail-tools", "#smoothing"):
+        assert page.evaluate("s => document.querySelector(s).getBoundingClientRect().top", below) > top, below
+    assert not page.locator("#export-btn").is_visible()  # folded
+    phone.goto(served["url"] + "?run=done-run&tab=detail")
+    phone.wait_for_function(f"() => ({POINTS})() >= 1")
+    assert phone.evaluate("() => document.querySelector('#plot-reward').getBoundingClientRect().top") < 844

@@ -64,7 +64,7 @@ def build_app(
         backends=backends,
     )
     with DashboardBlocks(title="GRPO Dashboard") as demo:
-        gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs")
+        gr.Markdown("## GRPO Dashboard · configure, launch and watch TRL GRPO runs", elem_id="app-title")
         who = auth.header(ctx)
         with gr.Tabs(selected="new", elem_id="main-tabs", overflow_behavior="wrap") as tabs:
             with gr.Tab("New run", id="new", elem_id="tab-new") as t_new:

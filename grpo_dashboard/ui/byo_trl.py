@@ -228,8 +228,9 @@ class ResumeParts:
 
 
 def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> ResumeParts:
-    """A Resume action (checkpoint picker) and an Export metrics download under the run selector."""
-    with gr.Row():
+    """A Resume action (checkpoint picker) and an Export metrics download, folded; the note on resuming (no
+    checkpoints, an imported run) stays in view."""
+    with gr.Accordion("Resume from a checkpoint, export metrics", open=False, elem_id="detail-tools"), gr.Row():
         checkpoint = gr.Dropdown([], label="Checkpoint", allow_custom_value=True, scale=1, elem_id="resume-ckpt")
         resume_btn = gr.Button("Resume run", scale=1, elem_id="resume-btn")
         fmt = gr.Dropdown(

@@ -251,9 +251,12 @@ def build(ctx: UiContext) -> DetailTab:
         elem_id="detail-light-link",
         js_on_load=None,
     )
-    resume_parts = byo_trl.detail_tools(ctx, run_dd)  # Resume from a checkpoint, Export metrics
-    with gr.Accordion("Health", open=True):
+    # Charts first: the chart tabs come right under the run's status; health, cost and the run's controls follow
+    # (the ones that are not read at a glance folded).
+    tabs_slot = gr.Column(elem_id="detail-tabs-slot")
+    with gr.Accordion("Health", open=True, elem_id="detail-health"):
         gr.HTML('<div id="live-findings"></div>', elem_id="detail-findings", js_on_load=None)
+    resume_parts = byo_trl.detail_tools(ctx, run_dd)  # folded: Resume from a checkpoint, Export metrics
     with gr.Accordion("Cost", open=False):
         with gr.Row():
             price = gr.Number(
@@ -266,15 +269,15 @@ def build(ctx: UiContext) -> DetailTab:
             )
             cost_md = gr.Markdown(elem_id="cost-rows")
     manage = manage_run.build(ctx, run_dd)
-    with gr.Tabs(elem_id="detail-tabs", overflow_behavior="wrap"):
+    with tabs_slot, gr.Tabs(elem_id="detail-tabs", overflow_behavior="wrap"):
         with gr.Tab("Charts", id="charts", elem_id="tab-charts"):
-            with gr.Row():
+            gr.HTML(charts_html(), elem_id="live-charts-box", js_on_load=None)
+            with gr.Row():  # under the charts: what is read comes first, how it is drawn after
                 smoothing = gr.Slider(
                     0.0, 0.99, value=0.6, step=0.01, label="Smoothing (EMA, debiased)", elem_id="smoothing"
                 )
                 log_y = gr.Checkbox(False, label="Log-scale y", elem_id="log-y")
                 xaxis = gr.Radio(list(charts.XAXES), value="step", label="x axis", elem_id="x-axis")
-            gr.HTML(charts_html(), elem_id="live-charts-box", js_on_load=None)
         with gr.Tab("Completions", id="completions", elem_id="tab-completions"):
             with gr.Row():
                 follow = gr.Checkbox(True, label="Follow the latest step", elem_id="samples-follow")
