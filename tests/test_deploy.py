@@ -112,6 +112,24 @@ def test_deploy_space_creates_and_uploads(hub: FakeHub, capsys: pytest.CaptureFi
     assert repo["commits"] == 2
 
 
+def test_a_deploy_is_one_commit_however_many_files(hub: FakeHub, tmp_path: Path) -> None:
+    """huggingface_hub's upload_folder commits a folder of more than 250 files in parts, and a Space rebuilds on each
+    part, starting once from half an app: the app plus 300 more example files still arrive in one commit."""
+    import shutil
+
+    app = tmp_path / "app"
+    for rel in deploy.deploy_files(REPO):
+        (app / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / rel, app / rel)
+    (app / "examples" / "many").mkdir(parents=True)
+    for i in range(300):
+        (app / "examples" / "many" / f"file_{i}.txt").write_text(f"{i}\n")
+    assert len(deploy.deploy_files(app)) > 500
+    deploy.deploy_space("me/many", token=TOKEN, endpoint=hub.url, folder=app)
+    repo = hub.repos["me/many"]
+    assert repo["commits"] == 1 and sorted(repo["files"]) == deploy.deploy_files(app)
+
+
 def test_deploy_space_errors_are_clear(hub: FakeHub, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["deploy-space", "not-a-repo-id"]) == 2
     assert "is not OWNER/NAME" in capsys.readouterr().err

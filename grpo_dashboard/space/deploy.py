@@ -2,8 +2,9 @@
 
 The repository's README.md starts with the Space's YAML front matter (`render_front_matter()` writes it,
 `front_matter_problems()` checks it against requirements.txt). `deploy_space` creates the Space
-(`create_repo(repo_type="space", space_sdk="gradio")`) and uploads the files the Space needs (`upload_folder` with
-`DEPLOY_FILES`, never tests, caches, run data or local settings), optionally mounting a Storage Bucket for the store.
+(`create_repo(repo_type="space", space_sdk="gradio")`) and uploads the files the Space needs in one commit
+(`create_commit` of `DEPLOY_FILES`, never tests, caches, run data or local settings), optionally mounting a Storage
+Bucket for the store.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def check_repo(folder: Path = PROJECT_ROOT) -> list[str]:
 
 
 def deploy_files(folder: Path = PROJECT_ROOT) -> list[str]:
-    """The paths (relative, sorted) that `deploy_space` uploads from `folder`: the same filter as upload_folder."""
+    """The paths (relative, sorted) that `deploy_space` uploads from `folder` (huggingface_hub's pattern filter)."""
     from huggingface_hub.utils import filter_repo_objects
 
     paths = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
@@ -156,7 +157,7 @@ def deploy_space(
             GRPO_DASHBOARD_DATA_DIR pointing into it, so runs survive restarts (applied when the Space is created).
         token: a token with write access to OWNER (default: the saved login).
     """
-    from huggingface_hub import HfApi, Volume
+    from huggingface_hub import CommitOperationAdd, HfApi, Volume
 
     problems = check_repo(folder)
     if problems:
@@ -170,12 +171,12 @@ def deploy_space(
             "space_variables": [{"key": "GRPO_DASHBOARD_DATA_DIR", "value": DATA_DIR_ON_SPACE}],
         }
     url = api.create_repo(repo_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True, **extra)
-    api.upload_folder(
+    # One commit, whatever the number of files: upload_folder splits a folder of more than 250 files into several
+    # commits, and the Space rebuilds on each, starting once from a half-uploaded app.
+    api.create_commit(
         repo_id=repo_id,
         repo_type="space",
-        folder_path=str(folder),
-        allow_patterns=DEPLOY_FILES,
-        ignore_patterns=DEPLOY_IGNORE,
+        operations=[CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(folder / p)) for p in deploy_files(folder)],
         commit_message="Deploy GRPO Dashboard",
     )
     return str(url)
