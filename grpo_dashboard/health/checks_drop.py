@@ -279,7 +279,8 @@ def check_reward_drop(ctx: Context) -> list[Finding]:
             findings.append(found)
     if not findings:
         reward = ctx.frame.get("reward")
-        found = (_drop(ctx, reward.finite()) or _decline(ctx, reward.finite())) if reward is not None else None
+        total = reward.finite() if reward is not None else None
+        found = (_drop(ctx, total) or _decline(ctx, total)) if total is not None else None
         if found:
             findings.append(found)
     return findings

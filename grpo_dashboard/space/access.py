@@ -111,6 +111,21 @@ def scrub_paths(text: Any) -> Any:
     return text
 
 
+def scrubbed(value: Any, token: str | None, paths: bool = True) -> Any:
+    """`value` with every text in it (string keys too) redacted of tokens and, with `paths`, of the server's paths;
+    lists, tuples and dicts are walked, anything else passes."""
+    if isinstance(value, str):
+        text = redact(value, token)
+        return scrub_paths(text) if paths else text
+    if isinstance(value, list):
+        return [scrubbed(v, token, paths) for v in value]
+    if isinstance(value, tuple):
+        return tuple(scrubbed(v, token, paths) for v in value)
+    if isinstance(value, dict):
+        return {scrubbed(k, token, paths): scrubbed(v, token, paths) for k, v in value.items()}
+    return value
+
+
 # --- who is asking -----------------------------------------------------------------------------------------------
 def _token_text(token: Any) -> str | None:
     value = getattr(token, "token", token)

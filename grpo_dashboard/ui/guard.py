@@ -78,18 +78,6 @@ def _user_key(user: access.User) -> str:
     return "anon:" + (forwarded or str(client or "?"))
 
 
-def _scrubbed(value: Any, token: str | None) -> Any:
-    if isinstance(value, str):
-        return access.scrub_paths(access.redact(value, token))
-    if isinstance(value, list):
-        return [_scrubbed(v, token) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_scrubbed(v, token) for v in value)
-    if isinstance(value, dict):
-        return {k: _scrubbed(v, token) for k, v in value.items()}
-    return value
-
-
 def _composed(fn: Callable[..., Any], pass_user: bool) -> tuple[inspect.Signature, dict[str, Any], str, str, int]:
     """The signature gradio sees, its type hints, the names of the profile and token parameters, and how many
     leading parameters are the gate's own (0 when `fn` declares the profile and token itself)."""
@@ -175,7 +163,7 @@ def gate(
                 exc.message = access.scrub_paths(access.redact(str(exc.message), user.token))
             raise
         check_named(name, result, getattr(handler, OUTPUTS_ATTR, None))
-        return _scrubbed(result, user.token) if on_space and scrub else result
+        return access.scrubbed(result, user.token) if on_space and scrub else result
 
     handler.__signature__ = signature  # type: ignore[attr-defined]
     handler.__annotations__ = hints

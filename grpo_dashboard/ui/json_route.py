@@ -13,18 +13,6 @@ from grpo_dashboard.errors import RunNotFound
 from grpo_dashboard.space import access
 
 
-def scrubbed(value: Any, token: str | None, on_space: bool) -> Any:
-    """`value` with each text (keys too) redacted of tokens, and on a Space of the server's paths."""
-    if isinstance(value, str):
-        text = access.redact(value, token)
-        return access.scrub_paths(text) if on_space else text
-    if isinstance(value, dict):
-        return {scrubbed(str(k), token, on_space): scrubbed(v, token, on_space) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [scrubbed(v, token, on_space) for v in value]
-    return value
-
-
 def install(
     app: Any,
     path: str,
@@ -47,7 +35,7 @@ def install(
             status, body = 403, {"error": str(exc)}
         except RunNotFound as exc:
             status, body = 404, {"error": str(exc)}
-        return status, scrubbed(body, user.token, ctx.settings.on_space)
+        return status, access.scrubbed(body, user.token, paths=ctx.settings.on_space)
 
     async def route(request: Any) -> Any:
         status, body = await asyncio.to_thread(respond, request)

@@ -34,16 +34,14 @@ def parse(params: Any) -> list[str]:
 def answer(runs: list[Any]) -> dict[str, Any]:
     """The answer for these (already authorized) runs."""
     frame = overview.spec_diff(runs)
-    return {"runs": [r.id for r in runs], "columns": list(frame.columns), "rows": frame.values.tolist()}
+    rows = [[str(v) for v in row] for row in frame.values.tolist()]
+    return {"runs": [r.id for r in runs], "columns": list(frame.columns), "rows": rows}
 
 
 def install(app: Any, ctx: Any, user_of_request: Any) -> None:
     """Add the route to the app (ahead of gradio's routes)."""
 
     def read(params: Any, user: access.User) -> dict[str, Any]:
-        runs = [access.get_run(ctx.store, run_id, user, ctx.settings) for run_id in parse(params)]
-        body = answer(runs)
-        body["rows"] = [[str(v) for v in row] for row in body["rows"]]
-        return body
+        return answer([access.get_run(ctx.store, run_id, user, ctx.settings) for run_id in parse(params)])
 
     json_route.install(app, PATH, ctx, user_of_request, read)

@@ -97,10 +97,13 @@
     Plotly.react(fig.gd, mine.concat(extra.map(t => Object.assign({}, t, { x: t.x.slice(), y: t.y.slice() }))),
                  layout, live().CONFIG);
     fig.data = fig.gd.data;
-    live().hideEmpty();
   }
 
-  function syncAll() { for (const pid of Object.keys(live().state.figs)) sync(pid); }
+  // After the panels changed: a panel this run never logged is shown while an overlaid run has lines on it.
+  function syncAll() {
+    for (const pid of Object.keys(live().state.figs)) sync(pid);
+    live().hideEmpty();
+  }
 
   function onSnapshot(run, msg) {
     const r = runs[run];
@@ -132,6 +135,7 @@
     }
     for (const [k, d] of Object.entries(series)) r.lens[k] = d.keep + d.step.length;
     for (const pid of touched) sync(pid);
+    if (touched.size) live().hideEmpty();
   }
 
   function connect(run) {
