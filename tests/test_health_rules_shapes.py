@@ -420,6 +420,28 @@ def test_a_real_spike_among_groups_of_2_is_still_caught() -> None:
     assert f.evidence["max_step"] == 101 and f.evidence["reference_median"] >= 0.1
 
 
+def _saturated(n: int, seed: int = 6) -> list[dict]:
+    """A run whose groups are mostly saturated (frac_reward_zero_std ~0.85, reward ~0.95): grad_norm scales with the
+    few groups that still have spread, 0.01-0.5 and jumpy against a near-zero median."""
+    rng = np.random.default_rng(seed)
+    frac = np.clip(rng.normal(0.85, 0.08, n), 0, 1)
+    grad = np.where(rng.random(n) < 0.5, 0.01, 0.3) * rng.lognormal(0, 0.5, n)
+    reward = np.clip(rng.normal(0.95, 0.02, n), 0, 1)
+    return healthy(n, grad_norm=grad, frac_reward_zero_std=frac, reward=reward, rewards__count_a__mean=reward)
+
+
+def test_gradient_spikes_of_a_few_hundred_on_a_saturated_run_are_caught_and_its_ordinary_jumps_are_not() -> None:
+    """On saturated stretches a relative jump is no spike (the few groups with spread set the norm), but a norm of a
+    few hundred, large in absolute terms and far above the run's typical level, is one."""
+    records = _saturated(200)
+    assert "grad_spike" not in rules(diagnose(records))
+    for i, g in ((120, 310.0), (150, 480.0)):
+        records[i]["grad_norm"] = g
+    f = only(diagnose(records), "grad_spike")
+    assert f.severity == "warning" and f.evidence["max_step"] == 151 and f.evidence["count"] == 2
+    assert "480" in f.message and f.step == 121
+
+
 def test_grad_spike_typical_level_is_the_median_of_every_earlier_block() -> None:
     """The run's typical grad_norm at each block start equals np.median of all earlier values (odd and even counts)."""
     from grpo_dashboard.health.checks_optimizer import _expanding_median

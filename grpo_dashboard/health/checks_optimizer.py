@@ -103,9 +103,13 @@ def check_grad_spike(ctx: Context) -> list[Finding]:
     med = np.maximum(med, floor)
     valid = (count >= ctx.t("grad_spike.min_history")) & (zero_share < zero_frac) & (med > 0)
     valid &= active >= ctx.t("grad_spike.min_active")
-    valid &= ~_saturated_reference(ctx, series.steps, int(ctx.t("grad_spike.history")))
+    saturated = _saturated_reference(ctx, series.steps, int(ctx.t("grad_spike.history")))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(valid, v / np.where(med > 0, med, 1.0), 0.0)
+        # Where most groups are saturated, a jump relative to the near-zero reference is the few groups that still
+        # have spread; a norm that is large in absolute terms too, and far above the run's typical level, is not.
+        huge = (v >= ctx.t("grad_spike.early_abs")) & (v >= ctx.t("grad_spike.ratio") * floor)
+    ratio = np.where(saturated & ~huge, 0.0, ratio)
     spikes = np.flatnonzero(ratio >= ctx.t("grad_spike.ratio"))
     if spikes.size == 0:
         return []

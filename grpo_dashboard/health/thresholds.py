@@ -215,7 +215,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold(
         "grad_spike.early_ratio", 100.0, "before a baseline: grad_norm this multiple of the smallest earlier log"
     ),
-    Threshold("grad_spike.early_abs", 100.0, "before a baseline: and at least this large (absolute test)"),
+    Threshold(
+        "grad_spike.early_abs",
+        100.0,
+        "before a baseline, or where groups are saturated: and at least this large (absolute test)",
+    ),
     # zero_gradient
     Threshold("zero_gradient.warn_frac", 0.5, "fraction of trailing logs with grad_norm exactly 0: warning", "TRL"),
     Threshold("zero_gradient.error_frac", 0.9, "... error"),
