@@ -20,9 +20,10 @@ from grpo_dashboard.errors import SpecError
 from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.spec import safe_yaml, trl_keys
 from grpo_dashboard.spec.jobfiles import rewards_module
+from grpo_dashboard.spec.run_spec import world_size
 from grpo_dashboard.spec.trl_export import export_trl
 from grpo_dashboard.spec.trl_import import import_trl
-from grpo_dashboard.spec.trl_parse import parse_with_trl, read_config
+from grpo_dashboard.spec.trl_parse import parse_with_trl, read_config, trl_check
 
 from .conftest import REPO
 from .test_trl_recipes import ALL, needs_recipes
@@ -84,6 +85,7 @@ def test_fork_recipes_import_first_try_validate_and_export_for_trls_parser(recip
     _, unknown, check = parse_with_trl(flat)
     assert set(unknown) <= set(trl_keys.LAUNCH_KEYS), unknown
     assert check is None, check
+    assert trl_check(flat, unknown, world_size=world_size(result.spec)) is None  # at the count it launches with
 
 
 def test_anchors_resolve_to_the_values_trl_reads() -> None:

@@ -14,10 +14,10 @@ import pytest
 from grpo_dashboard.errors import SpecError
 from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.spec import trl_keys
-from grpo_dashboard.spec.run_spec import LoraSpec, QuantizationSpec, RewardSpec, RunSpec
+from grpo_dashboard.spec.run_spec import LoraSpec, QuantizationSpec, RewardSpec, RunSpec, world_size
 from grpo_dashboard.spec.trl_export import export_trl
 from grpo_dashboard.spec.trl_import import import_trl
-from grpo_dashboard.spec.trl_parse import parse_with_trl, read_config
+from grpo_dashboard.spec.trl_parse import parse_with_trl, read_config, trl_check
 
 from .conftest import REPO, SMOKE_DATA
 
@@ -86,12 +86,10 @@ def test_every_published_recipe_imports_validates_exports_and_round_trips(recipe
 
     exported = _export_to(tmp_path, result.spec)
     flat, header = read_config(exported)
-    values, unknown, check = parse_with_trl(flat)
+    values, unknown, _ = parse_with_trl(flat)
     assert set(unknown) <= set(trl_keys.LAUNCH_KEYS), unknown  # all else is a key of TRL's grpo parser
-    if result.spec.backend.num_processes == 1:
-        assert check is None, check  # TRL's GRPOConfig/ModelConfig accept it (one process here)
-    else:
-        assert check is None or "divisible" in check  # TRL checks the batch with this machine's single process
+    # TRL's GRPOConfig/ModelConfig accept it at the process count the export launches (its batch checks need it).
+    assert trl_check(flat, unknown, world_size=world_size(result.spec)) is None
     dropped = {r.key for r in result.rows if r.action in ("dropped", "unsupported")}
     trl_known = {k for k in config if k not in dropped and k in values}
     assert {k for k in trl_known if k not in ("reward_funcs", "reward_weights", "use_peft")} <= set(flat) | {
@@ -100,6 +98,14 @@ def test_every_published_recipe_imports_validates_exports_and_round_trips(recipe
     }
     back = import_trl(exported)
     assert back.spec == result.spec
+
+
+def test_trls_own_check_counts_the_process_count_it_is_given() -> None:
+    """Groups of 8 from 4 prompts a device fit two processes, not one: TRL's batch check sees the count given."""
+    flat = {"model_name_or_path": "m", "per_device_train_batch_size": 4, "num_generations": 8}
+    assert "divisible" in (trl_check(flat, [], world_size=1) or "")
+    assert trl_check(flat, [], world_size=2) is None
+    assert "divisible" in (trl_check(flat, []) or "")  # this process alone, and the property is restored
 
 
 @needs_recipes

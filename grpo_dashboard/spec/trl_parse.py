@@ -115,17 +115,29 @@ def parse_with_trl(
     return values, unknown, trl_check({**config, **(check_overrides or {})}, unknown)
 
 
-def trl_check(config: dict[str, Any], unknown: list[str]) -> str | None:
-    """TRL's own construction of the config's dataclasses (`__post_init__` checks); None when it accepts it."""
+def trl_check(config: dict[str, Any], unknown: list[str], world_size: int | None = None) -> str | None:
+    """TRL's own construction of the config's dataclasses (`__post_init__` checks); None when it accepts it.
+
+    `world_size`: the process count the run has (its batch checks depend on it); None: this process's own (one,
+    outside a distributed launch)."""
     known = {k: v for k, v in config.items() if k not in unknown and k not in trl_keys.LAUNCH_KEYS}
     if not _has_gpu():
         known.update(use_cpu=True, bf16=False, tf32=None, fp16=False)
     parser = trl_parser()
     parser.set_defaults_with_config(**known)
+    import transformers
+
+    own = transformers.TrainingArguments.world_size
+    if world_size is not None:
+        # GRPOConfig.__post_init__ reads the count from TrainingArguments.world_size, which asks the running
+        # accelerate state; a check ahead of the launch has none, so the property is set for the check alone.
+        transformers.TrainingArguments.world_size = property(lambda _self: world_size)  # type: ignore[method-assign,assignment]
     try:
         parser.parse_args_into_dataclasses(args=[], return_remaining_strings=True)
     except (ValueError, TypeError) as exc:
         return str(exc)
+    finally:
+        transformers.TrainingArguments.world_size = own  # type: ignore[method-assign]
     return None
 
 
