@@ -11,13 +11,14 @@ import pytest
 
 from grpo_dashboard import cli
 from grpo_dashboard.errors import SpecError
-from grpo_dashboard.launch import backends, runs, vllm_server
+from grpo_dashboard.launch import backends, runs
 from grpo_dashboard.launch.runs import validate
 from grpo_dashboard.launch.slurm import commands as slurm_commands
 from grpo_dashboard.launch.slurm import script as slurm_script
 from grpo_dashboard.launch.slurm import text as slurm_text
 from grpo_dashboard.spec.run_spec import RunSpec
 from grpo_dashboard.spec.slurm_options import sbatch_options, time_seconds
+from grpo_dashboard.spec.vllm_serve import trl_command
 from grpo_dashboard.store.db import Run, Store
 
 from .conftest import SMOKE_DATA, smoke_dict
@@ -125,7 +126,7 @@ def test_server_node_serves_and_the_others_train(tmp_path: Path) -> None:
     assert plan is not None
     assert plan.server[:5] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--nodelist=@SERVER_NODES@"]
     assert plan.server[5:] == [
-        vllm_server.trl_command(),
+        trl_command(),
         "vllm-serve",
         "--model",
         "Qwen/Qwen2.5-0.5B",

@@ -1,6 +1,6 @@
-"""An export trains the same run: the smoke and math specs trained one step by the dashboard's job and by TRL's own
-`trl grpo --config <export>` (started from another directory, the spec's paths relative) see the same prompts, give
-the same rewards and log the same metric keys.
+"""An export trains the same run: the smoke and math specs trained two steps by the dashboard's job and by TRL's own
+`trl grpo --config <export>` (started from another directory, the spec's paths relative) see the same prompts on the
+first step, give the same rewards and log the same metric keys.
 
 Each reward call of both runs is recorded through GRPO_REWARD_TRACE (jobs/grpo_rewards.py), which both runs read
 from their environment: the job from the spec's backend.env, TRL from the exported recipe's `env`.
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.training
 
 TRL = Path(sys.executable).parent / "trl"
 ONE_STEP = {
-    "max_steps": 1,
+    "max_steps": 2,
     "per_device_train_batch_size": 8,
     "num_generations": 4,
     "max_completion_length": 8,

@@ -21,6 +21,7 @@ from grpo_dashboard.checks.model_shape import KNOWN
 from grpo_dashboard.launch import runs, vllm_server
 from grpo_dashboard.launch.local import checks as local_checks
 from grpo_dashboard.spec.run_spec import RunSpec
+from grpo_dashboard.spec.vllm_serve import training_gpus, trl_command
 
 from .conftest import SMOKE_DATA, free_port, processes_with, smoke_dict, wait_for
 
@@ -146,7 +147,7 @@ def test_local_plan_splits_the_gpus_and_runs_trl_vllm_serve(tmp_path: Path) -> N
     plan = vllm_server.local_plan(spec, tmp_path, ["train"], tmp_path / "metrics.jsonl", visible=4)
     assert plan.server_env == {"CUDA_VISIBLE_DEVICES": "2,3"} and plan.train_env == {"CUDA_VISIBLE_DEVICES": "0,1"}
     assert plan.server == [
-        vllm_server.trl_command(),
+        trl_command(),
         "vllm-serve",
         "--model",
         "Qwen/Qwen2.5-0.5B",
@@ -162,7 +163,7 @@ def test_local_plan_splits_the_gpus_and_runs_trl_vllm_serve(tmp_path: Path) -> N
         "8000",
     ]
     unlisted = server_spec(gpus=None, server_gpus=[0], num_processes=3)
-    assert vllm_server.training_gpus(unlisted, visible=4) == [1, 2, 3]
+    assert training_gpus(unlisted, visible=4) == [1, 2, 3]
 
 
 # --- the checks ---------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -141,8 +142,10 @@ def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = Non
     `job_export(spec, folder, write=...)` (launch/hf_jobs/export.export_job, passed in by the CLI) gives the HF Jobs
     folder and the `hf` commands that upload it and run the job; with -o the folder is written beside the recipe.
     """
+    from grpo_dashboard.spec.jobfiles import job_files
     from grpo_dashboard.spec.run_spec import RunSpec
     from grpo_dashboard.spec.trl_export import export_trl
+    from grpo_dashboard.spec.trl_prepare import job_copy
 
     p = argparse.ArgumentParser(
         prog="export-trl",
@@ -177,6 +180,12 @@ def export_trl_main(argv: list[str], job_export: Callable[..., Any] | None = Non
                 f"wrote {module} (reward_funcs import it; the recipe's env puts its folder on PYTHONPATH)",
                 file=sys.stderr,
             )
+        if export.rewards_module or export.prepare_script:
+            copy = job_copy(out)
+            copy.mkdir(exist_ok=True)
+            for source in job_files():
+                shutil.copy2(source, copy / source.name)
+            print(f"wrote {copy} (the job's modules they import)", file=sys.stderr)
         if export.prepare_script:
             _prepare(
                 out.parent / export.prepare_name,

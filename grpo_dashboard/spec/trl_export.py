@@ -27,7 +27,6 @@ import yaml
 
 from grpo_dashboard.errors import FieldError, SpecError
 from grpo_dashboard.spec import trl_keys
-from grpo_dashboard.spec.jobfiles import JOBS_DIR
 from grpo_dashboard.spec.run_spec import (
     BackendSpec,
     DatasetSpec,
@@ -40,6 +39,7 @@ from grpo_dashboard.spec.run_spec import (
 from grpo_dashboard.spec.trl_parse import HEADER
 from grpo_dashboard.spec.trl_prepare import (
     absolute_paths,
+    job_path_lines,
     needs_prepare,
     prepare_script,
     prepared_files,
@@ -47,6 +47,9 @@ from grpo_dashboard.spec.trl_prepare import (
     prepares_data,
 )
 from grpo_dashboard.spec.trl_rewards import GENERATED, TRL_REWARDS
+from grpo_dashboard.spec.vllm_serve import serve_command, training_gpus
+
+VLLM_DEFAULT_PORT = 8000  # GRPOConfig.vllm_server_port
 
 
 @dataclass
@@ -98,12 +101,22 @@ def export_trl(spec: RunSpec, recipe_path: str | Path = "recipe.yaml", base: Pat
         _dataset(spec.dataset, flat)
         _put(header, "dataset", _dataset_header(spec.dataset))
     templated = prepared and bool(spec.model.chat_template)
-    rewards_py = _rewards(spec, flat, module, own_trl=not templated)
+    rewards_py = _rewards(spec, flat, path, own_trl=not templated)
     header["rewards"] = [_plain(dataclasses.asdict(r)) for r in spec.rewards]
     flat.update(spec.training)
     if spec.output_dir:
         flat["output_dir"] = spec.output_dir
     _put(header, "backend", _backend(spec.backend, flat))
+    if spec.generation is not None:
+        # What the backends' served config sets (launch/vllm_server.write_served_config): TRL's default host is
+        # this machine's, the port is the spec's.
+        served = {"use_vllm": True, "vllm_mode": "server"}
+        if spec.generation.port != VLLM_DEFAULT_PORT:
+            served["vllm_server_port"] = spec.generation.port
+        added = [k for k, v in served.items() if spec.training.get(k) != v]
+        flat.update(served)
+        if added:
+            header["exported_training"] = added
     if rewards_py is not None and "PYTHONPATH" not in flat.get("env", {}):
         # TRL imports a dotted reward from the working directory; `trl grpo` sets `env` before it starts the script.
         flat.setdefault("env", {})["PYTHONPATH"] = str(path.resolve().parent)
@@ -234,9 +247,10 @@ def _dataset(d: DatasetSpec, flat: dict[str, Any]) -> None:
         flat["dataset_streaming"] = True
 
 
-def _rewards(spec: RunSpec, flat: dict[str, Any], module: str, own_trl: bool = True) -> str | None:
+def _rewards(spec: RunSpec, flat: dict[str, Any], path: Path, own_trl: bool = True) -> str | None:
     """`reward_funcs` / `reward_weights` into `flat`; the generated module's text (None without one). `own_trl`:
     TRL's own rewards by name (they read conversational completions: not for prompts prepared as templated text)."""
+    module = _module_name(path)
     funcs: list[str] = []
     generated: dict[str, dict[str, Any]] = {}
     for i, r in enumerate(spec.rewards):
@@ -274,8 +288,8 @@ def _rewards(spec: RunSpec, flat: dict[str, Any], module: str, own_trl: bool = T
     return (
         f"{GENERATED}: the rewards of spec {spec.name!r} for `trl grpo` (edit the spec, not this file).\n"
         f'"""Each name is one reward of the spec, built by the dashboard\'s job module grpo_rewards.py."""\n\n'
-        "import sys\n\n"
-        f"sys.path.insert(0, {str(JOBS_DIR)!r})\n"
+        "import sys\nfrom pathlib import Path\n\n"
+        f"{job_path_lines(path)}"
         "import grpo_rewards  # noqa: E402\n\n"
         f"REWARD_SPECS = {generated!r}\n"
         "for _attr, _r in REWARD_SPECS.items():\n"
@@ -313,7 +327,19 @@ def commands(spec: RunSpec, recipe: Path, prepare: str | None = None, rewards_mo
     accelerate = shlex.join([*launch, str(script), "--config", str(recipe)])
     if rewards_module:  # `accelerate launch` starts the script with the environment as it is: the module's folder
         accelerate = f"PYTHONPATH={shlex.quote(str(recipe.resolve().parent))} {accelerate}"
-    return {**out, "trl": f"trl grpo --config {shlex.quote(str(recipe))}", "accelerate": accelerate}
+    trl = f"trl grpo --config {shlex.quote(str(recipe))}"
+    g = spec.generation
+    if g is not None:
+        # Server mode: TRL's training only connects to a server; the backends start `trl vllm-serve` first and
+        # give the two their own GPUs, so whoever runs the export by hand must do the same.
+        serve = shlex.join(["trl", *serve_command(spec)[1:]])
+        if g.server_gpus:
+            gpus = ",".join(str(i) for i in training_gpus(spec, None) or [])
+            out["vllm"] = f"CUDA_VISIBLE_DEVICES={','.join(str(i) for i in g.server_gpus)} {serve} &"
+            trl, accelerate = f"CUDA_VISIBLE_DEVICES={gpus} {trl}", f"CUDA_VISIBLE_DEVICES={gpus} {accelerate}"
+        else:
+            out["vllm"] = f"{serve}  # on the server node; then set vllm_server_host to its address"
+    return {**out, "trl": trl, "accelerate": accelerate}
 
 
 class _Dumper(yaml.SafeDumper):

@@ -32,6 +32,8 @@ def apply_header(s: RunSpec, h: Mapping[str, Any] | None) -> Row | None:
             setattr(getattr(s, section), key, LoraSpec(**value) if key == "lora" else value)
     for key in h.get("exported_env") or []:  # what export-trl added for `trl grpo` (the module's folder)
         s.backend.env.pop(key, None)
+    for key in h.get("exported_training") or []:  # ... and for its vLLM server (the backends set them at launch)
+        s.training.pop(key, None)
     if "backend" in h or "health" in h:
         base = RunSpec.from_dict({"backend": h.get("backend", {}), "health": h.get("health", {})})
         base.backend.num_processes, base.backend.accelerate_config = (

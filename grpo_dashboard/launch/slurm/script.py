@@ -17,6 +17,7 @@ from grpo_dashboard.launch.logs import log_path
 from grpo_dashboard.spec.jobfiles import JOB_SCRIPT
 from grpo_dashboard.spec.run_spec import RunSpec, processes_per_node, server_nodes, training_nodes, world_size
 from grpo_dashboard.spec.slurm_options import sbatch_options
+from grpo_dashboard.spec.vllm_serve import serve_command
 from grpo_dashboard.store.db import Run
 
 BATCH_SCRIPT = "job.sbatch"
@@ -120,7 +121,7 @@ def batch_files(spec: RunSpec, run: Run) -> tuple[str, vllm_server.Plan | None]:
         f"--ntasks={served}",
         "--ntasks-per-node=1",
         "--nodelist=@SERVER_NODES@",
-        *vllm_server.serve_command(spec),
+        *serve_command(spec),
     ]
     train = [*train_step, "--nodelist=@TRAIN_NODES@", "bash", "-c", f"exec {launcher}"]
     plan = vllm_server.Plan(
