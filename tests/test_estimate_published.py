@@ -59,6 +59,27 @@ def test_fsdp_keeps_sixteen_bytes_per_parameter_sharded() -> None:
     assert states_gb(s, shape) == pytest.approx(16 * shape.params / 8 / GB, rel=1e-6)
 
 
+def _activations(s: RunSpec, shape: hardware.ModelShape) -> float:
+    parts = hardware.estimate_memory(shape, hardware.workload(s, shape, prompt_tokens=256)).parts
+    return next(v for k, v in parts.items() if k.startswith("activations")) * hardware.GIB
+
+
+def test_activations_are_counted_as_korthikanti_et_al_count_them() -> None:
+    """Korthikanti et al., 2022 (arXiv:2205.05198). Section 5: with full recomputation only each transformer layer's
+    input is kept, 2sbhL bytes in 16-bit, and one layer's activations are rebuilt at a time. Section 4.1, eq. (1): a
+    layer keeps sbh(34 + 5as/h) bytes, 11sbh + 5as^2b in attention, 19sbh in the MLP, 4sbh in the two norms. With
+    flash attention the 5as^2b score terms are not kept; without dropout the three sbh masks go; a SwiGLU MLP of
+    width i keeps its input (2sbh) and four sbi tensors (gate, up, activation, product: 8sbi) instead of the GeLU
+    MLP's 2sbh + 16sbh. That is 16sbh + 8sbi a layer."""
+    shape = KNOWN["qwen2.5-7b"]
+    s, b, h, i, layers = 256 + 1024, 2, shape.hidden, shape.intermediate, shape.layers
+    one_layer = (11 - 1) * s * b * h + 4 * s * b * h + 2 * s * b * h + 8 * s * b * i
+    recomputed = spec(per_device_train_batch_size=2, max_completion_length=1024)
+    assert _activations(recomputed, shape) == pytest.approx(2 * s * b * h * layers + one_layer, rel=1e-9)
+    kept = spec(per_device_train_batch_size=2, max_completion_length=1024, gradient_checkpointing=False)
+    assert _activations(kept, shape) == pytest.approx(one_layer * layers, rel=1e-9)
+
+
 def test_a_32b_model_on_8_gpus_under_zero3_is_near_the_top_of_the_card() -> None:
     """Issue 26's case: ZeRO-3 over 8 GPUs, batch 2, 256 + 1024 tokens. At 8 bytes per parameter the estimate said
     "fits, 40.8 GiB"; with 16 (Rajbhandari et al.) about 74 of an 80 GB card's 79 GiB is expected."""

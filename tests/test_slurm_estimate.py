@@ -47,7 +47,8 @@ def step(spec: RunSpec, flavor: hardware.Flavor = H100X4) -> hardware.TimeEstima
 
 def test_a_4xh100_zero3_run_lands_near_its_measured_45_to_60_s_per_step() -> None:
     t = step(countdown())
-    assert 45 / 3 <= t.step_s <= 60 * 3, t  # the same order of magnitude as the authors' timing (43 s here)
+    # philschmid.de/mini-deepseek-r1, the recipe's source: "a single step takes around 45-60s" on 4x H100; within 30 %
+    assert 45 * 0.7 <= t.step_s <= 60 * 1.3, t
     literal = countdown()  # the recipe's numbers read as today's TRL reads them: 1 completion per micro-batch
     literal.training.update(per_device_train_batch_size=1)
     del literal.training["steps_per_generation"]

@@ -12,7 +12,8 @@ at once per GPU (B × steps_per_generation), h / i / L / V = hidden size / MLP s
   LoRA         instead of the three above for the adapter (A = r·(9h + 2·kv·hd + 3i)·L parameters): frozen base
                P·w + 16 bytes per adapter parameter (fp32 weight, gradient, two moments)
   reference    P·w when beta > 0 without LoRA (TRL keeps a frozen copy; with LoRA the base model is the reference)
-  activations  B·T·L·2h·2 bytes with gradient checkpointing, plus one layer recomputed: B·T·(16h + 8i) bytes;
+  activations  B·T·L·h·2 bytes with gradient checkpointing (each layer's input), plus one layer recomputed:
+               B·T·(16h + 8i) bytes;
                B·T·L·(16h + 8i) bytes without checkpointing
   logits       3 · B·C·V·2 bytes (logits, the log-softmax kept for backward, its gradient)
   KV cache     G·T·L·2·kv·hd·2 bytes while generating with transformers
@@ -255,7 +256,7 @@ def estimate_memory(shape: ModelShape, w: Workload) -> MemoryEstimate:
     tokens = w.batch * (w.prompt + w.completion)
     layer = 16 * shape.hidden + 8 * shape.intermediate
     if w.checkpointing:
-        parts["activations (checkpointed)"] = tokens * (shape.layers * 2 * shape.hidden * 2 + layer)
+        parts["activations (checkpointed)"] = tokens * (shape.layers * shape.hidden * 2 + layer)
     else:
         parts["activations"] = tokens * shape.layers * layer
     parts["logits"] = 3 * w.batch * w.completion * shape.vocab * 2
