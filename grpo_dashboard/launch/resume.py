@@ -165,7 +165,7 @@ def _new_end(run: Run, spec: RunSpec, step: int, max_steps: int | None) -> int |
     if max_steps is not None:
         if not isinstance(max_steps, int) or max_steps <= step:
             raise ResumeError(
-                f"--max-steps {max_steps} must be more than the checkpoint's step {step}: the resumed job trains "
+                f"max_steps {max_steps} must be more than the checkpoint's step {step}: the resumed job trains "
                 f"from step {step + 1} up to it. Give a larger number."
             )
         return max_steps
@@ -174,8 +174,8 @@ def _new_end(run: Run, spec: RunSpec, step: int, max_steps: int | None) -> int |
         where = f"max_steps {old}" if old is not None else "the end of its epochs"
         raise ResumeError(
             f"Run {run.id} reached {where} (checkpoint at step {step}); resuming it as it is would train past "
-            f"that and write over its final model. Pass a new end, e.g. `--max-steps {step + (old or step)}`, "
-            "to train on from the checkpoint."
+            f"that and write over its final model. Give a new end to train on from the checkpoint: "
+            f"`--max-steps {step + (old or step)}`, or New max_steps in Run detail."
         )
     return None
 

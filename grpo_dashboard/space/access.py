@@ -621,22 +621,29 @@ def resume(
     checkpoint: int | str | None = None,
     settings: Settings | None = None,
     backends: Backends | None = None,
+    max_steps: int | None = None,
 ) -> Run:
     """Resume one of the user's runs (launch/resume.py) under the same rules as a launch: sign-in, the active-run
-    cap and the launch rate, one launch of a user at a time. Raises NotAllowed, RunNotFound or BackendError."""
+    cap and the launch rate, one launch of a user at a time. `max_steps`: a new end (a run that reached its end needs
+    one). Raises NotAllowed, RunNotFound or BackendError."""
     from grpo_dashboard.launch.resume import resume_run
 
     settings = settings or Settings.from_env()
     run = get_run(store, run_id, user, settings)
     check_user_may_launch(store, user, settings)
     if not settings.on_space:
-        return resume_run(store, run, checkpoint, token=user.token, backends=backends)
+        return resume_run(store, run, checkpoint, token=user.token, backends=backends, max_steps=max_steps)
     with _user_lock(str(user.username)):
         check_user_may_launch(store, user, settings)
         LIMITER.acquire(str(user.username), settings.launch_limit, settings.launch_window_s)
         try:
             return resume_run(
-                store, get_run(store, run_id, user, settings), checkpoint, token=user.token, backends=backends
+                store,
+                get_run(store, run_id, user, settings),
+                checkpoint,
+                token=user.token,
+                backends=backends,
+                max_steps=max_steps,
             )
         except BackendError as exc:
             raise BackendError(redact(str(exc), user.token)) from None

@@ -4,6 +4,7 @@ its metrics (Run detail), import a run made elsewhere and filter runs by tag (Ru
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 from dataclasses import dataclass
@@ -204,6 +205,26 @@ def export_file(ctx: UiContext, user: access.User, run_id: str | None, suffix: s
     return str(path)
 
 
+MAX_STEPS_LIMIT = 10**9
+
+
+def new_max_steps(value: Any) -> int | None:
+    """The New max_steps box as an int (None when empty); gr.Error naming the field for anything but a whole number
+    from 1 to MAX_STEPS_LIMIT."""
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number == int(number) and 1 <= number <= MAX_STEPS_LIMIT):
+        raise gr.Error(
+            f"New max_steps = {str(value)[:30]!r} is not a whole number from 1 to {MAX_STEPS_LIMIT:,}; give the step "
+            "the resumed run should end at, or leave it empty to keep the run's own."
+        )
+    return int(number)
+
+
 @dataclass
 class ResumeParts:
     """The Resume controls of Run detail."""
@@ -211,10 +232,11 @@ class ResumeParts:
     checkpoint: gr.Dropdown
     button: gr.Button
     note: gr.Markdown
+    max_steps: gr.Number
 
     def listed(self) -> list[gr.components.Component]:
         """The components, in output order."""
-        return [self.checkpoint, self.note, self.button]
+        return [self.checkpoint, self.note, self.button, self.max_steps]
 
     def updates(self, ctx: UiContext, run_id: str | None, user: access.User) -> dict[Any, Any]:
         """The controls for `run_id`: its checkpoints and note; none for a run the dashboard started no job of."""
@@ -224,6 +246,7 @@ class ResumeParts:
             self.checkpoint: gr.update(choices=steps, value=chosen, visible=shown),
             self.button: gr.update(visible=shown),
             self.note: text,
+            self.max_steps: gr.update(value=None, visible=shown),
         }
 
 
@@ -232,6 +255,15 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> ResumeParts:
     checkpoints, an imported run) stays in view."""
     with gr.Accordion("Resume from a checkpoint, export metrics", open=False, elem_id="detail-tools"), gr.Row():
         checkpoint = gr.Dropdown([], label="Checkpoint", allow_custom_value=True, scale=1, elem_id="resume-ckpt")
+        new_end = gr.Number(
+            None,
+            label="New max_steps",
+            info="needed to train on past the run's end",
+            precision=0,
+            minimum=1,
+            scale=1,
+            elem_id="resume-max-steps",
+        )
         resume_btn = gr.Button("Resume run", scale=1, elem_id="resume-btn")
         fmt = gr.Dropdown(
             [".csv", ".jsonl", ".parquet"], value=".csv", label="Metrics format", scale=1, elem_id="export-format"
@@ -240,7 +272,7 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> ResumeParts:
         download = gr.File(label="Metrics file", scale=2, elem_id="export-file")
     note = gr.Markdown(elem_id="resume-note")
 
-    parts = ResumeParts(checkpoint, resume_btn, note)
+    parts = ResumeParts(checkpoint, resume_btn, note, new_end)
 
     def choices(profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None) -> dict[Any, Any]:
         return parts.updates(ctx, run_id, user_of(ctx, profile, oauth))  # no Resume for an imported run
@@ -254,19 +286,24 @@ def detail_tools(ctx: UiContext, run_dd: gr.Dropdown) -> ResumeParts:
     )
 
     def resume(
-        profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None, step: str | None
+        profile: gr.OAuthProfile | None,
+        oauth: gr.OAuthToken | None,
+        run_id: str | None,
+        step: str | None,
+        end: float | None = None,
     ) -> str:
         user = user_of(ctx, profile, oauth)
         if not run_id:
             raise gr.Error("Select a run to resume.")
+        max_steps = new_max_steps(end)
         try:
-            run = access.resume(ctx.store, run_id, user, step or None, ctx.settings, ctx.backends)
+            run = access.resume(ctx.store, run_id, user, step or None, ctx.settings, ctx.backends, max_steps)
         except (RunNotFound, BackendError, access.NotAllowed) as exc:
             raise gr.Error(access.redact(str(exc), user.token)) from None
         return access.redact(overview.status_markdown(run) + f"\n\nResumed from step {run.last_step}.", user.token)
 
     resume_btn.click(
-        gate(ctx, "resume_run", resume, what="resume"), [run_dd, checkpoint], [note], api_name="resume_run"
+        gate(ctx, "resume_run", resume, what="resume"), [run_dd, checkpoint, new_end], [note], api_name="resume_run"
     )  # the live status follows
 
     # Not scrubbed by the gate: the answer is the file's path, which gradio reads to serve it (export_file's
