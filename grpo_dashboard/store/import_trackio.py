@@ -113,8 +113,8 @@ def _pick(runs: list[TrackioRun], run: str | None, label: str) -> TrackioRun:
         return (by_id or by_name)[-1]
     listed = ", ".join(f"{r.name} ({r.run_id})" for r in runs[:20])
     raise ImportRunError(
-        f"{label} has no run named or with the id {run!r}; its runs are: {listed}. Pass one with --run "
-        "(`import-run PATH --list-runs` lists them)."
+        f"{label} has no run named or with the id {run!r}; its runs are: {listed}. Give one of them (`--run` on "
+        "the command line, where `import-run PATH --list-runs` lists them; *trackio run* in the app)."
     )
 
 

@@ -157,12 +157,37 @@ def import_upload(
     owner: str | None = None,
     root: str | Path | None = None,
     limits: ImportLimits = LIMITS,
+    run_name: str | None = None,
 ) -> Run:
     """Import an uploaded file: copied into a private folder under a fixed name first (its own name is never part
     of a path or URI that is opened), read within `limits`, the copy deleted after. With `root` (on a Space:
-    gradio's upload folder) the upload must be a file inside it. Messages name it by its own file name."""
+    gradio's upload folder) the upload must be a file inside it. Messages name it by its own file name.
+    `run_name`: for a trackio project, which run (name or id; None: the latest)."""
     with private_copy(upload, root, limits) as (copy, label, stem):
-        return import_run(copy, store, name=stem, owner=owner, label=label, limits=limits, immutable=True)
+        return import_run(
+            copy, store, name=stem, run_name=run_name, owner=owner, label=label, limits=limits, immutable=True
+        )
+
+
+def other_trackio_runs(
+    path: str | Path, chosen: str | None, upload: bool = False, root: str | Path | None = None
+) -> list[import_trackio.TrackioRun]:
+    """The runs of the trackio project at `path` (an upload when `upload`, read through its private copy) other than
+    the one an import of `chosen` takes; [] for anything that is not a trackio project."""
+    if Path(path).suffix.lower() != ".db":
+        return []
+    try:
+        if upload:
+            with private_copy(path, root, LIMITS) as (copy, label, _):
+                runs = import_trackio.list_runs(copy, label, LIMITS)
+        else:
+            runs = trackio_runs(path)
+    except ImportRunError:
+        return []
+    if not runs:
+        return []
+    taken = runs[-1] if chosen is None else next((r for r in runs if chosen in (r.run_id, r.name)), None)
+    return [r for r in runs if r is not taken]
 
 
 def import_run(

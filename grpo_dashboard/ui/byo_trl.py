@@ -329,7 +329,7 @@ def runs_tools(ctx: UiContext) -> gr.Textbox:
     a Space, whose server paths are not the user's) a path on this machine, optionally followed while it is still
     being written (the CLI's `import-run PATH --follow`)."""
     from grpo_dashboard.store.follow import follow_in_background
-    from grpo_dashboard.store.importers import ImportRunError, import_run, import_upload
+    from grpo_dashboard.store.importers import ImportRunError, import_run, import_upload, other_trackio_runs
 
     local = not ctx.settings.on_space
     with gr.Row():
@@ -338,6 +338,11 @@ def runs_tools(ctx: UiContext) -> gr.Textbox:
             label="Import a run (trainer_state.json, TRL JSONL, trackio .db, W&B history .csv)",
             scale=3,
             elem_id="import-run-file",
+        )
+        trackio_run = gr.Textbox(
+            label="trackio run (name or id; empty: the latest)",
+            scale=1,
+            elem_id="import-run-trackio",
         )
         button = gr.Button("Import run", scale=1, elem_id="import-run-btn")
     with gr.Row(visible=local):
@@ -367,8 +372,10 @@ def runs_tools(ctx: UiContext) -> gr.Textbox:
         path: str | None = "",
         follow: bool | None = False,
         idle: float | None = 30.0,
+        which: str | None = None,
     ) -> str:
         user = user_of(ctx, profile, oauth)
+        chosen = (which or "").strip() or None
         space = ctx.settings.on_space
         if space and not user.username:
             raise gr.Error("Sign in to import runs: on this Space every run belongs to the user who made it.")
@@ -396,22 +403,28 @@ def runs_tools(ctx: UiContext) -> gr.Textbox:
                     f"Following **{started.name}** (`{started.id}`) live from `{path}`; it ends "
                     f"{float(idle):g} s after the source stops changing."
                 )
+            root = _upload_root() if space else None
+            source = Path(path) if path else Path(file if isinstance(file, str) else file.name)
             if path:
-                imported = import_run(path, ctx.store, owner=user.username)
+                imported = import_run(path, ctx.store, owner=user.username, run_name=chosen)
             else:
-                upload_file = Path(file if isinstance(file, str) else file.name)
-                imported = import_upload(
-                    upload_file, ctx.store, owner=user.username, root=_upload_root() if space else None
-                )
+                imported = import_upload(source, ctx.store, owner=user.username, root=root, run_name=chosen)
+            others = other_trackio_runs(source, chosen, upload=not path, root=root)
         except ImportRunError as exc:
             raise gr.Error(_shown(str(exc), space)) from None
-        return _shown(
-            f"Imported **{imported.name}** (`{imported.id}`, {imported.n_records} records, read-only).", space
-        )
+        text = f"Imported **{imported.name}** (`{imported.id}`, {imported.n_records} records, read-only)."
+        if others:
+            listed = ", ".join(f"`{r.name}` ({r.run_id})" for r in others[:20])
+            more = f" and {len(others) - 20} more" if len(others) > 20 else ""
+            text += (
+                f" The trackio project has {len(others) + 1} runs; the others: {listed}{more}. Give one in "
+                "*trackio run* to import it too."
+            )
+        return _shown(text, space)
 
     button.click(
         gate(ctx, "import_run", run, what="run import"),
-        [upload, path_box, follow_box, idle_box],
+        [upload, path_box, follow_box, idle_box, trackio_run],
         [note],
         api_name="import_run",
     )
