@@ -556,10 +556,14 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
     from grpo_dashboard.launch.runs import cancel
-    from grpo_dashboard.store.db import Store
+    from grpo_dashboard.store.db import TERMINAL, Store
 
     store = Store()
-    run = cancel(store, store.find_run(args.run), wait=not args.no_wait)
+    run = store.find_run(args.run)
+    if run.status in TERMINAL:
+        print(f"{run.id} already ended ({run.status}): nothing to cancel.", file=sys.stderr)
+        return EXIT_FAILED
+    run = cancel(store, run, wait=not args.no_wait)
     print(f"{run.id}: {run.status}" + ("" if run.status in ("canceled",) else " (cancel requested)"))
     return EXIT_OK
 

@@ -99,3 +99,11 @@ def test_doctor_takes_a_run_id_or_name(tmp_path: Path) -> None:
     ]
     missing = _cli("doctor", "no-such-run-or-file")
     assert missing.returncode == 2
+
+
+def test_cancel_of_a_run_that_already_ended_says_so_and_fails(tmp_path: Path) -> None:
+    store = Store()
+    _run(store, tmp_path, "done", time.time())
+    proc = _cli("cancel", "done")
+    assert proc.returncode == 1 and "already ended (completed): nothing to cancel" in proc.stderr, proc
+    assert store.get_run("done-id").status == "completed"

@@ -3,6 +3,7 @@ mixtures and streaming, job environment and secrets, tags, and the optional pack
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterator
@@ -57,6 +58,9 @@ def _shown(spec: RunSpec, field: str) -> Any:
     obj: Any = spec
     for part in field.split("."):
         obj = getattr(obj, part, None)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        # A section (model.lora, model.quantization): the settings it changes, as the user wrote them.
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) != f.default}
     return obj if isinstance(obj, (str, int, float, bool, type(None))) else "(set)"
 
 
