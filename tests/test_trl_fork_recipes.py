@@ -215,3 +215,30 @@ def test_the_published_code_recipe_keeps_its_main_reward() -> None:
         ("code", "open_r1_code", 1.0),
         ("format", "regex", 0.1),
     ]
+
+
+def test_bad_values_unknown_keys_and_rewards_are_all_refused_in_one_error(tmp_path: Path) -> None:
+    """TRL's parser stops at its first unreadable value; the import names every problem of the recipe at once: each
+    bad value, each unknown key (--strict) and the reward, and writes nothing. Numbers written as text still read."""
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\ndataset_name: trl-lib/x\nlearning_rate: abc\n"
+        "num_generations: many\nbf16: maybe\nbeta: 1e-3\nmy_fork_key: 3\nreward_funcs: [nonexistent_reward]\n"
+    )
+    with pytest.raises(SpecError) as err:
+        import_trl(recipe, strict=True)
+    fields = [e.field for e in err.value.errors]
+    assert sorted(fields) == ["bf16", "learning_rate", "my_fork_key", "num_generations", "reward_funcs"], fields
+    assert "must be a number" in str(err.value) and "true or false" in str(err.value)
+    with pytest.raises(SpecError) as lax:
+        import_trl(recipe)  # without --strict the unknown key is an ignored row, the rest still refused together
+    assert sorted(e.field for e in lax.value.errors) == ["bf16", "learning_rate", "num_generations", "reward_funcs"]
+    recipe.write_text(
+        recipe.read_text()
+        .replace("learning_rate: abc", "learning_rate: 3e-6")
+        .replace("num_generations: many\nbf16: maybe\n", "num_generations: '4'\n")
+        .replace("[nonexistent_reward]", "[accuracy_reward]")
+    )
+    spec = import_trl(recipe).spec
+    assert spec.training["learning_rate"] == 3e-6 and spec.training["beta"] == 1e-3
+    assert list(tmp_path.iterdir()) == [recipe]

@@ -7,6 +7,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec import trl_schema
 
 # Fields TRL accepts at construction but only checks inside the first training step, plus
@@ -73,3 +74,29 @@ def default(name: str) -> Any:
 def effective(training: dict[str, Any], name: str) -> Any:
     """The value a field will have: the user's, else TRL's default."""
     return training[name] if name in training else default(name)
+
+
+_TRUE, _FALSE = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")  # transformers' string_to_bool
+
+
+def value_errors(config: dict[str, Any]) -> list[FieldError]:
+    """Text values of GRPOConfig's number and switch fields that TRL's parser would refuse (it converts text with
+    float, int and string_to_bool), one error each."""
+    fields = grpo_fields()
+    errors = []
+    for key, value in config.items():
+        f = fields.get(key)
+        if f is None or not isinstance(value, str):
+            continue
+        kinds = set(f.types) - {type(None)}
+        if kinds == {bool}:
+            if value.lower() not in _TRUE + _FALSE:
+                errors.append(FieldError(key, value, "must be true or false: TRL's parser reads nothing else."))
+        elif kinds in ({int}, {float}, {int, float}):
+            kind = "a whole number" if kinds == {int} else "a number"
+            try:
+                (int if kinds == {int} else float)(value)
+            except ValueError:
+                example = f", e.g. {f.default!r} (TRL's default)" if f.default is not None else ""
+                errors.append(FieldError(key, value, f"must be {kind}{example}: TRL's parser reads nothing else."))
+    return errors

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_dashboard.errors import FieldError, SpecError
-from grpo_dashboard.spec import trl_import_infer, trl_keys
+from grpo_dashboard.spec import trl_fields, trl_import_infer, trl_keys
 from grpo_dashboard.spec.file_policy import files_for_check
 from grpo_dashboard.spec.run_spec import LoraSpec, QuantizationSpec, RewardSpec, RunSpec
 from grpo_dashboard.spec.trl_import_result import ImportResult, Row
@@ -78,6 +78,11 @@ def import_recipe(
                 )
             ]
         )
+    # TRL's parser stops at the first value it cannot read: those are reported with every other problem instead.
+    bad_values = trl_fields.value_errors(config)
+    if bad_values:
+        config = {k: v for k, v in config.items() if k not in {e.field for e in bad_values}}
+        recipe = dataclasses.replace(recipe, config=config)
     inline = files_for_check(config, recipe.on_space, recipe.base_dir)
     version, reason = (trl_version, "given with --trl-version") if trl_version else infer_version(config)
     parsed = (parse or parse_here)(config, inline)
@@ -92,8 +97,7 @@ def import_recipe(
         and k not in trl_keys.REWARD_PARAM_KEYS
         and k not in trl_keys.LAUNCH_KEYS
     ]
-    if strict and m.strange:
-        raise SpecError([m.unknown_key_error(k, strict=True) for k in m.strange])
+    refused = bad_values + ([m.unknown_key_error(k, strict=True) for k in m.strange] if strict else [])
     m.run(unknown, overrides or {})
     m.pin_defaults(version)
     header_row = trl_import_infer.apply_header(m.spec, header)
@@ -110,8 +114,8 @@ def import_recipe(
             trl_import_infer.infer_open_r1_chat(m.spec, m.open_r1()),
         )
         m.rows.extend(r for r in inferred if r is not None)
-    if m.errors:
-        raise SpecError(m.errors)
+    if refused or m.errors:
+        raise SpecError(refused + m.errors)
     return ImportResult(m.spec, m.rows, version, reason, check)
 
 
