@@ -282,3 +282,24 @@ def test_a_local_server_mode_run_starts_trl_vllm_serve_and_fails_with_its_reason
     plan = vllm_server.Plan.read(run_dir / vllm_server.PLAN)
     assert plan.server_env == {"CUDA_VISIBLE_DEVICES": "1"} and plan.train_env == {"CUDA_VISIBLE_DEVICES": "0"}
     assert processes_with(str(run_dir)) == []
+
+
+def test_a_real_model_on_a_machine_without_a_gpu_is_warned_before_it_trains_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No GPU and no use_cpu: the job would train a 0.5B model on the CPU; said as a warning naming the fix. A test
+    model, use_cpu: true, or a machine with GPUs says nothing."""
+    data = smoke_dict(Path("m"))
+    data["model"] = {"name_or_path": "Qwen/Qwen2.5-0.5B"}
+    data["training"].pop("use_cpu")
+
+    def warned(spec: dict[str, Any], visible: int | None) -> list[str]:
+        monkeypatch.setattr(local_checks, "gpu_count", lambda: visible)
+        report = runs.validate(RunSpec.from_dict(spec), SMOKE_DATA.parent)
+        return [w.message for w in report.warnings if w.field == "training.use_cpu"]
+
+    (message,) = warned(data, 0)
+    assert "shows no GPU" in message and "'Qwen/Qwen2.5-0.5B' on its CPU" in message and "use_cpu: true" in message
+    assert warned(data, 2) == [] and warned(data, None) == []
+    assert warned({**data, "training": {**data["training"], "use_cpu": True}}, 0) == []
+    assert warned({**data, "model": {"name_or_path": "m", "build_tiny": True}}, 0) == []

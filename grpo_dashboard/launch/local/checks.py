@@ -72,6 +72,25 @@ def _visible(inp: CheckInput) -> list[FieldError]:
     return []
 
 
+def _cpu_only(inp: CheckInput) -> list[FieldError]:
+    """A machine without a GPU trains on its CPU: said before a model that is not a test model is sent there."""
+    spec = inp.spec
+    if spec.training.get("use_cpu") or spec.model.build_tiny or spec.backend.gpus is not None:
+        return []
+    if _visible_gpus(inp) != 0:
+        return []
+    return [
+        FieldError(
+            "training.use_cpu",
+            spec.training.get("use_cpu"),
+            f"this machine shows no GPU, so the job would train {spec.model.name_or_path!r} on its CPU, which is "
+            "practical only for small test models. Run it where the GPUs are (backend.kind slurm or hf_jobs), or set "
+            "training.use_cpu: true to say you mean it.",
+            "warning",
+        )
+    ]
+
+
 def _generation(inp: CheckInput) -> list[FieldError]:
     return collected(lambda err, _: _check_generation(inp, err))
 
@@ -137,5 +156,6 @@ CHECKS: tuple[Check, ...] = (
     Check("local.gpus", ("backend.gpus", "backend.num_processes"), _gpus),
     Check("local.fsdp", ("backend.accelerate_config",), cluster_checks.fsdp_preset),
     Check("local.visible_gpus", ("backend.num_processes", "backend.gpus", "training.use_cpu"), _visible),
+    Check("local.cpu_only", ("training.use_cpu", "model.name_or_path", "model.build_tiny", "backend.gpus"), _cpu_only),
     Check("local.generation", ("generation", "backend.gpus", "backend.num_processes"), _generation),
 )
