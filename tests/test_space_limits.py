@@ -69,6 +69,21 @@ def test_a_token_a_job_prints_is_nowhere_at_rest(served: dict[str, Any], failed_
     assert leaks == []
 
 
+def test_resumes_new_max_steps_is_alices_own_and_bounded(
+    served: dict[str, Any], clients: dict[str, Client], failed_run: str
+) -> None:
+    """The New max_steps input on the Space: bob cannot resume alice's run with it (answered as a missing run), and
+    a value that is no whole step count is refused naming the field; no job is submitted either way."""
+    hub, store = served["hub"], served["store"]
+    jobs_before = len(hub.jobs)
+    with pytest.raises(Exception) as bob:
+        clients["bob"].predict(failed_run, "2", 50, api_name="/resume_run")
+    assert f"No run {failed_run!r} among your runs (signed in as bob)" in str(bob.value)
+    with pytest.raises(Exception, match="New max_steps"):
+        clients["alice"].predict(failed_run, "2", 1e12, api_name="/resume_run")
+    assert len(hub.jobs) == jobs_before and store.get_run(failed_run).status == "failed"
+
+
 def test_resume_obeys_the_active_run_cap(served: dict[str, Any], clients: dict[str, Client], failed_run: str) -> None:
     store, hub = served["store"], served["hub"]
     lines = [
