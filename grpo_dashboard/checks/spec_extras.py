@@ -14,7 +14,7 @@ from grpo_dashboard.checks.named import Check, CheckInput
 from grpo_dashboard.checks.spec_paths import HUB_ID, resolve
 from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec.job_deps import missing_locally
-from grpo_dashboard.spec.run_spec import HF_JOBS, LOCAL, SLURM, RunSpec
+from grpo_dashboard.spec.run_spec import HF_JOBS, LOCAL, SLURM, RunSpec, changed_fields
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_LIKE = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|_KEY$|CREDENTIAL", re.I)
@@ -59,8 +59,7 @@ def _shown(spec: RunSpec, field: str) -> Any:
     for part in field.split("."):
         obj = getattr(obj, part, None)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        # A section (model.lora, model.quantization): the settings it changes, as the user wrote them.
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) != f.default}
+        return changed_fields(obj)  # a section (model.lora, model.quantization): what it sets
     return obj if isinstance(obj, (str, int, float, bool, type(None))) else "(set)"
 
 

@@ -331,6 +331,13 @@ def _dump(data: dict[str, Any]) -> str:
     return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
+def changed_fields(section: Any) -> dict[str, Any]:
+    """A spec section (LoraSpec, GenerationSpec, ...) as the settings it changes from its defaults, as spec YAML
+    writes them: what a message quotes for a whole section."""
+    out = _to_dict(section)
+    return out if isinstance(out, dict) else {}
+
+
 def _to_dict(obj: Any, keep_defaults: bool = False) -> Any:
     if dataclasses.is_dataclass(obj):
         out: dict[str, Any] = {}

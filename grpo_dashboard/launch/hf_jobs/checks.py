@@ -14,6 +14,7 @@ from grpo_dashboard.checks.named import Check, CheckInput
 from grpo_dashboard.checks.spec_paths import resolve as _resolve
 from grpo_dashboard.errors import FieldError
 from grpo_dashboard.spec.flavors import BUILTIN_FLAVORS, Flavor
+from grpo_dashboard.spec.run_spec import changed_fields
 
 
 def _flavor(inp: CheckInput) -> Flavor | None:
@@ -23,14 +24,10 @@ def _flavor(inp: CheckInput) -> Flavor | None:
 def _generation(inp: CheckInput) -> list[FieldError]:
     if inp.spec.generation is None:
         return []
-    import dataclasses
-
-    g = inp.spec.generation
-    shown = {f.name: getattr(g, f.name) for f in dataclasses.fields(g) if getattr(g, f.name) != f.default}
     return [
         FieldError(
             "generation",
-            shown or {},
+            changed_fields(inp.spec.generation),
             "(a vLLM server the backend starts) is not supported on hf_jobs (one container, no second process to "
             "serve). Remove the generation section and use vllm_mode: colocate there, or run on local / slurm.",
         )
