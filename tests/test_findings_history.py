@@ -84,6 +84,37 @@ def test_a_finding_that_stops_firing_is_shown_resolved_with_when() -> None:
     assert trunc.to_dict()["status"] == "resolved"
 
 
+def _clipping(levels: list[tuple[int, float]]) -> list[dict]:
+    out, step = [], 0
+    rng = np.random.default_rng(2)
+    for logs, level in levels:
+        for _ in range(logs):
+            step += 1
+            clip = level + rng.normal(0, 0.005)
+            out.append({"step": step, "reward": 0.3 + 0.001 * step, "clip_ratio/region_mean": clip})
+    return out
+
+
+def test_a_return_inside_the_margin_does_not_resolve_and_one_past_it_does() -> None:
+    config = {"num_iterations": 4}
+    # Clipping at 0.35 (warning above 0.25), then 0.235 for 40 logs: under the threshold, inside its 15 % margin.
+    hover = _clipping([(20, 0.02), (15, 0.35), (40, 0.235)])
+    shown = by_rule(finding_history(hover, config))["clip_high"]
+    assert shown.status == "active" and shown.evidence["held"] and "Still shown" in shown.message
+    assert [e["event"] for e in shown.evidence["events"]] == ["raised"]
+    # Without the margin the same numbers resolve it.
+    bare = by_rule(finding_history(hover, config, thresholds={"hysteresis.margin": 0}))["clip_high"]
+    assert bare.status == "resolved"
+    # A return past the margin resolves it, after the resolve dwell.
+    back = by_rule(finding_history(_clipping([(20, 0.02), (15, 0.35), (40, 0.15)]), config))["clip_high"]
+    assert back.status == "resolved" and 35 < back.resolved_step <= 45
+
+
+def test_the_margin_is_validated() -> None:
+    with pytest.raises(ValueError, match=r"hysteresis.margin must be below 1.*got 1.0"):
+        finding_history(records(10), thresholds={"hysteresis.margin": 1})
+
+
 def test_the_cut_points_depend_only_on_the_log() -> None:
     steps = np.arange(1, 1001)
     cuts = cut_steps(steps)

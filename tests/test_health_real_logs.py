@@ -32,10 +32,6 @@ OPEN_DISAGREEMENTS: dict[str, str] = {}
 # showed (benchmarks/doctor_real_logs.py listed them as "shown live after a record ... FORBIDDEN"); the record now
 # keeps them, so the label check sees them.
 SHARED_OPEN_DISAGREEMENTS: dict[str, str] = {
-    "Nithin2311__grpo-machine-unlearning__train_run4.jsonl": (
-        "length_collapse warning on steps 10-17: mean length 105 -> 8-37 tokens for 6 logs in a row, then back to "
-        "60-95; labelled forbidden (noise of a swinging length), a sustained fall by the numbers"
-    ),
     "ijinyu1113__Learned-Remasking-Policy-for-dLLM__pretrained_checkpoints-checkpoint-2000.jsonl": (
         "reward_drop warning at steps 328-352 of a healthy noisy run (a 1/16-quantised reward at 0.06 for 16 logs "
         "after 0.23): 4.2 standard errors of its scatter, labelled forbidden"

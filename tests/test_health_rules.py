@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grpo_dashboard.health import DEFAULT_THRESHOLDS, RULE_IDS, Finding, diagnose, resolve_thresholds
+from grpo_dashboard.health import DEFAULT_THRESHOLDS, RULE_IDS, Finding, diagnose, finding_history, resolve_thresholds
+from grpo_dashboard.health.series import lattice_count
 
 
 def healthy(n: int = 100, seed: int = 0, **metrics: Any) -> list[dict[str, Any]]:
@@ -416,6 +417,45 @@ def test_length_collapse_negative_and_empty_completions_error() -> None:
     n = 40
     empty = only(diagnose(healthy(n, completions__mean_length=ramp(n, 50, 1.0, 20))), "length_collapse")
     assert empty.severity == "error"
+
+
+def test_lattice_count_reads_groups_per_log() -> None:
+    rng = np.random.default_rng(3)
+    assert lattice_count(rng.integers(0, 9, 30) / 8) == 8
+    assert lattice_count(np.round(rng.integers(0, 4, 30) / 3, 4)) == 3  # printed with 4 digits
+    assert lattice_count(rng.integers(0, 2, 30).astype(float)) == 1
+    assert lattice_count(np.zeros(30)) is None  # never saturated: says nothing
+    assert lattice_count(rng.random(30)) is None
+    assert lattice_count(np.array([0.0, 1.0, 0.5])) is None  # too few logs
+
+
+def _one_prompt_per_log(groups: int) -> list[dict[str, Any]]:
+    """A run whose first logs happened to draw long-answer prompts: mean lengths of 4 completions, 105 and 100 tokens,
+    then prompts answered in 8-37 tokens for eleven logs, then the run's usual 10-120 swing around 45."""
+    rng = np.random.default_rng(11)
+    lengths = [105.0, 100.0, 50.0, 80.0, 17.0, 27.0, 26.0, 19.0, 36.0, 8.0, 37.0, 28.0, 22.0, 15.0, 15.0]
+    lengths += list(np.clip(rng.normal(48, 25, 45), 10, 120))
+    n = len(lengths)
+    frac = rng.integers(0, groups + 1, n) / groups if groups > 1 else (rng.random(n) < 0.3).astype(float)
+    return healthy(n, completions__mean_length=np.array(lengths), frac_reward_zero_std=frac)
+
+
+def test_length_collapse_needs_a_baseline_of_enough_prompts() -> None:
+    # One prompt's group per log (frac_reward_zero_std only 0 or 1): four logs are four prompts, not a level.
+    shown = [f for f in finding_history(_one_prompt_per_log(1)) if f.rule == "length_collapse"]
+    assert not [f for f in shown if f.severity != "info" or f.evidence.get("peak_severity")], shown
+    # The same lengths averaged over 8 groups a log are a fall of 32 prompts against 32: it is shown.
+    shown = [f for f in finding_history(_one_prompt_per_log(8)) if f.rule == "length_collapse"]
+    assert [f for f in shown if "warning" in (f.severity, f.evidence.get("peak_severity"))], shown
+    # A real collapse of a one-prompt run is still caught: a few tokens on every log of the persistence window.
+    records = _one_prompt_per_log(1)[:10]
+    for rec, tokens in zip(records[4:], (4.0, 3.0, 3.0, 2.0, 2.0, 2.0), strict=True):
+        rec["completions/mean_length"] = tokens
+    assert only(diagnose(records), "length_collapse").severity == "error"
+    # One prompt answered in 3 tokens after prompts answered at length is that prompt, not a collapse.
+    for rec, tokens in zip(records[4:], (30.0, 20.0, 25.0, 18.0, 30.0, 3.0), strict=True):
+        rec["completions/mean_length"] = tokens
+    assert "length_collapse" not in rules(diagnose(records), "warning")
 
 
 def test_length_drift_warning_without_reward_gain_and_info_with_it() -> None:

@@ -69,11 +69,15 @@ def check_length_collapse(ctx: Context) -> list[Finding]:
     severity, run = judge_state(n - nb, persist, persist, warn, None, extreme, extreme_severity=WARNING)
     if severity is None:
         return []
-    if nb < 3:
-        # A baseline of one or two logs is itself noise: only an unmistakable state counts (a few tokens, or a
-        # tenth of what the first logs wrote).
+    groups = ctx.groups_per_log()
+    if nb < 3 or (groups is not None and nb * groups < ctx.t("length_collapse.baseline_groups")):
+        # A baseline of one or two logs, or of a few prompts (a record of one prompt's group measures the prompt as
+        # much as the policy), is itself noise: only an unmistakable state counts, a few tokens or a tenth of what
+        # the first logs wrote, on every log since the baseline up to the persistence window (one short prompt's
+        # group is not a state).
         few = ctx.t("length_collapse.few_tokens")
-        if not (v[-1] <= few or v[-1] <= ctx.t("length_collapse.thin_baseline_ratio") * base):
+        recent = v[max(nb, n - persist) :]
+        if not np.all((recent <= few) | (recent <= ctx.t("length_collapse.thin_baseline_ratio") * base)):
             return []
     start = extend_onset(post & (v < ratio * base), n - run, s)
     onset = int(length.steps[start])

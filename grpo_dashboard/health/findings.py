@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .series import MetricFrame, baseline_count, fmt, short_required, trailing_streak
+from .series import MetricFrame, baseline_count, fmt, lattice_count, short_required, trailing_streak
 
 INFO, WARNING, ERROR = "info", "warning", "error"
 SEVERITY_RANK = {INFO: 0, WARNING: 1, ERROR: 2}
@@ -223,6 +223,13 @@ class Context:
     def smooth_n(self, n: int) -> int:
         """Trailing-mean window for an ``n``-point series: never more than a third of it, so short logs stay raw."""
         return max(1, min(int(self.t("smooth.window")), n // 3))
+
+    def groups_per_log(self) -> int | None:
+        """How many prompt groups each logged record averages over, read from the lattice of its
+        ``frac_reward_zero_std`` values (a share of G groups is a multiple of 1/G); None when the log does not say.
+        A record of one prompt's group measures that prompt as much as the policy."""
+        frac = self.frame.get("frac_reward_zero_std")
+        return None if frac is None else lattice_count(frac.values)
 
 
 def make_finding(

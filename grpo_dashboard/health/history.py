@@ -38,7 +38,7 @@ import numpy as np
 from .findings import SEVERITY_RANK, Finding, is_rule_failure, order_key
 from .rules import RULES, Rule, diagnose, in_segment
 from .series import MetricFrame
-from .thresholds import RULE_IDS
+from .thresholds import HELD_RULES, RULE_IDS, held_thresholds, resolve_thresholds
 
 DENSE_CUTS = 32
 PER_OCTAVE = 32
@@ -209,11 +209,49 @@ class HistoryReplay:
                     break
                 if self.committed is not None and seg > self.committed[0]:
                     self._finish_runs(frame, seg)
-                now = diagnose(frame.segment_upto(seg, step), self.config, self.thresholds, rules=self.rules)
-                self._merge(now, step, quick=position[seg] < QUICK_CUTS, segment=seg)
+                upto = frame.segment_upto(seg, step)
+                now = diagnose(upto, self.config, self.thresholds, rules=self.rules)
+                self._merge(now + self._held(upto, now, seg), step, quick=position[seg] < QUICK_CUTS, segment=seg)
                 self.committed = (seg, step)
                 self.cuts += 1
         return cuts
+
+    def _held(self, frame: MetricFrame, now: list[Finding], segment: int) -> list[Finding]:
+        """Shown findings of this run that ``now`` lacks but whose rule still fires with the held thresholds (the
+        margin around each threshold): they count as still seen, at no more than their shown severity, so a return
+        just past a threshold does not start their resolution."""
+        current = {finding_key(f) for f in now}
+        failed = {f.rule for f in now if is_rule_failure(f)}
+        missing = {
+            key: track
+            for key, track in self.state.tracks.items()
+            if key not in current
+            and track.shown.status == "active"
+            and key[3] - 1 >= segment
+            and not key[2]
+            and key[0] in HELD_RULES
+            and key[0] in self.rules
+            and key[0] not in failed
+        }
+        if not missing:
+            return []
+        resolved = resolve_thresholds(self.thresholds)
+        if not resolved["hysteresis.margin"]:
+            return []
+        rules = {key[0]: self.rules[key[0]] for key in missing}
+        out = []
+        for f in diagnose(frame, self.config, held_thresholds(resolved), rules=rules):
+            track = missing.get(finding_key(f))
+            if track is None:
+                continue
+            shown = track.shown.severity
+            severity = f.severity if SEVERITY_RANK[f.severity] <= SEVERITY_RANK[shown] else shown
+            note = (
+                f" (Still shown: its rule fires with its thresholds moved {resolved['hysteresis.margin']:.0%} toward "
+                "healthy, the margin a return must clear before the finding resolves.)"
+            )
+            out.append(replace(f, severity=severity, message=f.message + note, evidence={**f.evidence, "held": True}))
+        return out
 
     def _provisional(self, frame: MetricFrame | None) -> list[Finding]:
         """What the log as it is now shows that the record does not hold yet (pending its dwell, or seen after the

@@ -333,6 +333,24 @@ def baseline_count(n: int, window: int, fraction: float) -> int:
     return max(1, min(int(window), int(n * fraction)))
 
 
+def lattice_count(values: np.ndarray, largest: int = 64, min_logs: int = 8) -> int | None:
+    """The smallest ``k`` such that every value is a multiple of ``1/k``: how many groups a logged fraction such as
+    ``frac_reward_zero_std`` was averaged over. None when too few values say (fewer than ``min_logs``, or a share
+    that never left 0 or 1 often enough to tell one group from several that always agreed)."""
+    finite = values[np.isfinite(values)]
+    if finite.size < min_logs or np.any((finite < 0) | (finite > 1)):
+        return None
+    inner = finite[(finite > 0) & (finite < 1)]
+    if inner.size == 0:
+        # Only 0 and 1: one group per log, unless every group always agreed; both ends seen twice or more.
+        return 1 if min(int(np.sum(finite == 0)), int(np.sum(finite == 1))) >= 2 else None
+    for k in range(2, largest + 1):
+        scaled = inner * k
+        if np.all(np.abs(scaled - np.round(scaled)) <= 1e-4 * k):
+            return k
+    return None
+
+
 def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
     """Mean of the last ``window`` points at each index (fewer at the start); never looks ahead."""
     window = max(1, int(window))

@@ -68,6 +68,12 @@ THRESHOLDS: tuple[Threshold, ...] = (
         "baseline.fraction", 0.25, "the baseline never uses more than this fraction of the points logged so far"
     ),
     Threshold("smooth.window", 5, "trailing-mean window used by the noisy state rules (never centred)"),
+    Threshold(
+        "hysteresis.margin",
+        0.15,
+        "a shown finding is not resolved while its rule still fires with its HELD thresholds moved this share toward "
+        "healthy (0 = no margin)",
+    ),
     # nan
     Threshold(
         "nan.min_count", 1, "non-finite/None values of loss, grad_norm, entropy, kl, reward before firing", "W&B"
@@ -125,8 +131,13 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("length_collapse.extreme_ratio", 0.2, "raw mean length below this fraction: unmistakable"),
     Threshold("length_collapse.persist", 3, "logs the condition must hold"),
     Threshold("length_collapse.empty_tokens", 2.0, "mean length at or below this many tokens is an error"),
-    Threshold("length_collapse.few_tokens", 5.0, "baseline under 3 logs: fires only at or below this many tokens"),
+    Threshold("length_collapse.few_tokens", 5.0, "thin baseline: fires only at or below this many tokens"),
     Threshold("length_collapse.thin_baseline_ratio", 0.1, "... or below this fraction of the baseline"),
+    Threshold(
+        "length_collapse.baseline_groups",
+        8,
+        "fewest prompt groups (logs x groups per log) a baseline needs before a fall that is not unmistakable counts",
+    ),
     # length_drift
     Threshold("length_drift.ratio", 0.3, "|smoothed mean length / baseline - 1| above this", "PTT"),
     Threshold("length_drift.persist", 10, "logs the drift must hold"),
@@ -275,6 +286,32 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("async_staleness.near", 0.75, "sample/staleness_mean at or above this share of max_staleness"),
 )
 
+# The thresholds at which a rule's warning starts, by the side it fires on: +1 above, -1 below. While a finding is
+# shown, the live record judges its return against these moved ``hysteresis.margin`` toward healthy
+# (``held_thresholds``): a statistic that hovers at its threshold neither resolves nor reopens at each crossing.
+HELD: dict[str, int] = {
+    "zero_variance.warn": 1,
+    "entropy_collapse.warn_ratio": -1,
+    "entropy_blowup.ratio": 1,
+    "truncation.warn": 1,
+    "length_collapse.ratio": -1,
+    "length_drift.ratio": 1,
+    "reward_drop.frac": 1,
+    "reward_length_corr.info_corr": 1,
+    "kl_spike.ratio": 1,
+    "kl_high.drift_ratio": 1,
+    "kl_outpaces_reward.ratio": 1,
+    "clip_high.warn": 1,
+    "zero_gradient.warn_frac": 1,
+    "plateau.min_gain": -1,
+    "plateau.t_stat": -1,
+    "tool_failures.warn": 1,
+    "tool_use_collapse.ratio": -1,
+    "turn_limit.warn": 1,
+    "malformed_tool_calls.warn": 1,
+}
+HELD_RULES: frozenset[str] = frozenset(key.split(".", 1)[0] for key in HELD)
+
 DEFAULT_THRESHOLDS: dict[str, float | int | bool] = {t.key: t.default for t in THRESHOLDS}
 DEFAULT_THRESHOLDS.update({f"{rule}.enabled": True for rule in RULE_IDS})
 
@@ -296,7 +333,22 @@ def resolve_thresholds(overrides: Mapping[str, Any] | None = None) -> dict[str, 
             hint = f"; did you mean {', '.join(near)}?" if near else "; see docs/health.md for the list"
             raise ThresholdError(f"unknown health threshold {key!r}{hint}")
         merged[key] = _coerce(key, value, DEFAULT_THRESHOLDS[key])
+    if not merged["hysteresis.margin"] < 1:
+        raise ThresholdError(
+            f"health threshold hysteresis.margin must be below 1 (a share of each held threshold; 0 turns the margin "
+            f"off), got {merged['hysteresis.margin']!r}"
+        )
     return merged
+
+
+def held_thresholds(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """``resolved`` thresholds with each ``HELD`` one moved ``hysteresis.margin`` of its value toward healthy: what a
+    shown finding's rule is judged by before the finding may resolve."""
+    margin = float(resolved["hysteresis.margin"])
+    out = dict(resolved)
+    for key, side in HELD.items():
+        out[key] = float(resolved[key]) * (1.0 - side * margin)
+    return out
 
 
 def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
