@@ -278,6 +278,7 @@ def test_cancel_and_delete_ask_first(page: Any, served: dict) -> None:
     tags.fill("ablation, keep-me")
     page.locator("#tags-btn").click()
     page.wait_for_function(has_text("#manage-message", "Tags of"))
+    assert "keep-me" in page.locator("#manage-message").inner_text()  # the picker's refresh left the typed tags alone
     assert RunSpec.from_yaml(store.get_run("to-cancel").spec_yaml).tags[-2:] == ["ablation", "keep-me"]
     page.once("dialog", lambda d: d.dismiss())
     page.locator("#delete-btn").click()

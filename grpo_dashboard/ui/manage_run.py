@@ -122,16 +122,25 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
         message = gr.Markdown(elem_id="manage-message")
         # set by Delete: the picker's move to another run that follows keeps the "Deleted …" message on screen
         just_deleted = gr.State(False)
+        # the run the boxes were filled for: the picker refreshing its choices (a status change) re-sends the same
+        # run, and refilling then would wipe what the user is typing
+        filled_for = gr.State(None)
 
     def fill(
-        profile: gr.OAuthProfile | None, oauth: gr.OAuthToken | None, run_id: str | None, deleted: bool = False
+        profile: gr.OAuthProfile | None,
+        oauth: gr.OAuthToken | None,
+        run_id: str | None,
+        deleted: bool = False,
+        filled: str | None = None,
     ) -> dict[Any, Any]:
+        if run_id and run_id == filled and not deleted:
+            return {name: gr.skip(), note: gr.skip(), tags: gr.skip(), message: gr.skip(), just_deleted: False}
         user = user_of(ctx, profile, oauth)
         try:
             run = access.get_run(ctx.store, run_id, user, ctx.settings) if run_id else None
         except RunNotFound:
             run = None
-        shown = {message: gr.skip() if deleted else "", just_deleted: False}
+        shown = {message: gr.skip() if deleted else "", just_deleted: False, filled_for: run_id}
         if run is None:
             return {name: "", note: "", tags: "", **shown}
         labels = ", ".join(run_labels.run_tags(run))
@@ -139,8 +148,8 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
 
     run_dd.change(
         gate(ctx, "manage_fill", fill),
-        [run_dd, just_deleted],
-        [name, note, tags, message, just_deleted],
+        [run_dd, just_deleted, filled_for],
+        [name, note, tags, message, just_deleted, filled_for],
         show_progress="hidden",
         queue=False,
         api_visibility="private",
