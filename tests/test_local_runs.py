@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grpo_dashboard.health import load_log_frame
 from grpo_dashboard.launch.local import process as local_process
 from grpo_dashboard.launch.runs import cancel, launch, metrics_path, refresh, wait
 from grpo_dashboard.spec.run_spec import RunSpec
@@ -82,6 +83,13 @@ def test_smoke_run_end_to_end_through_the_cli(tiny_model: Path, tmp_path: Path) 
     shown = cli("show", run.id)
     assert "completed" in shown.stdout and "100/100" in shown.stdout
     assert (Path(run.run_dir) / "run.yaml").is_file() and (Path(run.run_dir) / "job.log").is_file()
+    # The job's console output, as TRL printed it, reads as the same log (the doctor on a nohup.out / Slurm .out)
+    # (printed with 4 significant digits, as strings)
+    console, hints = load_log_frame(Path(run.run_dir) / "job.log")
+    logged, _ = load_log_frame(metrics_path(run))
+    assert hints["format"] == "console" and console.get("reward").steps.tolist() == list(range(1, 101))
+    for key in ("reward", "entropy", "completions/mean_length", "grad_norm"):
+        assert console.get(key).values == pytest.approx(logged.get(key).values, rel=1e-3, abs=1e-12), key
     assert (Path(run.output_dir) / "model.safetensors").is_file()
     assert [e["event"] for e in store.events(run.id)] == ["starting", "started", "finished"]
     # The job's own system samples (one per log on CPU) reach the store and the System chart, against time

@@ -1,4 +1,5 @@
-"""Read GRPO training logs from disk: trainer_state.json, checkpoint/output dirs, our metrics.jsonl, plain JSONL.
+"""Read GRPO training logs from disk: trainer_state.json, checkpoint/output dirs, our metrics.jsonl, plain JSONL,
+and a run's console output (``console_log``: TRL's printed log dicts, verl's step lines).
 
 Files are parsed record by record into per-metric float arrays, so a 100,000-step log never exists as a list of
 dicts unless a caller asks for one with ``load_log_records``.
@@ -13,6 +14,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
+from .console_log import iter_console, looks_like_console
 from .series import ColumnBuilder, MetricFrame, record_step
 
 try:  # orjson (a gradio dependency) parses 3x faster; it rejects NaN/Infinity, which json then handles
@@ -24,10 +26,12 @@ _LOG_HISTORY = re.compile(rb'"log_history"\s*:\s*\[')
 _BLOCK = 1 << 20
 _STATE_HINTS = ("max_steps", "logging_steps", "train_batch_size", "num_train_epochs", "global_step", "eval_steps")
 _SNIFF_BYTES = 65536
+# Console output of a run (nohup, Slurm, a pasted log): TRL's printed log dicts or verl's step lines.
+CONSOLE_SUFFIXES = (".log", ".txt", ".out", ".err")
 
 
 def resolve_log_path(path: str | Path) -> tuple[Path, str]:
-    """Find the log file behind ``path`` and its kind (``"json"`` or ``"jsonl"``).
+    """Find the log file behind ``path`` and its kind (``"json"``, ``"jsonl"`` or ``"console"``: printed output).
 
     A directory is searched for ``metrics.jsonl`` (our run dir), then ``trainer_state.json`` (a checkpoint), then
     the newest ``checkpoint-*/trainer_state.json`` (an output dir).
@@ -67,6 +71,8 @@ def resolve_log_path(path: str | Path) -> tuple[Path, str]:
             return p, "jsonl"
     except (ValueError, UnicodeDecodeError):
         pass
+    if not _LOG_HISTORY.search(head) and (p.suffix in CONSOLE_SUFFIXES or looks_like_console(head)):
+        return p, "console"
     return p, "json"
 
 
@@ -85,6 +91,8 @@ def iter_log_records(path: str | Path, hints: dict[str, Any]) -> Iterator[tuple[
     hints.setdefault("source", str(file))
     if kind == "jsonl":
         yield from _iter_jsonl(file, hints)
+    elif kind == "console":
+        yield from iter_console(file, hints)
     else:
         yield from _iter_trainer_state(file, hints)
 

@@ -19,12 +19,41 @@ _META_KEYS = frozenset({"step", "global_step", "_step", "_timestamp", "_runtime"
 _CHUNK = 4096
 
 
+# verl's names for what TRL logs (its GRPO updates the actor over several mini-batches per rollout, so its clip
+# fraction is the off-policy clip ratio). actor/ppo_kl is the old-to-new policy KL, not the reference KL: not mapped.
+VERL_KEYS = {
+    "critic/score/mean": "reward",
+    "actor/entropy": "entropy",
+    "actor/entropy_loss": "entropy",  # older verl: the mean entropy itself, logged under the loss term's name
+    "actor/kl_loss": "kl",
+    "actor/pg_clipfrac": "clip_ratio/region_mean",
+    "actor/grad_norm": "grad_norm",
+    "actor/pg_loss": "loss",
+    "actor/lr": "learning_rate",
+    "response_length/mean": "completions/mean_length",
+    "response_length/max": "completions/max_length",
+    "response_length/min": "completions/min_length",
+    "response_length/clip_ratio": "completions/clipped_ratio",
+}
+# Validation scores per data source: newer verl's core metric (mean@N over N samples) and older verl's test score.
+_VERL_VAL = re.compile(r"^val-core/(.+)/[^/]+/mean@\d+$|^val/test_score/(.+)$")
+
+
 def normalize_key(key: str) -> str:
-    """Map tracker spellings onto TRL's: ``train/reward`` -> ``reward``, ``eval/reward`` -> ``eval_reward``."""
+    """Map tracker and framework spellings onto TRL's: ``train/reward`` -> ``reward``, ``eval/reward`` ->
+    ``eval_reward``; verl's ``critic/score/mean`` -> ``reward``, ``actor/pg_clipfrac`` -> ``clip_ratio/region_mean``,
+    its validation ``val-core/<source>/acc/mean@4`` -> ``eval_rewards/<source>/mean`` (``VERL_KEYS``)."""
     if key.startswith("train/"):
         return key[6:]
     if key.startswith("eval/"):
         return "eval_" + key[5:]
+    mapped = VERL_KEYS.get(key)
+    if mapped is not None:
+        return mapped
+    if key.startswith("val"):
+        m = _VERL_VAL.match(key)
+        if m is not None:
+            return f"eval_rewards/{m.group(1) or m.group(2)}/mean"
     return key
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from grpo_dashboard.spec import file_policy
 from grpo_dashboard.store import temp_area
 
-SUFFIXES = (".db", ".csv", ".jsonl", ".json", ".log", ".txt")  # what an uploaded run can be
+SUFFIXES = (".db", ".csv", ".jsonl", ".json", ".log", ".txt", ".out")  # what an uploaded run can be
 
 
 class ImportRunError(ValueError):
@@ -134,8 +134,8 @@ def upload_name(name: str) -> tuple[str, str]:
     if suffix not in SUFFIXES:
         raise ImportRunError(
             f"{name!r} is not a file this import reads (its name ends in {suffix or 'nothing'}); "
-            f"upload a trainer_state.json, a TRL .jsonl log, a trackio .db or a W&B history .csv "
-            f"({', '.join(SUFFIXES)})."
+            "upload a trainer_state.json, a TRL .jsonl log, a run's console output (.log/.out/.txt), a trackio .db "
+            f"or a W&B history .csv ({', '.join(SUFFIXES)})."
         )
     fixed = "trainer_state.json" if name == "trainer_state.json" else f"upload{suffix}"
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(name).stem).strip("-.") or "imported"

@@ -1,6 +1,7 @@
 """Runs made elsewhere, into the store as read-only `imported` runs: a trainer_state.json or checkpoint/output
-directory, a TRL JSONL log, a trackio project (its local SQLite database), a TensorBoard event directory, or a W&B
-run's exported history (CSV or JSONL with `_step`).
+directory, a TRL JSONL log, a run's console output (TRL's printed log dicts or verl's step lines), a trackio
+project (its local SQLite database), a TensorBoard event directory, or a W&B run's exported history (CSV or JSONL
+with `_step`).
 
 Each source is converted to the job line protocol (metrics.jsonl in the run's directory) and ingested like a live
 run, so Runs, Compare, the doctor and export-metrics treat it as any other run. The source is only read; a source
@@ -53,8 +54,8 @@ def detect(
     if not p.exists():
         raise ImportRunError(
             f"{label} does not exist. Give a trainer_state.json, a checkpoint or output directory, "
-            "a TRL JSONL log, a trackio project .db, a TensorBoard log directory or a W&B history "
-            "export (.csv/.jsonl)."
+            "a TRL JSONL log, a console log (.log/.out/.txt), a trackio project .db, a TensorBoard log directory or a "
+            "W&B history export (.csv/.jsonl)."
         )
     budget = Budget(label, limits)
     if p.is_file():
@@ -78,12 +79,12 @@ def _trl_log(p: Path, budget: Budget) -> Source:
     from grpo_dashboard.health.loaders import load_log_records, resolve_log_path
 
     try:
-        file, _ = resolve_log_path(p)
+        file, log_kind = resolve_log_path(p)
         check_size(file, budget.label, budget.limits)
         records, hints = load_log_records(p)
     except ValueError as exc:
         raise ImportRunError(f"{budget.label} cannot be imported: {_named(str(exc), p, budget.label)}.") from None
-    kind = "trainer_state" if file.name == "trainer_state.json" else "jsonl"
+    kind = "trainer_state" if file.name == "trainer_state.json" else "console" if log_kind == "console" else "jsonl"
     rows: list[Row] = []
     for r in records:
         metrics = {k: v for k, v in r.items() if k != "step"}

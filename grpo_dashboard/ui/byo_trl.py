@@ -335,7 +335,7 @@ def runs_tools(ctx: UiContext) -> gr.Textbox:
     with gr.Row():
         tag = gr.Textbox(label="Only runs with this tag (or group:NAME)", scale=2, elem_id="runs-tag")
         upload = gr.File(
-            label="Import a run (trainer_state.json, TRL JSONL, trackio .db, W&B history .csv)",
+            label="Import a run (trainer_state.json, TRL JSONL, console .log/.out, trackio .db, W&B history .csv)",
             scale=3,
             elem_id="import-run-file",
         )
