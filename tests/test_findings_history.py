@@ -110,6 +110,18 @@ def test_a_return_inside_the_margin_does_not_resolve_and_one_past_it_does() -> N
     assert back.status == "resolved" and 35 < back.resolved_step <= 45
 
 
+def test_a_demotion_needs_the_return_past_the_margin_too() -> None:
+    config = {"num_iterations": 4}
+    # Clipping at 0.45 (error above 0.4), then 0.37: under the error threshold, inside its margin (0.34).
+    hover = _clipping([(20, 0.02), (15, 0.45), (40, 0.37)])
+    shown = by_rule(finding_history(hover, config))["clip_high"]
+    assert shown.severity == "error" and shown.status == "active" and "Still shown at error" in shown.message
+    bare = by_rule(finding_history(hover, config, thresholds={"hysteresis.margin": 0}))["clip_high"]
+    assert bare.severity == "warning" and bare.evidence["events"][-1]["event"] == "demoted"
+    past = by_rule(finding_history(_clipping([(20, 0.02), (15, 0.45), (40, 0.3)]), config))["clip_high"]
+    assert past.severity == "warning" and past.evidence["peak_severity"] == "error"
+
+
 def test_the_margin_is_validated() -> None:
     with pytest.raises(ValueError, match=r"hysteresis.margin must be below 1.*got 1.0"):
         finding_history(records(10), thresholds={"hysteresis.margin": 1})

@@ -211,47 +211,53 @@ class HistoryReplay:
                     self._finish_runs(frame, seg)
                 upto = frame.segment_upto(seg, step)
                 now = diagnose(upto, self.config, self.thresholds, rules=self.rules)
-                self._merge(now + self._held(upto, now, seg), step, quick=position[seg] < QUICK_CUTS, segment=seg)
+                self._merge(self._held(upto, now, seg), step, quick=position[seg] < QUICK_CUTS, segment=seg)
                 self.committed = (seg, step)
                 self.cuts += 1
         return cuts
 
     def _held(self, frame: MetricFrame, now: list[Finding], segment: int) -> list[Finding]:
-        """Shown findings of this run that ``now`` lacks but whose rule still fires with the held thresholds (the
-        margin around each threshold): they count as still seen, at no more than their shown severity, so a return
-        just past a threshold does not start their resolution."""
-        current = {finding_key(f) for f in now}
+        """``now`` with the margin around each threshold applied to this run's shown findings: one that ``now`` lacks,
+        or holds at a lower severity than shown, is judged again with the held thresholds (each moved
+        ``hysteresis.margin`` toward healthy); what that still finds counts as seen, at no more than the shown
+        severity, so a return just past a threshold starts neither a resolution nor a demotion."""
+        current = {finding_key(f): f for f in now}
         failed = {f.rule for f in now if is_rule_failure(f)}
-        missing = {
+        weaker = {
             key: track
             for key, track in self.state.tracks.items()
-            if key not in current
-            and track.shown.status == "active"
+            if track.shown.status == "active"
             and key[3] - 1 >= segment
             and not key[2]
             and key[0] in HELD_RULES
             and key[0] in self.rules
             and key[0] not in failed
+            and (key not in current or SEVERITY_RANK[current[key].severity] < SEVERITY_RANK[track.shown.severity])
         }
-        if not missing:
-            return []
+        if not weaker:
+            return now
         resolved = resolve_thresholds(self.thresholds)
-        if not resolved["hysteresis.margin"]:
-            return []
-        rules = {key[0]: self.rules[key[0]] for key in missing}
-        out = []
+        margin = float(resolved["hysteresis.margin"])
+        if not margin:
+            return now
+        rules = {key[0]: self.rules[key[0]] for key in weaker}
+        held: dict[Key, Finding] = {}
         for f in diagnose(frame, self.config, held_thresholds(resolved), rules=rules):
-            track = missing.get(finding_key(f))
+            key = finding_key(f)
+            track = weaker.get(key)
             if track is None:
                 continue
             shown = track.shown.severity
+            below = current.get(key)
+            if SEVERITY_RANK[f.severity] <= (SEVERITY_RANK[below.severity] if below is not None else -1):
+                continue  # the margin holds nothing more than the plain thresholds already do
             severity = f.severity if SEVERITY_RANK[f.severity] <= SEVERITY_RANK[shown] else shown
             note = (
-                f" (Still shown: its rule fires with its thresholds moved {resolved['hysteresis.margin']:.0%} toward "
-                "healthy, the margin a return must clear before the finding resolves.)"
+                f" (Still shown at {severity}: its rule finds this with its thresholds moved {margin:.0%} toward "
+                "healthy, the margin a return must clear before the finding resolves or is demoted.)"
             )
-            out.append(replace(f, severity=severity, message=f.message + note, evidence={**f.evidence, "held": True}))
-        return out
+            held[key] = replace(f, severity=severity, message=f.message + note, evidence={**f.evidence, "held": True})
+        return [held.pop(finding_key(f), f) for f in now] + list(held.values())
 
     def _provisional(self, frame: MetricFrame | None) -> list[Finding]:
         """What the log as it is now shows that the record does not hold yet (pending its dwell, or seen after the

@@ -286,26 +286,34 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("async_staleness.near", 0.75, "sample/staleness_mean at or above this share of max_staleness"),
 )
 
-# The thresholds at which a rule's warning starts, by the side it fires on: +1 above, -1 below. While a finding is
-# shown, the live record judges its return against these moved ``hysteresis.margin`` toward healthy
-# (``held_thresholds``): a statistic that hovers at its threshold neither resolves nor reopens at each crossing.
+# The thresholds at which a rule's warning or error starts, by the side it fires on: +1 above, -1 below. While a
+# finding is shown, the live record judges its return against these moved ``hysteresis.margin`` toward healthy
+# (``held_thresholds``): a statistic that hovers at a threshold neither resolves nor is demoted at each crossing.
 HELD: dict[str, int] = {
     "zero_variance.warn": 1,
+    "zero_variance.error": 1,
     "entropy_collapse.warn_ratio": -1,
+    "entropy_collapse.error_ratio": -1,
     "entropy_blowup.ratio": 1,
     "truncation.warn": 1,
+    "truncation.error": 1,
     "length_collapse.ratio": -1,
     "length_drift.ratio": 1,
     "reward_drop.frac": 1,
+    "reward_drop.error_frac": 1,
     "reward_length_corr.info_corr": 1,
     "kl_spike.ratio": 1,
+    "kl_spike.error_ratio": 1,
     "kl_high.drift_ratio": 1,
     "kl_outpaces_reward.ratio": 1,
     "clip_high.warn": 1,
+    "clip_high.error": 1,
     "zero_gradient.warn_frac": 1,
+    "zero_gradient.error_frac": 1,
     "plateau.min_gain": -1,
     "plateau.t_stat": -1,
     "tool_failures.warn": 1,
+    "tool_failures.error": 1,
     "tool_use_collapse.ratio": -1,
     "turn_limit.warn": 1,
     "malformed_tool_calls.warn": 1,
