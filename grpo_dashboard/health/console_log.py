@@ -29,8 +29,8 @@ _PAIR = re.compile(rf"'([^'\\]{{1,200}})': (?:'({_NUM})'|({_NUM}))(?=[,}}])")
 _BAR = re.compile(r"(?<!\d)(\d{1,9})/(\d{1,9}) \[")
 _VERL_STEP = re.compile(r"(?:^|[\s)|])step:(\d{1,12}) - ")
 _KV = re.compile(
-    r"(?:^|(?<=\s))([A-Za-z_][\w/.@+\-]*(?:\([\w.+\-]{1,16}\))?):"
-    r"(?:np\.\w{1,16}\(([^()]{1,40})\)|([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf))(?=\s|$)"
+    rf"(?:^|(?<=\s))([A-Za-z_][\w/.@+\-]{{0,200}}(?:\([\w.+\-]{{1,16}}\))?):(?:np\.\w{{1,16}}\(([^()]{{1,40}})\)|({_NUM}))"
+    r"(?=\s|$)"
 )
 # An evaluation's dict (TRL's eval_*, verl's validation "val-core/..." printed before training as a dict).
 _EVAL_PREFIXES = ("eval_", "val-", "val/")
