@@ -232,3 +232,31 @@ def test_a_monotone_logged_metric_is_the_x_axis(tmp_path: Path) -> None:
         "reward"
     ]
     assert not traces and "not logged as a growing metric" in layout["annotations"][0]["text"]
+
+
+def test_a_verl_console_log_imports_with_its_keys_on_trl_panels_and_the_doctor(tmp_path: Path) -> None:
+    """verl's step lines keep verl's names in the store; the panels and the doctor read them as the TRL metrics
+    they are (score as reward, pg_clipfrac as the clip ratio)."""
+    from grpo_dashboard.health import diagnose
+    from grpo_dashboard.views import charts
+    from grpo_dashboard.views.run_data import metric_frame
+
+    log = tmp_path / "slurm-42.out"
+    lines = [
+        f"(TaskRunner pid=9) step:{s} - actor/pg_clipfrac:np.float64({0.02 if s <= 20 else 0.35}) - "
+        f"actor/entropy:0.8 - critic/score/mean:{0.2 + s / 100} - timing_s/step:30.0"
+        for s in range(1, 41)
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    store = Store()
+    run = import_run(log, store)
+    _assert_imported(store, run.id, "console")
+    assert _steps(store, run.id, "critic/score/mean")[:2] == [(1, pytest.approx(0.21)), (2, pytest.approx(0.22))]
+    panels = charts.group_metrics(store.metric_keys(run.id))
+    assert panels["reward"] == ["critic/score/mean"] and panels["clip"] == ["actor/pg_clipfrac"]
+    assert panels["entropy"] == ["actor/entropy"] and "timing_s/step" in panels["other"] and not panels["log_metric"]
+    specs = charts.run_specs(store, run.id, charts.ChartOptions(smoothing=0), None, None, run.started_at, ())
+    drawn = {t["meta"]["s"]: t for t in specs["reward"][0]}
+    assert drawn["train|critic/score/mean"]["y"].tolist() == pytest.approx([0.2 + s / 100 for s in range(1, 41)])
+    found = {f.rule: f for f in diagnose(metric_frame(store, run.id))}
+    assert found["clip_high"].severity == "warning" and found["clip_high"].step == 21

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from grpo_dashboard.health.series import normalize_key
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.store.series import SYSTEM_SPLIT, SeriesArrays
 from grpo_dashboard.views import display, system_panel
@@ -101,6 +102,9 @@ _EXACT = {
 }
 _AGENT_SHARES = frozenset({"agent/turn_limit_ratio", "agent/malformed_ratio", "agent/repeated_failure_ratio"})
 _ASYNC_PREFIXES = ("sample/", "batch/", "perf/")
+# verl's own metric groups (an imported verl run): not a reward function's log_metric
+_VERL_PREFIXES: tuple[str, ...] = ("actor/", "critic/", "val-core/", "val-aux/", "timing_s/", "timing_per_token_ms/")
+_VERL_PREFIXES += ("global_seqlen/", "response_length/", "prompt_length/", "training/", "rollout_corr/")
 # Names TRL's GRPOTrainer logs itself (any other name is a reward function's log_metric).
 _TRL_PREFIXES = (
     "rewards/",
@@ -160,6 +164,11 @@ def panel_of(key: str) -> str | None:
     """The panel a train metric belongs to, or None for summaries and reward std (drawn as the reward band)."""
     if key in SUMMARY_KEYS or (key.startswith("rewards/") and key.endswith("/std")):
         return None
+    trl = normalize_key(key)
+    if trl != key and not key.startswith(("train/", "eval/")):
+        # another framework's name for a TRL metric (verl's critic/score/mean, actor/pg_clipfrac, val-core/...):
+        # drawn, under its own name, on the panel of the metric it is
+        return panel_of(trl[5:] if trl.startswith("eval_") else trl)
     if key in _EXACT:
         return _EXACT[key]
     if _REWARD_MEAN.match(key):
@@ -176,6 +185,8 @@ def panel_of(key: str) -> str | None:
         return "tasks" if key.endswith("/reward_mean") else None
     if key.startswith(_ASYNC_PREFIXES):
         return "async"
+    if key.startswith(_VERL_PREFIXES):
+        return "other"
     if not key.startswith(_TRL_PREFIXES) and key not in _TRL_KEYS:
         return "log_metric"  # TRL logs a reward function's log_metric(name, value) under the bare name
     return "other"
