@@ -114,6 +114,26 @@ def test_a_tilde_path_of_no_known_user_is_a_clear_error(path: tuple[Any, ...]) -
     validate_any(data)
 
 
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("model", "name_or_path"), "a" * 300),
+        (("model", "name_or_path"), "./" + "b" * 300),
+        (("dataset", "data_files"), "c" * 300 + ".jsonl"),
+        (("output_dir",), "/tmp/" + "d" * 300),
+        (("backend", "accelerate_config"), "e" * 300 + ".yaml"),
+    ],
+)
+def test_a_path_too_long_to_look_up_is_an_error_naming_its_field(path: tuple[Any, ...], value: str) -> None:
+    data = copy.deepcopy(SMOKE)
+    node = data
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    errors = validate_any(data)
+    assert errors and ".".join(path) in {e.field for e in errors}, errors
+
+
 @settings(max_examples=100, deadline=None)
 @given(text=st.text(max_size=200))
 def test_arbitrary_yaml_text_is_a_spec_or_a_spec_error(text: str) -> None:

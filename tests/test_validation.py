@@ -261,3 +261,17 @@ def test_every_error_is_reported_at_once(tiny_model: Path, data_dir: Path) -> No
         "training.per_device_train_batch_size",
         "dataset.prompt_column",
     } <= set(errors)
+
+
+def test_an_output_dir_the_job_could_not_create_launches_nothing(
+    tiny_model: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """The job would train, then fail to save: refused before anything starts."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    for value, fragment in (
+        (str(tmp_path / ("d" * 300)), "over 255 bytes"),
+        (str(a_file / "out"), "which is a file, not a folder"),
+    ):
+        err = rejected({**smoke_dict(tiny_model), "output_dir": value}, data_dir)["output_dir"]
+        assert_names(err, value, fragment)

@@ -56,11 +56,40 @@ def run_checks(checks: Sequence[Check], inp: CheckInput) -> tuple[list[FieldErro
         if errors and not check.after_errors:
             continue
         inp.errors_so_far = len(errors)
-        for problem in check.run(inp):
-            involves = tuple(dict.fromkeys((*problem.involves, *check.fields)))
-            stamped = dataclasses.replace(problem, involves=involves)
-            (errors if problem.severity == "error" else warnings).append(stamped)
+        try:
+            for problem in check.run(inp):
+                involves = tuple(dict.fromkeys((*problem.involves, *check.fields)))
+                stamped = dataclasses.replace(problem, involves=involves)
+                (errors if problem.severity == "error" else warnings).append(stamped)
+        except OSError as exc:
+            # A path the file system refuses to look up (a name over 255 bytes, a folder it may not read): the
+            # spec's value, not a crash of the validation.
+            errors.append(_unusable_path(check, inp.spec, exc))
     return errors, warnings
+
+
+def _unusable_path(check: Check, spec: RunSpec, exc: OSError) -> FieldError:
+    """The error for the path one of `check`'s fields names and the file system would not look up."""
+    looked_up = str(exc.filename or "")
+    values = [(f, _field_value(spec, f)) for f in check.fields]
+    named = [(f, v) for f, v in values if isinstance(v, str) and v and v in looked_up]
+    field_name, value = named[0] if named else (values[0] if values else ("spec", looked_up))
+    return FieldError(
+        field_name,
+        value,
+        f"is a path the file system cannot look up ({exc.strerror or type(exc).__name__}); use a shorter path (each "
+        "part at most 255 bytes) in a folder the dashboard may read, or a Hub id.",
+        involves=check.fields,
+    )
+
+
+def _field_value(spec: RunSpec, dotted: str) -> Any:
+    node: Any = spec
+    for part in dotted.split("."):
+        node = getattr(node, part, None)
+        if node is None:
+            return None
+    return node
 
 
 Sink = Callable[[FieldError], None]

@@ -1,5 +1,6 @@
 """Checks of the settings a TRL recipe brings along: LoRA fields, QLoRA, chat template, reward models, dataset
-mixtures and streaming, job environment and secrets, tags, and the optional packages a local job needs (`CHECKS`)."""
+mixtures and streaming, job environment and secrets, tags, an output_dir the job can create, and the optional packages
+a local job needs (`CHECKS`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,40 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_LIKE = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|_KEY$|CREDENTIAL", re.I)
 LORA_TASKS = ("CAUSAL_LM", "SEQ_CLS", "SEQ_2_SEQ_LM", "TOKEN_CLS", "QUESTION_ANS", "FEATURE_EXTRACTION")
 MIXTURE_KEYS = ("path", "name", "data_dir", "data_files", "split", "columns", "fraction")
+
+
+NAME_MAX, PATH_MAX = 255, 4096  # bytes: what Linux file systems take for one name and for a whole path
+
+
+def _output_dir(inp: CheckInput) -> Iterator[FieldError]:
+    """A path the job can create: no name over NAME_MAX bytes; locally, under a folder the dashboard may write."""
+    value = inp.spec.output_dir
+    if not value:
+        return
+    path = resolve(inp.base, value)
+    if len(os.fsencode(str(path))) >= PATH_MAX or any(len(os.fsencode(p)) > NAME_MAX for p in path.parts):
+        yield FieldError(
+            "output_dir",
+            value,
+            f"has a folder name over {NAME_MAX} bytes (or is {PATH_MAX:,} bytes or more in all), which no file "
+            "system takes, so the job could not save the model; use a shorter path.",
+        )
+        return
+    if inp.spec.backend.kind != LOCAL:
+        return  # created on the cluster or in the job's container
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        yield FieldError(
+            "output_dir", value, f"is inside {existing}, which is a file, not a folder; choose another output_dir."
+        )
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        yield FieldError(
+            "output_dir",
+            value,
+            f"cannot be created: {existing} is not writable by the dashboard; choose a folder you may write.",
+        )
 
 
 def _tags(inp: CheckInput) -> Iterator[FieldError]:
@@ -280,5 +315,6 @@ CHECKS = [
     Check("backend.env", ("backend.env",), _env),
     Check("backend.secrets", ("backend.secrets",), _secrets),
     Check("tags", ("tags",), _tags),
+    Check("output_dir.usable", ("output_dir",), _output_dir),
     Check("packages.installed", (), _packages),  # each problem names the field that needs the package
 ]
