@@ -69,6 +69,16 @@ PATHS = [
 ]
 
 
+def smoke_with(path: tuple[Any, ...], value: Any) -> Any:
+    """The smoke spec with the value at `path` replaced."""
+    data = copy.deepcopy(SMOKE)
+    node = data
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    return data
+
+
 def check_clean(errors: list[FieldError]) -> None:
     for e in errors:
         assert isinstance(e, FieldError) and e.field and e.message, e
@@ -96,21 +106,13 @@ def test_arbitrary_data_never_crashes_the_parser_or_validator(data: Any) -> None
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(PATHS), value=yaml_values)
 def test_mutated_smoke_spec_is_valid_or_clearly_rejected(path: tuple[Any, ...], value: Any) -> None:
-    data = copy.deepcopy(SMOKE)
-    node = data
-    for part in path[:-1]:
-        node = node[part]
-    node[path[-1]] = value
+    data = smoke_with(path, value)
     validate_any(data)
 
 
 @pytest.mark.parametrize("path", [("model", "name_or_path"), ("dataset", "data_files"), ("output_dir",)])
 def test_a_tilde_path_of_no_known_user_is_a_clear_error(path: tuple[Any, ...]) -> None:
-    data = copy.deepcopy(SMOKE)
-    node = data
-    for part in path[:-1]:
-        node = node[part]
-    node[path[-1]] = "~no_such_user_grpo/x.jsonl"  # Path.expanduser raises RuntimeError for an unknown user
+    data = smoke_with(path, "~no_such_user_grpo/x.jsonl")  # Path.expanduser raises RuntimeError for an unknown user
     validate_any(data)
 
 
@@ -125,11 +127,7 @@ def test_a_tilde_path_of_no_known_user_is_a_clear_error(path: tuple[Any, ...]) -
     ],
 )
 def test_a_path_too_long_to_look_up_is_an_error_naming_its_field(path: tuple[Any, ...], value: str) -> None:
-    data = copy.deepcopy(SMOKE)
-    node = data
-    for part in path[:-1]:
-        node = node[part]
-    node[path[-1]] = value
+    data = smoke_with(path, value)
     errors = validate_any(data)
     assert errors and ".".join(path) in {e.field for e in errors}, errors
 
@@ -147,11 +145,7 @@ def test_arbitrary_yaml_text_is_a_spec_or_a_spec_error(text: str) -> None:
 
 @pytest.mark.parametrize("path", PATHS[:12])
 def test_invalid_specs_launch_nothing(path: tuple[Any, ...], data_dir: Path) -> None:
-    data = copy.deepcopy(SMOKE)
-    node = data
-    for part in path[:-1]:
-        node = node[part]
-    node[path[-1]] = {"surely": ["not", "valid"]} if path[-1] != "params" else {"nope": 1}
+    data = smoke_with(path, {"surely": ["not", "valid"]} if path[-1] != "params" else {"nope": 1})
     if validate_any(data) is None:
         pytest.skip(f"{path} accepts a mapping")
     with pytest.raises(SpecError):
