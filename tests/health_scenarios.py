@@ -75,6 +75,12 @@ def _format_hacking(model: Path, tmp: Path) -> dict[str, Any]:
     return spec
 
 
+def _off_policy(model: Path, tmp: Path) -> dict[str, Any]:
+    # Each generation is reused for 4 updates (num_iterations) with large steps in a narrow trust region: the
+    # updates after the first leave most tokens outside the clip range (TRL logs 0 on the on-policy first one).
+    return smoke_dict(model, learning_rate=1e-2, num_iterations=4, epsilon=0.05, max_steps=16)
+
+
 def _first(records: list[dict[str, Any]], test: Callable[[dict[str, Any]], bool]) -> int:
     return next(r["step"] for r in records if test(r))
 
@@ -103,6 +109,14 @@ SCENARIOS = {
             "truncation",
             _short_cap,
             lambda rs: rs[0]["step"],
+        ),
+        Scenario(
+            "off-policy clipping",
+            "num_iterations 4, learning_rate 1e-2, epsilon 0.05, 16 steps",
+            "clip_high",
+            _off_policy,
+            # the first step where more than a quarter of the tokens were clipped
+            lambda rs: _first(rs, lambda r: (r.get("clip_ratio/region_mean") or 0) > 0.25),
         ),
         Scenario(
             "format hacking",

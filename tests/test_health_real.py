@@ -25,6 +25,7 @@ BOUNDS = {
     "entropy collapse": ("error", 4),
     "constant reward": ("warning", 3),
     "every completion truncated": ("error", 5),
+    "off-policy clipping": ("warning", 5),
     "format hacking": ("warning", 10),
 }
 
@@ -46,6 +47,10 @@ def test_pathological_run_is_flagged_by_the_intended_rule_within_bound(
         assert result["error_at"] is not None and result["error_at"] - result["onset"] <= 10
     if name == "every completion truncated":
         assert all(r["completions/mean_length"] <= 2 for r in records)
+    if name == "off-policy clipping":  # TRL's own clip metric: 0 on each generation's first (on-policy) update
+        clipped = [r["clip_ratio/region_mean"] for r in records]
+        reused = [c for i, c in enumerate(clipped) if i % 4]
+        assert clipped[::4] == [0.0] * 4 and min(reused) > 0 and sum(reused) / len(reused) > 0.25, clipped
     if name == "format hacking":  # the scenario is what it claims: the accuracy reward never moves
         assert {r["rewards/exact_answer/mean"] for r in records} == {0.0}
         assert sum(r["rewards/format/mean"] for r in records[-5:]) / 5 >= 0.95

@@ -668,6 +668,20 @@ def test_clip_high_negative_on_policy_zeros_and_moderate_values() -> None:
     assert "clip_high" not in rules(diagnose(moderate, config={"num_iterations": 2}))
 
 
+def test_clip_high_leaves_out_each_generations_on_policy_first_update() -> None:
+    # num_iterations 4: TRL logs 0 on every 4th update (the on-policy one) and 0.3 on the three that reuse it.
+    n = 40
+    region = np.where(np.arange(n) % 4 == 0, 0.0, 0.3)
+    for config in ({"num_iterations": 4}, None):  # the period read from the zeros when the config is unknown
+        f = only(diagnose(healthy(n, clip_ratio__region_mean=region), config=config), "clip_high")
+        assert f.severity == "warning" and "the 10 on-policy first updates log 0" in f.message, f.message
+        assert f.evidence["current"] == pytest.approx(0.3)
+    # Zeros with no period are clipping that stopped, not on-policy updates: judged as logged.
+    stopped = region.copy()
+    stopped[[9, 17, 18, 30]] = 0.0
+    assert "clip_high" not in rules(diagnose(healthy(n, clip_ratio__region_mean=stopped)), "warning")
+
+
 # ---- grad_spike / zero_gradient -----------------------------------------------------------------------------------
 
 

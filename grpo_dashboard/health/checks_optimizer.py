@@ -361,6 +361,26 @@ def check_zero_gradient(ctx: Context) -> list[Finding]:
     return [make_finding("zero_gradient", severity, onset, message, remedy, series.key, **evidence)]
 
 
+def _on_policy_updates(ctx: Context, v: np.ndarray) -> np.ndarray:
+    """Which logs are a generation's first, on-policy update, whose clip ratio is 0 by construction: exact zeros
+    recurring every k-th log (k = num_iterations when the config gives it, else the zeros' own constant period,
+    at least 2) with clipping between them. All False when the log shows no such pattern."""
+    none = np.zeros(v.size, dtype=bool)
+    zeros = np.flatnonzero(v == 0)
+    if zeros.size < 2 or zeros.size == v.size:
+        return none
+    gaps = np.diff(zeros)
+    k = ctx.config.number("num_iterations")
+    period = int(k) if k is not None and k > 1 else int(gaps[0])
+    if period < 2 or not np.all(gaps == period):
+        return none
+    if zeros.size < 3 and k is None:
+        return none  # two zeros make no period
+    mask = none.copy()
+    mask[zeros] = True
+    return mask
+
+
 def check_clip_high(ctx: Context) -> list[Finding]:
     """A large share of tokens is clipped: steps are too large for the trust region (only when off-policy)."""
     region = ctx.frame.get(*CLIP_REGION_KEYS)
@@ -370,6 +390,11 @@ def check_clip_high(ctx: Context) -> list[Finding]:
     if region.values.size == 0 or not np.any(region.values > 0):
         # Exactly 0 is what on-policy training (num_iterations=1, no vLLM) always logs; nothing to judge.
         return []
+    on_policy = _on_policy_updates(ctx, region.values)
+    if on_policy.any():
+        # The first update of each generation is on-policy (its ratio is 1, TRL logs 0): it says nothing about the
+        # updates that reuse the generation, and would break their streak and halve their mean.
+        region = Series(region.key, region.steps[~on_policy], region.values[~on_policy])
     v = region.values
     s = ctx.smooth_n(v.size)
     sm = trailing_mean(v, s)
@@ -395,6 +420,12 @@ def check_clip_high(ctx: Context) -> list[Finding]:
     fixes = [f"lower learning_rate{cfg.now('learning_rate')}", f"use fewer num_iterations{cfg.now('num_iterations')}"]
     high, low = ctx.frame.get("clip_ratio/high_mean"), ctx.frame.get("clip_ratio/low_mean")
     evidence: dict = {"current": current, "window": s, "threshold": ctx.t("clip_high.warn")}
+    if on_policy.any():
+        message += (
+            f" (Over the {v.size} updates that reuse a generation; the {int(on_policy.sum())} on-policy first "
+            "updates log 0 and are left out.)"
+        )
+        evidence["on_policy_left_out"] = int(on_policy.sum())
     if high is not None and low is not None:
         h, lo = np.nanmean(high.values[-s:]), np.nanmean(low.values[-s:])
         evidence.update(high_mean=float(h), low_mean=float(lo))
