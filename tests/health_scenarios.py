@@ -81,6 +81,27 @@ def _off_policy(model: Path, tmp: Path) -> dict[str, Any]:
     return smoke_dict(model, learning_rate=1e-2, num_iterations=4, epsilon=0.05, max_steps=16)
 
 
+def _overfitting(model: Path, tmp: Path) -> dict[str, Any]:
+    # The training prompts pay for writing "a", the held-out ones for avoiding it: what the policy learns on the
+    # first is exactly what costs it on the second (the eval reward falls while the train reward rises).
+    rows = [json.loads(line) for line in SMOKE_DATA.read_text().splitlines() if line.strip()]
+    (tmp / "train.jsonl").write_text("".join(json.dumps({**r, "target": "a"}) + "\n" for r in rows))
+    (tmp / "eval.jsonl").write_text("".join(json.dumps({**r, "target": "!a"}) + "\n" for r in rows[:8]))
+    spec = smoke_dict(
+        model, learning_rate=3e-3, max_steps=24, eval_strategy="steps", eval_steps=4, per_device_eval_batch_size=8
+    )
+    spec["dataset"]["data_files"] = str(tmp / "train.jsonl")
+    spec["dataset"]["eval_data_files"] = str(tmp / "eval.jsonl")
+    spec["rewards"] = [
+        {"name": "target_letter", "function": f"{Path(__file__).parent / 'scenario_rewards.py'}:target_letter"}
+    ]
+    return spec
+
+
+def _first_fall(evals: list[tuple[int, float]]) -> int:
+    return next(step for (_, before), (step, value) in zip(evals, evals[1:], strict=False) if value < before)
+
+
 def _first(records: list[dict[str, Any]], test: Callable[[dict[str, Any]], bool]) -> int:
     return next(r["step"] for r in records if test(r))
 
@@ -117,6 +138,14 @@ SCENARIOS = {
             _off_policy,
             # the first step where more than a quarter of the tokens were clipped
             lambda rs: _first(rs, lambda r: (r.get("clip_ratio/region_mean") or 0) > 0.25),
+        ),
+        Scenario(
+            "overfitting",
+            "train prompts pay for 'a', 8 held-out prompts for avoiding it; lr 3e-3, eval every 4 of 24 steps",
+            "overfitting",
+            _overfitting,
+            # the first evaluation below the one before it
+            lambda rs: _first_fall([(r["step"], r["eval_reward"]) for r in rs if "eval_reward" in r]),
         ),
         Scenario(
             "format hacking",

@@ -26,6 +26,7 @@ BOUNDS = {
     "constant reward": ("warning", 3),
     "every completion truncated": ("error", 5),
     "off-policy clipping": ("warning", 5),
+    "overfitting": ("warning", 8),
     "format hacking": ("warning", 10),
 }
 
@@ -51,6 +52,10 @@ def test_pathological_run_is_flagged_by_the_intended_rule_within_bound(
         clipped = [r["clip_ratio/region_mean"] for r in records]
         reused = [c for i, c in enumerate(clipped) if i % 4]
         assert clipped[::4] == [0.0] * 4 and min(reused) > 0 and sum(reused) / len(reused) > 0.25, clipped
+    if name == "overfitting":  # TRL's own eval keys; the train reward rose while the eval reward fell
+        evals = [r["eval_rewards/target_letter/mean"] for r in records if "eval_reward" in r]
+        trains = [r["reward"] for r in records if "reward" in r]
+        assert len(evals) == 6 and evals[-1] < evals[0] - 0.05 and sum(trains[-4:]) > sum(trains[:4]) + 0.2
     if name == "format hacking":  # the scenario is what it claims: the accuracy reward never moves
         assert {r["rewards/exact_answer/mean"] for r in records} == {0.0}
         assert sum(r["rewards/format/mean"] for r in records[-5:]) / 5 >= 0.95
