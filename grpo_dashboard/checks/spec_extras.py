@@ -27,7 +27,8 @@ NAME_MAX, PATH_MAX = 255, 4096  # bytes: what Linux file systems take for one na
 
 
 def _output_dir(inp: CheckInput) -> Iterator[FieldError]:
-    """A path the job can create: no name over NAME_MAX bytes; locally, under a folder the dashboard may write."""
+    """A path a job can create anywhere: no name over NAME_MAX bytes, not PATH_MAX bytes in all (where the job runs
+    decides the rest: the local backend checks its folder is writable)."""
     value = inp.spec.output_dir
     if not value:
         return
@@ -38,22 +39,6 @@ def _output_dir(inp: CheckInput) -> Iterator[FieldError]:
             value,
             f"has a folder name over {NAME_MAX} bytes (or is {PATH_MAX:,} bytes or more in all), which no file "
             "system takes, so the job could not save the model; use a shorter path.",
-        )
-        return
-    if inp.spec.backend.kind != LOCAL:
-        return  # created on the cluster or in the job's container
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        yield FieldError(
-            "output_dir", value, f"is inside {existing}, which is a file, not a folder; choose another output_dir."
-        )
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        yield FieldError(
-            "output_dir",
-            value,
-            f"cannot be created: {existing} is not writable by the dashboard; choose a folder you may write.",
         )
 
 

@@ -1,12 +1,16 @@
-"""The local backend's checks: its GPUs (indices, how many this machine shows), its vLLM server's GPUs.
+"""The local backend's checks: its GPUs (indices, how many this machine shows), its vLLM server's GPUs, and the
+folder its output_dir is created in.
 
 `CHECKS` is what `launch.runs.check` adds to the generic checks for a local run (`checks.validation.checks_with`).
 """
 
 from __future__ import annotations
 
+import os
+
 from grpo_dashboard.checks import cluster_checks
 from grpo_dashboard.checks.named import Check, CheckInput, Sink, collected
+from grpo_dashboard.checks.spec_paths import resolve
 from grpo_dashboard.errors import FieldError
 
 VISIBLE_GPUS = "gpus.visible"  # facts key: the GPUs this machine shows (None: unknown)
@@ -147,6 +151,33 @@ def _check_generation(inp: CheckInput, err: Sink) -> None:
     cluster_checks.server_split(g, count, "generation.server_gpus", err)
 
 
+def _output_dir(inp: CheckInput) -> list[FieldError]:
+    """The job writes the model under output_dir on this machine: its nearest existing folder must be a folder the
+    dashboard may write (a name too long for any file system is the generic check's)."""
+    value = inp.spec.output_dir
+    if not value:
+        return []
+    existing = resolve(inp.base, value)
+    try:
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+    except OSError:
+        return []  # a name no file system takes: the generic output_dir check says so
+    if not existing.is_dir():
+        return [
+            FieldError("output_dir", value, f"is inside {existing}, which is a file, not a folder; choose another.")
+        ]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return [
+            FieldError(
+                "output_dir",
+                value,
+                f"cannot be created: {existing} is not writable by the dashboard; choose a folder you may write.",
+            )
+        ]
+    return []
+
+
 CHECKS: tuple[Check, ...] = (
     Check(
         "local.single_process_on_cpu",
@@ -158,4 +189,5 @@ CHECKS: tuple[Check, ...] = (
     Check("local.visible_gpus", ("backend.num_processes", "backend.gpus", "training.use_cpu"), _visible),
     Check("local.cpu_only", ("training.use_cpu", "model.name_or_path", "model.build_tiny", "backend.gpus"), _cpu_only),
     Check("local.generation", ("generation", "backend.gpus", "backend.num_processes"), _generation),
+    Check("local.output_dir", ("output_dir",), _output_dir),
 )
