@@ -274,6 +274,11 @@ def test_cancel_and_delete_ask_first(page: Any, served: dict) -> None:
 
     run_dir = Path(store.get_run("to-cancel").run_dir)
     page.get_by_text("Manage run: rename, note, tags, delete").click()
+    # A deep link's run is the picker's value from the start: the page's load fills the boxes (no change event does)
+    page.wait_for_function(
+        "() => { const e = document.querySelector('#manage-name textarea, #manage-name input');"
+        " return e && e.value === 'to-cancel'; }"
+    )
     tags = page.locator("#manage-tags textarea, #manage-tags input").first
     tags.fill("ablation, keep-me")
     page.locator("#tags-btn").click()

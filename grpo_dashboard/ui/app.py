@@ -287,6 +287,7 @@ def _wire_page_state(
         shown = access.get_run(ctx.store, run_id, user, ctx.settings) if run_id else None
         return {
             **(det.resume.updates(ctx, run_id, user) if det.resume is not None else {}),
+            **(det.manage.updates(ctx, run_id, user) if det.manage is not None else {}),
             **({det.parts.cancel: gr.update(visible=runs.can_cancel(shown))} if shown is not None else {}),
             det.run: gr.update(choices=choices, value=run_id),
             compare_dd: gr.update(choices=choices, value=chosen),  # the newest two once Compare is opened
@@ -312,6 +313,7 @@ def _wire_page_state(
             runs_t.last_choices,
             *(det.live_inputs or [])[1:],
             *(det.resume.listed() if det.resume is not None else []),
+            *(det.manage.listed() if det.manage is not None else []),
             det.parts.cancel,
         ],
         api_name="page_state",

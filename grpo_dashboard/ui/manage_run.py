@@ -32,6 +32,28 @@ class ManageRun:
     note: gr.Textbox
     tags: gr.Textbox
     message: gr.Markdown
+    filled_for: gr.State  # the run the boxes hold
+
+    def listed(self) -> list[gr.components.Component]:
+        """The boxes `updates` fills, in output order."""
+        return [self.name, self.note, self.tags, self.filled_for]
+
+    def updates(self, ctx: UiContext, run_id: str | None, user: access.User) -> dict[Any, Any]:
+        """The boxes for `run_id` (the page's load: the run it opens on is often the picker's value already, so no
+        change event fills them)."""
+        name, note, tags = _boxes(ctx, user, run_id)
+        return {self.name: name, self.note: note, self.tags: tags, self.filled_for: run_id}
+
+
+def _boxes(ctx: UiContext, user: access.User, run_id: str | None) -> tuple[str, str, str]:
+    """(name, note, tags) of a run the user may see; empty ones for none."""
+    try:
+        run = access.get_run(ctx.store, run_id, user, ctx.settings) if run_id else None
+    except RunNotFound:
+        run = None
+    if run is None:
+        return "", "", ""
+    return run.name, ctx.store.notes().get(run.id, ""), ", ".join(run_labels.run_tags(run))
 
 
 def _choices(ctx: UiContext, user: access.User) -> list[tuple[str, str]]:
@@ -135,16 +157,9 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
     ) -> dict[Any, Any]:
         if run_id and run_id == filled and not deleted:
             return {name: gr.skip(), note: gr.skip(), tags: gr.skip(), message: gr.skip(), just_deleted: False}
-        user = user_of(ctx, profile, oauth)
-        try:
-            run = access.get_run(ctx.store, run_id, user, ctx.settings) if run_id else None
-        except RunNotFound:
-            run = None
+        values = _boxes(ctx, user_of(ctx, profile, oauth), run_id)
         shown = {message: gr.skip() if deleted else "", just_deleted: False, filled_for: run_id}
-        if run is None:
-            return {name: "", note: "", tags: "", **shown}
-        labels = ", ".join(run_labels.run_tags(run))
-        return {name: run.name, note: ctx.store.notes().get(run.id, ""), tags: labels, **shown}
+        return {name: values[0], note: values[1], tags: values[2], **shown}
 
     run_dd.change(
         gate(ctx, "manage_fill", fill),
@@ -197,4 +212,4 @@ def build(ctx: UiContext, run_dd: gr.Dropdown) -> ManageRun:
         api_name="delete_run",
         js=confirm,
     )
-    return ManageRun(name, note, tags, message)
+    return ManageRun(name, note, tags, message, filled_for)
