@@ -151,6 +151,10 @@ class HistoryReplay:
         rules: Mapping[str, Rule] | None = None,
     ) -> None:
         self.config, self.thresholds = config, thresholds
+        # what the margin around each threshold judges a shown finding's return by (None: no margin)
+        resolved = resolve_thresholds(thresholds)
+        self.margin = float(resolved["hysteresis.margin"])
+        self.held = held_thresholds(resolved) if self.margin else None
         self.rules = {k: v for k, v in (RULES if rules is None else rules).items() if k not in SAMPLE_RULES}
         self.sample_rules = {k: v for k, v in (RULES if rules is None else rules).items() if k in SAMPLE_RULES}
         self.previous = {finding_key(f): f for f in previous}
@@ -234,15 +238,11 @@ class HistoryReplay:
             and key[0] not in failed
             and (key not in current or SEVERITY_RANK[current[key].severity] < SEVERITY_RANK[track.shown.severity])
         }
-        if not weaker:
-            return now
-        resolved = resolve_thresholds(self.thresholds)
-        margin = float(resolved["hysteresis.margin"])
-        if not margin:
+        if not weaker or self.held is None:
             return now
         rules = {key[0]: self.rules[key[0]] for key in weaker}
         held: dict[Key, Finding] = {}
-        for f in diagnose(frame, self.config, held_thresholds(resolved), rules=rules):
+        for f in diagnose(frame, self.config, self.held, rules=rules):
             key = finding_key(f)
             track = weaker.get(key)
             if track is None:
@@ -253,7 +253,7 @@ class HistoryReplay:
                 continue  # the margin holds nothing more than the plain thresholds already do
             severity = f.severity if SEVERITY_RANK[f.severity] <= SEVERITY_RANK[shown] else shown
             note = (
-                f" (Still shown at {severity}: its rule finds this with its thresholds moved {margin:.0%} toward "
+                f" (Still shown at {severity}: its rule finds this with its thresholds moved {self.margin:.0%} toward "
                 "healthy, the margin a return must clear before the finding resolves or is demoted.)"
             )
             held[key] = replace(f, severity=severity, message=f.message + note, evidence={**f.evidence, "held": True})
