@@ -142,3 +142,20 @@ def test_live_feeds_per_run_stay_bounded_whatever_smoothing_is_asked(
 
     wait_for(lambda: kept() <= stream.IDLE_PER_RUN + 1, timeout=10)
     assert len([k for k in hub.feeds._feeds if k[1] == "alice-feeds"]) <= stream.IDLE_PER_RUN + 1
+
+
+def test_the_pages_load_fills_manage_run_only_with_the_visitors_own_run(
+    served: dict[str, Any], clients: dict[str, Client], failed_run: str
+) -> None:
+    """/page_state fills the Manage-run boxes for the run a link opens: alice gets her run's note and tags, bob
+    and an anonymous visitor given her run's id get none of them."""
+    from grpo_dashboard.store import run_labels
+
+    store = served["store"]
+    store.set_note(failed_run, "alice-private-note")
+    run_labels.set_tags(store, store.get_run(failed_run), ["alice-secret-tag"], [])
+    own = str(clients["alice"].predict(f"?run={failed_run}", api_name="/page_state"))
+    assert "alice-private-note" in own and "alice-secret-tag" in own
+    for who in ("bob", "anonymous"):
+        other = str(clients[who].predict(f"?run={failed_run}", api_name="/page_state"))
+        assert "alice-private-note" not in other and "alice-secret-tag" not in other and "alice-fails" not in other
