@@ -682,6 +682,25 @@ def test_clip_high_leaves_out_each_generations_on_policy_first_update() -> None:
     assert "clip_high" not in rules(diagnose(healthy(n, clip_ratio__region_mean=stopped)), "warning")
 
 
+def test_clip_high_warns_on_a_clip_ratio_climbing_far_above_its_working_level() -> None:
+    # verl-style: 0.3-0.6 % for most of the run, then 5-11 % for five logs (the trust region binding, then a collapse).
+    n = 50
+    rng = np.random.default_rng(3)
+    region = 0.003 + 0.003 * rng.random(n)
+    region[45:] = [0.055, 0.089, 0.086, 0.099, 0.114]
+    f = only(diagnose(healthy(n, clip_ratio__region_mean=region)), "clip_high")
+    assert f.severity == "warning" and f.step == 46, (f.step, f.message)
+    assert "rose from" in f.message and "median of the first" in f.message and "x;" in f.message, f.message
+    assert f.evidence["baseline"] == pytest.approx(float(np.median(region[:12])), rel=0.3)
+    # The same climb that stays under the floor (0.4 % -> 3 %) is not yet a trust-region problem.
+    low = region.copy()
+    low[45:] = 0.03
+    assert "clip_high" not in rules(diagnose(healthy(n, clip_ratio__region_mean=low)))
+    # A run that clips a high share from its first log (sequence-level ratios) is at its working point.
+    steady = 0.15 + 0.01 * rng.random(n)
+    assert "clip_high" not in rules(diagnose(healthy(n, clip_ratio__region_mean=steady)))
+
+
 # ---- grad_spike / zero_gradient -----------------------------------------------------------------------------------
 
 

@@ -399,27 +399,47 @@ def check_clip_high(ctx: Context) -> list[Finding]:
     s = ctx.smooth_n(v.size)
     sm = trailing_mean(v, s)
     persist = int(ctx.t("clip_high.persist"))
-    warn_mask, err_mask = sm > ctx.t("clip_high.warn"), sm > ctx.t("clip_high.error")
-    w, e = trailing_streak(warn_mask), trailing_streak(err_mask)
+    warn_at, err_at = ctx.t("clip_high.warn"), ctx.t("clip_high.error")
+    # A clip ratio that climbs far above its own warm-up level is the trust region starting to bind on every update,
+    # well before the absolute levels (a run at 0.5 % that reaches 5-10 % is coming apart); a run that clips
+    # the same share throughout (sequence-level ratios clip much more) is at its working point.
+    nb = ctx.baseline_n(v.size)
+    base = float(np.median(v[:nb]))
+    rise_at = max(ctx.t("clip_high.rise_floor"), ctx.t("clip_high.rise_ratio") * base)
+    post = np.arange(v.size) >= nb
+    # Judged on each log as well as on the trailing mean: five logs in a row that each clip that much are already
+    # sustained, and the mean would take as many logs again to catch up with them.
+    w = max(trailing_streak((sm > warn_at) | (post & (sm > rise_at))), trailing_streak(post & (v > rise_at)))
+    e = trailing_streak(sm > err_at)
     if e >= persist:
         severity = ERROR
     elif w >= persist:
         severity = WARNING
     else:
         return []
-    start = extend_onset(v > ctx.t("clip_high.warn"), v.size - max(w, e), s)
+    start = extend_onset((v > warn_at) | (post & (v > rise_at)), v.size - max(w, e), s)
     cfg = ctx.config
     current = float(sm[-1])
-    message = (
-        f"{region.key} averages {current:.2f} over the last {s} logs (warning above {ctx.t('clip_high.warn')}, "
-        f"error above {ctx.t('clip_high.error')}) since step {int(region.steps[start])}: that share of tokens falls "
-        "outside the clip range, so the updates are larger than the trust region allows."
-    )
+    if current > warn_at:
+        message = (
+            f"{region.key} averages {current:.2f} over the last {s} logs (warning above {warn_at}, error above "
+            f"{err_at}) since step {int(region.steps[start])}: that share of tokens falls outside the clip range, so "
+            "the updates are larger than the trust region allows."
+        )
+    else:
+        message = (
+            f"{region.key} rose from {fmt(base)} (median of the first {nb} logs) to {fmt(current)} over the last {s} "
+            f"logs ({f'{current / base:.0f}x' if base > 0 else 'from none'}; warning above "
+            f"{ctx.t('clip_high.rise_ratio'):g}x and "
+            f"{ctx.t('clip_high.rise_floor'):g}) since step {int(region.steps[start])}: the trust region binds on "
+            "ever more tokens, so each update moves the policy further than the last (a clip ratio climbing from "
+            "its working level often comes before a collapse)."
+        )
     if cfg.off_policy is False:
         message += " (The config looks on-policy, so clipping comes from steps_per_generation or generation reuse.)"
     fixes = [f"lower learning_rate{cfg.now('learning_rate')}", f"use fewer num_iterations{cfg.now('num_iterations')}"]
     high, low = ctx.frame.get("clip_ratio/high_mean"), ctx.frame.get("clip_ratio/low_mean")
-    evidence: dict = {"current": current, "window": s, "threshold": ctx.t("clip_high.warn")}
+    evidence: dict = {"current": current, "window": s, "threshold": warn_at, "baseline": base, "rise_at": rise_at}
     if on_policy.any():
         message += (
             f" (Over the {v.size} updates that reuse a generation; the {int(on_policy.sum())} on-policy first "

@@ -205,8 +205,9 @@ def check_reward_length_corr(ctx: Context) -> list[Finding]:
     )
     severity = WARNING if warn else INFO
     sign = "longer" if level > 0 else "shorter"
+    how = "move together" if level > 0 else "move in opposite directions"
     message = (
-        f"Over the last {steps.size} logs reward and {length.key} move together (corr {level:+.2f} in level, "
+        f"Over the last {steps.size} logs reward and {length.key} {how} (corr {level:+.2f} in level, "
         f"{change:+.2f} in step-to-step changes; length changed {drift:.0%}): {sign} completions earn more reward."
     )
     cfg = ctx.config

@@ -211,6 +211,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("clip_high.warn", 0.25, "smoothed clip_ratio/region_mean above this (off-policy only)", "PTT"),
     Threshold("clip_high.error", 0.4, "... above this: error", "PTT"),
     Threshold("clip_high.persist", 5, "logs the condition must hold"),
+    Threshold("clip_high.rise_ratio", 5.0, "smoothed clip ratio this many times its warm-up median: warning"),
+    Threshold("clip_high.rise_floor", 0.05, "... and above this share of tokens (a rise from ~0 is not one)"),
     # grad_spike
     Threshold("grad_spike.ratio", 10.0, "grad_norm above this multiple of the trailing median", "PTT"),
     Threshold("grad_spike.history", 20, "trailing logs forming the reference median"),
@@ -308,6 +310,8 @@ HELD: dict[str, int] = {
     "kl_outpaces_reward.ratio": 1,
     "clip_high.warn": 1,
     "clip_high.error": 1,
+    "clip_high.rise_ratio": 1,
+    "clip_high.rise_floor": 1,
     "zero_gradient.warn_frac": 1,
     "zero_gradient.error_frac": 1,
     "plateau.min_gain": -1,
