@@ -97,8 +97,9 @@ def _clipping(levels: list[tuple[int, float]]) -> list[dict]:
 
 def test_a_return_inside_the_margin_does_not_resolve_and_one_past_it_does() -> None:
     config = {"num_iterations": 4}
-    # Clipping at 0.35 (warning above 0.25), then 0.235 for 40 logs: under the threshold, inside its 15 % margin.
-    hover = _clipping([(20, 0.02), (15, 0.35), (40, 0.235)])
+    # Clipping at 0.35 (warning above 0.25), then 0.235 for 40 logs: under the threshold, inside its 15 % margin (and
+    # under 5x the working level of 0.06, so the rise alone does not hold it).
+    hover = _clipping([(20, 0.06), (15, 0.35), (40, 0.235)])
     shown = by_rule(finding_history(hover, config))["clip_high"]
     assert shown.status == "active" and shown.evidence["held"] and "Still shown" in shown.message
     assert [e["event"] for e in shown.evidence["events"]] == ["raised"]
@@ -106,7 +107,7 @@ def test_a_return_inside_the_margin_does_not_resolve_and_one_past_it_does() -> N
     bare = by_rule(finding_history(hover, config, thresholds={"hysteresis.margin": 0}))["clip_high"]
     assert bare.status == "resolved"
     # A return past the margin resolves it, after the resolve dwell.
-    back = by_rule(finding_history(_clipping([(20, 0.02), (15, 0.35), (40, 0.15)]), config))["clip_high"]
+    back = by_rule(finding_history(_clipping([(20, 0.06), (15, 0.35), (40, 0.15)]), config))["clip_high"]
     assert back.status == "resolved" and 35 < back.resolved_step <= 45
 
 

@@ -471,6 +471,21 @@ def test_length_drift_warning_without_reward_gain_and_info_with_it() -> None:
     assert "length_drift" not in rules(diagnose(healthy(n, completions__mean_length=steady)))
 
 
+def test_length_drift_is_judged_against_the_lengths_own_scatter() -> None:
+    # One prompt's group per record: short answers (13 tokens) with a long one every fifth record. The trailing mean
+    # of such a log stays far above a median of its first records by chance alone; the shift is within its scatter.
+    n = 24
+    swings = np.tile([13.0, 13.0, 13.0, 13.0, 150.0], 5)[:n]
+    swings[:6] = 12.5
+    flat = 0.05 + np.random.default_rng(7).normal(0, 0.01, n)
+    assert "length_drift" not in rules(diagnose(healthy(n, completions__mean_length=swings, reward=flat)))
+    # The same scatter around a level that really moved is a drift.
+    moved = swings + np.where(np.arange(n) >= 8, 400.0, 0.0)
+    assert (
+        only(diagnose(healthy(n, completions__mean_length=moved, reward=flat)), "length_drift").severity == "warning"
+    )
+
+
 # ---- format_hacking -----------------------------------------------------------------------------------------------
 
 

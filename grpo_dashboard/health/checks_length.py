@@ -155,6 +155,14 @@ def check_length_drift(ctx: Context) -> list[Finding]:
     if run < ctx.t("length_drift.persist"):
         return []
     start = extend_onset(mask, n - run, s)
+    # Judged against the length's own noise: the shift from the first logs' level to the episode's must stand out
+    # from the log-to-log scatter. A baseline of a few records, each of a few prompts, is itself noise, and a length
+    # that swings between short and long answers moves its trailing mean by chance alone.
+    after = v[start:]
+    scatter = float(np.sqrt(np.mean(np.diff(v) ** 2) / 2.0))
+    shift = abs(float(after.mean()) - float(v[:nb].mean()))
+    if scatter > 0 and shift < ctx.t("length_drift.noise_z") * scatter * np.sqrt(1.0 / nb + 1.0 / after.size):
+        return []
     onset = int(length.steps[start])
     current = float(sm[-1])
     direction = "grew" if up[-1] else "shrank"

@@ -142,6 +142,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("length_drift.ratio", 0.3, "|smoothed mean length / baseline - 1| above this", "PTT"),
     Threshold("length_drift.persist", 10, "logs the drift must hold"),
     Threshold("length_drift.min_points", 20, "fewest length logs before the trend is judged"),
+    Threshold(
+        "length_drift.noise_z", 3.0, "the shift must exceed this many standard errors of the log-to-log scatter"
+    ),
     # format_hacking
     Threshold("format_hacking.saturation", 0.95, "format reward at or above this fraction of its max = saturated"),
     Threshold("format_hacking.min_gain", 0.1, "the format reward must have gained this much (x its scale)"),
