@@ -106,3 +106,25 @@ def test_doctor_report_says_the_log_holds_two_runs(tmp_path: Path, capsys: pytes
     out = capsys.readouterr().out
     assert "the steps restart 1 time(s): 2 runs in this log (steps 1-30, steps 1-30)" in out
     assert "In run 1 of 2 in this log" in out
+
+
+def test_three_appended_runs_name_each_finding_with_the_final_run_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A finding raised while its run was the latest of two, and resolved within it, is renamed once a third run
+    starts: "run 2 of 3, an earlier run", said once; and the report's header counts the records of every run."""
+    from grpo_dashboard.health import doctor_main
+
+    log = tmp_path / "metrics.jsonl"
+    second = _run(40, collapse_at=10)[:25] + _run(40, collapse_at=None)[25:]  # collapses, then learns again
+    runs = _run(30, collapse_at=None) + second + _run(30, collapse_at=None)
+    log.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    records, _ = load_log_records(log)
+    zero = [f for f in finding_history(records) if f.rule == "zero_variance"]
+    assert zero and all(f.evidence["segment"] == 2 for f in zero)
+    for f in zero:
+        assert "In run 2 of 3 in this log (steps 1-40), an earlier run" in f.message, f.message
+        assert "of 2 in this log" not in f.message and f.message.count("the steps restart after it") == 1
+    doctor_main([str(log), "--no-samples"])
+    out = capsys.readouterr().out
+    assert "100 log records, steps 1-30 of the latest run" in out

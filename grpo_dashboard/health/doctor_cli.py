@@ -107,9 +107,10 @@ def render_report(
     path: str | Path, frame: MetricFrame, config: dict[str, Any], findings: list[Finding], out: TextIO
 ) -> None:
     """Write the human-readable doctor report."""
-    first, last = frame.first_step(), frame.last_step()
+    first, last = frame.segments[0].first_step(), frame.last_step()
+    records = sum(seg.n_records for seg in frame.segments)
     out.write(f"GRPO doctor: {config.get('source', path)}\n")
-    out.write(f"  {frame.n_records} log records, steps {first}-{last}")
+    out.write(f"  {records} log records, steps {first}-{last}" + (" of the latest run" if frame.earlier else ""))
     known = [f"{k}={config[k]}" for k in _CONFIG_SHOWN if config.get(k) is not None]
     out.write(f"; config: {', '.join(known)}\n" if known else "; no config in the log (rules infer it)\n")
     if frame.earlier:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .findings import SEVERITY_RANK, Finding, is_rule_failure, order_key
-from .rules import RULES, Rule, diagnose, in_segment
+from .rules import EARLIER_RUN, RULES, Rule, diagnose, in_segment
 from .series import MetricFrame
 from .thresholds import HELD_RULES, RULE_IDS, held_thresholds, resolve_thresholds
 
@@ -288,11 +288,12 @@ class HistoryReplay:
         return replace(f, evidence=evidence, message=message)
 
     def _finish_runs(self, frame: MetricFrame, segment: int) -> None:
-        """The log restarted: the findings of the runs before ``segment`` are named as such (their record stands)."""
+        """The log restarted: the findings of the runs before ``segment`` are named as such, with the run count as it
+        is now (their record stands)."""
         for key, track in self.state.tracks.items():
-            if key[3] - 1 < segment and "segment" not in track.shown.evidence:
+            if key[3] - 1 < segment:
                 f = replace(track.shown, evidence={**track.shown.evidence, "segment": key[3]})
-                track.shown = in_segment(f, frame, key[3] - 1, "an earlier run: the steps restart after it")
+                track.shown = in_segment(f, frame, key[3] - 1, EARLIER_RUN)
 
     def _merge(self, now: list[Finding], cut: int, quick: bool, segment: int = 0) -> None:
         state = self.state

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -148,16 +149,23 @@ def segment_findings(
     out: list[Finding] = []
     for i, seg in enumerate(frame.earlier):
         for f in diagnose(seg, config, thresholds, rules=rules, strict=strict):
-            out.append(in_segment(f, frame, i, "an earlier run: the steps restart after it"))
+            out.append(in_segment(f, frame, i, EARLIER_RUN))
     for f in current:
-        out.append(in_segment(f, frame, len(frame.earlier), "the latest run"))
+        out.append(in_segment(f, frame, len(frame.earlier), LATEST_RUN))
     return out
 
 
+EARLIER_RUN, LATEST_RUN = "an earlier run: the steps restart after it", "the latest run"
+_SEGMENT_PREFIX = re.compile(
+    rf"^In run \d+ of \d+ in this log \(steps [^)]*\), (?:{re.escape(LATEST_RUN)}|{re.escape(EARLIER_RUN)}): "
+)
+
+
 def in_segment(f: Finding, frame: MetricFrame, index: int, what: str) -> Finding:
-    """``f`` (of run ``index``, 0-based) marked with its segment and named in its message."""
+    """``f`` (of run ``index``, 0-based) marked with its segment and named in its message (a name given while the
+    log held fewer runs is replaced)."""
     f.evidence = {**f.evidence, "segment": index + 1}
-    f.message = f"In {segment_label(frame, index)}, {what}: {f.message}"
+    f.message = f"In {segment_label(frame, index)}, {what}: {_SEGMENT_PREFIX.sub('', f.message, count=1)}"
     return f
 
 
