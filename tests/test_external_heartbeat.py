@@ -127,3 +127,45 @@ def test_a_finished_sender_sends_the_rest_on_its_own_then_stops(
     assert late.close_finished() is False and not late.done()
     err = capsys.readouterr().err
     assert "not all of run finish-run-1" in err and str(spool) in err and "integrations.send" in err
+
+
+def test_a_finished_sender_whose_token_is_refused_ends_at_once_and_says_where_the_run_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dashboard that refuses the token (401) will refuse it at every retry: the process's token does not change,
+    so after training the sender ends instead of retrying for `flush_s`, and the exit says how to send the run
+    later."""
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b'{"error": "invalid token"}'
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "run.yaml").write_text("name: refused\n")
+    log(spool, 1)
+    try:
+        sender = Sender(spool, f"http://127.0.0.1:{server.server_port}/", "refused-run-1", "hf_wrong", interval_s=0.05)
+        sender.start()
+        wait_for(lambda: sender.posts >= 1, timeout=30)
+        log(spool, 2)
+        sender.finish(600)
+        assert sender._thread is not None
+        wait_for(lambda: not sender._thread.is_alive(), timeout=60)  # not the 600 s it was given
+        assert sender.close_finished() is False and not sender.done()
+    finally:
+        server.shutdown()
+    err = capsys.readouterr().err
+    assert err.count("refused the token (401") == 1 and "integrations.send" in err and str(spool) in err

@@ -6,7 +6,8 @@ dashboard acknowledges how many bytes of each file it holds and the sender resum
 is down, restarted or slow gets every line exactly once when it answers again (store/remote_ingest.py). Retries back
 off up to `MAX_BACKOFF_S`; a refused token (401/403) is warned about once and the sender keeps spooling and retrying.
 At the end of training the sender goes on in the background for up to `flush_s` more seconds (`finish`: training
-returns at once, and the process waits for it at exit: `close`); what is left stays in the spool and is sent by
+returns at once, and the process waits for it at exit: `close`), unless the dashboard's last answer refused the token:
+the process's token will not change, so it does not wait. What is left stays in the spool and is sent by
 `python -m grpo_dashboard.integrations.send SPOOL_DIR URL`.
 """
 
@@ -59,6 +60,7 @@ class Sender:
         self._thread: threading.Thread | None = None
         self._spec_sent = bool(self.sent.get("metrics"))
         self._finish_by: float | None = None  # set by `finish`: the thread ends once all is sent, or at this time
+        self._refused = False  # the last answer refused the token (401/403)
 
     def start(self) -> Sender:
         """Start the background thread."""
@@ -80,7 +82,7 @@ class Sender:
     def close(self, flush_s: float) -> bool:
         """Stop after sending what is spooled, trying for at most `flush_s`; True when everything was sent."""
         deadline = time.monotonic() + flush_s
-        while time.monotonic() < deadline and not self.done():
+        while time.monotonic() < deadline and not self.done() and (self._thread is None or self._thread.is_alive()):
             self._wake.set()
             time.sleep(0.1)
         self._stop.set()
@@ -109,7 +111,7 @@ class Sender:
             except _Retry:
                 backoff = wait = min(MAX_BACKOFF_S, backoff * 2)
             if self._finish_by is not None:
-                if self.done() or time.monotonic() >= self._finish_by:
+                if self.done() or time.monotonic() >= self._finish_by or self._refused:
                     return
                 wait = min(wait, max(0.0, self._finish_by - time.monotonic()))
             if wait:
@@ -160,9 +162,12 @@ class Sender:
         self._last_post = time.monotonic()
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
-                return dict(json.loads(response.read()))
+                answer = dict(json.loads(response.read()))
+            self._refused = False
+            return answer
         except urllib.error.HTTPError as exc:
             detail = _error_text(exc)
+            self._refused = exc.code in (401, 403)
             if exc.code == 409:  # the dashboard has fewer bytes than we thought (its disk was restored): resend
                 received = json.loads(detail or "{}").get("received", 0) if detail.startswith("{") else 0
                 self.sent[batch["stream"]] = int(received)
