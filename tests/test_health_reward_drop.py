@@ -155,3 +155,23 @@ def test_a_flat_noisy_reward_a_rising_one_and_rare_penalties_are_not_a_slow_decl
     penalty = np.full(30, 0.05)
     penalty[[12, 18, 21, 23, 24, 25, 27]] = [-0.5, -0.25, -0.25, -0.25, -0.5, -0.25, -0.25]
     assert not [f for f in diagnose(log(penalty, 0.1)) if f.rule == "reward_drop"]
+
+
+def test_a_resumed_policy_that_training_made_worse_for_good_is_a_warning() -> None:
+    """A policy resumed at its best (1.6-1.9 on the first four logs) falls to ~1.2 and never comes back: a third of
+    its level lost, far less than half of a 'gain' it never made, but held for the rest of the run at many standard
+    errors of its scatter."""
+    rng = np.random.default_rng(5)
+    values = np.concatenate(([1.59, 1.72, 1.73, 1.92], 1.19 + rng.normal(0, 0.08, 56)))
+    (found,) = [f for f in diagnose(log(values)) if f.rule == "reward_drop"]
+    assert found.severity == "warning" and found.evidence["sustained"] and found.step == 5, found.message
+    assert "has not come back" in found.message and "standard errors" in found.message
+    # The same fall that comes back within the log is a dip, and a flat noisy reward never fell.
+    back = values.copy()
+    back[30:] += 0.55
+    assert not [f for f in diagnose(log(back)) if f.rule == "reward_drop"]
+    flat = 1.2 + rng.normal(0, 0.08, 60)
+    assert not drops(log(flat))
+    # A third lost for a few logs at the end is not yet a fall that stayed.
+    late = np.concatenate((1.7 + rng.normal(0, 0.05, 54), [1.15] * 6))
+    assert not [f for f in diagnose(log(late)) if f.rule == "reward_drop" and f.evidence.get("sustained")]

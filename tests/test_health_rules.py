@@ -978,3 +978,20 @@ def test_random_garbage_logs_never_crash_a_rule(seed: int) -> None:
     for finding in diagnose(records, config=config, completions=rows, strict=True):  # a rule that raises fails it
         assert finding.rule in RULE_IDS
         finding.to_dict()
+
+
+def test_a_constant_task_reward_is_a_warning_when_the_total_still_moves() -> None:
+    """verl-agent: the environment's episode reward is 0 on every log, while the total (critic/score) carries the
+    invalid-action penalty that fades as the policy learns the action format: it learns from that part only."""
+    n = 30
+    penalty = -0.08 * np.exp(-np.arange(n) / 6.0)
+    records = [
+        {"step": i + 1, "critic/score/mean": float(penalty[i]), "episode/reward/mean": 0.0, "actor/entropy": 0.8}
+        for i in range(n)
+    ]
+    f = only(diagnose(records), "flat_reward")
+    assert f.metric == "rewards/episode_reward/mean" and f.severity == "warning", f.message
+    assert "total reward still moves" in f.message and "no other reward does either" not in f.message
+    for r in records:
+        r["critic/score/mean"] = 0.0
+    assert only(diagnose(records), "flat_reward").severity == "error"

@@ -15,6 +15,7 @@ from .series import (
     reward_range,
     short_required,
     trailing_mean,
+    trailing_streak,
 )
 
 
@@ -87,7 +88,7 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         "check whether another reward rose at the same time (a trade-off: adjust reward_weights)",
         "read completions from before and after the drop (log_completions=True)",
     ]
-    if not cfg.beta:
+    if not cfg.beta and ctx.frame.get("kl") is None:  # a logged kl says beta > 0
         fixes.append("a small KL term (beta=0.001-0.04) keeps the policy near what already worked")
     return make_finding(
         "reward_drop",
@@ -103,6 +104,68 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
         noise_z=float(z) if np.isfinite(z) else None,
         floor=lo,
         threshold=ctx.t("reward_drop.frac"),
+    )
+
+
+def _sustained(ctx: Context, series: Series) -> Finding | None:
+    """A smaller fall that never came back: at least ``reward_drop.sustained_frac`` of the gain lost, held over
+    ``reward_drop.sustained_share`` of the log, and ``reward_drop.sustained_z`` standard errors of its scatter (a
+    resumed or fine-tuned policy that starts at its best and that training made worse: there is no gain to lose half
+    of, only the level it started at)."""
+    v, n = series.values, series.values.size
+    if n < ctx.t("reward_drop.sustained_logs"):
+        return None
+    s = ctx.smooth_n(n)
+    sm = trailing_mean(v, s)
+    peak = np.maximum.accumulate(sm)
+    lo, hi = reward_range(v)
+    lost = peak - sm
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(peak > lo, lost / np.where(peak > lo, peak - lo, 1.0), 0.0)
+    frac_at = ctx.t("reward_drop.sustained_frac")
+    down = (frac >= frac_at) & (lost >= ctx.t("reward_drop.min_drop") * max(1.0, hi - lo))
+    run = trailing_streak(down)
+    if run < max(int(ctx.t("reward_drop.persist")), ctx.t("reward_drop.sustained_share") * n):
+        return None
+    if float(v[-1]) >= float(peak[-1]):
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw_down = np.where(peak > lo, (peak - v) / np.where(peak > lo, peak - lo, 1.0), 0.0) >= frac_at
+    start = extend_onset(raw_down, n - run, s)  # where the raw values fell, not where the trailing mean followed
+    level = _level_drop(ctx, v, start, max(s, int(ctx.t("reward_drop.persist"))), lo, hi, frac_at,
+                        ctx.t("reward_drop.sustained_z"))  # fmt: skip
+    if level is None:
+        return None
+    peak_idx, peak_value, now, lost_frac, z = level
+    onset = int(series.steps[start])
+    scatter = "with no scatter since" if np.isinf(z) else f"{z:.1f} standard errors of its log-to-log scatter"
+    message = (
+        f"{series.key} fell from {fmt(peak_value)} (its best level, up to step {int(series.steps[peak_idx])}) to "
+        f"{fmt(now)} (its mean since step {onset}, {n - start} logs) and has not come back: {lost_frac:.0%} of its "
+        f"level above {fmt(lo)} lost for {(n - start) / n:.0%} of the log; the fall is {scatter}."
+    )
+    cfg = ctx.config
+    fixes = [
+        f"{cfg.resume_advice(onset)} with a lower learning_rate{cfg.now('learning_rate')}",
+        "read completions from before and after the fall (log_completions=True)",
+    ]
+    if not cfg.beta and ctx.frame.get("kl") is None:  # a logged kl says beta > 0
+        fixes.append("a small KL term (beta=0.001-0.04) keeps the policy near what already worked")
+    return make_finding(
+        "reward_drop",
+        WARNING,
+        onset,
+        message,
+        join_fixes(fixes),
+        series.key,
+        peak=peak_value,
+        peak_step=int(series.steps[peak_idx]),
+        current=now,
+        lost_fraction=lost_frac,
+        noise_z=float(z) if np.isfinite(z) else None,
+        floor=lo,
+        threshold=frac_at,
+        sustained=True,
     )
 
 
@@ -161,7 +224,14 @@ def _decline(ctx: Context, series: Series) -> Finding | None:
 
 
 def _level_drop(
-    ctx: Context, v: np.ndarray, start: int, window: int, lo: float, hi: float
+    ctx: Context,
+    v: np.ndarray,
+    start: int,
+    window: int,
+    lo: float,
+    hi: float,
+    frac_at: float | None = None,
+    z_at: float | None = None,
 ) -> tuple[int, float, float, float, float] | None:
     """The fall from the best level before ``start`` to the mean since, if it is a drop and not noise.
 
@@ -188,13 +258,15 @@ def _level_drop(
     level = peak_level - sigma / np.sqrt(used) * np.sqrt(2.0 * np.log(candidates))
     lost = level - now
     lost_frac = lost / max(level - lo, 1e-12)
-    if lost < ctx.t("reward_drop.min_drop") * max(1.0, hi - lo) or lost_frac < ctx.t("reward_drop.frac"):
+    frac_at = ctx.t("reward_drop.frac") if frac_at is None else frac_at
+    if lost < ctx.t("reward_drop.min_drop") * max(1.0, hi - lo) or lost_frac < frac_at:
         return None
     se = sigma * np.sqrt(1.0 / used + 1.0 / after.size)
     z = (peak_level - now) / se if se > 0 else float("inf")
     # Both ends are picked from the log: the best of the levels before the onset, and the episode since it (found
     # because it is low: one of about n / len(episode) windows of its length). The bar is raised for both choices.
-    tail = (1.0 - NormalDist().cdf(ctx.t("reward_drop.noise_z"))) / (candidates * max(1.0, v.size / after.size))
+    z_at = ctx.t("reward_drop.noise_z") if z_at is None else z_at
+    tail = (1.0 - NormalDist().cdf(z_at)) / (candidates * max(1.0, v.size / after.size))
     if z < NormalDist().inv_cdf(1.0 - tail):
         return None
     few = min(used, after.size) < 25.0 * _skewness(v) ** 2
@@ -274,13 +346,13 @@ def check_reward_drop(ctx: Context) -> list[Finding]:
     findings = []
     for mean_key, _ in ctx.frame.reward_functions().values():
         series = ctx.frame.columns[mean_key].finite()
-        found = _drop(ctx, series) or _decline(ctx, series)
+        found = _drop(ctx, series) or _sustained(ctx, series) or _decline(ctx, series)
         if found:
             findings.append(found)
     if not findings:
         reward = ctx.frame.get("reward")
         total = reward.finite() if reward is not None else None
-        found = (_drop(ctx, total) or _decline(ctx, total)) if total is not None else None
+        found = (_drop(ctx, total) or _sustained(ctx, total) or _decline(ctx, total)) if total is not None else None
         if found:
             findings.append(found)
     return findings

@@ -240,6 +240,12 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
     all_flat = len(flat) == len(functions) and all(
         f["confirmed"] and not f["saturated"] and not f["varied"] for f in flat
     )
+    total = ctx.frame.get("reward")
+    if all_flat and total is not None:
+        # The logged functions are not the whole reward when the total still moves (verl's step penalties,
+        # an unlogged term): the run learns from that part, so it is not without signal.
+        tail = total.finite().values[-min(f["logs"] for f in flat) :]
+        all_flat = not (tail.size and float(np.ptp(tail)) > atol)
     findings = []
     cfg = ctx.config
     returns_constant: dict[str, list[dict[str, Any]]] = defaultdict(list)  # severity -> constant functions
@@ -292,11 +298,13 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
     # Functions that return a constant are one finding per severity: one cause (the completions never earn them, or
     # they are broken alike) and one remedy, not a warning for each of them.
     for severity, group in returns_constant.items():
-        findings.append(_constant_finding(severity, sorted(group, key=lambda g: g["key"]), all_flat, cfg))
+        findings.append(
+            _constant_finding(severity, sorted(group, key=lambda g: g["key"]), all_flat, cfg, len(functions))
+        )
     return findings
 
 
-def _constant_finding(severity: str, group: list[dict[str, Any]], all_flat: bool, cfg: Any) -> Finding:
+def _constant_finding(severity: str, group: list[dict[str, Any]], all_flat: bool, cfg: Any, functions: int) -> Finding:
     """One flat_reward finding for the reward functions of `group`, each constant (std 0) on every sample."""
 
     def since(f: dict[str, Any]) -> str:
@@ -314,6 +322,9 @@ def _constant_finding(severity: str, group: list[dict[str, Any]], all_flat: bool
             f"{len(group)} reward functions are constant on every sample (std 0): {each}. They give no learning signal"
         )
     message += ", and no other reward does either." if all_flat else "."
+    if not all_flat and len(group) == functions:
+        which = "this function does" if len(group) == 1 else "these functions do"
+        message += f" The total reward still moves: the run learns only from the part of it {which} not log."
     one = len(group) == 1
     names = ", ".join(f["name"] for f in group)
     remedy = join_fixes(

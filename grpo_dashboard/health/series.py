@@ -34,6 +34,8 @@ VERL_KEYS = {
     "response_length/max": "completions/max_length",
     "response_length/min": "completions/min_length",
     "response_length/clip_ratio": "completions/clipped_ratio",
+    # verl-agent: the environment's own episode return, apart from the step-level penalties in critic/score
+    "episode/reward/mean": "rewards/episode_reward/mean",
 }
 # Validation scores per data source: newer verl's core metric (mean@N over N samples) and older verl's test score.
 _VERL_VAL = re.compile(r"^val-core/(.+)/[^/]+/mean@\d+$|^val/test_score/(.+)$")

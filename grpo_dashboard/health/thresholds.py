@@ -168,6 +168,12 @@ THRESHOLDS: tuple[Threshold, ...] = (
         "skewed reward, few logs per level: share of shuffled logs allowed to fall as far (permutation p-value)",
     ),
     Threshold("reward_drop.long_window", 0.1, "long logs: the drop is re-measured on means over this share of logs"),
+    Threshold(
+        "reward_drop.sustained_frac", 0.25, "a fall that never came back: share of the level above the floor lost"
+    ),
+    Threshold("reward_drop.sustained_share", 0.33, "... held over at least this share of the log"),
+    Threshold("reward_drop.sustained_z", 6.0, "... and this many standard errors of its scatter (picks corrected)"),
+    Threshold("reward_drop.sustained_logs", 12, "fewest logs before such a fall is judged"),
     Threshold("reward_drop.decline_logs", 12, "fewest logs before a slow decline (no single fall) is judged"),
     Threshold("reward_drop.decline_t", 2.5, "a slow decline: its fitted slope this many standard errors below zero"),
     Threshold(
@@ -306,6 +312,7 @@ HELD: dict[str, int] = {
     "length_drift.ratio": 1,
     "reward_drop.frac": 1,
     "reward_drop.error_frac": 1,
+    "reward_drop.sustained_frac": 1,
     "reward_length_corr.info_corr": 1,
     "kl_spike.ratio": 1,
     "kl_spike.error_ratio": 1,
