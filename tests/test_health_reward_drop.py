@@ -175,3 +175,14 @@ def test_a_resumed_policy_that_training_made_worse_for_good_is_a_warning() -> No
     # A third lost for a few logs at the end is not yet a fall that stayed.
     late = np.concatenate((1.7 + rng.normal(0, 0.05, 54), [1.15] * 6))
     assert not [f for f in diagnose(log(late)) if f.rule == "reward_drop" and f.evidence.get("sustained")]
+
+
+def test_three_falling_logs_without_a_logged_spread_need_a_fourth_or_a_rising_reward() -> None:
+    """verl logs no per-batch std: three noisy agent scores that happen to fall in order (one time in six by chance)
+    are not a drop; four are, and so are three while another reward function rose by more (open-r1#255)."""
+
+    def bare(values: list[float]) -> list[dict[str, float]]:
+        return [{"step": i + 1, "critic/score/mean": v, "actor/entropy": 0.05} for i, v in enumerate(values)]
+
+    assert not [f for f in diagnose(bare([0.77, 0.34, 0.31])) if f.rule == "reward_drop"]
+    assert [f for f in diagnose(bare([0.77, 0.34, 0.31, 0.12])) if f.rule == "reward_drop"]

@@ -995,3 +995,20 @@ def test_a_constant_task_reward_is_a_warning_when_the_total_still_moves() -> Non
     for r in records:
         r["critic/score/mean"] = 0.0
     assert only(diagnose(records), "flat_reward").severity == "error"
+
+
+def test_an_entropy_of_exactly_zero_on_every_log_is_not_computed_and_a_rising_low_one_is_no_collapse() -> None:
+    # A hand-written GRPO loop that logs `entropy` as 0.0 without computing it: diverse samples, no collapse.
+    n = 40
+    placeholder = healthy(n, entropy=np.zeros(n))
+    assert "entropy_collapse" not in rules(diagnose(placeholder))
+    from grpo_dashboard.health.doctor_cli import coverage_notes
+    from grpo_dashboard.health.series import MetricFrame
+
+    notes = coverage_notes(MetricFrame.from_records(placeholder), {})
+    assert any("entropy is exactly 0 on every log" in note for note in notes), notes
+    # Low from the first log (short formulaic actions) but climbing steadily: not a policy stuck deterministic.
+    rising = healthy(16, entropy=np.linspace(0.03, 0.09, 16))
+    assert "entropy_collapse" not in rules(diagnose(rising))
+    stuck = healthy(16, entropy=0.03 + 0.002 * np.random.default_rng(1).random(16))
+    assert only(diagnose(stuck), "entropy_collapse").severity == "warning"

@@ -108,10 +108,10 @@ def _drop(ctx: Context, series: Series) -> Finding | None:
 
 
 def _sustained(ctx: Context, series: Series) -> Finding | None:
-    """A smaller fall that never came back: at least ``reward_drop.sustained_frac`` of the gain lost, held over
-    ``reward_drop.sustained_share`` of the log, and ``reward_drop.sustained_z`` standard errors of its scatter (a
-    resumed or fine-tuned policy that starts at its best and that training made worse: there is no gain to lose half
-    of, only the level it started at)."""
+    """A smaller fall that never came back: at least ``reward_drop.sustained_frac`` of the best level's height above
+    the reward's floor lost, held over ``reward_drop.sustained_share`` of the log, and ``reward_drop.sustained_z``
+    standard errors of its scatter (a resumed or fine-tuned policy that starts at its best and that training made
+    worse: there is no gain to lose half of, only the level it started at)."""
     v, n = series.values, series.values.size
     if n < ctx.t("reward_drop.sustained_logs"):
         return None
@@ -315,15 +315,31 @@ def _spread(ctx: Context, series: Series) -> Series | None:
 
 def _falls_clearly(ctx: Context, series: Series) -> bool:
     """Falls on every log from the first, by more than the spread of the first log's completions when that is
-    logged: a 0/1 reward's batch mean moves by a few tenths between small batches by chance alone."""
+    logged: a 0/1 reward's batch mean moves by a few tenths between small batches by chance alone. Without a logged
+    spread (verl logs no per-batch std), the order is the evidence: at least four logs, each below the one before
+    (a noisy reward's first three fall in order one time in six by chance, four one time in 24), or three while
+    another reward function rose by more over the same logs (a trade-off, the classic cause of a drop)."""
     v = series.values
     if not _falls_from_start(v):
         return False
     std = _spread(ctx, series)
     if std is None or std.values.size == 0:
-        return True
+        return v.size >= 4 or _another_rose(ctx, series, float(v[0] - v[-1]))
     at = np.flatnonzero(std.steps == series.steps[0])
     return float(v[0] - v[-1]) >= float(std.values[at[0] if at.size else 0])
+
+
+def _another_rose(ctx: Context, series: Series, fall: float) -> bool:
+    """Another reward function rose by more than ``fall`` between ``series``' first and last steps."""
+    first, last = int(series.steps[0]), int(series.steps[-1])
+    for mean_key, _ in ctx.frame.reward_functions().values():
+        if mean_key == series.key:
+            continue
+        other = ctx.frame.columns[mean_key].finite()
+        at = other.values[(other.steps >= first) & (other.steps <= last)]
+        if at.size >= 2 and float(at[-1] - at[0]) > fall:
+            return True
+    return False
 
 
 def _pinned_at_floor(ctx: Context, series: Series, lo: float) -> bool:

@@ -25,6 +25,10 @@ def entropy_series(ctx: Context) -> Series | None:
     if series is None:
         return None
     series = series.finite()
+    if series.values.size >= 2 and not series.values.any():
+        # Exactly 0.0 on every log, from the first: a trainer that logs the key without computing it (a sampling
+        # policy's entropy is never exactly 0 in floating point, and a collapse falls from somewhere).
+        return None
     clipped = ctx.frame.get("completions/clipped_ratio")
     if not ctx.config.flag("mask_truncated_completions") or clipped is None:
         return series
@@ -106,6 +110,10 @@ def _entropy_low_from_start(ctx: Context, series: Series, base: float, nb: int, 
     sm = trailing_mean(v, ctx.smooth_n(n))
     low = sm <= floor
     if n < persist or trailing_streak(low) < n:
+        return []
+    slope, t = linear_fit(v)
+    if slope > 0 and t >= ctx.t("entropy_collapse.rising_t"):
+        # Low from the first log but climbing steadily: a policy becoming less deterministic, not one stuck.
         return []
     message = (
         f"entropy has been near zero since the first log (warm-up median {fmt(base)}, now {fmt(float(sm[-1]))} "

@@ -159,6 +159,9 @@ def coverage_notes(frame: MetricFrame, config: dict[str, Any]) -> list[str]:
         notes.append("no frac_reward_zero_std (TRL < 0.18): zero_variance uses reward_std == 0 instead")
     if missing:
         notes.append(f"not logged: {', '.join(missing)}; the rules that need them were skipped")
+    entropy = frame.get("entropy")
+    if entropy is not None and entropy.finite().values.size >= 2 and not entropy.finite().values.any():
+        notes.append("entropy is exactly 0 on every log (logged, not computed): the entropy rules were skipped")
     beta = config.get("beta")
     if beta == 0 or (beta is None and frame.get("kl") is None):
         notes.append(

@@ -103,6 +103,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold(
         "entropy_collapse.abs_floor", 0.1, "nats; below this (after a halving) the policy is deterministic", "PTT"
     ),
+    Threshold("entropy_collapse.rising_t", 3.0, "low from the first log: no warning while its fitted rise has this t"),
     Threshold("entropy_collapse.persist", 3, "logs the condition must hold (fewer on very short logs when extreme)"),
     # entropy_blowup
     Threshold("entropy_blowup.ratio", 2.0, "smoothed entropy above this multiple of its baseline", "DAPO"),
