@@ -1012,3 +1012,19 @@ def test_an_entropy_of_exactly_zero_on_every_log_is_not_computed_and_a_rising_lo
     assert "entropy_collapse" not in rules(diagnose(rising))
     stuck = healthy(16, entropy=0.03 + 0.002 * np.random.default_rng(1).random(16))
     assert only(diagnose(stuck), "entropy_collapse").severity == "warning"
+
+
+def test_a_reward_length_correlation_carried_by_one_record_is_not_reported() -> None:
+    """An Unsloth run dead from its second log: every completion at the 128 cap with reward 0, and the first log at
+    125 tokens with reward 0.024. The correlation is -1.00 from that one record; without it both series are flat."""
+    n = 40
+    length = np.full(n, 128.0)
+    reward = np.zeros(n)
+    length[0], reward[0] = 124.95, 0.024
+    records = healthy(n, completions__mean_length=length, reward=reward)
+    assert "reward_length_corr" not in rules(diagnose(records))
+    # A correlation every record shares still is one.
+    rng = np.random.default_rng(2)
+    grow = 100.0 + np.cumsum(rng.uniform(0.5, 3.0, n))
+    paid = 0.002 * grow + rng.normal(0, 0.0005, n)
+    assert "reward_length_corr" in rules(diagnose(healthy(n, completions__mean_length=grow, reward=paid)))

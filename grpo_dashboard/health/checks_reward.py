@@ -182,6 +182,18 @@ def _stalled_since_saturation(
     return k, float(np.mean(early)), float(np.mean(late))
 
 
+def _carried_by_one(r: np.ndarray, ln: np.ndarray, at: float) -> bool:
+    """The correlation falls under ``at`` without one of the records: a single log (the first batch, one outlier)
+    carries it, and two series that are otherwise flat do not move together."""
+    keep = np.ones(r.size, dtype=bool)
+    for i in range(r.size):
+        keep[i] = False
+        if abs(corr(r[keep], ln[keep])) < at:
+            return True
+        keep[i] = True
+    return False
+
+
 def check_reward_length_corr(ctx: Context) -> list[Finding]:
     """Reward moves with completion length, step to step and not only along a shared trend: length is paid."""
     reward, length = ctx.frame.get("reward"), ctx.frame.get(*MEAN_LENGTH_KEYS)
@@ -196,6 +208,8 @@ def check_reward_length_corr(ctx: Context) -> list[Finding]:
     if abs(level) < ctx.t("reward_length_corr.info_corr") or abs(change) < ctx.t("reward_length_corr.diff_corr"):
         return []
     if level * change < 0:
+        return []
+    if _carried_by_one(r, ln, ctx.t("reward_length_corr.info_corr")):
         return []
     drift = abs(float(np.mean(ln[-5:])) / max(float(np.mean(ln[:5])), 1e-9) - 1)
     warn = (
