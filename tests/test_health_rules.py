@@ -1028,3 +1028,17 @@ def test_a_reward_length_correlation_carried_by_one_record_is_not_reported() -> 
     grow = 100.0 + np.cumsum(rng.uniform(0.5, 3.0, n))
     paid = 0.002 * grow + rng.normal(0, 0.0005, n)
     assert "reward_length_corr" in rules(diagnose(healthy(n, completions__mean_length=grow, reward=paid)))
+
+
+def test_a_nan_kl_with_a_finite_loss_and_gradient_is_a_warning_that_says_the_update_was_finite() -> None:
+    """TRL 0.15 logged `kl` as NaN on one log while that log's loss and grad_norm were finite: the statistic failed,
+    the update did not. NaN gradients too stay an error."""
+    n = 30
+    kl = np.full(n, 0.001)
+    kl[12] = np.nan
+    f = only(diagnose(healthy(n, kl=kl), config={"beta": 0.04}), "nan")
+    assert f.severity == "warning" and "update itself was not NaN" in f.message, f.message
+    grad = 0.5 + np.zeros(n)
+    grad[12] = np.nan
+    both = only(diagnose(healthy(n, kl=kl, grad_norm=grad), config={"beta": 0.04}), "nan")
+    assert both.severity == "error" and "in the weights" in both.message

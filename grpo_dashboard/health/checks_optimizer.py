@@ -13,6 +13,26 @@ NAN_KEYS = ("loss", "grad_norm", "entropy", "kl", "reward")
 CLIP_REGION_KEYS = ("clip_ratio/region_mean", "clip_ratio", "cispo_clip_ratio")
 
 
+def _update_finite_where(ctx: Context, hits: dict[str, dict]) -> bool:
+    """Only logged statistics (not loss or grad_norm) went non-finite, and at every such log both loss and grad_norm
+    were logged finite."""
+    if {"loss", "grad_norm"} & set(hits):
+        return False
+    loss, grad = ctx.frame.get("loss"), ctx.frame.get("grad_norm")
+    if loss is None or grad is None:
+        return False
+    for key in hits:
+        series = ctx.frame.get(key)
+        if series is None:
+            return False
+        for step in series.steps[~np.isfinite(series.values)]:
+            for other in (loss, grad):
+                at = np.flatnonzero(other.steps == step)
+                if at.size == 0 or not np.isfinite(other.values[at[0]]):
+                    return False
+    return True
+
+
 def check_nan(ctx: Context) -> list[Finding]:
     """Non-finite or None values of the core metrics: the run is numerically broken from that step."""
     hits: dict[str, dict] = {}
@@ -69,6 +89,16 @@ def check_nan(ctx: Context) -> list[Finding]:
         tail = (
             "Every later log is finite, with a finite loss: that update was skipped or zeroed, not written into the "
             "weights. Watch for recurrences; they point at overflowing activations or a learning rate at its edge."
+        )
+    elif recovered and _update_finite_where(ctx, hits):
+        # A NaN in a logged statistic (kl, entropy) while the same logs' loss and gradient norm are finite: the loss
+        # the optimizer stepped on was not NaN, so the weights did not take it; the statistic's own computation
+        # failed (a 0/0 over an empty mask).
+        severity = WARNING
+        tail = (
+            "At those logs loss and grad_norm are finite, so the update itself was not NaN and did not reach the "
+            "weights: the metric's own computation failed there (a 0/0 over an empty mask), and it says nothing "
+            "about those steps. Watch for recurrences."
         )
     message = f"Non-finite (NaN/Inf/None) values logged: {'; '.join(parts)}. {tail}"
     return [make_finding("nan", severity, onset, message, remedy, key, metrics=hits)]
