@@ -241,11 +241,13 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
         f["confirmed"] and not f["saturated"] and not f["varied"] for f in flat
     )
     total = ctx.frame.get("reward")
+    total_moves = False
     if all_flat and total is not None:
         # The logged functions are not the whole reward when the total still moves (verl's step penalties,
         # an unlogged term): the run learns from that part, so it is not without signal.
         tail = total.finite().values[-min(f["logs"] for f in flat) :]
-        all_flat = not (tail.size and float(np.ptp(tail)) > atol)
+        total_moves = bool(tail.size and float(np.ptp(tail)) > atol)
+        all_flat = not total_moves
     findings = []
     cfg = ctx.config
     returns_constant: dict[str, list[dict[str, Any]]] = defaultdict(list)  # severity -> constant functions
@@ -298,13 +300,13 @@ def check_flat_reward(ctx: Context) -> list[Finding]:
     # Functions that return a constant are one finding per severity: one cause (the completions never earn them, or
     # they are broken alike) and one remedy, not a warning for each of them.
     for severity, group in returns_constant.items():
-        findings.append(
-            _constant_finding(severity, sorted(group, key=lambda g: g["key"]), all_flat, cfg, len(functions))
-        )
+        findings.append(_constant_finding(severity, sorted(group, key=lambda g: g["key"]), all_flat, cfg, total_moves))
     return findings
 
 
-def _constant_finding(severity: str, group: list[dict[str, Any]], all_flat: bool, cfg: Any, functions: int) -> Finding:
+def _constant_finding(
+    severity: str, group: list[dict[str, Any]], all_flat: bool, cfg: Any, total_moves: bool
+) -> Finding:
     """One flat_reward finding for the reward functions of `group`, each constant (std 0) on every sample."""
 
     def since(f: dict[str, Any]) -> str:
@@ -322,7 +324,7 @@ def _constant_finding(severity: str, group: list[dict[str, Any]], all_flat: bool
             f"{len(group)} reward functions are constant on every sample (std 0): {each}. They give no learning signal"
         )
     message += ", and no other reward does either." if all_flat else "."
-    if not all_flat and len(group) == functions:
+    if total_moves:
         which = "this function does" if len(group) == 1 else "these functions do"
         message += f" The total reward still moves: the run learns only from the part of it {which} not log."
     one = len(group) == 1
