@@ -15,6 +15,16 @@ from grpo_dashboard.health.replay import replay_log
 
 from .test_health_real_logs import OURS, SHARED
 
+# Logs on which the replay does not meet its properties yet (strict: once the doctor is fixed the test passes and the
+# entry must go; see the corpus INDEX.md).
+OPEN_REPLAY: dict[str, str] = {
+    "gzh2002__Qwen-distil__grpo_output.jsonl": (
+        "truncation changes severity three times (warning while the reward dips, info once it recovers past its "
+        "level before the onset, warning when a new episode starts after the smoothed share dipped under 0.3): a "
+        "share hovering at 0.25-0.6 from the first log while the reward swings"
+    ),
+}
+
 
 def _logs() -> list:
     out = []
@@ -22,9 +32,12 @@ def _logs() -> list:
         if folder is None:
             continue
         expect = json.loads((folder / "expect.json").read_text())
-        out += [
-            pytest.param(folder / n, id=n[:60]) for n in expect if not n.startswith("_") and (folder / n).is_file()
-        ]
+        for n in expect:
+            if n.startswith("_") or not (folder / n).is_file():
+                continue
+            reason = OPEN_REPLAY.get(n) if folder == OURS else None
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            out.append(pytest.param(folder / n, id=n[:60], marks=marks))
     return out
 
 
