@@ -123,6 +123,18 @@ def test_a_demotion_needs_the_return_past_the_margin_too() -> None:
     assert past.severity == "warning" and past.evidence["peak_severity"] == "error"
 
 
+def test_a_finding_whose_rule_now_rates_it_lower_says_what_the_record_still_shows() -> None:
+    config = {"num_iterations": 4}
+    # Clipping at 0.45 (error), then 0.3 for a few logs: past the margin, so a demotion to warning is pending. The
+    # message is the latest evaluation's, so it says the record still shows error, and why.
+    pending = by_rule(finding_history(_clipping([(20, 0.02), (15, 0.45), (5, 0.3)]), config))["clip_high"]
+    assert pending.severity == "error" and pending.evidence["events"][-1]["event"] == "escalated"
+    assert "(Still shown at error: its rule rates this warning on the latest records" in pending.message
+    # Once the demotion has happened the note is gone.
+    done = by_rule(finding_history(_clipping([(20, 0.02), (15, 0.45), (40, 0.3)]), config))["clip_high"]
+    assert done.severity == "warning" and "Still shown" not in done.message
+
+
 def test_the_margin_is_validated() -> None:
     with pytest.raises(ValueError, match=r"hysteresis.margin must be below 1.*got 1.0"):
         finding_history(records(10), thresholds={"hysteresis.margin": 1})

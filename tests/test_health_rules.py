@@ -471,6 +471,20 @@ def test_length_drift_warning_without_reward_gain_and_info_with_it() -> None:
     assert "length_drift" not in rules(diagnose(healthy(n, completions__mean_length=steady)))
 
 
+def test_a_length_that_grows_after_the_reward_stalled_is_not_credited_with_the_earlier_gain() -> None:
+    # The reward rises over the first 40 logs at a steady length, then holds; only then does the length double. The
+    # reward gained before the drift began is not a gain the longer completions bought.
+    n = 200
+    rng = np.random.default_rng(11)
+    reward = ramp(n, 0.2, 0.6, 0, 40) + rng.normal(0, 0.03, n)
+    grow = ramp(n, 100, 220, 100, 130) + rng.normal(0, 3, n)
+    drift = only(diagnose(healthy(n, completions__mean_length=grow, reward=reward)), "length_drift")
+    assert drift.severity == "warning" and "without a matching reward improvement" in drift.message
+    # The same drift while the reward keeps rising with it is an info.
+    rising = ramp(n, 0.2, 0.4, 0, 100) + ramp(n, 0.0, 0.3, 100, 200) + rng.normal(0, 0.03, n)
+    assert only(diagnose(healthy(n, completions__mean_length=grow, reward=rising)), "length_drift").severity == "info"
+
+
 def test_length_drift_is_judged_against_the_lengths_own_scatter() -> None:
     # One prompt's group per record: short answers (13 tokens) with a long one every fifth record. The trailing mean
     # of such a log stays far above a median of its first records by chance alone; the shift is within its scatter.

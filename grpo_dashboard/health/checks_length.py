@@ -20,8 +20,9 @@ def _reward_trend(ctx: Context, since_step: int, min_logs: int = 10) -> str | No
     little data, or slow learning) for reward from ``since_step`` on.
 
     Uses eval_reward when there are enough evaluations, else the train reward; the gain is measured against the
-    logs before ``since_step`` when there are some, else within the episode itself. A rise whose fitted slope has a
-    t-statistic of at least plateau.t_stat and a fitted gain of at least plateau.min_gain counts as improving.
+    (up to 20) logs just before ``since_step`` when there are some, else within the episode itself. A rise whose
+    fitted slope has a t-statistic of at least plateau.t_stat and a fitted gain of at least plateau.min_gain counts
+    as improving.
     """
     for key in ("eval_reward", "reward"):
         series = ctx.frame.get(key)
@@ -34,7 +35,9 @@ def _reward_trend(ctx: Context, since_step: int, min_logs: int = 10) -> str | No
             continue
         lo, hi = reward_range(series.values)
         if before.size >= 3:
-            gain = float(np.mean(after[-10:]) - np.mean(before[:20]))
+            # The level the episode started from, not the run's first logs: a reward that rose early and then
+            # stalled did not improve with a change that began after it stalled.
+            gain = float(np.mean(after[-10:]) - np.mean(before[-20:]))
         else:
             k = max(3, after.size // 5)
             gain = float(np.mean(after[-k:]) - np.mean(after[:k]))

@@ -252,9 +252,15 @@ class HistoryReplay:
             if SEVERITY_RANK[f.severity] <= (SEVERITY_RANK[below.severity] if below is not None else -1):
                 continue  # the margin holds nothing more than the plain thresholds already do
             severity = f.severity if SEVERITY_RANK[f.severity] <= SEVERITY_RANK[shown] else shown
+            margin = (
+                f"with its thresholds moved {self.margin:.0%} toward healthy, the margin a return must clear before "
+                "the finding resolves or is demoted"
+            )
+            # Held below the shown severity, the demotion is pending: _observe says what the record still shows.
             note = (
-                f" (Still shown at {severity}: its rule finds this with its thresholds moved {self.margin:.0%} toward "
-                "healthy, the margin a return must clear before the finding resolves or is demoted.)"
+                f" (Still shown at {severity}: its rule finds this {margin}.)"
+                if severity == shown
+                else (f" (Its rule finds this at {severity} {margin}.)")
             )
             held[key] = replace(f, severity=severity, message=f.message + note, evidence={**f.evidence, "held": True})
         return [held.pop(finding_key(f), f) for f in now] + list(held.values())
@@ -330,6 +336,13 @@ class HistoryReplay:
         # saw first; the message's "since step N" may move) and the severity the record holds.
         fresh = replace(f, step=shown.step, severity=shown.severity, status=shown.status)
         fresh.resolved_step = shown.resolved_step
+        if f.severity != shown.severity and shown.status == "active":
+            # The wording is the latest evaluation's, whose reasons may be those of another severity ("while reward
+            # improves" for an info): say which severity the record still shows, and why.
+            fresh.message = (
+                f"{f.message} (Still shown at {shown.severity}: its rule rates this {f.severity} on the latest "
+                "records, and the record changes severity only once that holds.)"
+            )
         if shown.status == "resolved":
             track.shown = replace(shown)  # keeps the resolved wording until it is reopened
             self._pend(track, f.severity, RAISE_DWELL, cut, fresh)
