@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_dashboard.health import diagnose, doctor_main, finding_history
+from grpo_dashboard.health import diagnose, doctor_main, finding_history, load_log_frame
 from grpo_dashboard.health.history import cut_steps
 from grpo_dashboard.store.db import Store
 from grpo_dashboard.store.ingest import ingest_file
@@ -133,6 +133,20 @@ def test_a_finding_whose_rule_now_rates_it_lower_says_what_the_record_still_show
     # Once the demotion has happened the note is gone.
     done = by_rule(finding_history(_clipping([(20, 0.02), (15, 0.45), (40, 0.3)]), config))["clip_high"]
     assert done.severity == "warning" and "Still shown" not in done.message
+
+
+def test_the_pending_note_on_real_logs_is_on_active_findings_only() -> None:
+    corpus = Path(__file__).parent / "fixtures" / "real_logs"
+    # qhy991: the length doubled after the reward stalled, a warning; on the last cut the reward's late rise rates it
+    # info, pending the demotion's dwell, and the message says so.
+    (qhy991,) = corpus.glob("qhy991__*-checkpoint-600-trainer_state.jsonl")
+    frame, hints = load_log_frame(qhy991)
+    drift = by_rule(finding_history(frame, hints))["length_drift"]
+    assert drift.severity == "warning" and "(Still shown at warning: its rule rates this info" in drift.message
+    # Pranavpro23: a plateau note whose escalation was pending when its rule stopped firing resolves without the note.
+    frame, hints = load_log_frame(corpus / "Pranavpro23__levelforge_env__training_logs-first109.jsonl")
+    plateau = by_rule(finding_history(frame, hints))["plateau"]
+    assert plateau.status == "resolved" and "Still shown" not in plateau.message
 
 
 def test_the_margin_is_validated() -> None:

@@ -127,6 +127,7 @@ class _Track:
     count: int = 0
     flaps: int = 0  # reversals so far (a reopening; a severity change against the one before): damping
     direction: int = 0  # +1 / -1: the last severity change went up / down
+    rated: str | None = None  # the severity the latest cut's evaluation gave it (None: it did not fire there)
 
 
 @dataclass
@@ -291,6 +292,13 @@ class HistoryReplay:
         if SEVERITY_RANK[track.peak] > SEVERITY_RANK[f.severity]:
             evidence["peak_severity"] = track.peak
         message = f"Resolved at step {f.resolved_step}. {f.message}" if f.status == "resolved" else f.message
+        if f.status == "active" and track.rated is not None and track.rated != f.severity:
+            # The wording is the latest evaluation's, whose reasons may be those of another severity ("while reward
+            # improves" for an info): say which severity the record still shows, and why.
+            message += (
+                f" (Still shown at {f.severity}: its rule rates this {track.rated} on the latest records, and the "
+                "record changes severity only once that holds.)"
+            )
         return replace(f, evidence=evidence, message=message)
 
     def _finish_runs(self, frame: MetricFrame, segment: int) -> None:
@@ -308,6 +316,8 @@ class HistoryReplay:
         for key in list(state.new):
             if key not in current:
                 del state.new[key]
+        for key in state.tracks.keys() - current.keys():
+            state.tracks[key].rated = None
         for key, f in current.items():
             track = state.tracks.get(key)
             if track is None:
@@ -336,13 +346,7 @@ class HistoryReplay:
         # saw first; the message's "since step N" may move) and the severity the record holds.
         fresh = replace(f, step=shown.step, severity=shown.severity, status=shown.status)
         fresh.resolved_step = shown.resolved_step
-        if f.severity != shown.severity and shown.status == "active":
-            # The wording is the latest evaluation's, whose reasons may be those of another severity ("while reward
-            # improves" for an info): say which severity the record still shows, and why.
-            fresh.message = (
-                f"{f.message} (Still shown at {shown.severity}: its rule rates this {f.severity} on the latest "
-                "records, and the record changes severity only once that holds.)"
-            )
+        track.rated = f.severity
         if shown.status == "resolved":
             track.shown = replace(shown)  # keeps the resolved wording until it is reopened
             self._pend(track, f.severity, RAISE_DWELL, cut, fresh)
