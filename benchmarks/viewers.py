@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "rss_end_mb": rss_end,
         "rss_quarter_mb": quarters[0] if quarters else rss_end,
         "rss_half_mb": quarters[1] if len(quarters) > 1 else rss_end,
+        "rss_three_quarter_mb": quarters[2] if len(quarters) > 2 else rss_end,
         "rss_peak_mb": max((m for _, m in rss), default=rss_end),
     }
     if args.json:

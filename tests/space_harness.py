@@ -80,6 +80,10 @@ def serve_space(data_dir: Path, hub_dir: Path, env: dict[str, str] | None = None
         root = logging.getLogger()
         root.addHandler(log_handler)
         mp.setattr(root, "level", logging.DEBUG)
+        # Importing trackio (another test may have) sets the httpx and httpx2 loggers to WARNING: their request
+        # lines (huggingface_hub's calls go through httpx2) are records the token checks read.
+        for name in ("httpx", "httpx2"):
+            mp.setattr(logging.getLogger(name), "level", logging.DEBUG)
         store = Store()
         demo = build_app(store, monitor=False)
         with socket.socket() as s:

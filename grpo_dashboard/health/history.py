@@ -257,11 +257,11 @@ class HistoryReplay:
                 f"with its thresholds moved {self.margin:.0%} toward healthy, the margin a return must clear before "
                 "the finding resolves or is demoted"
             )
-            # Held below the shown severity, the demotion is pending: _observe says what the record still shows.
+            # Held below the shown severity, the demotion is pending: _out says what the record still shows.
             note = (
                 f" (Still shown at {severity}: its rule finds this {margin}.)"
                 if severity == shown
-                else (f" (Its rule finds this at {severity} {margin}.)")
+                else f" (Its rule finds this at {severity} {margin}.)"
             )
             held[key] = replace(f, severity=severity, message=f.message + note, evidence={**f.evidence, "held": True})
         return [held.pop(finding_key(f), f) for f in now] + list(held.values())
